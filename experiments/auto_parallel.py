@@ -1,0 +1,90 @@
+"""Automatic parallelism (book 13.3): devices alone vs together, and compute/copy overlap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from omegaconf import MISSING
+
+from perflab.context import Context
+from perflab.devices import Device, Resolved, on_device, resolve
+from perflab.parallel import alone_then_together
+from perflab.schema import DevicesConfig, ExperimentConfig, positive
+
+COPY_NEEDS_GPU = "needs a CUDA device: on a CPU-only machine there is no device-to-host copy to overlap"
+
+
+@dataclass
+class Config(ExperimentConfig):
+    size: int = MISSING        # N for K matmuls of N x N on a GPU (book: 4000)
+    matmuls: int = MISSING     # K (book: 50)
+    cpu_size: int = MISSING    # the same on CPU workers, sized to finish quickly
+    cpu_matmuls: int = MISSING
+    cpu_workers: int = MISSING  # CPU-only machine with devices.spec=auto: split the CPU this many ways
+
+    def __post_init__(self) -> None:
+        positive(self, "size", "matmuls", "cpu_size", "cpu_matmuls", "cpu_workers")
+
+
+def run(ctx: Context) -> None:
+    p = ctx.params
+    if ctx.resolved.fallback and len(ctx.devices) == 1:  # devices.spec=auto on a CPU-only machine
+        workers = resolve(DevicesConfig(spec="cpu", count=p.cpu_workers)).devices
+        ctx.resolved = Resolved(workers, ctx.resolved.fallback)
+    on_gpu = all(d.type == "cuda" for d in ctx.devices)
+    n, k = (p.size, p.matmuls) if on_gpu else (p.cpu_size, p.cpu_matmuls)
+    x = {d.name: torch.rand(n, n, device=d.torch) for d in ctx.devices}
+
+    def run_matmuls(d: Device) -> list[torch.Tensor]:
+        return [x[d.name].mm(x[d.name]) for _ in range(k)]
+
+    alone_then_together(ctx, run_matmuls, flops=2 * n**3 * k, items=k)
+
+    gpu = next((d for d in ctx.devices if d.type == "cuda"), None)
+    if gpu is None:
+        ctx.skip("compute + copy to CPU", COPY_NEEDS_GPU)
+        return
+    with on_device(gpu):
+        compute_and_copy(ctx, gpu, x[gpu.name], k)
+
+
+def compute_and_copy(ctx: Context, gpu: Device, x: torch.Tensor, k: int) -> None:
+    """Compute K products, copy them to pinned host memory: one after the other vs overlapped.
+
+    Overlap needs a second stream: each copy waits only for its own product (an event),
+    so copies of early results run while later products are still being computed.
+    """
+    nbytes = x.numel() * x.element_size() * k
+    host = [torch.empty_like(x, device="cpu").pin_memory() for _ in range(k)]
+    copy_stream = torch.cuda.Stream(gpu.index)
+
+    def compute() -> list[torch.Tensor]:
+        return [x.mm(x) for _ in range(k)]
+
+    results = compute()
+
+    def copy(ys: list[torch.Tensor] = results) -> None:
+        for y, h in zip(ys, host):
+            h.copy_(y, non_blocking=True)
+
+    def sequential() -> None:
+        copy(compute())
+
+    def overlapped() -> None:
+        main = torch.cuda.current_stream(gpu.index)
+        for h in host:
+            y = x.mm(x)
+            done = torch.cuda.Event()
+            done.record(main)
+            with torch.cuda.stream(copy_stream):
+                copy_stream.wait_event(done)
+                h.copy_(y, non_blocking=True)
+                y.record_stream(copy_stream)
+
+    t_compute = ctx.measure(f"{gpu.name} compute", compute, [gpu], flops=2 * x.shape[0] ** 3 * k).median
+    t_copy = ctx.measure(f"{gpu.name} copy to pinned CPU", copy, [gpu], bytes=nbytes).median
+    ctx.measure(f"{gpu.name} compute, then copy", sequential, [gpu], sum_parts_s=t_compute + t_copy)
+    ctx.measure(f"{gpu.name} compute + copy overlapped", overlapped, [gpu], sum_parts_s=t_compute + t_copy,
+                derive=lambda s: {"overlap_speedup": (t_compute + t_copy) / s.median},
+                note="copies on a second stream into pinned memory, each after its own product")

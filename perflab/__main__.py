@@ -1,0 +1,3 @@
+from perflab.app import main
+
+main()

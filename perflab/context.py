@@ -1,0 +1,106 @@
+"""What an experiment gets: its typed params, the resolved devices, and ways to record rows."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from perflab.bench import Stats, measure
+from perflab.devices import Device, Resolved
+from perflab.results import ResultsWriter
+from perflab.schema import PerflabConfig
+
+log = logging.getLogger("perflab")
+
+
+@dataclass
+class Context:
+    settings: PerflabConfig
+    resolved: Resolved
+    writer: ResultsWriter
+    base_row: dict[str, Any]  # identity, environment and flattened config, shared by every row
+    _count: int = field(default=0, init=False)
+
+    @property
+    def params(self) -> Any:
+        """The experiment's own typed config (a subclass of ExperimentConfig)."""
+        return self.settings.experiment
+
+    @property
+    def devices(self) -> list[Device]:
+        return self.resolved.devices
+
+    def measure(
+        self,
+        name: str,
+        fn: Callable[[], object],
+        devices: Sequence[Device] | None = None,
+        *,
+        sync: bool = True,
+        number: int = 1,
+        items: float | None = None,
+        flops: float | None = None,
+        bytes: float | None = None,
+        timer: str | None = None,
+        derive: Callable[[Stats], dict[str, Any]] | None = None,
+        **extra: Any,
+    ) -> Stats:
+        """Time ``fn`` with the job's bench settings, record a row, and return the stats.
+
+        ``items``/``flops``/``bytes`` are per call; they become items/s, TFLOP/s and GB/s.
+        ``derive(stats)`` adds columns that depend on the measured time (e.g. a ratio).
+        """
+        b = self.settings.bench
+        devices = self.devices if devices is None else list(devices)
+        stats = measure(fn, devices, warmup=b.warmup, repeats=b.repeats, min_time_s=b.min_time_s,
+                        number=number, timer=timer or b.timer, sync=sync, noise_threshold=b.noise_threshold)
+        derived = {}
+        if items is not None:
+            derived["items_per_s"] = items / stats.median
+        if flops is not None:
+            derived["tflops"] = flops / stats.median / 1e12
+        if bytes is not None:
+            derived["gbps"] = bytes / stats.median / 1e9
+        if derive is not None:
+            derived.update(derive(stats))
+        self.record(name, stats, devices=devices, **derived, **extra)
+        return stats
+
+    def record(self, name: str, stats: Stats | None = None, *, status: str = "ok", error: str = "",
+               devices: Sequence[Device] | None = None, **fields: Any) -> dict[str, Any]:
+        """Write one row (and its raw samples) now, so a later crash cannot lose it."""
+        devices = self.devices if devices is None else list(devices)
+        self._count += 1
+        row = {
+            **self.base_row,
+            "row_id": f"{self.base_row['run_id']}#{self._count}",
+            "measurement": name,
+            "status": status,
+            "error": error,
+            "devices": "+".join(d.name for d in devices),
+            "device_name": " + ".join(dict.fromkeys(d.description() for d in devices)),
+            **(stats.as_row() if stats else {}),
+            **fields,
+        }
+        self.writer.add(row, stats.samples if stats else (), stats.warmup if stats else ())
+        log.info("  %s", _progress_line(row))
+        return row
+
+    def skip(self, name: str, reason: str, devices: Sequence[Device] | None = None) -> None:
+        """A part that cannot run here (e.g. needs a GPU): say so in a ``skipped`` row."""
+        self.record(name, status="skipped", error=reason, devices=devices)
+
+
+def _progress_line(row: dict[str, Any]) -> str:
+    if row["status"] != "ok" or "median_s" not in row:
+        return f"{row['measurement']}: {row['status']} {row.get('error') or row.get('note') or ''}".rstrip()
+    spread = row["iqr_s"] / row["median_s"] if row["median_s"] else math.nan
+    extra = ""
+    for col, unit in (("tflops", "TFLOP/s"), ("gbps", "GB/s"), ("items_per_s", "items/s")):
+        if col in row:
+            extra = f", {row[col]:.3g} {unit}"
+            break
+    return (f"{row['measurement']}: median {row['median_s'] * 1e3:.3f} ms, IQR {spread:.1%} of median, "
+            f"n={row['n']} ({row['timer']}){extra}")

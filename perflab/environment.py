@@ -1,0 +1,47 @@
+"""The environment columns every row carries, gathered once per job."""
+
+from __future__ import annotations
+
+import functools
+import platform
+import socket
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+import perflab
+
+
+@functools.cache
+def git_sha() -> str:
+    """The project's commit (with ``+dirty`` for local edits), or ``unknown`` outside a checkout."""
+    root = Path(perflab.__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+@functools.cache
+def _static() -> dict[str, object]:
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "",
+        "cuda_available": torch.cuda.is_available(),
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "hostname": socket.gethostname(),
+        "git_sha": git_sha(),
+        "perflab_version": perflab.__version__,
+    }
+
+
+def environment() -> dict[str, object]:
+    """Versions, host and time; ``num_threads`` and device names are per row, not here."""
+    return {**_static(), "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}

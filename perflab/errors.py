@@ -1,0 +1,65 @@
+"""User-facing errors: one line naming the key, the value and what is allowed."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+class ConfigError(Exception):
+    """A bad value in the configuration. Reported as one line, exit code 2."""
+
+    def __init__(self, key: str, value: Any, allowed: str, problem: str = "") -> None:
+        self.key, self.value, self.allowed, self.problem = key, value, allowed, problem
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        """``key=value: [problem;] allowed: ...`` -- what a user needs to fix it."""
+        problem = f" {self.problem};" if self.problem else ""
+        return f"{self.key}={format_value(self.value)}:{problem} allowed: {self.allowed}"
+
+    def under(self, prefix: str) -> "ConfigError":
+        """The same error with its key placed under a config section (``size`` -> ``experiment.size``)."""
+        return ConfigError(f"{prefix}.{self.key}", self.value, self.allowed, self.problem)
+
+
+class MissingDevice(ConfigError):
+    """The config asks for a device this machine does not have (may become a ``skipped`` row)."""
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def one_line(exc: BaseException) -> str:
+    """Turn a Hydra/OmegaConf composition error into a single readable line."""
+    if isinstance(exc, ConfigError):
+        return exc.line()
+    text, cause = str(exc), exc.__cause__
+    missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
+    if missing:
+        group, name = missing.groups()
+        options = [o for o in re.findall(r"^\t(\S+)$", text, flags=re.M) if not o.startswith("_")]
+        return f"{group}={name}: unknown {group}; allowed: {', '.join(options) or 'see conf/' + group}"
+    override = re.search(r"Could not override '([^']+)'.*?use \+\S+?=(.*)$", text, flags=re.S)
+    parent = getattr(cause, "parent_node", None)
+    if override and parent is not None and hasattr(parent, "keys"):
+        key, value = override.group(1), override.group(2).strip()
+        allowed = ", ".join(k for k in parent.keys() if k != "hydra")
+        where = key.rpartition(".")[0] or "the top level"
+        return f"{key}={value}: unknown key; allowed under {where}: {allowed}"
+    source = cause if getattr(cause, "full_key", None) else exc
+    key = getattr(source, "full_key", None)
+    if key:
+        message = _first_line(str(source))
+        wrong_type = re.search(r"Value '(.*)' of type '\w+' could not be converted to (\w+)", message)
+        if wrong_type:
+            return f"{key}={wrong_type.group(1)}: allowed: {wrong_type.group(2).lower()}"
+        return f"{key}: {message}"
+    return " ".join(_first_line(part) for part in (text, str(cause or "")) if part).strip()
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text.strip())
