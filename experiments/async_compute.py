@@ -34,8 +34,8 @@ def run(ctx: Context) -> None:
             a = rng.standard_normal((p.size, p.size), dtype=np.float32)
             a @ a
 
-    ctx.measure("numpy (CPU)", numpy_steps, [], flops=flops, items=p.steps,
-                note="float32, one NumPy thread pool on the host")
+    ctx.measure("numpy (CPU)", numpy_steps, [], flops=flops, items=p.steps, device_name="host CPU (NumPy)",
+                note="float32 on the host CPU, NumPy's own threads")
 
     for d in ctx.devices:
         def torch_steps(device: torch.device = d.torch) -> None:

@@ -180,8 +180,8 @@ def _dtypes(df):
     for col in ("status", "experiment", "timer", "phase"):
         if col in df:
             df[col] = df[col].astype("category")
-    for col in ("noisy",):
-        if col in df and df[col].dtype == object:
+    for col in ("noisy", "cuda_available"):
+        if col in df:
             df[col] = df[col].map({"True": True, "False": False, True: True, False: False}).astype("boolean")
     for col in ("job_num", "rank", "n", "warmup_n", "num_threads", "calls_per_sample"):
         if col in df:

@@ -1,0 +1,94 @@
+"""Every experiment config composes into the typed schema; bad values become one line."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+from omegaconf.errors import ValidationError
+
+from perflab import registry
+from perflab.errors import ConfigError, one_line
+from perflab.schema import BenchConfig, DevicesConfig, PerflabConfig, validate
+
+
+@pytest.mark.parametrize("name", sorted(registry.discover()))
+def test_every_experiment_composes_and_validates(compose_cfg, name):
+    cfg = compose_cfg(f"+experiment={name}")
+    settings = validate(cfg)
+    assert isinstance(settings, PerflabConfig)
+    assert settings.experiment.name == name
+    assert type(settings.experiment) is registry.discover()[name].module.Config
+    assert not OmegaConf.missing_keys(cfg), "every experiment knob needs a value in its yaml"
+
+
+def test_each_experiment_has_a_yaml_and_a_summary():
+    from perflab.app import config_dir
+
+    for name, exp in registry.discover().items():
+        assert (config_dir() / "experiment" / f"{name}.yaml").is_file(), name
+        assert exp.summary, f"experiments/{name}.py needs a one-line docstring"
+
+
+def test_listing_names_every_experiment_with_an_example():
+    text = registry.listing()
+    for name in registry.discover():
+        assert name in text
+    assert "python -m perflab +experiment=" in text
+
+
+def test_negative_size_names_the_full_key(compose_cfg):
+    cfg = compose_cfg("+experiment=matmul", "experiment.size=-5")
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    assert err.value.line() == "experiment.size=-5: allowed: an integer >= 1"
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("bench.repeats=0", "bench.repeats=0: allowed: an integer >= 1"),
+        ("bench.timer=stopwatch", "bench.timer=stopwatch: allowed: auto, cuda_event, wall_sync, torch_utils_benchmark"),
+        ("devices.on_missing=ignore", "devices.on_missing=ignore: allowed: error, skip"),
+        ("devices.count=0", "devices.count=0: allowed: null or an integer >= 1"),
+        ("experiment.dtype=int8", "experiment.dtype=int8: allowed: float32, float16, bfloat16, float64"),
+    ],
+)
+def test_range_checks(compose_cfg, override, expected):
+    cfg = compose_cfg("+experiment=matmul", override)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    assert err.value.line() == expected
+
+
+def test_wrong_type_is_caught_while_composing(compose_cfg):
+    with pytest.raises(Exception) as err:
+        compose_cfg("+experiment=matmul", "experiment.size=abc")
+    assert one_line(err.value) == "experiment.size=abc: allowed: integer"
+
+
+def test_unknown_key_lists_the_allowed_keys(compose_cfg):
+    with pytest.raises(Exception) as err:
+        compose_cfg("+experiment=matmul", "experiment.sise=5")
+    assert one_line(err.value) == "experiment.sise=5: unknown key; allowed under experiment: name, size, iterations, dtype"
+
+
+def test_unknown_experiment_lists_the_choices(compose_cfg):
+    with pytest.raises(Exception) as err:
+        compose_cfg("+experiment=nope")
+    line = one_line(err.value)
+    assert line.startswith("experiment=nope: unknown experiment; allowed: ")
+    for name in registry.discover():
+        assert name in line
+
+
+def test_schema_types_are_enforced_on_assignment():
+    cfg = OmegaConf.structured(BenchConfig)
+    with pytest.raises(ValidationError):
+        cfg.repeats = "many"
+
+
+def test_devices_spec_accepts_string_or_list():
+    DevicesConfig(spec="auto")
+    DevicesConfig(spec=["cuda:0", "cpu"])
+    with pytest.raises(ConfigError):
+        DevicesConfig(spec=[])

@@ -1,0 +1,106 @@
+"""Device specs resolve against an inventory (injected: no GPU needed to test GPU specs)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from perflab.devices import Device, Inventory, Together, cpu_threads, resolve
+from perflab.errors import ConfigError, MissingDevice
+from perflab.schema import DevicesConfig
+
+CPU_ONLY = Inventory(cuda=0, mps=False, cpu_threads=8)
+TWO_GPUS = Inventory(cuda=2, mps=False, cpu_threads=8)
+
+
+def names(spec, inv, count=None):
+    return resolve(DevicesConfig(spec=spec, count=count), inv).names
+
+
+def test_auto_takes_every_gpu():
+    r = resolve(DevicesConfig(), TWO_GPUS)
+    assert r.names == ["cuda:0", "cuda:1"] and r.fallback == ""
+
+
+def test_auto_on_cpu_only_machine_is_a_labelled_fallback():
+    r = resolve(DevicesConfig(), CPU_ONLY)
+    assert r.names == ["cpu"]
+    assert "no CUDA device" in r.fallback
+    assert r.devices[0].threads == 8
+
+
+def test_counts_and_lists():
+    assert names("auto", TWO_GPUS, count=1) == ["cuda:0"]
+    assert names("cuda", TWO_GPUS) == ["cuda:0", "cuda:1"]
+    assert names(["cuda:1", "cpu"], TWO_GPUS) == ["cuda:1", "cpu"]
+    assert names("cuda:1", TWO_GPUS) == ["cuda:1"]
+
+
+def test_cpu_workers_split_the_threads():
+    devices = resolve(DevicesConfig(spec="cpu", count=4), CPU_ONLY).devices
+    assert [d.name for d in devices] == ["cpu#0", "cpu#1", "cpu#2", "cpu#3"]
+    assert {d.threads for d in devices} == {2}
+    assert all(d.torch == torch.device("cpu") for d in devices)
+
+
+@pytest.mark.parametrize(
+    "spec, count, inv, line",
+    [
+        (["cuda:3"], None, CPU_ONLY, "devices.spec=[cuda:3]: this machine has no CUDA device; allowed: cpu or auto"),
+        (["cuda:3"], None, TWO_GPUS, "devices.spec=[cuda:3]: this machine has 2 CUDA devices; allowed: cpu, cuda:0..cuda:1"),
+        ("cuda", 4, TWO_GPUS, "devices.count=4: this machine has 2 CUDA devices; allowed: at most 2"),
+        ("cuda", None, CPU_ONLY, "devices.spec=cuda: this machine has no CUDA device; allowed: cpu or auto"),
+        (["mps"], None, CPU_ONLY, "devices.spec=[mps]: this machine has no MPS device; allowed: cpu, cuda:N or auto"),
+    ],
+)
+def test_missing_devices_are_one_line(spec, count, inv, line):
+    with pytest.raises(MissingDevice) as err:
+        resolve(DevicesConfig(spec=spec, count=count), inv)
+    assert err.value.line() == line
+
+
+@pytest.mark.parametrize(
+    "spec, count, fragment",
+    [
+        (["gpu0"], None, "'gpu0' is not a device name"),
+        (["cuda:0", "cuda:0"], None, "a device is listed twice"),
+        (["cuda:0", "cuda:1"], 3, "devices.count=3"),
+    ],
+)
+def test_malformed_specs_are_config_errors(spec, count, fragment):
+    with pytest.raises(ConfigError) as err:
+        resolve(DevicesConfig(spec=spec, count=count), TWO_GPUS)
+    assert not isinstance(err.value, MissingDevice)
+    assert fragment in err.value.line()
+
+
+def test_this_machine_resolves_without_error():
+    r = resolve(DevicesConfig())
+    assert r.devices and all(isinstance(d, Device) for d in r.devices)
+
+
+def test_together_runs_each_cpu_worker_in_its_own_thread_with_its_share():
+    devices = resolve(DevicesConfig(spec="cpu", count=2), Inventory(0, False, 2)).devices
+    seen = {}
+    barrier = threading.Barrier(2, timeout=10)  # both workers must be running at once
+
+    def work(d):
+        seen[d.name] = (threading.get_ident(), torch.get_num_threads())
+        barrier.wait()
+
+    before = torch.get_num_threads()
+    with Together(devices) as together:
+        together.run(work)
+    assert set(seen) == {"cpu#0", "cpu#1"}
+    assert len({ident for ident, _ in seen.values()}) == 2
+    assert {threads for _, threads in seen.values()} == {1}
+    assert torch.get_num_threads() == before
+
+
+def test_cpu_threads_restores_the_setting():
+    before = torch.get_num_threads()
+    with cpu_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
