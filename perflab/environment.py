@@ -18,6 +18,8 @@ import perflab
 def git_sha() -> str:
     """The project's commit (with ``+dirty`` for local edits), or ``unknown`` outside a checkout."""
     root = Path(perflab.__file__).resolve().parent.parent
+    if not (root / ".git").exists():  # an installed copy: site-packages is no checkout of ours
+        return "unknown"
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
                              text=True, timeout=5, check=True).stdout.strip()
