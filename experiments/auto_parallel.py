@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -12,6 +13,7 @@ from perflab.devices import Device, Resolved, on_device, resolve
 from perflab.parallel import alone_then_together
 from perflab.schema import DevicesConfig, ExperimentConfig, positive
 
+log = logging.getLogger("perflab")
 COPY_NEEDS_GPU = "needs a CUDA device: on a CPU-only machine there is no device-to-host copy to overlap"
 
 
@@ -32,6 +34,7 @@ def run(ctx: Context) -> None:
     if ctx.resolved.fallback and len(ctx.devices) == 1:  # devices.spec=auto on a CPU-only machine
         workers = resolve(DevicesConfig(spec="cpu", count=p.cpu_workers)).devices
         ctx.resolved = Resolved(workers, ctx.resolved.fallback)
+        log.info("no GPU: splitting the CPU into %d workers (%s)", len(workers), ", ".join(ctx.resolved.names))
     on_gpu = all(d.type == "cuda" for d in ctx.devices)
     n, k = (p.size, p.matmuls) if on_gpu else (p.cpu_size, p.cpu_matmuls)
     x = {d.name: torch.rand(n, n, device=d.torch) for d in ctx.devices}
@@ -81,6 +84,7 @@ def compute_and_copy(ctx: Context, gpu: Device, x: torch.Tensor, k: int) -> None
                 copy_stream.wait_event(done)
                 h.copy_(y, non_blocking=True)
                 y.record_stream(copy_stream)
+        main.wait_stream(copy_stream)  # so a timer on the main stream (CUDA events) waits for the copies
 
     t_compute = ctx.measure(f"{gpu.name} compute", compute, [gpu], flops=2 * x.shape[0] ** 3 * k).median
     t_copy = ctx.measure(f"{gpu.name} copy to pinned CPU", copy, [gpu], bytes=nbytes).median

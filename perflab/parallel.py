@@ -32,7 +32,8 @@ def alone_then_together(ctx: Context, work: Callable[[Device], object], *, flops
             name, lambda: together.run(work), devices,
             flops=flops * scale if flops else None, items=items * scale if items else None,
             sum_alone_s=total_alone, ideal_concurrency=scale,
-            derive=lambda s: {"concurrency": total_alone / s.median},
+            derive=lambda s: {"concurrency": total_alone / s.median,
+                              "note": f"achieved concurrency {total_alone / s.median:.2f} of an ideal {scale}"},
         )
     medians[name] = stats.median
     return medians
