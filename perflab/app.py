@@ -14,7 +14,6 @@ import random
 import secrets
 import shutil
 import sys
-from importlib import resources
 from pathlib import Path
 
 import hydra
@@ -39,24 +38,13 @@ _failed_jobs = 0  # jobs whose experiment crashed (error/oom rows): exit code 1
 _bad_jobs = 0  # jobs refused for a bad config value (one line each): exit code 2
 
 
-def config_dir() -> Path:
-    """The installed ``perflab.conf`` package, else ``conf/`` of a source checkout."""
-    try:
-        path = Path(str(resources.files("perflab.conf")))
-        if (path / "config.yaml").is_file():
-            return path
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parent.parent / "conf"
-
-
 def main() -> None:
     # Let composition errors reach us instead of Hydra's multi-line report, so that a
     # user mistake is one line and exit code 2 (real bugs still show a full traceback).
     os.environ["HYDRA_FULL_ERROR"] = "1"
     OmegaConf.register_new_resolver("perflab_uid", lambda: secrets.token_hex(3), use_cache=True, replace=True)
     registry.register_configs()
-    app = hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(run_job)
+    app = hydra.main(config_path=str(registry.config_dir()), config_name="config", version_base="1.3")(run_job)
     try:
         app()
     except (ConfigError, HydraException, OmegaConfBaseException) as err:
@@ -135,7 +123,7 @@ def _base_row(cfg: DictConfig, hc, out_dir: Path, resolved: Resolved) -> dict:
         "run_id": run_id,
         "sweep_id": sweep_id,
         "job_num": hc.job.num if multirun else 0,
-        "experiment": cfg.experiment.name,
+        "experiment": hc.runtime.choices.get("experiment") or cfg.experiment.name,  # the preset's name
         "rank": 0,
         "fallback": resolved.fallback,
         **environment(),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from perflab.bench import Stats, measure
@@ -21,7 +21,6 @@ class Context:
     resolved: Resolved
     writer: ResultsWriter
     base_row: dict[str, Any]  # identity, environment and flattened config, shared by every row
-    _count: int = field(default=0, init=False)
 
     @property
     def params(self) -> Any:
@@ -72,10 +71,8 @@ class Context:
                devices: Sequence[Device] | None = None, **fields: Any) -> dict[str, Any]:
         """Write one row (and its raw samples) now, so a later crash cannot lose it."""
         devices = self.devices if devices is None else list(devices)
-        self._count += 1
         row = {
             **self.base_row,
-            "row_id": f"{self.base_row['run_id']}#{self._count}",
             "measurement": name,
             "status": status,
             "error": error,
@@ -84,7 +81,7 @@ class Context:
             **(stats.as_row() if stats else {}),
             **fields,
         }
-        self.writer.add(row, stats.samples if stats else (), stats.warmup if stats else ())
+        row = self.writer.add(row, stats.samples if stats else (), stats.warmup if stats else ())
         log.info("  %s", _progress_line(row))
         return row
 
@@ -94,6 +91,10 @@ class Context:
 
 
 def _progress_line(row: dict[str, Any]) -> str:
+    if "epoch" in row and row["status"] == "ok":
+        return (f"epoch {row['epoch']}: {row['train_s']:.2f} s train, {row['eval_s']:.2f} s eval, "
+                f"{row['items_per_s']:.4g} images/s, loss {row['train_loss']:.4f}, "
+                f"train acc {row['train_acc']:.3f}, test acc {row['test_acc']:.3f}, lr {row['lr']:.4g}")
     if row["status"] != "ok" or "median_s" not in row:
         return f"{row['measurement']}: {row['status']} {row.get('error') or row.get('note') or ''}".rstrip()
     spread = row["iqr_s"] / row["median_s"] if row["median_s"] else math.nan

@@ -7,6 +7,8 @@ import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 from types import ModuleType
 
 from hydra.core.config_store import ConfigStore
@@ -20,9 +22,25 @@ class Experiment:
     name: str
     module: ModuleType
 
-    @property
-    def summary(self) -> str:
-        return (self.module.__doc__ or "").strip().splitlines()[0] if self.module.__doc__ else ""
+
+def config_dir() -> Path:
+    """The installed ``perflab.conf`` package, else ``conf/`` of a source checkout."""
+    try:
+        path = Path(str(resources.files("perflab.conf")))
+        if (path / "config.yaml").is_file():
+            return path
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parent.parent / "conf"
+
+
+def presets() -> dict[str, str]:
+    """``+experiment=`` choices (conf/experiment/*.yaml) with the first line of their comment."""
+    found = {}
+    for path in sorted((config_dir() / "experiment").glob("*.yaml")):
+        comments = [line.lstrip("# ").strip() for line in path.read_text().splitlines() if line.startswith("#")]
+        found[path.stem] = next((c for c in comments if c and not c.startswith("@package")), "")
+    return found
 
 
 @functools.cache
@@ -48,16 +66,16 @@ def register_configs() -> None:
 
 
 def listing() -> str:
-    exps = discover()
-    width = max(map(len, exps), default=0)
+    choices = presets()
+    width = max(map(len, choices), default=0)
     lines = ["perflab: choose an experiment with +experiment=NAME", ""]
-    lines += [f"  {name.ljust(width)}  {exp.summary}" for name, exp in exps.items()]
-    first = next(iter(exps), "matmul")
+    lines += [f"  {name.ljust(width)}  {summary}" for name, summary in choices.items()]
     lines += [
         "",
         "Examples:",
         "  python -m perflab +experiment=auto_parallel",
-        f"  python -m perflab +experiment={first} --cfg job       # show every key and its value",
+        "  python -m perflab +experiment=matmul --cfg job      # show every key and its value",
         "  python -m perflab -m +experiment=matmul experiment.size=64,128   # a sweep",
+        "  python -m perflab +experiment=train strategy=ddp devices.count=2 trainer.epochs=2",
     ]
     return "\n".join(lines)

@@ -38,6 +38,8 @@ def flatten(cfg: Mapping[str, Any], prefix: str = "cfg") -> dict[str, Any]:
         name = f"{prefix}.{key}"
         if isinstance(value, Mapping):
             out.update(flatten(value, name))
+        elif value is None and prefix == "cfg":
+            continue  # a section this experiment does not use (e.g. trainer for matmul)
         elif isinstance(value, (list, tuple)):
             out[name] = json.dumps(list(value))
         else:
@@ -124,24 +126,32 @@ def _read_rows(path: Path) -> list[dict[str, str]]:
 
 
 class ResultsWriter:
-    """Collects one job's rows; after each row the job's files are rewritten atomically and
-    the row goes to the ledger, so a crash leaves every finished row in both places."""
+    """One job's rows. Each ``add`` rewrites the job's files atomically (re-reading them, so
+    rows written by a worker process, e.g. DDP rank 0, are kept) and appends to the ledger:
+    a crash leaves every finished row in both places."""
 
     def __init__(self, run_dir: Path, ledger: Path | None, samples: bool = True) -> None:
         self.run_dir, self.ledger, self.keep_samples = run_dir, ledger, samples
-        self.rows: list[dict[str, Any]] = []
-        self.samples: list[dict[str, Any]] = []
 
-    def add(self, row: dict[str, Any], samples: Sequence[float] = (), warmup: Sequence[float] = ()) -> None:
-        self.rows.append(row)
-        write_csv(self.run_dir / RESULTS, self.rows)
+    @property
+    def rows(self) -> list[dict[str, str]]:
+        path = self.run_dir / RESULTS
+        return _read_rows(path) if path.exists() else []
+
+    def add(self, row: dict[str, Any], samples: Sequence[float] = (), warmup: Sequence[float] = ()) -> dict[str, Any]:
+        """Store ``row`` (its ``row_id`` is ``<run_id>#<n>``, n counting this job's rows)."""
+        rows = self.rows
+        row = {"row_id": f"{row['run_id']}#{len(rows) + 1}", **row}
+        write_csv(self.run_dir / RESULTS, [*rows, row])
         if self.keep_samples and (samples or warmup):
             keys = {k: row[k] for k in ("row_id", "run_id", "experiment", "measurement")}
-            self.samples += [{**keys, "phase": "warmup", "i": i, "seconds": s} for i, s in enumerate(warmup)]
-            self.samples += [{**keys, "phase": "sample", "i": i, "seconds": s} for i, s in enumerate(samples)]
-            write_csv(self.run_dir / SAMPLES, self.samples)
+            new = [{**keys, "phase": "warmup", "i": i, "seconds": t} for i, t in enumerate(warmup)]
+            new += [{**keys, "phase": "sample", "i": i, "seconds": t} for i, t in enumerate(samples)]
+            path = self.run_dir / SAMPLES
+            write_csv(path, [*(_read_rows(path) if path.exists() else []), *new])
         if self.ledger is not None:
             append_to_ledger(self.ledger, [row])
+        return row
 
 
 def load(*paths: str | os.PathLike, samples: bool = False):
@@ -195,14 +205,19 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = [header]
     for r in rows:
         ok = r.get("status") == "ok" and r.get("n")
+        label = str(r.get("measurement", ""))
+        if _number(r.get("epoch")) is not None:
+            label += f" {int(float(r['epoch']))}"
+        quality = f"test acc {float(r['test_acc']):.3f}, loss {float(r['train_loss']):.3f}" \
+            if _number(r.get("test_acc")) is not None else ""
         lines.append([
-            str(r.get("measurement", "")),
-            str(r.get("status", "")) + (" (noisy)" if r.get("noisy") else ""),
+            label,
+            str(r.get("status", "")) + (" (noisy)" if str(r.get("noisy")) == "True" else ""),
             str(r.get("n", "")) if ok else "",
             _human_time(r.get("median_s")) if ok else "",
             _human_time(r.get("iqr_s")) if ok else "",
             _throughput(r),
-            str(r.get("error") or r.get("note") or "")[:70],
+            "; ".join(x for x in (quality, str(r.get("error") or r.get("note") or "")) if x)[:80],
         ])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     text = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
@@ -211,9 +226,9 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _human_time(s: Any) -> str:
-    if s is None or s == "" or (isinstance(s, float) and math.isnan(s)):
+    s = _number(s)
+    if s is None:
         return ""
-    s = float(s)
     for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
         if s >= scale:
             return f"{s / scale:.3g} {unit}"
@@ -222,7 +237,16 @@ def _human_time(s: Any) -> str:
 
 def _throughput(r: Mapping[str, Any]) -> str:
     for col, unit in (("tflops", "TFLOP/s"), ("gbps", "GB/s"), ("items_per_s", "items/s")):
-        v = r.get(col)
-        if v not in (None, "") and not (isinstance(v, float) and math.isnan(v)):
-            return f"{float(v):.3g} {unit}"
+        v = _number(r.get(col))
+        if v is not None:
+            return f"{v:.3g} {unit}"
     return ""
+
+
+def _number(v: Any) -> float | None:
+    """A cell as a float, or None when it is empty (rows read back from CSV hold text)."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x

@@ -102,12 +102,103 @@ class ResultsConfig:
 
 
 @dataclass
+class ModelConfig:
+    """conf/model/: which network and how its weights start."""
+
+    name: str = MISSING  # lenet | resnet18 | resnet18_tv
+    init: str = "default"  # default (torch's) | book_normal (N(0, 0.01)) | xavier
+    num_classes: int = 10
+
+    def __post_init__(self) -> None:
+        one_of(self, "name", ("lenet", "resnet18", "resnet18_tv"))
+        one_of(self, "init", ("default", "book_normal", "xavier"))
+        positive(self, "num_classes")
+
+
+@dataclass
+class DataConfig:
+    """conf/data/: Fashion-MNIST (torchvision) or a synthetic learnable set of the same shapes."""
+
+    name: str = MISSING  # fashion_mnist | synthetic
+    root: str = "data"  # fashion_mnist: torchvision's root (holds FashionMNIST/raw/)
+    download: bool = False
+    train_size: Optional[int] = None  # null: all (synthetic: 60000 / 10000, as Fashion-MNIST)
+    test_size: Optional[int] = None
+    noise: float = 0.6  # synthetic: noise std on top of the class templates
+    workers: int = 0  # DataLoader worker processes
+    pin_memory: bool = False
+    on_device: bool = False  # keep the whole set on the device: no input pipeline in the timing
+
+    def __post_init__(self) -> None:
+        one_of(self, "name", ("fashion_mnist", "synthetic"))
+        for name in ("train_size", "test_size"):
+            value = getattr(self, name)
+            require(value is None or value >= 1, name, value, "null or an integer >= 1")
+        require(self.workers >= 0, "workers", self.workers, "an integer >= 0")
+        require(self.noise >= 0, "noise", self.noise, "a number >= 0")
+
+
+@dataclass
+class StrategyConfig:
+    """conf/strategy/: how the devices share the work."""
+
+    name: str = MISSING  # single | scratch | data_parallel | ddp
+    backend: str = "auto"  # ddp: auto (nccl on GPUs, gloo on CPU) | nccl | gloo
+    nnodes: int = 1  # ddp on several machines: run the same command on each, with ...
+    rdzv_endpoint: str = ""  # ... host:port of the rendezvous (empty: this machine, a free port)
+    rdzv_id: str = "perflab"  # ... and the same id
+    max_restarts: int = 0
+
+    def __post_init__(self) -> None:
+        one_of(self, "name", ("single", "scratch", "data_parallel", "ddp"))
+        one_of(self, "backend", ("auto", "nccl", "gloo"))
+        positive(self, "nnodes")
+        require(self.max_restarts >= 0, "max_restarts", self.max_restarts, "an integer >= 0")
+        require(self.nnodes == 1 or bool(self.rdzv_endpoint), "rdzv_endpoint", self.rdzv_endpoint,
+                "host:port of the rendezvous when nnodes > 1")
+
+
+@dataclass
+class TrainerConfig:
+    """The training loop: epochs, batch and learning-rate rule, SGD, checkpoints."""
+
+    epochs: int = 10
+    batch_size: int = 256  # scaling=strong: the global batch; weak: the batch per device
+    scaling: str = "strong"  # strong (global batch fixed) | weak (per-device batch fixed)
+    lr: float = 0.1  # the base learning rate, right for base_batch
+    base_batch: int = 256
+    lr_rule: str = "none"  # none | linear | sqrt: lr = lr * f(global batch / base_batch)
+    warmup_epochs: float = 0.0  # ramp linearly from lr to the scaled lr (Goyal et al. 2017: 5)
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    eval_batch: int = 1024
+    checkpoint_every: int = 1  # epochs between checkpoints (0: only the last); one is kept
+    checkpoint_dir: str = "outputs/checkpoints"  # <dir>/<config hash>/last.pt
+    resume: bool = False  # continue from the checkpoint of this same config, if there is one
+
+    def __post_init__(self) -> None:
+        positive(self, "epochs", "batch_size", "base_batch", "eval_batch")
+        one_of(self, "scaling", ("strong", "weak"))
+        one_of(self, "lr_rule", ("none", "linear", "sqrt"))
+        require(self.lr > 0, "lr", self.lr, "a number > 0")
+        require(self.warmup_epochs >= 0, "warmup_epochs", self.warmup_epochs, "a number >= 0")
+        require(0 <= self.momentum < 1, "momentum", self.momentum, "0 <= momentum < 1")
+        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
+        require(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "an integer >= 0")
+
+
+@dataclass
 class PerflabConfig:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     devices: DevicesConfig = field(default_factory=DevicesConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     results: ResultsConfig = field(default_factory=ResultsConfig)
     seed: int = 0
+    # Training experiments fill these from conf/model, conf/data, conf/strategy; others leave them null.
+    model: Optional[ModelConfig] = None
+    data: Optional[DataConfig] = None
+    strategy: Optional[StrategyConfig] = None
+    trainer: Optional[TrainerConfig] = None
 
 
 def validate(cfg: DictConfig) -> PerflabConfig:

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from perflab import registry
-from perflab.app import config_dir
+from perflab.registry import config_dir
 
 TINY = {
     "matmul": ["experiment.size=32", "experiment.iterations=2"],

@@ -11,28 +11,26 @@ from perflab.errors import ConfigError, one_line
 from perflab.schema import BenchConfig, DevicesConfig, PerflabConfig, validate
 
 
-@pytest.mark.parametrize("name", sorted(registry.discover()))
-def test_every_experiment_composes_and_validates(compose_cfg, name):
-    cfg = compose_cfg(f"+experiment={name}")
+@pytest.mark.parametrize("preset", sorted(registry.presets()))
+def test_every_experiment_config_composes_and_validates(compose_cfg, preset):
+    cfg = compose_cfg(f"+experiment={preset}")
     settings = validate(cfg)
     assert isinstance(settings, PerflabConfig)
-    assert settings.experiment.name == name
-    assert type(settings.experiment) is registry.discover()[name].module.Config
+    assert type(settings.experiment) is registry.discover()[settings.experiment.name].module.Config
     assert not OmegaConf.missing_keys(cfg), "every experiment knob needs a value in its yaml"
 
 
-def test_each_experiment_has_a_yaml_and_a_summary():
-    from perflab.app import config_dir
-
-    for name, exp in registry.discover().items():
-        assert (config_dir() / "experiment" / f"{name}.yaml").is_file(), name
-        assert exp.summary, f"experiments/{name}.py needs a one-line docstring"
+def test_each_experiment_module_has_a_yaml_and_each_yaml_a_summary():
+    for name in registry.discover():
+        assert name in registry.presets(), f"conf/experiment/{name}.yaml is missing"
+    for name, summary in registry.presets().items():
+        assert summary, f"conf/experiment/{name}.yaml needs a one-line comment after the package line"
 
 
 def test_listing_names_every_experiment_with_an_example():
     text = registry.listing()
-    for name in registry.discover():
-        assert name in text
+    for name, summary in registry.presets().items():
+        assert f"{name}  " in text and summary in text
     assert "python -m perflab +experiment=" in text
 
 
@@ -77,7 +75,7 @@ def test_unknown_experiment_lists_the_choices(compose_cfg):
         compose_cfg("+experiment=nope")
     line = one_line(err.value)
     assert line.startswith("experiment=nope: unknown experiment; allowed: ")
-    for name in registry.discover():
+    for name in registry.presets():
         assert name in line
 
 
@@ -92,3 +90,23 @@ def test_devices_spec_accepts_string_or_list():
     DevicesConfig(spec=["cuda:0", "cpu"])
     with pytest.raises(ConfigError):
         DevicesConfig(spec=[])
+
+
+def test_training_presets_carry_the_books_settings(compose_cfg):
+    scratch = validate(compose_cfg("+experiment=lenet_scratch"))
+    assert (scratch.model.name, scratch.strategy.name) == ("lenet", "scratch")
+    assert (scratch.trainer.batch_size, scratch.trainer.lr, scratch.trainer.epochs) == (256, 0.2, 10)
+    concise = compose_cfg("+experiment=resnet18_concise")
+    assert concise.model.name == "resnet18" and concise.trainer.scaling == "weak"
+    preset = OmegaConf.load(registry.config_dir() / "experiment" / "resnet18_concise.yaml")
+    assert preset.hydra.sweeper.params["devices.count"] == "1,2"  # -m runs the book's 1 and 2 devices
+
+
+def test_training_groups_can_be_swapped(compose_cfg):
+    s = validate(compose_cfg("+experiment=train", "model=resnet18_tv", "strategy=ddp", "data=fashion_mnist"))
+    assert (s.model.name, s.strategy.name, s.data.name) == ("resnet18_tv", "ddp", "fashion_mnist")
+
+
+def test_non_training_experiments_have_no_training_sections(compose_cfg):
+    s = validate(compose_cfg("+experiment=matmul"))
+    assert s.model is s.trainer is s.data is s.strategy is None

@@ -1,0 +1,188 @@
+"""Training parts: models, data (real torchvision loader on tiny IDX files), lr rules,
+checkpoints, and the strategies' equivalence with a single device."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from perflab.devices import Device
+from perflab.errors import ConfigError
+from perflab.schema import DataConfig, TrainerConfig
+from perflab.train import checkpoint, data, models
+from perflab.train.loop import lr_at, plan
+from perflab.train.strategies import DataParallel, Scratch, Single
+
+CPU = Device("cpu", "cpu", threads=1)
+WORKERS = [Device("cpu#0", "cpu", threads=1), Device("cpu#1", "cpu", threads=1)]
+
+
+def write_idx_fashion_mnist(root: Path, n_train: int = 64, n_test: int = 32) -> None:
+    """Tiny files in torchvision's FashionMNIST layout and IDX format (big-endian header)."""
+    raw = root / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(0)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        labels = torch.arange(n) % 10
+        images = (labels.view(-1, 1, 1) * 25 + torch.randint(0, 5, (n, 28, 28), generator=g)).to(torch.uint8)
+        files = {f"{prefix}-images-idx3-ubyte": struct.pack(">IIII", 0x803, n, 28, 28) + images.numpy().tobytes(),
+                 f"{prefix}-labels-idx1-ubyte": struct.pack(">II", 0x801, n) + labels.to(torch.uint8).numpy().tobytes()}
+        for name, payload in files.items():
+            (raw / name).write_bytes(payload)
+
+
+@pytest.mark.parametrize("name", models.MODELS)
+def test_models_map_fashion_mnist_to_ten_classes(name):
+    net = models.build(name, "default")
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+
+
+def test_book_resnet18_keeps_28x28_resolution_in_the_stem():
+    net = models.resnet18()
+    stem = net[0]
+    assert (stem.kernel_size, stem.stride, stem.padding) == ((3, 3), (1, 1), (1, 1))
+    assert not any(isinstance(m, nn.MaxPool2d) for m in net.modules())
+    widths = [m.out_channels for m in net.modules() if isinstance(m, models.Residual) for m in [m.conv2]]
+    assert widths == [64, 64, 128, 128, 256, 256, 512, 512]
+
+
+def test_book_init_is_normal_with_std_001():
+    torch.manual_seed(0)
+    net = models.build("lenet", "book_normal")
+    w = torch.cat([m.weight.flatten() for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))])
+    assert w.std().item() == pytest.approx(0.01, rel=0.05)
+    assert all(m.bias.abs().sum() == 0 for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear)))
+
+
+def test_strip_prefix_handles_wrappers():
+    assert models.strip_prefix("module._orig_mod.0.weight") == "0.weight"
+
+
+def test_fashion_mnist_goes_through_torchvisions_loader(tmp_path):
+    write_idx_fashion_mnist(tmp_path)
+    splits = data.load(DataConfig(name="fashion_mnist", root=str(tmp_path)), seed=0)
+    assert type(splits.train).__name__ == "FashionMNIST"
+    x, y = splits.train[3]
+    assert x.shape == (1, 28, 28) and y == 3
+    assert len(splits.train) == 64 and len(splits.test) == 32
+    images, labels = data.as_tensors(splits.train)
+    assert images.shape == (64, 1, 28, 28) and torch.equal(labels, torch.arange(64) % 10)
+    assert torch.allclose(images[3], x)  # the on-device path reads the same pixels as the transform
+
+
+def test_fashion_mnist_missing_is_one_line(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        data.load(DataConfig(name="fashion_mnist", root=str(tmp_path / "none")), seed=0)
+    line = err.value.line()
+    assert line.startswith(f"data.root={tmp_path / 'none'}: no Fashion-MNIST files there; allowed: ")
+    assert "data=synthetic" in line and "data.download=true" in line
+
+
+def test_synthetic_data_shares_classes_not_images():
+    train, test = data.synthetic(200, 0, 0.6, split=0), data.synthetic(200, 0, 0.6, split=1)
+    assert train.tensors[0].shape == (200, 1, 28, 28)
+    assert not torch.equal(train.tensors[0], test.tensors[0])
+    class_means = torch.stack([train.tensors[0][train.tensors[1] == c].mean(0) for c in range(10)])
+    nearest = ((test.tensors[0].unsqueeze(1) - class_means) ** 2).flatten(2).sum(-1).argmin(1)
+    assert (nearest == test.tensors[1]).float().mean() > 0.9  # learnable: templates tell classes apart
+
+
+def test_batches_split_global_batches_across_ranks_and_resume_safely():
+    ds = data.synthetic(100, 0, 0.6, split=0)
+    whole = data.Batches(ds, 20, seed=3)
+    ranks = [data.Batches(ds, 20, rank=r, world=2, seed=3) for r in range(2)]
+    for a, b0, b1 in zip(whole.index_batches(1), ranks[0].index_batches(1), ranks[1].index_batches(1)):
+        assert torch.equal(a, torch.cat([b0, b1]))
+    assert all(torch.equal(a, b) for a, b in zip(whole.index_batches(2), data.Batches(ds, 20, seed=3).index_batches(2)))
+    assert not torch.equal(whole.index_batches(1)[0], whole.index_batches(2)[0])
+    on_device = data.Batches(ds, 20, seed=3, on_device=True, device=torch.device("cpu"))
+    loader = data.Batches(ds, 20, seed=3, workers=0)
+    for (x1, y1), (x2, y2) in zip(on_device.epoch(0), loader.epoch(0)):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)
+
+
+@pytest.mark.parametrize(
+    "rule, scaling, devices, batch, global_batch, lr",
+    [
+        ("none", "strong", 2, 256, 256, 0.1),
+        ("linear", "weak", 2, 256, 512, 0.2),
+        ("sqrt", "weak", 4, 256, 1024, 0.2),
+        ("linear", "strong", 4, 1024, 1024, 0.4),
+    ],
+)
+def test_lr_scaling_rules(rule, scaling, devices, batch, global_batch, lr):
+    p = plan(TrainerConfig(batch_size=batch, scaling=scaling, lr=0.1, base_batch=256, lr_rule=rule), devices)
+    assert (p.global_batch, p.per_device_batch) == (global_batch, global_batch // devices)
+    assert p.lr == pytest.approx(lr)
+
+
+def test_goyal_warmup_ramps_linearly_to_the_scaled_lr():
+    t = TrainerConfig(batch_size=2048, lr=0.1, base_batch=256, lr_rule="linear", warmup_epochs=5)
+    p = plan(t, 8)
+    assert p.lr == pytest.approx(0.8)  # 0.1 * kn / 256
+    steps = 10
+    lrs = [lr_at(s, steps, t, p) for s in range(60)]
+    assert lrs[0] == pytest.approx(0.1 + 0.7 / 50) and lrs[49] == pytest.approx(0.8) and lrs[59] == 0.8
+    assert all(b > a for a, b in zip(lrs[:49], lrs[1:50]))
+
+
+def test_strong_scaling_needs_a_divisible_batch():
+    with pytest.raises(ConfigError) as err:
+        plan(TrainerConfig(batch_size=250), 3)
+    assert err.value.line().startswith("trainer.batch_size=250: scaling=strong splits the global batch evenly; "
+                                       "allowed: a multiple of the device count (3)")
+
+
+def _train_steps(strategy_cls, devices, steps=4, batch=32):
+    torch.manual_seed(0)
+    model = models.build("lenet", "default")
+    s = strategy_cls(model, devices, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-4))
+    ds = data.synthetic(steps * batch, 0, 0.6, split=0)
+    for x, y in data.Batches(ds, batch, seed=0).epoch(0):
+        s.step(x, y)
+    return models.bare_state_dict(s.model)
+
+
+@pytest.mark.parametrize("strategy_cls", [Scratch, DataParallel])
+def test_in_process_strategies_match_single_device_training(strategy_cls):
+    reference = _train_steps(Single, [CPU])
+    other = _train_steps(strategy_cls, WORKERS if strategy_cls is Scratch else [CPU])
+    assert reference.keys() == other.keys()
+    for k in reference:
+        torch.testing.assert_close(other[k], reference[k], rtol=1e-4, atol=1e-5)
+
+
+def test_scratch_allreduce_sums_and_broadcasts():
+    from perflab.train.strategies import allreduce
+
+    ts = [torch.full((3,), float(i)) for i in range(1, 4)]
+    allreduce(ts)
+    assert all(torch.equal(t, torch.full((3,), 6.0)) for t in ts)
+
+
+def test_checkpoint_loads_into_bare_and_wrapped_models(tmp_path):
+    torch.manual_seed(0)
+    wrapped = nn.DataParallel(models.build("lenet"))  # a pass-through wrapper without CUDA
+    assert all(k.startswith("module.") for k in wrapped.state_dict())
+    opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
+    checkpoint.save(tmp_path / "last.pt", wrapped, opt, epoch=3)
+    state = checkpoint.load(tmp_path / "last.pt")  # weights_only=True inside
+    assert state["epoch"] == 3 and not any(k.startswith("module.") for k in state["model"])
+    bare = models.build("lenet")
+    checkpoint.load_weights(bare, state["model"])
+    rewrapped = nn.DataParallel(models.build("lenet"))
+    checkpoint.load_weights(rewrapped, {f"module.{k}": v for k, v in state["model"].items()})
+    for k, v in wrapped.module.state_dict().items():
+        assert torch.equal(bare.state_dict()[k], v) and torch.equal(rewrapped.module.state_dict()[k], v)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_config_key_ignores_what_may_change_on_resume():
+    a = {"trainer": {"epochs": 2, "resume": False, "lr": 0.1}, "model": {"name": "lenet"}}
+    b = {"trainer": {"epochs": 4, "resume": True, "lr": 0.1}, "model": {"name": "lenet"}}
+    c = {"trainer": {"epochs": 2, "resume": False, "lr": 0.2}, "model": {"name": "lenet"}}
+    assert checkpoint.config_key(a) == checkpoint.config_key(b) != checkpoint.config_key(c)
