@@ -18,8 +18,8 @@ from perflab.train import checkpoint
 from conftest import run_cli
 from test_train import write_idx_fashion_mnist
 
-SMALL = ["+experiment=train", "data.train_size=1024", "data.test_size=256", "trainer.batch_size=64",
-         "trainer.weight_decay=1e-4", "results.table=false"]
+SMALL = ["+experiment=train", "data.train_size=1024", "data.test_size=256", "data.noise=0.6",
+         "trainer.batch_size=64", "trainer.weight_decay=1e-4", "results.table=false"]
 STRATEGIES = {"single": 1, "scratch": 2, "data_parallel": 2, "ddp": 2}
 
 
