@@ -105,6 +105,9 @@ def _have_cuda(inv: Inventory) -> str:
 
 
 def _cpu_workers(inv: Inventory, n: int) -> list[Device]:
+    if n > inv.cpu_threads:  # more workers than cores would time the OS scheduler, not the work
+        raise MissingDevice("devices.count", n, f"at most {inv.cpu_threads} CPU workers (one per core)",
+                            problem=f"this machine has {inv.cpu_threads} CPU cores for torch")
     if n == 1:
         return [Device("cpu", "cpu", threads=inv.cpu_threads)]
     share = max(1, inv.cpu_threads // n)

@@ -42,7 +42,8 @@ def one_line(exc: BaseException) -> str:
     if missing:
         group, name = missing.groups()
         options = [o for o in re.findall(r"^\t(\S+)$", text, flags=re.M) if not o.startswith("_")]
-        return f"{group}={name}: unknown {group}; allowed: {', '.join(options) or 'see conf/' + group}"
+        hint = "; pip install 'perflab[launchers]' adds joblib and submitit_slurm" if group == "hydra/launcher" else ""
+        return f"{group}={name}: unknown {group}; allowed: {', '.join(options) or 'see conf/' + group}{hint}"
     override = re.search(r"Could not override '([^']+)'.*?use \+\S+?=(.*)$", text, flags=re.S)
     parent = getattr(cause, "parent_node", None)
     if override and parent is not None and hasattr(parent, "keys"):

@@ -19,12 +19,12 @@ SAMPLES = "samples.csv"
 STATUSES = ("ok", "skipped", "oom", "error", "timeout")
 # Read as text even when every value in a file is empty or looks like a number.
 TEXT_COLUMNS = ("row_id", "run_id", "sweep_id", "measurement", "error", "note", "devices", "device_name",
-                "fallback", "torch", "cuda", "python", "cpu", "hostname", "git_sha", "perflab_version", "run_dir")
+                "fallback", "beside", "torch", "cuda", "python", "cpu", "hostname", "git_sha", "perflab_version", "run_dir")
 
 # Columns that come first, in this order; everything else follows in first-seen order.
 LEADING = [
     "row_id", "run_id", "sweep_id", "job_num", "experiment", "measurement", "repeat", "rank",
-    "status", "error", "note", "devices", "device_name", "fallback",
+    "status", "error", "note", "devices", "device_name", "fallback", "beside",
     "n", "median_s", "mean_s", "std_s", "min_s", "max_s", "iqr_s", "noisy",
     "warmup_n", "warmup_first_s", "timer", "calls_per_sample", "num_threads",
     "items_per_s", "tflops", "gbps", "pct_of_peak",

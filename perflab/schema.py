@@ -9,8 +9,10 @@ Experiment fields are flat (no nested dataclasses) so every knob sweeps as
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
@@ -52,18 +54,18 @@ class DevicesConfig:
 
     spec: ``auto`` (all GPUs, else the CPU), ``cpu``, ``cuda``, ``mps``, or a list such as
     ``[cuda:0,cuda:1]`` / ``[cuda:0,cpu]``. count: take N devices of that kind; for the CPU,
-    N workers that split its cores. on_missing: ``error`` (exit 2) or ``skip`` (write a
-    ``skipped`` row and exit 0, so a sweep goes on).
+    N workers that split its cores. on_missing: ``error`` (exit 2), ``skip`` (write a
+    ``skipped`` row and exit 0), or ``auto``: error in a single run, skip in a sweep.
     """
 
     spec: Any = "auto"
     count: Optional[int] = None
-    on_missing: str = "error"
+    on_missing: str = "auto"
 
     def __post_init__(self) -> None:
         if self.count is not None:
             require(self.count >= 1, "count", self.count, "null or an integer >= 1")
-        one_of(self, "on_missing", ("error", "skip"))
+        one_of(self, "on_missing", ("auto", "error", "skip"))
         if isinstance(self.spec, str):
             return
         require(
@@ -99,6 +101,7 @@ class ResultsConfig:
     ledger: Optional[str] = "outputs/results.csv"
     samples: bool = True
     table: bool = True
+    redo: bool = False  # run a config again even if the ledger has it done (same config hash)
 
 
 @dataclass
@@ -214,3 +217,20 @@ def validate(cfg: DictConfig) -> PerflabConfig:
         except ConfigError as err:
             raise err.under(f.name) from None
     return PerflabConfig(**sections)
+
+
+def config_hash(cfg: Mapping[str, Any], ignore: Iterable[str] = ("results",)) -> str:
+    """A short, stable hash of a resolved config (dotted keys in ``ignore`` left out).
+
+    Two jobs with the same hash measure the same thing: sweeps use it to skip points the
+    ledger already has, checkpoints to find the run to resume.
+    """
+    skip = set(ignore) | {"hydra"}
+
+    def keep(node: Any, path: str = "") -> Any:
+        if not isinstance(node, Mapping):
+            return node
+        return {k: keep(v, f"{path}{k}.") for k, v in node.items() if f"{path}{k}" not in skip}
+
+    text = json.dumps(keep(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -41,9 +41,9 @@ def compose_cfg():
     registry.register_configs()
     OmegaConf.register_new_resolver("perflab_uid", lambda: "test", use_cache=True, replace=True)
 
-    def _compose(*overrides: str):
+    def _compose(*overrides: str, hydra_node: bool = False):
         with initialize_config_dir(str(config_dir()), version_base="1.3"):
-            return compose("config", overrides=list(overrides))
+            return compose("config", overrides=list(overrides), return_hydra_config=hydra_node)
 
     return _compose
 

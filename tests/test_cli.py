@@ -124,7 +124,6 @@ def test_a_crash_inside_an_experiment_becomes_an_error_row(tmp_path, monkeypatch
         raise RuntimeError("boom\nsecond line")
 
     monkeypatch.setattr(experiments.matmul, "run", crash_after_one_row)
-    monkeypatch.setattr(app, "_failed_jobs", 0)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["perflab", "+experiment=matmul", "results.table=false"])
     with pytest.raises(SystemExit) as exit_info:

@@ -46,7 +46,7 @@ def test_negative_size_names_the_full_key(compose_cfg):
     [
         ("bench.repeats=0", "bench.repeats=0: allowed: an integer >= 1"),
         ("bench.timer=stopwatch", "bench.timer=stopwatch: allowed: auto, cuda_event, wall_sync, torch_utils_benchmark"),
-        ("devices.on_missing=ignore", "devices.on_missing=ignore: allowed: error, skip"),
+        ("devices.on_missing=ignore", "devices.on_missing=ignore: allowed: auto, error, skip"),
         ("devices.count=0", "devices.count=0: allowed: null or an integer >= 1"),
         ("experiment.dtype=int8", "experiment.dtype=int8: allowed: float32, float16, bfloat16, float64"),
     ],

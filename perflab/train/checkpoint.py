@@ -3,8 +3,6 @@ atomically and loaded with ``torch.load(weights_only=True)``."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from perflab.schema import config_hash
 from perflab.train.models import strip_prefix
 
 # Keys that do not change what is trained, so a resumed run finds the same checkpoint.
@@ -21,14 +20,8 @@ _VOLATILE = ("trainer.resume", "trainer.epochs", "trainer.checkpoint_every", "tr
 
 
 def config_key(cfg: Mapping[str, Any]) -> str:
-    """A short hash of the resolved config, minus the keys that may differ on resume."""
-    def keep(node: Any, path: str = "") -> Any:
-        if not isinstance(node, Mapping):
-            return node
-        return {k: keep(v, f"{path}{k}.") for k, v in node.items() if f"{path}{k}" not in _VOLATILE and k != "hydra"}
-
-    text = json.dumps(keep(cfg), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """The checkpoint folder's name: the config hash, minus the keys that may differ on resume."""
+    return config_hash(cfg, ignore=_VOLATILE)
 
 
 def save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int, **extra: Any) -> None:
