@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import torch
 from omegaconf import MISSING
 
 from perflab.context import Context
-from perflab.devices import Device, Resolved, on_device, resolve
-from perflab.parallel import alone_then_together
-from perflab.schema import DevicesConfig, ExperimentConfig, positive
+from perflab.devices import Device, on_device
+from perflab.parallel import alone_then_together, cpu_workers_if_fallback
+from perflab.schema import ExperimentConfig, positive
 
-log = logging.getLogger("perflab")
 COPY_NEEDS_GPU = "needs a CUDA device: on a CPU-only machine there is no device-to-host copy to overlap"
 
 
@@ -31,10 +29,7 @@ class Config(ExperimentConfig):
 
 def run(ctx: Context) -> None:
     p = ctx.params
-    if ctx.resolved.fallback and len(ctx.devices) == 1:  # devices.spec=auto on a CPU-only machine
-        workers = resolve(DevicesConfig(spec="cpu", count=p.cpu_workers)).devices
-        ctx.resolved = Resolved(workers, ctx.resolved.fallback)
-        log.info("no GPU: splitting the CPU into %d workers (%s)", len(workers), ", ".join(ctx.resolved.names))
+    cpu_workers_if_fallback(ctx, p.cpu_workers)
     on_gpu = all(d.type == "cuda" for d in ctx.devices)
     n, k = (p.size, p.matmuls) if on_gpu else (p.cpu_size, p.cpu_matmuls)
     x = {d.name: torch.rand(n, n, device=d.torch) for d in ctx.devices}

@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from typing import Callable
 
+import logging
+
 from perflab.context import Context
-from perflab.devices import Device, Together, on_device
+from perflab.devices import Device, Resolved, Together, on_device, resolve
+from perflab.schema import DevicesConfig
+
+log = logging.getLogger("perflab")
+
+
+def cpu_workers_if_fallback(ctx: Context, workers: int) -> None:
+    """``devices.spec=auto`` fell back to one CPU: split it into ``workers`` CPU workers, so
+    that experiments about several devices still have several (labelled cpu#0, cpu#1 ...)."""
+    if ctx.resolved.fallback and len(ctx.devices) == 1 and workers > 1:
+        devices = resolve(DevicesConfig(spec="cpu", count=workers)).devices
+        ctx.resolved = Resolved(devices, ctx.resolved.fallback)
+        log.info("no GPU: splitting the CPU into %d workers (%s)", workers, ", ".join(ctx.resolved.names))
 
 
 def alone_then_together(ctx: Context, work: Callable[[Device], object], *, flops: float | None = None,

@@ -1,0 +1,51 @@
+"""Book 13.7: the cost model reproduces the worked example; allreduce runs over gloo workers."""
+
+from __future__ import annotations
+
+import pytest
+
+from perflab import costmodel
+from perflab.results import load
+
+from conftest import run_cli
+
+MB, GB = 1e6, 1e9
+
+
+def test_cost_model_reproduces_the_books_worked_example():
+    s, pcie = 160 * MB, 16 * GB
+    assert costmodel.transfer_s(s, pcie) == pytest.approx(0.010)
+    assert costmodel.aggregate_on_one_device_s(s, 4, pcie) == pytest.approx(0.060)
+    assert costmodel.through_cpu_s(s, 4, pcie) == pytest.approx(0.080)
+    assert costmodel.split_n_ways_s(s, 4, pcie) == pytest.approx(0.015)
+    assert costmodel.ring_book_s(s, 18 * GB, links=3) == pytest.approx(0.006, abs=0.0001)  # 5.93 ms "≈ 6 ms"
+    assert costmodel.ring_s(s, 8, 18 * GB, links=3) == pytest.approx(2 * 7 / 8 * s / (54 * GB))
+    for case in costmodel.book_cases():
+        assert case.model_s == pytest.approx(case.book_s, rel=0.15), case.name
+
+
+def test_latency_and_bus_bandwidth():
+    assert costmodel.ring_s(8 * MB, 4, 1 * GB, latency=1e-3) == pytest.approx(6 * (1e-3 + 2 * MB / GB))
+    assert costmodel.bus_bandwidth(1 * GB, 1.0, 4) == pytest.approx(1.5 * GB)
+    assert costmodel.ring_s(1 * GB, 64, 1 * GB) < costmodel.ring_book_s(1 * GB, 1 * GB)
+
+
+def test_allreduce_over_two_gloo_workers(tmp_path):
+    run_cli("+experiment=comm", "devices.spec=cpu", "devices.count=2", "experiment.min_bytes=1024",
+            "experiment.max_bytes=16384", "bench.repeats=3", "bench.warmup=1", cwd=tmp_path)
+    df = load(tmp_path / "outputs").set_index("measurement")
+    measured = df[df.index.str.startswith("allreduce")]
+    assert list(measured.index) == ["allreduce 1 KiB", "allreduce 4 KiB", "allreduce 16 KiB"]
+    assert (measured["status"] == "ok").all() and (measured["backend"] == "gloo").all()
+    assert (measured["world_size"] == 2).all() and (measured["n"] == 3).all()
+    assert measured["gbps"].tolist() == pytest.approx((measured["bytes_per_rank"] / measured["median_s"] / 1e9).tolist())
+    assert measured["bus_gbps"].tolist() == pytest.approx(measured["gbps"].tolist())  # 2(n-1)/n = 1 for n = 2
+    assert (measured["model_ring_s"] > 0).all()
+    book = df.loc["model: 4 GPUs: aggregate through the CPU"]
+    assert book["model_s"] == pytest.approx(0.080) and book["book_s"] == pytest.approx(0.080)
+
+
+def test_one_worker_has_nothing_to_allreduce(tmp_path):
+    run_cli("+experiment=comm", "devices.spec=cpu", "devices.count=1", cwd=tmp_path)
+    df = load(tmp_path / "outputs").set_index("measurement")
+    assert df.loc["allreduce", "status"] == "skipped"
