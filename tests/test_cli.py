@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import experiments.matmul
-from perflab import app
+from perflab import app, registry
 from perflab.results import load
 
 from conftest import FAST_BENCH, TINY, run_cli
@@ -76,8 +76,7 @@ def test_async_compute_says_cpu_ops_are_synchronous(tmp_path):
 @pytest.mark.parametrize(
     "args, line",
     [
-        (["+experiment=nope"], "experiment=nope: unknown experiment; allowed: async_compute, auto_parallel, "
-                               "lenet_scratch, matmul, resnet18_concise, train"),
+        (["+experiment=nope"], "experiment=nope: unknown experiment; allowed: " + ", ".join(registry.presets())),
         (["+experiment=matmul", "experiment.size=-5"], "experiment.size=-5: allowed: an integer >= 1"),
         (["+experiment=matmul", "experiment.sise=5"],
          "experiment.sise=5: unknown key; allowed under experiment: name, size, iterations, dtype"),
