@@ -17,7 +17,8 @@ from perflab.registry import config_dir
 
 TINY = {
     "matmul": ["experiment.size=32", "experiment.iterations=2"],
-    "async_compute": ["experiment.size=32", "experiment.steps=2"],
+    "async_compute": ["experiment.size=32", "experiment.steps=2", "experiment.train_steps=2",
+                      "experiment.train_batch=8"],
     "auto_parallel": ["experiment.cpu_size=32", "experiment.cpu_matmuls=2", "experiment.size=64",
                       "experiment.matmuls=2"],
 }

@@ -71,6 +71,10 @@ def test_async_compute_says_cpu_ops_are_synchronous(tmp_path):
     assert df.loc["torch cpu, synced (device time)", "timer"] == "wall_sync"
     assert "synchronously" in df.loc["torch cpu, no sync (host dispatch)", "note"]
     assert df.loc["numpy (CPU)", "status"] == "ok"
+    item = df.loc["lenet cpu x2 steps, .item() every step"]
+    free = df.loc["lenet cpu x2 steps, free-running (device time)"]
+    assert item["slowdown_vs_free"] == pytest.approx(item["median_s"] / free["median_s"])
+    assert df.loc["lenet cpu x2 steps, free-running (host dispatch)", "timer"] == "wall_nosync"
 
 
 @pytest.mark.parametrize(
