@@ -35,4 +35,4 @@ def run(ctx: Context) -> None:
         for _ in range(p.iterations):
             torch.mm(a, b)
 
-    alone_then_together(ctx, work, flops=2 * p.size**3 * p.iterations, items=p.iterations)
+    alone_then_together(ctx, work, flops=2 * p.size**3 * p.iterations, items=p.iterations, peak=f"matmul_{p.dtype}")

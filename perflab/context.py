@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from perflab import peaks
 from perflab.bench import Stats, measure
 from perflab.devices import Device, Resolved
 from perflab.results import ResultsWriter
@@ -28,6 +30,10 @@ class Context:
         return self.settings.experiment
 
     @property
+    def peaks_file(self) -> Path | None:
+        return Path(self.settings.results.peaks) if self.settings.results.peaks else None
+
+    @property
     def devices(self) -> list[Device]:
         return self.resolved.devices
 
@@ -43,6 +49,7 @@ class Context:
         flops: float | None = None,
         bytes: float | None = None,
         timer: str | None = None,
+        peak: str | None = None,
         derive: Callable[[Stats], dict[str, Any]] | None = None,
         **extra: Any,
     ) -> Stats:
@@ -50,6 +57,8 @@ class Context:
 
         ``items``/``flops``/``bytes`` are per call; they become items/s, TFLOP/s and GB/s.
         ``derive(stats)`` adds columns that depend on the measured time (e.g. a ratio).
+        ``peak`` names a quantity the ``hardware`` experiment measured on this device (e.g.
+        ``matmul_float32``): the row then gets ``pct_of_peak``.
         """
         b = self.settings.bench
         devices = self.devices if devices is None else list(devices)
@@ -64,6 +73,11 @@ class Context:
             derived["gbps"] = bytes / stats.median / 1e9
         if derive is not None:
             derived.update(derive(stats))
+        if peak and len(devices) == 1:
+            ceiling = peaks.lookup(self.peaks_file, devices[0].description(), peak)
+            value = derived.get("tflops", derived.get("gbps"))
+            if ceiling and value is not None:
+                derived["pct_of_peak"] = 100 * value / ceiling
         self.record(name, stats, devices=devices, **derived, **extra)
         return stats
 

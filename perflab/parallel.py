@@ -23,7 +23,7 @@ def cpu_workers_if_fallback(ctx: Context, workers: int) -> None:
 
 
 def alone_then_together(ctx: Context, work: Callable[[Device], object], *, flops: float | None = None,
-                        items: float | None = None) -> dict[str, float]:
+                        items: float | None = None, peak: str | None = None) -> dict[str, float]:
     """Time ``work(device)`` on each device alone, then on all devices issued together.
 
     ``flops``/``items`` are per device per call. The together row carries the sum of the
@@ -34,7 +34,7 @@ def alone_then_together(ctx: Context, work: Callable[[Device], object], *, flops
     medians: dict[str, float] = {}
     for d in devices:
         with on_device(d):
-            stats = ctx.measure(f"{d.name} alone", lambda d=d: work(d), [d], flops=flops, items=items)
+            stats = ctx.measure(f"{d.name} alone", lambda d=d: work(d), [d], flops=flops, items=items, peak=peak)
         medians[d.name] = stats.median
     if len(devices) < 2:
         return medians

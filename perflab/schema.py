@@ -102,6 +102,7 @@ class ResultsConfig:
     samples: bool = True
     table: bool = True
     redo: bool = False  # run a config again even if the ledger has it done (same config hash)
+    peaks: Optional[str] = "outputs/peaks.json"  # the hardware experiment's peaks: pct_of_peak elsewhere
 
 
 @dataclass
