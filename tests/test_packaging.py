@@ -22,14 +22,18 @@ def test_installed_wheel_runs_from_any_directory(tmp_path):
     (wheel,) = wheels.glob("perflab-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ("perflab/conf/config.yaml", "perflab/conf/experiment/auto_parallel.yaml",
-                     "perflab/conf/hydra/job_logging/perflab.yaml", "experiments/matmul.py", "perflab/app.py"):
+                     "perflab/conf/hydra/job_logging/perflab.yaml", "perflab/conf/model/lenet.yaml",
+                     "perflab/conf/launcher/slurm.yaml", "experiments/matmul.py", "perflab/app.py",
+                     "perflab/train/loop.py"):
         assert expected in names
     subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
 
     env = {**os.environ, "PYTHONPATH": str(site)}
-    where = subprocess.run([sys.executable, "-c", "import perflab; print(perflab.__file__)"], cwd=work, env=env,
-                           capture_output=True, text=True, check=True).stdout
-    assert where.startswith(str(site))
+    # Every package must come from the wheel, not from the editable checkout this venv also has.
+    modules = ["perflab", "perflab.train.loop", "perflab.conf", "experiments.train", "experiments.compile"]
+    where = subprocess.run([sys.executable, "-c", f"import importlib; [print(importlib.import_module(m).__file__) "
+                            f"for m in {modules!r}]"], cwd=work, env=env, capture_output=True, text=True, check=True)
+    assert all(line.startswith(str(site)) for line in where.stdout.splitlines()), where.stdout
     proc = subprocess.run([sys.executable, "-m", "perflab", "+experiment=matmul", "experiment.size=16",
                            "experiment.iterations=1", "bench.repeats=2"], cwd=work, env=env,
                           capture_output=True, text=True)
