@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,7 +19,10 @@ def test_installed_wheel_runs_from_any_directory(tmp_path):
     wheels, site, work = tmp_path / "wheels", tmp_path / "site", tmp_path / "elsewhere"
     work.mkdir()
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(ROOT)], check=True)
+    src = tmp_path / "src"  # a clean copy: no stale build/ folder can smuggle files into the wheel
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "outputs", "*.egg-info",
+                                                             "__pycache__", ".pytest_cache", "data"))
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(src)], check=True)
     (wheel,) = wheels.glob("perflab-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ("perflab/conf/config.yaml", "perflab/conf/experiment/auto_parallel.yaml",
