@@ -36,12 +36,11 @@ def run(ctx: Context) -> None:
                    run_id=st.rdzv_id if st.rdzv_endpoint else ctx.base_row["run_id"].replace("/", "-"))
 
 
-def _ddp_worker(ctx: Context) -> list[dict] | None:
+def _ddp_worker(ctx: Context) -> None:
     rank, world, local = launch.init_process_group(ctx.devices, ctx.settings.strategy.backend)
     if rank == 0:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        rows = loop.train(ctx, rank=rank, world=world, local_rank=local)
+        loop.train(ctx, rank=rank, world=world, local_rank=local)
     finally:
         dist.destroy_process_group()
-    return rows if rank == 0 else None

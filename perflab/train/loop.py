@@ -68,7 +68,7 @@ def check_devices(strategy: str, devices: list[Device]) -> None:
         raise ConfigError("devices.spec", names, f"devices of one kind for strategy={strategy}")
 
 
-def train(ctx: Context, rank: int = 0, world: int = 1, local_rank: int = 0) -> list[dict[str, Any]]:
+def train(ctx: Context, rank: int = 0, world: int = 1, local_rank: int = 0) -> None:
     """Train as configured on ``ctx.devices`` (for DDP: this rank's device); rank 0 records."""
     s = ctx.settings
     t, total_devices = s.trainer, len(ctx.devices) if world == 1 else world
@@ -100,7 +100,7 @@ def train(ctx: Context, rank: int = 0, world: int = 1, local_rank: int = 0) -> l
              "per_device_batch": p.per_device_batch, "n_devices": total_devices, "world_size": world,
              "checkpoint": str(ckpt_path)}
     epoch_times: list[float] = []
-    rows = []
+    last: dict[str, Any] = {}
     steps = len(train_batches)
     for epoch in range(start, t.epochs):
         strategy.train(True)
@@ -119,38 +119,38 @@ def train(ctx: Context, rank: int = 0, world: int = 1, local_rank: int = 0) -> l
         strategy.sync()
         train_s = time.perf_counter() - t0
         test_right, test_seen, eval_s = _evaluate(strategy, test_batches, main)
-        totals = strategy.all_reduce(torch.stack([loss_sum.double(), correct.double(), torch.tensor(
-            float(seen), device=main, dtype=torch.float64), test_right.double(), torch.tensor(
-            float(test_seen), device=main, dtype=torch.float64)]))
-        slowest = strategy.all_reduce(torch.tensor([train_s, eval_s], device=main, dtype=torch.float64), op="max")
-        (loss_total, right_total, seen_total, test_total, test_n), (train_s, eval_s) = totals.tolist(), slowest.tolist()
+        # The epoch's one read-back: sums over ranks (DDP) of what accumulated on the device.
+        counts = torch.tensor([seen, test_seen], device=main, dtype=torch.float64)
+        sums = torch.cat([torch.stack([loss_sum.double(), correct.double(), test_right.double()]), counts])
+        loss_total, right_total, test_total, seen_total, test_n = strategy.all_reduce(sums).tolist()
+        times = torch.tensor([train_s, eval_s], device=main, dtype=torch.float64)
+        train_s, eval_s = strategy.all_reduce(times, op="max").tolist()  # an epoch ends with its slowest rank
         epoch_times.append(train_s)
         if (t.checkpoint_every and (epoch + 1) % t.checkpoint_every == 0) or epoch + 1 == t.epochs:
             if rank == 0:
                 checkpoint.save(ckpt_path, strategy.model, strategy.optimizer, epoch + 1)
         if rank == 0:
-            rows.append(ctx.record(
-                "epoch", devices=ctx.devices, epoch=epoch + 1, train_s=train_s, eval_s=eval_s,
-                items_per_s=seen_total / train_s, per_device_items_per_s=seen_total / train_s / total_devices,
-                train_loss=loss_total / seen_total, train_acc=right_total / seen_total,
-                test_acc=test_total / test_n if test_n else math.nan, lr=lr, note=notes, **fixed))
+            last = ctx.record("epoch", devices=ctx.devices, epoch=epoch + 1, train_s=train_s, eval_s=eval_s,
+                              items_per_s=seen_total / train_s,
+                              per_device_items_per_s=seen_total / train_s / total_devices,
+                              train_loss=loss_total / seen_total, train_acc=right_total / seen_total,
+                              test_acc=test_total / test_n if test_n else math.nan, lr=lr, note=notes, **fixed)
     if rank == 0 and epoch_times:
-        rows.append(_summary(ctx, epoch_times, rows[-1], seen_total, notes, fixed))
+        _summary(ctx, epoch_times, last, seen_total, notes, fixed)
     elif rank == 0:
-        rows.append(ctx.record("train", status="skipped", devices=ctx.devices, **fixed,
-                               error=f"nothing to do: the checkpoint is at epoch {start} of {t.epochs}"))
-    return rows
+        ctx.record("train", status="skipped", devices=ctx.devices, **fixed,
+                   error=f"nothing to do: the checkpoint is at epoch {start} of {t.epochs}")
 
 
-def _summary(ctx: Context, times: list[float], last: dict, images: float, notes: str, fixed: dict) -> dict:
+def _summary(ctx: Context, times: list[float], last: dict, images: float, notes: str, fixed: dict) -> None:
     """One row for the whole run: epoch-time stats with the first epoch as warm-up."""
     warm, timed = (times[:1], times[1:]) if len(times) > 1 else ([], times)
     stats = Stats(timed, "wall_sync", warm, torch.get_num_threads(), noise_threshold=ctx.settings.bench.noise_threshold)
     note = notes if warm else "; ".join(x for x in (notes, "one epoch: its time includes warm-up") if x)
-    return ctx.record("train", stats, devices=ctx.devices, epochs=len(times), items_per_s=images / stats.median,
-                      per_device_items_per_s=images / stats.median / fixed["n_devices"],
-                      train_loss=last["train_loss"], train_acc=last["train_acc"], test_acc=last["test_acc"],
-                      lr=last["lr"], note=note, **fixed)
+    ctx.record("train", stats, devices=ctx.devices, epochs=len(times), items_per_s=images / stats.median,
+               per_device_items_per_s=images / stats.median / fixed["n_devices"],
+               train_loss=last["train_loss"], train_acc=last["train_acc"], test_acc=last["test_acc"],
+               lr=last["lr"], note=note, **fixed)
 
 
 @torch.no_grad()
