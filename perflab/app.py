@@ -54,6 +54,11 @@ def main() -> None:
     except (ConfigError, HydraException, OmegaConfBaseException) as err:
         print(f"perflab: error: {one_line(err)}", file=sys.stderr)
         sys.exit(2)
+    except ValueError as err:
+        if not _raised_by_hydra(err):
+            raise
+        print(f"perflab: error: {err}", file=sys.stderr)  # a misuse of Hydra's own flags
+        sys.exit(2)
     except KeyboardInterrupt:
         print("perflab: interrupted; rows already finished are saved", file=sys.stderr)
         sys.exit(130)
@@ -175,6 +180,11 @@ def _base_row(cfg: DictConfig, hc, out_dir: Path) -> dict:
         "run_dir": str(out_dir),
         **flatten(resolved_cfg),
     }
+
+
+def _raised_by_hydra(err: BaseException) -> bool:
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and f"{os.sep}hydra{os.sep}" in frames[-1].filename
 
 
 def _seed(seed: int) -> None:

@@ -95,6 +95,12 @@ def test_user_mistakes_are_one_line_and_exit_2(tmp_path, args, line):
     assert run_dirs(tmp_path) == [] and not (tmp_path / "outputs" / "results.csv").exists()
 
 
+def test_misused_hydra_flags_are_one_line(tmp_path):
+    proc = run_cli("-m", "+experiment=matmul", "--cfg", "job", cwd=tmp_path, check_rc=2)
+    assert proc.stderr.strip().splitlines() == ["perflab: error: Only one of --run, --multirun, --cfg, --info and "
+                                                "--shell_completion can be specified"]
+
+
 @cpu_only
 def test_missing_device_can_be_a_skipped_row(tmp_path):
     run_cli("+experiment=matmul", "devices.spec=[cuda:3]", "devices.on_missing=skip", cwd=tmp_path)
