@@ -34,21 +34,26 @@ def config_column(key: str) -> str:
 
 def compare(*paths: str | Path, by: Sequence[str] | None = None, baseline: str | None = None,
             metric: str | None = None, rows: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The comparison table as a DataFrame (see the module docstring)."""
+    """The comparison table as a DataFrame (see the module docstring).
+
+    ``rows``: a DataFrame from ``load()`` to use instead of ``paths`` (then without raw
+    samples, so without significance tests).
+    """
     df = load(*paths) if rows is None else rows
     if df.empty:
         raise ValueError("no rows to compare")
     df = df[df["status"] == "ok"]
-    if "measurement" in df and (df["measurement"] == "train").any():
+    training = "measurement" in df and (df["measurement"] == "train").any()
+    if training:
         df = df[df["measurement"] == "train"]  # training: one summary row per run, not every epoch
-    metric = metric or ("items_per_s" if "epoch" in df.columns or "tflops" not in df else "median_s")
+    metric = metric or ("items_per_s" if training else "median_s")
     if metric not in df:
         raise ValueError(f"--metric {metric}: no such column; try median_s, items_per_s, tflops, test_acc")
     keys = [config_column(k) for k in by] if by else _varying_keys(df)
     missing = [k for k in keys if k not in df]
     if missing:
         raise ValueError(f"--by {', '.join(missing)}: not in the results")
-    group = ["experiment", "measurement", *keys]
+    group = list(dict.fromkeys(["experiment", "measurement", *keys]))
     samples = load(*paths, samples=True) if rows is None else pd.DataFrame()
     table = []
     for values, part in df.groupby(group, dropna=False, sort=True, observed=True):

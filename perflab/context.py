@@ -78,7 +78,7 @@ class Context:
             value = derived.get("tflops", derived.get("gbps"))
             if ceiling and value is not None:
                 derived["pct_of_peak"] = 100 * value / ceiling
-        self.record(name, stats, devices=devices, **derived, **extra)
+        self.record(name, stats, devices=devices, **{**extra, **derived})  # derived values win
         return stats
 
     def record(self, name: str, stats: Stats | None = None, *, status: str = "ok", error: str = "",
