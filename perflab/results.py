@@ -229,6 +229,8 @@ def _human_time(s: Any) -> str:
     s = _number(s)
     if s is None:
         return ""
+    if s == 0:
+        return "0"
     for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
         if s >= scale:
             return f"{s / scale:.3g} {unit}"
