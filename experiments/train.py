@@ -25,7 +25,8 @@ def run(ctx: Context) -> None:
         if getattr(s, section) is None:
             raise ConfigError(section, None, f"a {section} config (conf/{section}/ or the experiment's defaults)")
     loop.check_devices(s.strategy.name, ctx.devices)
-    loop.plan(s.trainer, len(ctx.devices) * s.strategy.nnodes)  # bad batch/device combinations: before launching
+    nodes = s.strategy.nnodes if s.strategy.name == "ddp" else 1
+    loop.plan(s.trainer, len(ctx.devices) * nodes)  # bad batch/device combinations: before launching
     if s.strategy.name != "ddp":
         loop.train(ctx)
         return

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 from perflab import peaks
 from perflab.bench import Stats, measure
 from perflab.devices import Device, Resolved
-from perflab.results import ResultsWriter
+from perflab.results import STATUSES, ResultsWriter
 from perflab.schema import PerflabConfig
 
 log = logging.getLogger("perflab")
@@ -84,6 +84,8 @@ class Context:
     def record(self, name: str, stats: Stats | None = None, *, status: str = "ok", error: str = "",
                devices: Sequence[Device] | None = None, **fields: Any) -> dict[str, Any]:
         """Write one row (and its raw samples) now, so a later crash cannot lose it."""
+        if status not in STATUSES:
+            raise ValueError(f"status {status!r}: one of {', '.join(STATUSES)}")
         devices = self.devices if devices is None else list(devices)
         row = {
             **self.base_row,
