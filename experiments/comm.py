@@ -98,8 +98,9 @@ def _timed_allreduce(t: torch.Tensor, device) -> float:
 
 
 def _human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:g} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
-    return f"{n} B"
+        if n < 1024 or unit == "GiB":
+            return f"{n:.3g} {unit}"

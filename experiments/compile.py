@@ -18,6 +18,7 @@ from torch import nn
 
 from perflab.context import Context
 from perflab.devices import Device, on_device, synchronize
+from perflab.errors import first_line
 from perflab.schema import ExperimentConfig, positive, require
 from perflab.train import models
 
@@ -153,13 +154,14 @@ def serialize(ctx: Context, model: nn.Module, x: torch.Tensor, d: Device, atol: 
                 else:
                     torch.export.save(torch.export.export(model, (x,)), str(path))
         except Exception as exc:  # a model the format cannot hold is a finding, not a crash
-            ctx.record(f"save {kind}", status="error", devices=[d], error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+            ctx.record(f"save {kind}", status="error", devices=[d], error=f"{type(exc).__name__}: {first_line(exc)}")
             continue
         proc = subprocess.run([sys.executable, "-m", "perflab.reload", "torchscript" if kind == "torchscript" else "export",
                                str(path), str(out / "input.pt"), str(out / f"output.{path.suffix[1:]}.pt")],
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            ctx.record(f"reload {kind}", status="error", devices=[d], error=proc.stderr.strip().splitlines()[-1])
+            ctx.record(f"reload {kind}", status="error", devices=[d],
+                       error=first_line("\n".join(reversed(proc.stderr.splitlines()))))  # its last line
             continue
         got = torch.load(out / f"output.{path.suffix[1:]}.pt", weights_only=True).cpu()
         diff = (got - expected).abs().max().item()

@@ -32,7 +32,7 @@ from perflab import registry, sweep
 from perflab.context import Context
 from perflab.devices import Resolved, resolve
 from perflab.environment import environment
-from perflab.errors import ConfigError, MissingDevice, one_line
+from perflab.errors import ConfigError, MissingDevice, first_line, one_line
 from perflab.results import RESULTS, ResultsWriter, flatten, summary_table
 from perflab.schema import config_hash, validate
 
@@ -112,7 +112,7 @@ def run_job(cfg: DictConfig) -> None:
         outcome = "oom" if isinstance(exc, torch.OutOfMemoryError) else "error"
         (out_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
         log.error("%s: %s (traceback: %s)", type(exc).__name__, exc, out_dir / "error.txt")
-        ctx.record("job", status=outcome, error=f"{type(exc).__name__}: {_first_line(exc)}")
+        ctx.record("job", status=outcome, error=f"{type(exc).__name__}: {first_line(exc)}")
     finally:
         rows = writer.rows
         if rows and settings.results.table:
@@ -191,11 +191,6 @@ def _seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def _discard(out_dir: Path) -> None:

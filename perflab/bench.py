@@ -21,7 +21,7 @@ from perflab.devices import Device, synchronize
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-MAX_SAMPLES = 100_000  # a floor on runaway loops when min_time_s meets a very fast fn
+MAX_SAMPLES = 100_000  # a ceiling on the loop when min_time_s meets a very fast fn
 
 
 class Benchmark:
@@ -131,8 +131,11 @@ def measure(
         warm.append(clock() - t0)
     take = _SAMPLERS[kind]
     samples: list[float] = []
-    while len(samples) < repeats or (sum(samples) * number < min_time_s and len(samples) < MAX_SAMPLES):
-        samples.append(take(fn, devices, number, clock) / number)
+    sampled = 0.0  # seconds spent in samples so far
+    while len(samples) < repeats or (sampled < min_time_s and len(samples) < MAX_SAMPLES):
+        seconds = take(fn, devices, number, clock)
+        samples.append(seconds / number)
+        sampled += seconds
     return Stats(samples, kind, warm, torch.get_num_threads(), number, noise_threshold)
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 from perflab import peaks
 from perflab.bench import Stats, measure
 from perflab.devices import Device, Resolved
-from perflab.results import STATUSES, ResultsWriter
+from perflab.results import STATUSES, ResultsWriter, human_time, throughput
 from perflab.schema import PerflabConfig
 
 log = logging.getLogger("perflab")
@@ -114,10 +114,6 @@ def _progress_line(row: dict[str, Any]) -> str:
     if row["status"] != "ok" or "median_s" not in row:
         return f"{row['measurement']}: {row['status']} {row.get('error') or row.get('note') or ''}".rstrip()
     spread = row["iqr_s"] / row["median_s"] if row["median_s"] else math.nan
-    extra = ""
-    for col, unit in (("tflops", "TFLOP/s"), ("gbps", "GB/s"), ("items_per_s", "items/s")):
-        if col in row:
-            extra = f", {row[col]:.3g} {unit}"
-            break
-    return (f"{row['measurement']}: median {row['median_s'] * 1e3:.3f} ms, IQR {spread:.1%} of median, "
-            f"n={row['n']} ({row['timer']}){extra}")
+    rate = throughput(row)
+    return (f"{row['measurement']}: median {human_time(row['median_s'])}, IQR {spread:.1%} of median, "
+            f"n={row['n']} ({row['timer']}){', ' + rate if rate else ''}")

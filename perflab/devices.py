@@ -115,19 +115,21 @@ def _cpu_workers(inv: Inventory, n: int) -> list[Device]:
 
 
 def _from_names(names: list[str], inv: Inventory, spec: object) -> list[Device]:
+    """An explicit list; each ``cpu`` in it is one CPU worker (``[cpu,cpu]``: two)."""
     parsed = []
     for name in names:
         m = _NAME.match(name.strip())
         if not m:
             raise ConfigError("devices.spec", spec, SPEC_ALLOWED, problem=f"'{name}' is not a device name")
-        parsed.append((m.group(1), int(m.group(2)) if m.group(2) is not None else None))
-    if len(set(parsed)) != len(parsed) and any(t != "cpu" for t, _ in parsed):
+        kind, index = m.group(1), int(m.group(2)) if m.group(2) is not None else None
+        parsed.append((kind, 0 if kind == "cuda" and index is None else index))
+    accelerators = [p for p in parsed if p[0] != "cpu"]
+    if len(set(accelerators)) != len(accelerators):
         raise ConfigError("devices.spec", spec, "each GPU at most once", problem="a device is listed twice")
-    cpus = sum(1 for t, _ in parsed if t == "cpu")
-    devices, cpu_seen = [], 0
+    cpu_workers = iter(_cpu_workers(inv, len(parsed) - len(accelerators)) if len(accelerators) < len(parsed) else [])
+    devices = []
     for kind, index in parsed:
         if kind == "cuda":
-            index = 0 if index is None else index
             if index >= inv.cuda:
                 allowed = f"cpu, cuda:0..cuda:{inv.cuda - 1}" if inv.cuda else "cpu or auto"
                 raise MissingDevice("devices.spec", spec, allowed, problem=_have_cuda(inv))
@@ -137,9 +139,7 @@ def _from_names(names: list[str], inv: Inventory, spec: object) -> list[Device]:
                 raise MissingDevice("devices.spec", spec, "cpu, cuda:N or auto", problem="this machine has no MPS device")
             devices.append(Device("mps", "mps"))
         else:
-            name = "cpu" if cpus == 1 else f"cpu#{cpu_seen}"
-            devices.append(Device(name, "cpu", threads=max(1, inv.cpu_threads // cpus)))
-            cpu_seen += 1
+            devices.append(next(cpu_workers))
     return devices
 
 

@@ -54,13 +54,15 @@ def one_line(exc: BaseException) -> str:
     source = cause if getattr(cause, "full_key", None) else exc
     key = getattr(source, "full_key", None)
     if key:
-        message = _first_line(str(source))
+        message = first_line(str(source))
         wrong_type = re.search(r"Value '(.*)' of type '\w+' could not be converted to (\w+)", message)
         if wrong_type:
             return f"{key}={wrong_type.group(1)}: allowed: {wrong_type.group(2).lower()}"
         return f"{key}: {message}"
-    return " ".join(_first_line(part) for part in (text, str(cause or "")) if part).strip()
+    return " ".join(first_line(part) for part in (text, str(cause or "")) if part).strip()
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str | BaseException) -> str:
+    """The first non-blank line of a message or an exception's text."""
+    text = str(text)
     return next((line.strip() for line in text.splitlines() if line.strip()), text.strip())

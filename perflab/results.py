@@ -16,6 +16,7 @@ from filelock import FileLock
 
 RESULTS = "results.csv"
 SAMPLES = "samples.csv"
+SAMPLE_COLUMNS = ("row_id", "run_id", "experiment", "measurement", "phase", "i", "seconds")
 STATUSES = ("ok", "skipped", "oom", "error", "timeout")
 # Read as text even when every value in a file is empty or looks like a number.
 TEXT_COLUMNS = ("row_id", "run_id", "sweep_id", "measurement", "error", "note", "devices", "device_name",
@@ -126,32 +127,62 @@ def _read_rows(path: Path) -> list[dict[str, str]]:
 
 
 class ResultsWriter:
-    """One job's rows. Each ``add`` rewrites the job's files atomically (re-reading them, so
-    rows written by a worker process, e.g. DDP rank 0, are kept) and appends to the ledger:
-    a crash leaves every finished row in both places."""
+    """One job's rows. Each ``add`` rewrites the job's CSV atomically, appends the raw samples,
+    and appends the row to the ledger: a crash leaves every finished row in all three.
+
+    Rows are kept in memory; the file is read again only if someone else wrote it since our
+    last write (a DDP job's rank 0 writes from its own process), so nothing is lost or re-read
+    for nothing.
+    """
 
     def __init__(self, run_dir: Path, ledger: Path | None, samples: bool = True) -> None:
         self.run_dir, self.ledger, self.keep_samples = run_dir, ledger, samples
+        self._rows: list[dict[str, Any]] = []
+        self._stamp: tuple[int, int] | None = None  # (mtime_ns, size) of our last write
 
     @property
-    def rows(self) -> list[dict[str, str]]:
+    def rows(self) -> list[dict[str, Any]]:
         path = self.run_dir / RESULTS
-        return _read_rows(path) if path.exists() else []
+        stamp = _stamp(path)
+        if stamp != self._stamp:
+            self._rows, self._stamp = (_read_rows(path) if stamp else []), stamp
+        return self._rows
 
     def add(self, row: dict[str, Any], samples: Sequence[float] = (), warmup: Sequence[float] = ()) -> dict[str, Any]:
         """Store ``row`` (its ``row_id`` is ``<run_id>#<n>``, n counting this job's rows)."""
         rows = self.rows
         row = {"row_id": f"{row['run_id']}#{len(rows) + 1}", **row}
-        write_csv(self.run_dir / RESULTS, [*rows, row])
+        rows.append(row)
+        path = self.run_dir / RESULTS
+        write_csv(path, rows)
+        self._stamp = _stamp(path)
         if self.keep_samples and (samples or warmup):
-            keys = {k: row[k] for k in ("row_id", "run_id", "experiment", "measurement")}
-            new = [{**keys, "phase": "warmup", "i": i, "seconds": t} for i, t in enumerate(warmup)]
-            new += [{**keys, "phase": "sample", "i": i, "seconds": t} for i, t in enumerate(samples)]
-            path = self.run_dir / SAMPLES
-            write_csv(path, [*(_read_rows(path) if path.exists() else []), *new])
+            keys = [row[k] for k in ("row_id", "run_id", "experiment", "measurement")]
+            lines = [[*keys, "warmup", i, t] for i, t in enumerate(warmup)]
+            lines += [[*keys, "sample", i, t] for i, t in enumerate(samples)]
+            _append_lines(self.run_dir / SAMPLES, SAMPLE_COLUMNS, lines)
         if self.ledger is not None:
             append_to_ledger(self.ledger, [row])
         return row
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _append_lines(path: Path, columns: Sequence[str], lines: Sequence[Sequence[Any]]) -> None:
+    """Append to a CSV with fixed columns in one write (the header first if the file is new)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    if not path.exists():
+        writer.writerow(columns)
+    writer.writerows(lines)
+    with path.open("a", newline="") as f:
+        f.write(buf.getvalue())
 
 
 def load(*paths: str | os.PathLike, samples: bool = False):
@@ -214,9 +245,9 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
             label,
             str(r.get("status", "")) + (" (noisy)" if str(r.get("noisy")) == "True" else ""),
             str(r.get("n", "")) if ok else "",
-            _human_time(r.get("median_s")) if ok else "",
-            _human_time(r.get("iqr_s")) if ok else "",
-            _throughput(r),
+            human_time(r.get("median_s")) if ok else "",
+            human_time(r.get("iqr_s")) if ok else "",
+            throughput(r),
             "; ".join(x for x in (quality, str(r.get("error") or r.get("note") or "")) if x)[:80],
         ])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -225,7 +256,8 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(text)
 
 
-def _human_time(s: Any) -> str:
+def human_time(s: Any) -> str:
+    """Seconds as a short string in s, ms, us or ns ("" for an empty cell)."""
     s = _number(s)
     if s is None:
         return ""
@@ -237,7 +269,8 @@ def _human_time(s: Any) -> str:
     return f"{s / 1e-9:.3g} ns"
 
 
-def _throughput(r: Mapping[str, Any]) -> str:
+def throughput(r: Mapping[str, Any]) -> str:
+    """A row's headline rate: TFLOP/s, else GB/s, else items/s."""
     for col, unit in (("tflops", "TFLOP/s"), ("gbps", "GB/s"), ("items_per_s", "items/s")):
         v = _number(r.get(col))
         if v is not None:

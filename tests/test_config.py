@@ -86,10 +86,11 @@ def test_schema_types_are_enforced_on_assignment():
 
 
 def test_devices_spec_accepts_string_or_list():
-    DevicesConfig(spec="auto")
-    DevicesConfig(spec=["cuda:0", "cpu"])
-    with pytest.raises(ConfigError):
+    assert DevicesConfig(spec="auto").spec == "auto"
+    assert DevicesConfig(spec=["cuda:0", "cpu"]).spec == ["cuda:0", "cpu"]
+    with pytest.raises(ConfigError) as err:
         DevicesConfig(spec=[])
+    assert err.value.line().startswith("spec=[]: allowed: auto, cpu, cuda, mps, or a non-empty list")
 
 
 def test_training_presets_carry_the_books_settings(compose_cfg):

@@ -63,11 +63,17 @@ def test_missing_devices_are_one_line(spec, count, inv, line):
     assert err.value.line() == line
 
 
+def test_a_list_may_hold_several_cpu_workers_beside_a_gpu():
+    devices = resolve(DevicesConfig(spec=["cuda:0", "cpu", "cpu"]), TWO_GPUS).devices
+    assert [(d.name, d.threads) for d in devices] == [("cuda:0", None), ("cpu#0", 4), ("cpu#1", 4)]
+
+
 @pytest.mark.parametrize(
     "spec, count, fragment",
     [
         (["gpu0"], None, "'gpu0' is not a device name"),
         (["cuda:0", "cuda:0"], None, "a device is listed twice"),
+        (["cuda", "cuda:0"], None, "a device is listed twice"),
         (["cuda:0", "cuda:1"], 3, "devices.count=3"),
     ],
 )

@@ -90,6 +90,16 @@ def test_writer_keeps_every_finished_row_and_samples(tmp_path):
     assert not list(run.glob(".*.tmp"))  # atomic writes leave no temp files
 
 
+def test_writer_keeps_rows_another_process_wrote_to_the_same_job(tmp_path):
+    parent = ResultsWriter(tmp_path / "job", None)
+    parent.add({"run_id": "r", "measurement": "before", "status": "ok"})
+    ResultsWriter(tmp_path / "job", None).add({"run_id": "r", "measurement": "rank 0", "status": "ok"})  # e.g. DDP
+    parent.add({"run_id": "r", "measurement": "after", "status": "error"})
+    df = load(tmp_path / "job" / "results.csv")
+    assert df["measurement"].tolist() == ["before", "rank 0", "after"]
+    assert df["row_id"].tolist() == ["r#1", "r#2", "r#3"]
+
+
 def test_load_a_tree_keeps_each_row_once(tmp_path):
     out = tmp_path / "outputs"
     for run in ("r1", "r2"):

@@ -16,7 +16,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from perflab.errors import ConfigError
+from perflab.errors import ConfigError, first_line
 from perflab.schema import DataConfig
 
 SHAPE = (1, 28, 28)
@@ -49,14 +49,10 @@ def fashion_mnist(cfg: DataConfig, train: bool) -> Dataset:
     try:
         return torchvision.datasets.FashionMNIST(cfg.root, train=train, download=cfg.download, transform=ToTensor())
     except (RuntimeError, OSError) as err:
-        problem = "no Fashion-MNIST files there" if "not found" in str(err) else f"cannot read it ({_one_line(err)})"
+        problem = "no Fashion-MNIST files there" if "not found" in str(err) else f"cannot read it ({first_line(err)})"
         if cfg.download and "not found" not in str(err):
-            problem = f"download failed ({_one_line(err)})"
+            problem = f"download failed ({first_line(err)})"
         raise ConfigError("data.root", str(Path(cfg.root).resolve()), allowed, problem=problem) from None
-
-
-def _one_line(err: BaseException) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def _first(ds: Dataset, n: int | None) -> Dataset:
