@@ -1,3 +1,7 @@
-"""perflab experiments: one module each, with a ``Config`` (subclass of
-``perflab.schema.ExperimentConfig``) and ``run(ctx)``, plus ``conf/experiment/<name>.yaml``.
-The first line of a module's docstring is its one-line summary in ``python -m perflab``."""
+"""perflab's experiments, one module each (shipped as ``perflab.experiments``).
+
+Each has a ``Config`` (a subclass of ``perflab.schema.ExperimentConfig``) and ``run(ctx)``,
+plus ``conf/experiment/<name>.yaml`` and ``conf/experiment/quick/<name>.yaml``; see
+``perflab.registry`` for the optional parts. Torch is imported inside functions, never at a
+module's top, so that checking a config never waits for it.
+"""

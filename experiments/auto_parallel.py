@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import torch
 from omegaconf import MISSING
 
-from perflab.context import Context
-from perflab.devices import Device, on_device
-from perflab.parallel import alone_then_together, cpu_workers_if_fallback
 from perflab.schema import ExperimentConfig, positive
 
+if TYPE_CHECKING:
+    from perflab.context import Context
+
+METRIC = "median_s"
 COPY_NEEDS_GPU = "needs a CUDA device: on a CPU-only machine there is no device-to-host copy to overlap"
 
 
 @dataclass
 class Config(ExperimentConfig):
-    size: int = MISSING        # N for K matmuls of N x N on a GPU (book: 4000)
-    matmuls: int = MISSING     # K (book: 50)
-    cpu_size: int = MISSING    # the same on CPU workers, sized to finish quickly
+    size: int = MISSING  # N for K matmuls of N x N on a GPU (book: 4000)
+    matmuls: int = MISSING  # K (book: 50)
+    cpu_size: int = MISSING  # the same on CPU workers, sized to finish quickly
     cpu_matmuls: int = MISSING
     cpu_workers: int = MISSING  # CPU-only machine with devices.spec=auto: split the CPU this many ways
 
@@ -28,16 +29,29 @@ class Config(ExperimentConfig):
 
 
 def run(ctx: Context) -> None:
+    import torch
+
+    from perflab.devices import on_device
+    from perflab.parallel import alone_then_together, split_cpu_if_fallback
+
     p = ctx.params
-    cpu_workers_if_fallback(ctx, p.cpu_workers)
+    split_cpu_if_fallback(ctx, p.cpu_workers)
     on_gpu = all(d.type == "cuda" for d in ctx.devices)
     n, k = (p.size, p.matmuls) if on_gpu else (p.cpu_size, p.cpu_matmuls)
     x = {d.name: torch.rand(n, n, device=d.torch) for d in ctx.devices}
 
-    def run_matmuls(d: Device) -> list[torch.Tensor]:
+    def run_matmuls(d) -> list:
         return [x[d.name].mm(x[d.name]) for _ in range(k)]
 
-    alone_then_together(ctx, run_matmuls, flops=2 * n**3 * k, items=k)
+    alone_then_together(
+        ctx,
+        run_matmuls,
+        flops=2 * n**3 * k,
+        items=k,
+        unit="matmuls",
+        dtype="float32",
+        columns={"intensity": 2 * n / (3 * 4)},
+    )  # FLOP/byte, estimated
 
     gpu = next((d for d in ctx.devices if d.type == "cuda"), None)
     if gpu is None:
@@ -47,22 +61,26 @@ def run(ctx: Context) -> None:
         compute_and_copy(ctx, gpu, x[gpu.name], k)
 
 
-def compute_and_copy(ctx: Context, gpu: Device, x: torch.Tensor, k: int) -> None:
+def compute_and_copy(ctx: Context, gpu, x, k: int) -> None:
     """Compute K products, copy them to pinned host memory: one after the other vs overlapped.
 
     Overlap needs a second stream: each copy waits only for its own product (an event),
     so copies of early results run while later products are still being computed.
     """
+    import torch
+
+    from perflab.context import Part
+
     nbytes = x.numel() * x.element_size() * k
     host = [torch.empty_like(x, device="cpu").pin_memory() for _ in range(k)]
     copy_stream = torch.cuda.Stream(gpu.index)
 
-    def compute() -> list[torch.Tensor]:
+    def compute() -> list:
         return [x.mm(x) for _ in range(k)]
 
     results = compute()
 
-    def copy(ys: list[torch.Tensor] = results) -> None:
+    def copy(ys: list = results) -> None:
         for y, h in zip(ys, host):
             h.copy_(y, non_blocking=True)
 
@@ -81,9 +99,37 @@ def compute_and_copy(ctx: Context, gpu: Device, x: torch.Tensor, k: int) -> None
                 y.record_stream(copy_stream)
         main.wait_stream(copy_stream)  # so a timer on the main stream (CUDA events) waits for the copies
 
-    t_compute = ctx.measure(f"{gpu.name} compute", compute, [gpu], flops=2 * x.shape[0] ** 3 * k).median
-    t_copy = ctx.measure(f"{gpu.name} copy to pinned CPU", copy, [gpu], bytes=nbytes).median
-    ctx.measure(f"{gpu.name} compute, then copy", sequential, [gpu], sum_parts_s=t_compute + t_copy)
-    ctx.measure(f"{gpu.name} compute + copy overlapped", overlapped, [gpu], sum_parts_s=t_compute + t_copy,
-                derive=lambda s: {"overlap_speedup": (t_compute + t_copy) / s.median},
-                note="copies on a second stream into pinned memory, each after its own product")
+    n = x.shape[0]
+    parts = {
+        f"{gpu.name} compute": Part(compute, [gpu], flops=2 * n**3 * k),
+        f"{gpu.name} copy to pinned CPU": Part(copy, [gpu], bytes=nbytes),
+        f"{gpu.name} compute, then copy": Part(sequential, [gpu]),
+        f"{gpu.name} compute + copy overlapped": Part(
+            overlapped,
+            [gpu],
+            extra={"note": "copies on a second stream into pinned memory, each after its own product"},
+        ),
+    }
+
+    def overlap(stats: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        parts_s = stats[f"{gpu.name} compute"].median + stats[f"{gpu.name} copy to pinned CPU"].median
+        over = stats[f"{gpu.name} compute + copy overlapped"].median
+        return {
+            f"{gpu.name} compute, then copy": {"sum_parts_s": parts_s},
+            f"{gpu.name} compute + copy overlapped": {"sum_parts_s": parts_s, "overlap_speedup": parts_s / over},
+        }
+
+    ctx.measure_rounds(parts, relate=overlap)
+
+
+def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    from perflab.parallel import concurrency_headline
+    from perflab.rows import number
+
+    lines = concurrency_headline(rows, "TFLOP/s", "tflops")
+    for r in rows:
+        if str(r.get("measurement", "")).endswith("overlapped") and r.get("status") == "ok":
+            lines.append(
+                f"compute + copy: overlapped {number(r.get('overlap_speedup')) or 0:.2f}x faster than their sum"
+            )
+    return lines

@@ -2,134 +2,245 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import subprocess
 import sys
-import time
 import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-import torch
 from omegaconf import MISSING
-from torch import nn
 
-from perflab.context import Context
-from perflab.devices import Device, on_device, synchronize
-from perflab.errors import first_line
-from perflab.schema import ExperimentConfig, positive, require
-from perflab.train import models
+from perflab.schema import (
+    COMPILE_MODES,
+    MODELS,
+    PRECISIONS,
+    ExperimentConfig,
+    one_of,
+    positive,
+    require,
+)
 
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-SCRIPT_NOTE = "torch.jit.script is deprecated in current PyTorch (torch.compile / torch.export replace it); kept: the book uses it"
+if TYPE_CHECKING:
+    from perflab.context import Context
+
+METRIC = "median_s"
+SCRIPT_NOTE = (
+    "torch.jit.script is deprecated in current PyTorch (torch.compile / torch.export replace it); "
+    "kept: the book uses it"
+)
+MODES = ("eager", "torchscript", *(f"compile-{m}" for m in COMPILE_MODES))
 
 
 @dataclass
 class Config(ExperimentConfig):
     model: str = MISSING  # mlp (the book's 512-256-128-2) | lenet | resnet18 | resnet18_tv
     batch: int = MISSING  # inputs per call (the book: 1)
-    modes: list[str] = field(default_factory=lambda: ["eager", "torchscript", "compile-default"])
-    backend: str = "inductor"  # torch.compile's backend
-    atol: float = 1e-4  # correctness gate: largest allowed |output - eager output| on fresh inputs
-    serialize: bool = True  # save TorchScript / torch.export files and reload them in a fresh process
+    modes: list[str] = MISSING  # eager, torchscript, compile-default, compile-reduce-overhead ...
+    backend: str = MISSING  # torch.compile's backend
+    atol: float = MISSING  # correctness gate: largest allowed |output - eager output| on fresh inputs
+    serialize: bool = MISSING  # save TorchScript / torch.export files, reload them in a fresh process
+    precision: str = MISSING  # fp32 | tf32 | bf16-mixed | fp16-mixed: inference under this precision
+    channels_last: bool = MISSING  # image models: weights and inputs in NHWC
 
     def __post_init__(self) -> None:
-        require(self.model in ("mlp", *models.MODELS), "model", self.model, "mlp, " + ", ".join(models.MODELS))
+        require(self.model in ("mlp", *MODELS), "model", self.model, "mlp, " + ", ".join(MODELS))
         positive(self, "batch")
-        allowed = ["eager", "torchscript", *(f"compile-{m}" for m in COMPILE_MODES)]
         for mode in self.modes:
-            require(mode in allowed, "modes", list(self.modes), ", ".join(allowed))
+            require(mode in MODES, "modes", list(self.modes), ", ".join(MODES))
         require(self.atol > 0, "atol", self.atol, "a number > 0")
+        one_of(self, "precision", PRECISIONS)
+        require(
+            not (self.channels_last and self.model == "mlp"),
+            "channels_last",
+            self.channels_last,
+            "false for model=mlp (its inputs are vectors, not images)",
+        )
 
 
-def mlp() -> nn.Module:
+def mlp() -> Any:
     """The book's network for hybridization: 512 -> 256 -> 128 -> 2."""
+    from torch import nn
+
     return nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 2))
 
 
 def run(ctx: Context) -> None:
+    import torch
+
+    from perflab import flops, precision
+    from perflab.bench import Benchmark
+    from perflab.context import Part
+    from perflab.devices import on_device
+    from perflab.train import models
+
     p = ctx.params
     d = ctx.devices[0]
+    precision.check("experiment.precision", p.precision, [d])
     torch.manual_seed(ctx.settings.seed)
     model = (mlp() if p.model == "mlp" else models.build(p.model)).to(d.torch).eval()
     shape = (512,) if p.model == "mlp" else (1, 28, 28)
+    layout = torch.channels_last if p.channels_last else torch.contiguous_format
+    if p.channels_last:
+        model = model.to(memory_format=torch.channels_last)
 
-    def fresh_input() -> torch.Tensor:
-        return torch.randn(p.batch, *shape, device=d.torch)
+    def fresh_input() -> Any:
+        return (
+            torch.randn(p.batch, *shape, device=d.torch).contiguous(memory_format=layout)
+            if len(shape) == 3
+            else torch.randn(p.batch, *shape, device=d.torch)
+        )
 
     x = fresh_input()
-    with on_device(d), torch.no_grad():
-        eager_first = first_call(model, x, d)
-        eager = ctx.measure("eager", lambda: model(x), [d], items=p.batch, first_call_s=eager_first,
-                            note="inference under torch.no_grad()")
+    fixed, per_input = flops.bytes_moved(model, shape, p.precision, training=False)
+    knobs = {"precision": p.precision, "channels_last": p.channels_last, "items_unit": "inputs"}
+    with on_device(d), torch.no_grad(), precision.applied(p.precision, d.type):
+        per_call = flops.count(lambda: model(x))
+        knobs["intensity"] = per_call / (fixed + per_input * p.batch)  # FLOP/byte, estimated
+        with Benchmark("eager first call", [d], report=False) as first:
+            model(x)
+        parts = {
+            "eager": Part(
+                lambda: model(x),
+                [d],
+                items=p.batch,
+                flops=per_call,
+                dtype=p.precision,
+                extra={**knobs, "first_call_s": first.elapsed, "note": "inference under torch.no_grad()"},
+            )
+        }
+        first_s = {"eager": first.elapsed}
+        candidates = {}
         for mode in (m for m in p.modes if m != "eager"):
             candidate, note = build(mode, model, p.backend)
-            gate_and_measure(ctx, mode, model, candidate, fresh_input, d, eager.median, p.atol, note)
+            gated = gate(ctx, mode, model, candidate, fresh_input, d, p.atol, note, knobs)
+            if gated is None:
+                continue
+            first_s[mode], diff, graphs = gated
+            candidates[mode] = candidate
+            parts[mode] = Part(
+                lambda c=candidate: c(x),
+                [d],
+                items=p.batch,
+                flops=per_call,
+                dtype=p.precision,
+                extra={**knobs, "first_call_s": first_s[mode], "max_abs_diff": diff, "graphs": graphs, "note": note},
+            )
+        recompiles = RecompileCounter()
+        ctx.measure_rounds(
+            parts, relate=lambda s: compared(s, first_s, candidates, x, recompiles), watch=recompiles.sample
+        )
     if p.serialize:
         serialize(ctx, model, fresh_input(), d, p.atol)
 
 
-def build(mode: str, model: nn.Module, backend: str) -> tuple[Callable, str]:
+def build(mode: str, model: Any, backend: str) -> tuple[Callable, str]:
+    import torch
+
     if mode == "torchscript":
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore")  # its deprecation: said in the row's note
             return torch.jit.script(model), SCRIPT_NOTE
     compile_mode = mode.removeprefix("compile-")
     torch._dynamo.reset()
-    return torch.compile(model, mode=compile_mode, backend=backend), f"torch.compile(mode={compile_mode}, backend={backend})"
+    return torch.compile(
+        model, mode=compile_mode, backend=backend
+    ), f"torch.compile(mode={compile_mode}, backend={backend})"
 
 
-def first_call(fn: Callable, x: torch.Tensor, d: Device) -> float:
-    synchronize([d])
-    t0 = time.perf_counter()
-    fn(x)
-    synchronize([d])
-    return time.perf_counter() - t0
+def gate(
+    ctx: Context,
+    name: str,
+    eager: Any,
+    candidate: Callable,
+    fresh_input: Callable[[], Any],
+    d: Any,
+    atol: float,
+    note: str,
+    knobs: dict[str, Any],
+) -> tuple[float, float, int] | None:
+    """Time the first call (compiling), then check outputs against eager on new inputs.
 
-
-def gate_and_measure(ctx: Context, name: str, eager: nn.Module, candidate: Callable,
-                     fresh_input: Callable[[], torch.Tensor], d: Device, eager_s: float, atol: float,
-                     note: str = "") -> None:
-    """Time the first call (compiling), check outputs against eager on new inputs, then time it.
-
-    A mismatch beyond ``atol`` is an ``error`` row: a fast wrong answer is not a result.
+    A mismatch beyond ``atol`` is an ``error`` row and the mode is not timed: a fast wrong
+    answer is not a result. Returns (first call seconds, largest difference, graphs compiled).
     """
+    from perflab.bench import Benchmark
+
     x = fresh_input()
-    graphs_before = _unique_graphs()
-    first_s = first_call(candidate, x, d)
-    graphs_after_first = _unique_graphs()
+    graphs_before = unique_graphs()
+    with Benchmark(f"{name} first call", [d], report=False) as first:
+        candidate(x)
+    graphs = unique_graphs() - graphs_before
     check = fresh_input()
-    diff = (candidate(check) - eager(check)).abs().max().item()
+    diff = (candidate(check).float() - eager(check).float()).abs().max().item()
     if not diff <= atol:
-        ctx.record(name, status="error", devices=[d], max_abs_diff=diff, first_call_s=first_s,
-                   error=f"output differs from eager by {diff:.3g} > atol {atol:g}", note=note)
-        return
+        hint = f" (under {knobs['precision']}: raise experiment.atol)" if knobs["precision"] != "fp32" else ""
+        ctx.record(
+            name,
+            status="error",
+            devices=[d],
+            max_abs_diff=diff,
+            first_call_s=first.elapsed,
+            **knobs,
+            error=f"output differs from eager by {diff:.3g} > atol {atol:g}{hint}",
+            note=note,
+        )
+        return None
+    return first.elapsed, diff, graphs
 
-    def after(s) -> dict:  # once the steady state is measured: did it recompile? where did it break?
-        return {"speedup_vs_eager": eager_s / s.median, "break_even_calls": _break_even(first_s, s.median, eager_s),
-                "recompiles": _unique_graphs() - graphs_after_first, "graph_breaks": _graph_breaks(candidate, x)}
 
-    ctx.measure(name, lambda: candidate(x), [d], items=x.shape[0], first_call_s=first_s, max_abs_diff=diff,
-                graphs=graphs_after_first - graphs_before, note=note, derive=after)
+class RecompileCounter:
+    """Graphs compiled while each mode's samples ran: a steady state should compile none."""
+
+    def __init__(self) -> None:
+        self.by_mode: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def sample(self, name: str) -> Iterator[None]:
+        before = unique_graphs()
+        yield
+        self.by_mode[name] = self.by_mode.get(name, 0) + unique_graphs() - before
 
 
-def _break_even(first_s: float, steady_s: float, eager_s: float) -> float:
+def compared(
+    stats: Mapping[str, Any],
+    first_s: Mapping[str, float],
+    candidates: Mapping[str, Callable],
+    x: Any,
+    recompiles: RecompileCounter,
+) -> dict[str, dict[str, Any]]:
+    """Each mode against eager: speedup, the calls after which compiling pays, recompiles, breaks."""
+    eager = stats["eager"].median
+    out: dict[str, dict[str, Any]] = {}
+    for mode in candidates:
+        s = stats[mode].median
+        out[mode] = {
+            "speedup_vs_eager": eager / s,
+            "break_even_calls": break_even(first_s[mode], s, eager),
+            "recompiles": recompiles.by_mode.get(mode, 0),
+            "graph_breaks": graph_breaks(candidates[mode], x),
+        }
+    return out
+
+
+def break_even(first_s: float, steady_s: float, eager_s: float) -> float:
     """Calls after which compiling has paid for itself (NaN: it never does)."""
     if steady_s >= eager_s:
         return math.nan
     return max(1.0, math.ceil((first_s - steady_s) / (eager_s - steady_s)))
 
 
-def _unique_graphs() -> int:
-    try:
-        return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
-    except (AttributeError, KeyError):
-        return 0
+def unique_graphs() -> int:
+    from perflab.dynamo import unique_graphs as graphs
+
+    return graphs()
 
 
-def _graph_breaks(candidate: Callable, x: torch.Tensor) -> float:
+def graph_breaks(candidate: Callable, x: Any) -> float:
+    import torch
+
     original = getattr(candidate, "_orig_mod", None)
     if original is None:
         return math.nan  # not a torch.compile'd module
@@ -139,16 +250,20 @@ def _graph_breaks(candidate: Callable, x: torch.Tensor) -> float:
         return math.nan
 
 
-def serialize(ctx: Context, model: nn.Module, x: torch.Tensor, d: Device, atol: float) -> None:
+def serialize(ctx: Context, model: Any, x: Any, d: Any, atol: float) -> None:
     """Save TorchScript and torch.export files, reload each in a fresh process, compare outputs."""
-    out = Path(ctx.writer.run_dir)
+    import torch
+
+    from perflab.errors import first_line
+
+    out = ctx.run_dir
     torch.save(x.cpu(), out / "input.pt")
     with torch.no_grad():
         expected = model(x).cpu()
     for kind, path in (("torchscript", out / "model.torchscript.pt"), ("torch.export", out / "model.pt2")):
         try:
             with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.simplefilter("ignore")  # its deprecation: said in the row's note
                 if kind == "torchscript":
                     torch.jit.script(model).save(str(path))
                 else:
@@ -156,17 +271,57 @@ def serialize(ctx: Context, model: nn.Module, x: torch.Tensor, d: Device, atol: 
         except Exception as exc:  # a model the format cannot hold is a finding, not a crash
             ctx.record(f"save {kind}", status="error", devices=[d], error=f"{type(exc).__name__}: {first_line(exc)}")
             continue
-        proc = subprocess.run([sys.executable, "-m", "perflab.reload", "torchscript" if kind == "torchscript" else "export",
-                               str(path), str(out / "input.pt"), str(out / f"output.{path.suffix[1:]}.pt")],
-                              capture_output=True, text=True)
+        result = out / f"output.{path.suffix[1:]}.pt"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "perflab.reload",
+                "torchscript" if kind == "torchscript" else "export",
+                str(path),
+                str(out / "input.pt"),
+                str(result),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
-            ctx.record(f"reload {kind}", status="error", devices=[d],
-                       error=first_line("\n".join(reversed(proc.stderr.splitlines()))))  # its last line
+            ctx.record(
+                f"reload {kind}",
+                status="error",
+                devices=[d],
+                error=first_line("\n".join(reversed(proc.stderr.splitlines()))),
+            )  # its last line
             continue
-        got = torch.load(out / f"output.{path.suffix[1:]}.pt", weights_only=True).cpu()
+        got = torch.load(result, weights_only=True).cpu()
         diff = (got - expected).abs().max().item()
         ok = diff <= atol
-        ctx.record(f"reload {kind} in a fresh process", status="ok" if ok else "error", devices=[d],
-                   file_mb=path.stat().st_size / 2**20, load_s=json.loads(proc.stdout)["load_s"],
-                   max_abs_diff=diff, error="" if ok else f"reloaded output differs by {diff:.3g}",
-                   note=SCRIPT_NOTE if kind == "torchscript" else "torch.export.save / torch.export.load")
+        ctx.record(
+            f"reload {kind} in a fresh process",
+            status="ok" if ok else "error",
+            devices=[d],
+            file_mb=path.stat().st_size / 2**20,
+            load_s=json.loads(proc.stdout)["load_s"],
+            max_abs_diff=diff,
+            error="" if ok else f"reloaded output differs by {diff:.3g}",
+            note=SCRIPT_NOTE if kind == "torchscript" else "torch.export.save / torch.export.load",
+        )
+
+
+def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    from perflab.rows import number
+    from perflab.table import human_time
+
+    lines = []
+    for r in rows:
+        name = str(r.get("measurement", ""))
+        if r.get("status") != "ok" or name not in MODES or name == "eager":
+            continue
+        be = number(r.get("break_even_calls"))
+        lines.append(
+            f"{name}: {number(r.get('speedup_vs_eager')) or 0:.2f}x eager, first call (compiling) "
+            f"{human_time(r.get('first_call_s'))}, pays off after "
+            f"{'never' if be is None else f'{be:.0f} calls'}; graphs {r.get('graphs')}, "
+            f"recompiles {r.get('recompiles')}, graph breaks {r.get('graph_breaks')}"
+        )
+    return lines

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import torch
 from omegaconf import MISSING
 
-from perflab import peaks
-from perflab.context import Context
-from perflab.devices import Device, on_device
 from perflab.schema import DTYPES, ExperimentConfig, positive, require
 
-# Book 13.4's figures, shown beside what this machine measures.
+if TYPE_CHECKING:
+    from perflab.context import Context
+
+METRIC = "median_s"
+WRITES_PEAKS = True  # results.peaks: later rows on the same device get pct_of_peak
+
+# Book 13.4's figures, shown beside what this machine measures (and on which hardware the book's came from).
 BOOK = {
-    "host_copy": (100.0, "main memory: up to 100 GB/s"),
-    "device_copy": (500.0, "GDDR6 GPU memory: over 500 GB/s"),
-    "host_device": (12.0, "PCIe 3.0 x16: 1 MB in ~80 us, ~12 GB/s"),
-    "peer": (33.0, "NVLink: 1 MB in ~30 us, ~33 GB/s"),
-    "launch": (10.0, "launching a CUDA kernel: ~10 us"),
+    "host_copy": (100.0, "book 13.4: main memory up to 100 GB/s (a server CPU)"),
+    "device_copy": (500.0, "book 13.4: GDDR6 GPU memory over 500 GB/s"),
+    "host_device": (12.0, "book 13.4: PCIe 3.0 x16, 1 MB in ~80 us, ~12 GB/s"),
+    "peer": (33.0, "book 13.4: NVLink, 1 MB in ~30 us, ~33 GB/s (V100)"),
+    "launch": (10.0, "book 13.4: launching a CUDA kernel ~10 us"),
 }
 
 
@@ -29,7 +32,7 @@ class Config(ExperimentConfig):
     launches: int = MISSING  # tiny ops per timed call, for the launch latency
     matmul_size: int = MISSING  # n for the peak matmul on a GPU ...
     cpu_matmul_size: int = MISSING  # ... and on the CPU
-    dtypes: list[str] = field(default_factory=lambda: ["float32", "bfloat16", "float16"])
+    dtypes: list[str] = MISSING
 
     def __post_init__(self) -> None:
         positive(self, "copy_mb", "transfer_mb", "launches", "matmul_size", "cpu_matmul_size")
@@ -38,6 +41,8 @@ class Config(ExperimentConfig):
 
 
 def run(ctx: Context) -> None:
+    from perflab.devices import on_device
+
     p = ctx.params
     for d in ctx.devices:
         with on_device(d):
@@ -46,8 +51,7 @@ def run(ctx: Context) -> None:
             if d.type == "cuda":
                 found |= host_device(ctx, d, p.transfer_mb)
             found |= peak_matmul(ctx, d, p.cpu_matmul_size if d.type == "cpu" else p.matmul_size, p.dtypes)
-        if ctx.peaks_file:
-            peaks.save(ctx.peaks_file, d.description(), found)
+        ctx.peaks.save(d.description(), found)
     cuda = [d for d in ctx.devices if d.type == "cuda"]
     if len(cuda) >= 2:
         peer_copy(ctx, cuda[0], cuda[1], p.transfer_mb)
@@ -61,64 +65,120 @@ def _book(key: str) -> dict:
     return {"book_reference": value, "book_note": words}
 
 
-def memory_copy(ctx: Context, d: Device, mb: int) -> dict[str, float]:
+def memory_copy(ctx: Context, d: Any, mb: int) -> dict[str, float]:
+    import torch
+
     src = torch.ones(mb * 2**20 // 4, device=d.torch)
     dst = torch.empty_like(src)
     nbytes = 2 * src.numel() * 4  # read + write, as STREAM counts a copy
     where = "host" if d.type == "cpu" else "device"
-    stats = ctx.measure(f"{d.name} {where} memory copy", lambda: dst.copy_(src), [d], bytes=nbytes,
-                        note="bytes read + written", **_book(f"{where}_copy"))
+    stats = ctx.measure(
+        f"{d.name} {where} memory copy",
+        lambda: dst.copy_(src),
+        [d],
+        bytes=nbytes,
+        note="bytes read + written",
+        **_book(f"{where}_copy"),
+    )
     return {f"{where}_copy": nbytes / stats.median / 1e9}
 
 
-def launch_latency(ctx: Context, d: Device, n: int) -> dict[str, float]:
+def launch_latency(ctx: Context, d: Any, n: int) -> dict[str, float]:
+    import torch
+
+    from perflab.context import Part
+
     x = torch.zeros(1, device=d.torch)
 
     def tiny_ops() -> None:
         for _ in range(n):
             x.add_(1)
 
-    def per_op(s) -> dict:
-        us = s.median / n * 1e6
-        return {"latency_us": us, "note": f"{us:.3g} us per op; " + note}
+    def per_op(note: str) -> Any:
+        def derive(s: Any) -> dict:
+            us = s.median / n * 1e6
+            return {"latency_us": us, "note": f"{us:.3g} us per op; {note}"}
 
-    note = "tiny kernels issued back to back, then one sync" if d.type == "cuda" else \
-        "a tiny torch op on the CPU: framework overhead per op"
+        return derive
+
+    unit = {"items_unit": "ops"}
     if d.type != "cuda":
-        stats = ctx.measure(f"{d.name} op dispatch latency", tiny_ops, [d], items=n, derive=per_op)
+        stats = ctx.measure(
+            f"{d.name} op dispatch latency",
+            tiny_ops,
+            [d],
+            items=n,
+            **unit,
+            derive=per_op("a tiny torch op on the CPU: framework overhead per op"),
+        )
         return {"op_latency_us": stats.median / n * 1e6}
-    stats = ctx.measure(f"{d.name} kernel launch latency", tiny_ops, [d], items=n, derive=per_op, **_book("launch"))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         tiny_ops()
-    note = "the same kernels replayed from one captured graph"
-    ctx.measure(f"{d.name} kernel launch latency (CUDA graph)", graph.replay, [d], items=n, derive=per_op,
-                **_book("launch"))
-    return {"launch_latency_us": stats.median / n * 1e6}
+    stats = ctx.measure_rounds(
+        {
+            f"{d.name} kernel launch latency": Part(
+                tiny_ops,
+                [d],
+                items=n,
+                extra={**unit, **_book("launch")},
+                derive=per_op("tiny kernels issued back to back, then one sync"),
+            ),
+            f"{d.name} kernel launch latency (CUDA graph)": Part(
+                graph.replay,
+                [d],
+                items=n,
+                extra={**unit, **_book("launch")},
+                derive=per_op("the same kernels replayed from one captured graph"),
+            ),
+        }
+    )
+    return {"launch_latency_us": stats[f"{d.name} kernel launch latency"].median / n * 1e6}
 
 
-def host_device(ctx: Context, d: Device, mb: int) -> dict[str, float]:
-    found = {}
+def host_device(ctx: Context, d: Any, mb: int) -> dict[str, float]:
+    import torch
+
+    from perflab.context import Part
+
     dev = torch.ones(mb * 2**20 // 4, device=d.torch)
-    for kind in ("pageable", "pinned"):
-        host = torch.ones(dev.numel(), pin_memory=kind == "pinned")
-        nbytes = host.numel() * 4
-        up = ctx.measure(f"{d.name} host -> device ({kind})", lambda h=host: dev.copy_(h, non_blocking=True), [d],
-                         bytes=nbytes, **_book("host_device"))
-        down = ctx.measure(f"{d.name} device -> host ({kind})", lambda h=host: h.copy_(dev, non_blocking=True), [d],
-                           bytes=nbytes, **_book("host_device"))
-        found[f"h2d_{kind}"], found[f"d2h_{kind}"] = nbytes / up.median / 1e9, nbytes / down.median / 1e9
+    hosts = {kind: torch.ones(dev.numel(), pin_memory=kind == "pinned") for kind in ("pageable", "pinned")}
+    nbytes = dev.numel() * 4
+    parts = {}
+    for kind, host in hosts.items():
+        parts[f"{d.name} host -> device ({kind})"] = Part(
+            lambda h=host: dev.copy_(h, non_blocking=True), [d], bytes=nbytes, extra=_book("host_device")
+        )
+        parts[f"{d.name} device -> host ({kind})"] = Part(
+            lambda h=host: h.copy_(dev, non_blocking=True), [d], bytes=nbytes, extra=_book("host_device")
+        )
+    stats = ctx.measure_rounds(parts)
+    found = {}
+    for kind in hosts:
+        found[f"h2d_{kind}"] = nbytes / stats[f"{d.name} host -> device ({kind})"].median / 1e9
+        found[f"d2h_{kind}"] = nbytes / stats[f"{d.name} device -> host ({kind})"].median / 1e9
     return found
 
 
-def peer_copy(ctx: Context, a: Device, b: Device, mb: int) -> None:
+def peer_copy(ctx: Context, a: Any, b: Any, mb: int) -> None:
+    import torch
+
     src = torch.ones(mb * 2**20 // 4, device=a.torch)
     dst = torch.empty_like(src, device=b.torch)
-    ctx.measure(f"{a.name} -> {b.name} copy", lambda: dst.copy_(src, non_blocking=True), [a, b],
-                bytes=src.numel() * 4, **_book("peer"))
+    ctx.measure(
+        f"{a.name} -> {b.name} copy",
+        lambda: dst.copy_(src, non_blocking=True),
+        [a, b],
+        bytes=src.numel() * 4,
+        **_book("peer"),
+    )
 
 
-def peak_matmul(ctx: Context, d: Device, n: int, dtypes: list[str]) -> dict[str, float]:
+def peak_matmul(ctx: Context, d: Any, n: int, dtypes: list[str]) -> dict[str, float]:
+    import torch
+
+    from perflab.precision import applied
+
     found = {}
     for name in dtypes:
         dtype = getattr(torch, name)
@@ -126,17 +186,39 @@ def peak_matmul(ctx: Context, d: Device, n: int, dtypes: list[str]) -> dict[str,
             ctx.skip(f"{d.name} peak matmul {name}", "float16 matmul on the CPU is emulated: no peak to speak of")
             continue
         a, b = (torch.randn(n, n, device=d.torch).to(dtype) for _ in range(2))
-        tf32 = [False, True] if d.type == "cuda" and dtype == torch.float32 else [None]
-        for allow in tf32:
-            label = name if allow is None else ("tf32" if allow else "float32 (no tf32)")
-            before = torch.backends.cuda.matmul.allow_tf32
-            if allow is not None:
-                torch.backends.cuda.matmul.allow_tf32 = allow
-            try:
-                stats = ctx.measure(f"{d.name} peak matmul {label}", lambda: torch.mm(a, b), [d], flops=2 * n**3,
-                                    derive=lambda s: {"peak_tflops": 2 * n**3 / s.min / 1e12},
-                                    note=f"{n}x{n}; the peak is the best sample")
-            finally:
-                torch.backends.cuda.matmul.allow_tf32 = before
-            found["matmul_" + ("tf32" if allow else name)] = 2 * n**3 / stats.min / 1e12
+        modes = (
+            [("float32 (no tf32)", "fp32", "float32"), ("tf32", "tf32", "tf32")]
+            if d.type == "cuda" and dtype == torch.float32
+            else [(name, "fp32", name)]
+        )
+        for label, precision, key in modes:
+            with applied(precision, d.type):
+                stats = ctx.measure(
+                    f"{d.name} peak matmul {label}",
+                    lambda a=a, b=b: torch.mm(a, b),
+                    [d],
+                    flops=2 * n**3,
+                    dtype=key,
+                    derive=lambda s: {"peak_tflops": 2 * n**3 / s.min / 1e12},
+                    note=f"{n}x{n}; the peak is the best sample",
+                )
+            found[f"matmul_{key}"] = 2 * n**3 / stats.min / 1e12
     return found
+
+
+def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    from perflab.rows import number
+
+    lines = []
+    for r in rows:
+        if r.get("status") != "ok":
+            continue
+        ref, value = number(r.get("book_reference")), number(r.get("gbps"))
+        if value is None and number(r.get("latency_us")) is not None:
+            value = number(r.get("latency_us"))
+        if ref is not None and value is not None:
+            unit = "us" if "latency" in str(r["measurement"]) else "GB/s"
+            lines.append(f"{r['measurement']}: {value:.3g} {unit} here; {r.get('book_note')}")
+        elif number(r.get("peak_tflops")) is not None:
+            lines.append(f"{r['measurement']}: {float(r['peak_tflops']):.3g} TFLOP/s")
+    return lines

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import torch
 from omegaconf import MISSING
 
-from perflab.context import Context
-from perflab.devices import Device
-from perflab.parallel import alone_then_together
 from perflab.schema import DTYPES, ExperimentConfig, one_of, positive
+
+if TYPE_CHECKING:
+    from perflab.context import Context
+
+METRIC = "tflops"
 
 
 @dataclass
 class Config(ExperimentConfig):
-    size: int = MISSING        # n for n x n @ n x n
+    size: int = MISSING  # n for n x n @ n x n
     iterations: int = MISSING  # matmuls per timed call
     dtype: str = MISSING
 
@@ -25,14 +27,38 @@ class Config(ExperimentConfig):
 
 
 def run(ctx: Context) -> None:
+    import torch
+
+    from perflab.parallel import alone_then_together
+
     p = ctx.params
     dtype = getattr(torch, p.dtype)
-    operands = {d.name: (torch.randn(p.size, p.size, device=d.torch).to(dtype),
-                         torch.randn(p.size, p.size, device=d.torch).to(dtype)) for d in ctx.devices}
+    operands = {
+        d.name: (
+            torch.randn(p.size, p.size, device=d.torch).to(dtype),
+            torch.randn(p.size, p.size, device=d.torch).to(dtype),
+        )
+        for d in ctx.devices
+    }
 
-    def work(d: Device) -> None:
+    def work(d) -> None:
         a, b = operands[d.name]
         for _ in range(p.iterations):
             torch.mm(a, b)
 
-    alone_then_together(ctx, work, flops=2 * p.size**3 * p.iterations, items=p.iterations, peak=f"matmul_{p.dtype}")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    alone_then_together(
+        ctx,
+        work,
+        flops=2 * p.size**3 * p.iterations,
+        items=p.iterations,
+        unit="matmuls",
+        dtype=p.dtype,
+        columns={"intensity": 2 * p.size / (3 * itemsize)},  # 2n^3 FLOPs over 3 n^2 elements moved (estimated)
+    )
+
+
+def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    from perflab.parallel import concurrency_headline
+
+    return concurrency_headline(rows, "TFLOP/s", "tflops")

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import logging
+import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import torch.distributed as dist
-
-from perflab import launch
-from perflab.context import Context
 from perflab.errors import ConfigError
 from perflab.schema import ExperimentConfig
-from perflab.train import loop
+
+if TYPE_CHECKING:
+    from perflab.context import Context
+
+METRIC = "items_per_s"  # compare: global images/s ...
+SUMMARY_ROWS = ("train",)  # ... of the one summary row per run, not of every epoch
 
 
 @dataclass
@@ -20,28 +22,109 @@ class Config(ExperimentConfig):
 
 
 def run(ctx: Context) -> None:
+    from perflab import precision
+    from perflab.train import loop
+    from perflab.train.strategies import NOT_COMPILABLE
+
     s = ctx.settings
     for section in ("model", "data", "strategy", "trainer"):
         if getattr(s, section) is None:
             raise ConfigError(section, None, f"a {section} config (conf/{section}/ or the experiment's defaults)")
-    loop.check_devices(s.strategy.name, ctx.devices)
-    nodes = s.strategy.nnodes if s.strategy.name == "ddp" else 1
-    loop.plan(s.trainer, len(ctx.devices) * nodes)  # bad batch/device combinations: before launching
+    assert s.strategy is not None and s.trainer is not None
+    names = [d.name for d in ctx.devices]
+    if s.strategy.name == "single" and len(ctx.devices) != 1:
+        raise ConfigError(
+            "devices.count", len(ctx.devices), "1 for strategy=single (scratch, data_parallel or ddp for more)"
+        )
+    if s.strategy.name in ("data_parallel", "ddp") and len({d.type for d in ctx.devices}) > 1:
+        raise ConfigError("devices.spec", names, f"devices of one kind for strategy={s.strategy.name}")
+    if s.trainer.compile and s.strategy.name in NOT_COMPILABLE:
+        raise ConfigError("trainer.compile", True, "false with this strategy", problem=NOT_COMPILABLE[s.strategy.name])
+    precision.check("trainer.precision", s.trainer.precision, ctx.devices)
+    loop.plan(s.trainer, len(ctx.devices) * s.strategy.nnodes)  # bad batch/device combinations: before launching
     if s.strategy.name != "ddp":
-        loop.train(ctx)
+        loop.Trainer(ctx).fit()
         return
     st = s.strategy
+    endpoint = st.rdzv_endpoint or (rendezvous_from_slurm() if st.nnodes > 1 else "")
+    if st.nnodes > 1 and not endpoint:
+        raise ConfigError(
+            "strategy.rdzv_endpoint",
+            st.rdzv_endpoint,
+            "host:port reachable from every node",
+            problem=f"strategy.nnodes={st.nnodes} needs a rendezvous (or run it under SLURM)",
+        )
     # Rank 0 writes the rows from its own process, into this job's files.
-    launch.elastic(_ddp_worker, ctx, nproc=len(ctx.devices), nnodes=st.nnodes, rdzv_endpoint=st.rdzv_endpoint,
-                   max_restarts=st.max_restarts,
-                   run_id=st.rdzv_id if st.rdzv_endpoint else ctx.base_row["run_id"].replace("/", "-"))
+    ctx.launch_workers(
+        _ddp_worker,
+        nproc=len(ctx.devices),
+        nnodes=st.nnodes,
+        rdzv_endpoint=endpoint,
+        rdzv_id=st.rdzv_id if st.nnodes > 1 else "",
+        max_restarts=st.max_restarts,
+    )
+
+
+def rendezvous_from_slurm() -> str:
+    """host:port on the first node of this SLURM allocation (every task computes the same)."""
+    from perflab.slurm import first_node
+
+    host = first_node(os.environ.get("SLURM_JOB_NODELIST", ""))
+    port = 29500 + int(os.environ.get("SLURM_JOB_ID", "0")) % 1000
+    return f"{host}:{port}" if host else ""
 
 
 def _ddp_worker(ctx: Context) -> None:
-    rank, world, local = launch.init_process_group(ctx.devices, ctx.settings.strategy.backend)
-    if rank == 0:
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
+    import torch.distributed as dist
+
+    from perflab import workers
+    from perflab.train import loop
+
+    rank, world, local = workers.init_process_group(ctx.devices, ctx.settings.strategy.backend)
     try:
-        loop.train(ctx, rank=rank, world=world, local_rank=local)
+        loop.Trainer(ctx, rank=rank, world=world, local_rank=local).fit()
     finally:
         dist.destroy_process_group()
+
+
+def progress(row: Mapping[str, Any]) -> str | None:
+    """Each epoch's line; other rows get the generic one."""
+    if row.get("measurement") != "epoch" or row.get("status") != "ok":
+        return None
+    return (
+        f"epoch {row['epoch']}: {row['train_s']:.2f} s train, {row['eval_s']:.2f} s eval, "
+        f"{row['items_per_s']:.4g} images/s, loss {row['train_loss']:.4f}, train acc {row['train_acc']:.3f}, "
+        f"test acc {row['test_acc']:.3f}, lr {row['lr']:.4g}, waiting for data {row['data_wait_frac']:.0%}"
+    )
+
+
+def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    from perflab.rows import number
+    from perflab.table import human_time
+
+    summary = next((r for r in reversed(rows) if r.get("measurement") == "train" and r.get("status") == "ok"), None)
+    if summary is None:
+        return []
+    n = int(number(summary.get("n_devices")) or 1)
+    line = (
+        f"{summary.get('model')} x {summary.get('strategy')} on {n} device{'s' if n > 1 else ''}: "
+        f"{number(summary['items_per_s']) or 0:.4g} images/s ({number(summary.get('per_device_items_per_s')) or 0:.4g} "
+        f"per device), epoch {human_time(summary.get('median_s'))}, final test acc "
+        f"{number(summary.get('test_acc')) or 0:.3f}"
+    )
+    lines = [
+        line,
+        f"model FLOPs: {number(summary.get('tflops')) or 0:.3g} TFLOP/s achieved"
+        + (f", MFU {float(summary['mfu']):.1%}" if number(summary.get("mfu")) is not None else "")
+        + (
+            f", {float(summary['pct_of_peak']):.0f}% of the measured peak"
+            if number(summary.get("pct_of_peak")) is not None
+            else ""
+        ),
+    ]
+    wait = number(summary.get("data_wait_frac"))
+    if wait is not None:
+        lines.append(
+            f"input pipeline: {wait:.0%} of the step time waiting for data" + (" (input-bound)" if wait >= 0.5 else "")
+        )
+    return lines

@@ -1,3 +1,18 @@
-"""perflab: a config-driven lab for measuring the computational performance of PyTorch work."""
+"""perflab: a config-driven lab for measuring the computational performance of PyTorch work.
 
-__version__ = "0.1.0"
+``perflab.run(experiment, overrides)`` runs one job and returns its rows (a DataFrame);
+``perflab.results.load(path)`` loads any results tree; ``perflab.compare`` compares them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+__version__ = "0.2.0"
+
+
+def run(experiment: str, overrides: Sequence[str] = ()) -> Any:
+    """Run one job as the command line would; see :func:`perflab.api.run`."""
+    from perflab.api import run as _run
+
+    return _run(experiment, overrides)

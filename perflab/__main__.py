@@ -1,3 +1,3 @@
-from perflab.app import main
+from perflab.app import cli
 
-main()
+cli()

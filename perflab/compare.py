@@ -1,10 +1,22 @@
-"""Compare results: ``python -m perflab.compare PATH... [--by KEY ...] [--baseline KEY=VALUE]
-[--metric NAME] [--plot DIR] [--format md|csv]``, or ``compare(...)`` for a DataFrame.
+"""Compare results: within one tree, or two trees A/B.
 
-One line per (experiment, measurement, config keys): the metric (median over runs), its ratio
-to the baseline with a significance test on the raw samples, and, when the keys include a
-device count, speedup S(n) = throughput(n) / throughput(smallest n) and efficiency E(n) = S(n)/n.
-For training, final test accuracy stands beside speed, so "faster but worse" shows.
+    python -m perflab.compare PATH [--by KEY ...] [--baseline KEY=VALUE] [--plot DIR]
+    python -m perflab.compare BASE NEW [--fail-if-slower PCT]
+
+One tree: one line per (experiment, measurement, config keys: by default the keys that vary),
+each experiment with its own metric (training: images/s of its summary row; matmul: TFLOP/s;
+others: median time) unless ``--metric`` says otherwise. Nothing is dropped: an experiment
+without the asked metric keeps its own, and says so. Rows of different configs that land in
+one line are said to be pooled (and which keys differ). ``--baseline KEY=VALUE`` adds the
+speedup over that point and a significance test on the raw samples; a device count among the
+keys adds S(n) = throughput(n) / throughput(1 device) and E(n) = S(n) / n.
+
+Two trees: points matched by config and device; per point the change and its significance.
+``--fail-if-slower PCT`` exits 1 when any point is significantly slower by more than PCT %:
+a regression gate for CI.
+
+Ratio, speedup and the significance words all come from the same metric in its own
+direction: higher is better for rates (tested on per-sample rates), lower for times.
 """
 
 from __future__ import annotations
@@ -13,18 +25,43 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
+from perflab import registry, schema
 from perflab.results import load
-from perflab.stats import compare_samples
+from perflab.stats import Verdict, compare_samples
 
-HIGHER_IS_BETTER = {"items_per_s", "per_device_items_per_s", "tflops", "gbps", "test_acc", "train_acc",
-                    "concurrency", "overlap_speedup"}
+RATES = {"items_per_s", "per_device_items_per_s", "tflops", "gbps", "bus_gbps"}  # work / median time
+HIGHER_IS_BETTER = RATES | {
+    "test_acc",
+    "train_acc",
+    "concurrency",
+    "overlap_speedup",
+    "speedup_vs_eager",
+    "mfu",
+    "pct_of_peak",
+    "peak_tflops",
+}
 COUNT_KEYS = ("cfg.devices.count", "n_devices")
-NOT_A_KEY = ("cfg.results.", "cfg.hydra", "cfg.trainer.resume", "cfg.trainer.checkpoint_dir")
+SUPERLINEAR = 1.1  # efficiency above this is physically suspect
+NOISY_BETWEEN_RUNS = 0.10  # run-to-run coefficient of variation above this: say so
+UNITS = {
+    "items_per_s": "items/s",
+    "per_device_items_per_s": "items/s per device",
+    "tflops": "TFLOP/s",
+    "gbps": "GB/s",
+    "bus_gbps": "GB/s",
+    "median_s": "s",
+    "mean_s": "s",
+    "min_s": "s",
+}
+
+
+class CompareError(ValueError):
+    """A user mistake in a comparison: one line."""
 
 
 def config_column(key: str) -> str:
@@ -32,103 +69,326 @@ def config_column(key: str) -> str:
     return key if key.startswith("cfg.") or "." not in key else f"cfg.{key}"
 
 
-def compare(*paths: str | Path, by: Sequence[str] | None = None, baseline: str | None = None,
-            metric: str | None = None, rows: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The comparison table as a DataFrame (see the module docstring).
+def higher_is_better(metric: str) -> bool:
+    return metric in HIGHER_IS_BETTER or metric.endswith("_per_s")
+
+
+def identity_columns(df: pd.DataFrame) -> list[str]:
+    """The cfg.* columns that say what was measured (not where results were kept)."""
+    volatile = tuple(f"cfg.{k}" for k in schema.volatile_keys())
+    return [c for c in df.columns if c.startswith("cfg.") and not c.startswith(volatile) and c != "cfg.experiment.name"]
+
+
+def select(df: pd.DataFrame, experiment: str | None = None, where: Sequence[str] = ()) -> pd.DataFrame:
+    """The ok rows, of one experiment, with ``KEY=VALUE`` filters."""
+    if df.empty:
+        raise CompareError("no rows to compare")
+    df = df[df["status"].astype("string") == "ok"]
+    if experiment is not None:
+        if experiment not in set(df["experiment"].astype("string")):
+            raise CompareError(
+                f"--experiment {experiment}: no ok rows of it (have: "
+                f"{', '.join(sorted(set(df['experiment'].astype('string'))))})"
+            )
+        df = df[df["experiment"].astype("string") == experiment]
+    for item in where:
+        key, sep, value = item.partition("=")
+        column = config_column(key)
+        if not sep or column not in df:
+            raise CompareError(f"--where {item}: allowed: KEY=VALUE with KEY one of the rows' columns")
+        df = df[df[column].astype("string") == value]
+    if df.empty:
+        raise CompareError("no ok rows left after the filters")
+    return df
+
+
+def metric_for(experiment: str, rows: pd.DataFrame, asked: str | None) -> tuple[str, str]:
+    """(metric, note): the asked one if the experiment's rows have it, else the experiment's own."""
+    try:
+        own = registry.get(experiment).metric
+    except (ModuleNotFoundError, TypeError):
+        own = "median_s"
+    if asked and asked in rows and rows[asked].notna().any():
+        return asked, ""
+    if own not in rows or rows[own].isna().all():
+        own = "median_s"
+    note = f"{experiment} has no {asked} values: compared by {own}" if asked else ""
+    return own, note
+
+
+def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows an experiment compares by default (training: its summary row, not every epoch)."""
+    try:
+        keep = getattr(registry.get(experiment).module, "SUMMARY_ROWS", None)
+    except (ModuleNotFoundError, TypeError):
+        keep = None
+    return rows[rows["measurement"].astype("string").isin(keep)] if keep else rows
+
+
+def sample_values(samples: dict[str, np.ndarray], row: pd.Series, metric: str) -> np.ndarray:
+    """A row's raw samples as values of ``metric``: seconds for times; for rates, the rate each
+    sample implies (metric x median / sample seconds)."""
+    if not samples or metric not in RATES | {"median_s", "mean_s", "min_s"}:
+        return np.array([])
+    seconds = samples.get(str(row["row_id"]))
+    if seconds is None or not len(seconds):
+        return np.array([])
+    if metric in RATES:
+        return float(row[metric]) * float(row["median_s"]) / seconds
+    return seconds
+
+
+def _samples_by_row(paths: Sequence[str | Path]) -> dict[str, np.ndarray]:
+    try:
+        s = load(*paths, samples=True)
+    except FileNotFoundError:
+        return {}
+    if s.empty:
+        return {}
+    s = s[s["phase"].astype("string") == "sample"]
+    return {str(k): g["seconds"].to_numpy(float) for k, g in s.groupby("row_id", observed=True)}
+
+
+def compare(
+    *paths: str | Path,
+    by: Sequence[str] | None = None,
+    baseline: str | None = None,
+    metric: str | None = None,
+    experiment: str | None = None,
+    where: Sequence[str] = (),
+    rows: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The comparison table of one tree as a DataFrame (see the module docstring).
 
     ``rows``: a DataFrame from ``load()`` to use instead of ``paths`` (then without raw
-    samples, so without significance tests).
+    samples, so without significance tests or error bars). ``df.attrs["notes"]`` holds the
+    lines worth showing (pooled configs, metrics that differ, suspect figures).
     """
-    df = load(*paths) if rows is None else rows
-    if df.empty:
-        raise ValueError("no rows to compare")
-    df = df[df["status"] == "ok"]
-    training = "measurement" in df and (df["measurement"] == "train").any()
-    if training:
-        df = df[df["measurement"] == "train"]  # training: one summary row per run, not every epoch
-    metric = metric or ("items_per_s" if training else "median_s")
-    if metric not in df:
-        raise ValueError(f"--metric {metric}: no such column; try median_s, items_per_s, tflops, test_acc")
-    keys = [config_column(k) for k in by] if by else _varying_keys(df)
-    missing = [k for k in keys if k not in df]
-    if missing:
-        raise ValueError(f"--by {', '.join(missing)}: not in the results")
-    group = list(dict.fromkeys(["experiment", "measurement", *keys]))
-    samples = load(*paths, samples=True) if rows is None else pd.DataFrame()
-    table = []
+    df = select(load(*paths) if rows is None else rows, experiment, where)
+    samples = _samples_by_row(paths) if rows is None else {}
+    tables, notes = [], []
+    for name, part in df.groupby(df["experiment"].astype("string"), sort=True):
+        table, more = _one_experiment(str(name), summary_rows(str(name), part), by, baseline, metric, samples)
+        tables.append(table)
+        notes += more
+    out = pd.concat(tables, ignore_index=True, sort=False) if tables else pd.DataFrame()
+    out.attrs["notes"] = notes
+    return out
+
+
+def _one_experiment(
+    name: str,
+    df: pd.DataFrame,
+    by: Sequence[str] | None,
+    baseline: str | None,
+    asked: str | None,
+    samples: dict[str, np.ndarray],
+) -> tuple[pd.DataFrame, list[str]]:
+    metric, note = metric_for(name, df, asked)
+    notes = [note] if note else []
+    identity = identity_columns(df)
+    if by:
+        keys = [config_column(k) for k in by]
+        missing = [k for k in keys if k not in df]
+        if missing:
+            raise CompareError(f"--by {', '.join(missing)}: not in the results of {name}")
+    else:
+        keys = [c for c in identity if df[c].astype("string").nunique(dropna=False) > 1]
+    if "device_name" in df and df["device_name"].astype("string").nunique() > 1 and "device_name" not in keys:
+        keys.append("device_name")  # different hardware is never pooled
+    group = ["measurement", *keys]
+    entries = []
     for values, part in df.groupby(group, dropna=False, sort=True, observed=True):
-        entry = dict(zip(group, values))
-        entry.update(runs=len(part), **{metric: float(part[metric].median())})
+        values = values if isinstance(values, tuple) else (values,)
+        entry: dict[str, Any] = {"experiment": name, **dict(zip(group, values)), "metric": metric}
+        per_run = pd.to_numeric(part[metric], errors="coerce")
+        entry[metric] = float(per_run.median())
+        entry["runs"] = int(part["run_id"].nunique())
+        if entry["runs"] > 1 and per_run.mean():
+            cv = float(per_run.std(ddof=1) / per_run.mean())
+            entry["cv_between_runs"] = cv
+            if cv > NOISY_BETWEEN_RUNS:
+                notes.append(f"{name} {values}: {metric} varies {cv:.0%} between runs ({entry['runs']} runs)")
+        values_per_sample = [sample_values(samples, r, metric) for _, r in part.iterrows()]
+        pooled_samples = np.concatenate(values_per_sample) if values_per_sample else np.array([])
+        entry["_samples"] = pooled_samples
+        if len(pooled_samples) >= 3:
+            q1, q3 = np.percentile(pooled_samples, [25, 75])
+            entry["iqr_pct"] = 100 * float(q3 - q1) / float(np.median(pooled_samples))
         if "test_acc" in part and metric != "test_acc":
-            entry["test_acc"] = float(part["test_acc"].median())
-        entry["noisy"] = bool(part["noisy"].fillna(False).any()) if "noisy" in part else False
-        entry["_row_ids"] = list(part["row_id"])
-        table.append(entry)
-    out = pd.DataFrame(table)
+            entry["test_acc"] = float(pd.to_numeric(part["test_acc"], errors="coerce").median())
+        differ = [c for c in identity if c not in keys and part[c].astype("string").nunique(dropna=False) > 1]
+        if differ:
+            entry["pooled"] = ", ".join(c.removeprefix("cfg.") for c in differ)
+            notes.append(
+                f"{name} {entry['measurement']}: {entry['runs']} runs pooled although they differ in "
+                f"{entry['pooled']} (add --by to separate them)"
+            )
+        suspects = sorted({str(s) for s in part.get("suspect", pd.Series(dtype=str)).dropna() if str(s)})
+        entry["suspect"] = "; ".join(suspects)
+        entries.append(entry)
+    out = pd.DataFrame(entries)
     if baseline:
-        out = _against_baseline(out, keys, metric, baseline, samples)
+        out = _against_baseline(out, keys, metric, baseline, name)
     count = next((k for k in keys if k in COUNT_KEYS), None)
-    if count and metric in HIGHER_IS_BETTER:
+    if count and higher_is_better(metric):
         out = _scaling(out, keys, metric, count, df)
-    return out.drop(columns=["_row_ids"])
+        for _, row in out[out["efficiency"] > SUPERLINEAR].iterrows():
+            notes.append(
+                f"{name} {row['measurement']} at {count.removeprefix('cfg.')}={row[count]}: efficiency "
+                f"{row['efficiency']:.2f} > {SUPERLINEAR}: faster than linear is suspect"
+            )
+    return out, notes
 
 
-def _varying_keys(df: pd.DataFrame) -> list[str]:
-    cols = [c for c in df.columns if c.startswith("cfg.") and not c.startswith(NOT_A_KEY)]
-    return [c for c in cols if df[c].astype("string").nunique(dropna=False) > 1]
+def _matches(out: pd.DataFrame, row: pd.Series, columns: list[str]) -> pd.Series:
+    return (out[columns].astype("string") == row[columns].astype("string")).all(axis=1)
 
 
-def _against_baseline(out: pd.DataFrame, keys: list[str], metric: str, baseline: str,
-                      samples: pd.DataFrame) -> pd.DataFrame:
-    key, _, value = baseline.partition("=")
+def _against_baseline(out: pd.DataFrame, keys: list[str], metric: str, baseline: str, name: str) -> pd.DataFrame:
+    key, sep, value = baseline.partition("=")
     key = config_column(key)
+    if not sep:
+        raise CompareError(f"--baseline {baseline}: allowed: KEY=VALUE, e.g. devices.count=1")
     if key not in out:
-        raise ValueError(f"--baseline {baseline}: {key} is not one of the compared keys ({', '.join(keys)})")
-    others = ["experiment", "measurement", *(k for k in keys if k != key)]
+        out = out.assign(speedup_vs_baseline=math.nan, significance=f"no baseline: {key} is not among the keys")
+        return out
+    others = ["measurement", *(k for k in keys if k != key)]
     is_base = out[key].astype("string") == value
     if not is_base.any():
-        raise ValueError(f"--baseline {baseline}: no results with {key}={value}")
-    higher = metric in HIGHER_IS_BETTER
-    ratios, verdicts = [], []
+        raise CompareError(f"--baseline {baseline}: no {name} results with {key}={value}")
+    higher = higher_is_better(metric)
+    speedups, words = [], []
     for _, row in out.iterrows():
-        match = out[is_base & (out[others].astype("string") == row[others].astype("string")).all(axis=1)]
+        match = out[is_base & _matches(out, row, others)]
         if match.empty:
-            ratios.append(math.nan)
-            verdicts.append("no baseline")
+            speedups.append(math.nan)
+            words.append("no baseline")
             continue
         base = match.iloc[0]
-        ratios.append(row[metric] / base[metric] if higher else base[metric] / row[metric])
-        verdicts.append("baseline" if base.name == row.name else _verdict(samples, base["_row_ids"], row["_row_ids"]))
-    return out.assign(speedup_vs_baseline=ratios, significance=verdicts)
+        ratio = row[metric] / base[metric]
+        speedups.append(ratio if higher else 1 / ratio)
+        if base.name == row.name:
+            words.append("baseline")
+        else:
+            words.append(_verdict(base["_samples"], row["_samples"], higher, metric).words)
+    return out.assign(speedup_vs_baseline=speedups, significance=words)
 
 
-def _verdict(samples: pd.DataFrame, base_ids: list[str], ids: list[str]) -> str:
-    if samples.empty:
-        return "no raw samples"
-    timed = samples[samples["phase"] == "sample"]
-    a = timed[timed["row_id"].isin(base_ids)]["seconds"].to_numpy()
-    b = timed[timed["row_id"].isin(ids)]["seconds"].to_numpy()
-    return compare_samples(a, b).words
+def _verdict(base: np.ndarray, new: np.ndarray, higher: bool, metric: str) -> Verdict:
+    if not len(base) or not len(new):
+        return Verdict(math.nan, math.nan, math.nan, math.nan, f"no raw samples of {metric} to test")
+    return compare_samples(base, new, higher_is_better=higher)
 
 
 def _scaling(out: pd.DataFrame, keys: list[str], metric: str, count: str, rows: pd.DataFrame) -> pd.DataFrame:
-    """Speedup and efficiency over the device count, within each group of the other keys."""
-    others = ["experiment", "measurement", *(k for k in keys if k != count)]
+    """Speedup S(n) and efficiency E(n) = S(n) / n within each group of the other keys."""
+    others = ["measurement", *(k for k in keys if k != count)]
     out = out.copy()
     out[count] = pd.to_numeric(out[count])
     speedups = []
     for _, row in out.iterrows():
-        same = out[(out[others].astype("string") == row[others].astype("string")).all(axis=1)]
+        same = out[_matches(out, row, others)]
         ref = same.loc[same[count].idxmin()]
         speedups.append(row[metric] / ref[metric] * ref[count])  # S(n) relative to one device
     out["speedup"] = speedups
     out["efficiency"] = out["speedup"] / out[count]
-    if "per_device_items_per_s" not in out and metric == "items_per_s":
+    if metric == "items_per_s":
         out["per_device_items_per_s"] = out[metric] / out[count]
-    scaling = "cfg.trainer.scaling"
-    if scaling in rows and scaling not in out:
-        out["scaling"] = rows[scaling].iloc[0]
+    if "cfg.trainer.scaling" in rows:
+        out["scaling"] = rows["cfg.trainer.scaling"].astype("string").iloc[0]
     return out
+
+
+# --- two trees ----------------------------------------------------------------------------------
+
+
+def ab(
+    base: str | Path,
+    new: str | Path,
+    *,
+    metric: str | None = None,
+    experiment: str | None = None,
+    where: Sequence[str] = (),
+    any_device: bool = False,
+) -> pd.DataFrame:
+    """Every point of ``new`` against the same point (config, and device unless ``any_device``)
+    of ``base``: metric, change, significance. ``df.attrs["notes"]`` lists unmatched points."""
+    a, b = select(load(base), experiment, where), select(load(new), experiment, where)
+    samples = {**_samples_by_row([base]), **_samples_by_row([new])}
+    entries, notes = [], []
+    for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
+        pa = summary_rows(name, a[a["experiment"].astype("string") == name])
+        pb = summary_rows(name, b[b["experiment"].astype("string") == name])
+        m, note = metric_for(name, pd.concat([pa, pb]), metric)
+        notes += [note] if note else []
+        key_cols = sorted(set(identity_columns(pa)) | set(identity_columns(pb)))
+        match_on = ["measurement", *key_cols, *([] if any_device else ["device_name"])]
+        ga, gb = _points(pa, match_on), _points(pb, match_on)
+        varying = [c for c in key_cols if pd.concat([pa, pb])[c].astype("string").nunique(dropna=False) > 1]
+        for point in sorted(set(ga) | set(gb)):
+            label = dict(zip(match_on, point))
+            entry: dict[str, Any] = {
+                "experiment": name,
+                "measurement": label["measurement"],
+                **{k: label[k] for k in varying},
+                "metric": m,
+            }
+            if not any_device:
+                entry["device_name"] = label["device_name"]
+            if point not in ga or point not in gb:
+                entry["change"] = "only in " + ("new" if point not in ga else "base")
+                entries.append(entry)
+                continue
+            ra, rb = ga[point], gb[point]
+            va, vb = float(pd.to_numeric(ra[m]).median()), float(pd.to_numeric(rb[m]).median())
+            higher = higher_is_better(m)
+            entry.update(base=va, new=vb)
+            verdict = _verdict(_pool(samples, ra, m), _pool(samples, rb, m), higher, m)
+            speedup = (vb / va) if higher else (va / vb)
+            entry.update(
+                speedup=speedup,
+                change_pct=100 * (speedup - 1),
+                p_value=verdict.p_value,
+                significance=verdict.words,
+                significant=verdict.significant,
+            )
+            entries.append(entry)
+    out = pd.DataFrame(entries)
+    if not out.empty and "base" not in out:
+        others = "" if any_device else " (points matched on device too: --any-device compares across devices)"
+        notes.append(f"no point is in both trees{others}")
+    out.attrs["notes"] = notes
+    return out
+
+
+def _points(df: pd.DataFrame, columns: list[str]) -> dict[tuple, pd.DataFrame]:
+    present = [c for c in columns if c in df]
+    frame = df.reindex(columns=list(dict.fromkeys([*df.columns, *columns])))
+    return (
+        {
+            tuple(str(v) for v in (k if isinstance(k, tuple) else (k,))): g
+            for k, g in frame.groupby(columns, dropna=False, sort=True)
+        }
+        if present
+        else {}
+    )
+
+
+def _pool(samples: dict[str, np.ndarray], rows: pd.DataFrame, metric: str) -> np.ndarray:
+    parts = [sample_values(samples, r, metric) for _, r in rows.iterrows()]
+    return np.concatenate(parts) if parts else np.array([])
+
+
+def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
+    """The points significantly slower than the base by more than ``pct`` percent."""
+    if table.empty or "significant" not in table:
+        return table.iloc[:0]
+    slower = table["significant"].fillna(False).astype(bool) & (table["change_pct"] < -pct)
+    return table[slower]
+
+
+# --- output -------------------------------------------------------------------------------------
 
 
 def to_markdown(df: pd.DataFrame) -> str:
@@ -137,87 +397,75 @@ def to_markdown(df: pd.DataFrame) -> str:
             return "" if math.isnan(v) else f"{v:.4g}"
         return str(v)
 
-    cols = [c.removeprefix("cfg.") for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    visible = [c for c in df.columns if not c.startswith("_")]
+    lines = [
+        "| " + " | ".join(c.removeprefix("cfg.") for c in visible) + " |",
+        "|" + "|".join("---" for _ in visible) + "|",
+    ]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df[visible].itertuples(index=False)]
     return "\n".join(lines)
-
-
-def plot(df: pd.DataFrame, out_dir: Path, metric: str) -> list[Path]:
-    """PNG files: the scaling curve with the ideal line; time and accuracy vs batch size."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    count = next((k for k in COUNT_KEYS if k in df and "speedup" in df), None)
-    if count:
-        fig, ax = plt.subplots(figsize=(5, 4))
-        n = np.sort(df[count].unique())
-        ax.plot(n, n, "k--", label="ideal")
-        rest = [c for c in df.columns if c.startswith("cfg.") and c != count]
-        for label, part in (df.groupby(rest, dropna=False) if rest else [("", df)]):
-            part = part.sort_values(count)
-            ax.plot(part[count], part["speedup"], "o-", label=_label(rest, label))
-        ax.set(xlabel=count.removeprefix("cfg."), ylabel="speedup S(n)", title="scaling")
-        ax.legend(fontsize=7)
-        written.append(_save(fig, out_dir / "scaling.png"))
-    batch = "cfg.trainer.batch_size"
-    if batch in df:
-        fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
-        rest = [c for c in df.columns if c.startswith("cfg.") and c != batch]
-        for label, part in (df.groupby(rest, dropna=False) if rest else [("", df)]):
-            part = part.sort_values(batch)
-            left.plot(part[batch], part[metric], "o-", label=_label(rest, label))
-            if "test_acc" in part:
-                right.plot(part[batch], part["test_acc"], "o-", label=_label(rest, label))
-        sizes = sorted(int(b) for b in df[batch].unique())
-        for ax in (left, right):
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(sizes, [str(b) for b in sizes])
-            ax.minorticks_off()
-        left.set(xlabel="batch size", ylabel=metric, title="speed vs batch size")
-        right.set(xlabel="batch size", ylabel="final test accuracy", title="accuracy vs batch size")
-        left.legend(fontsize=7)
-        written.append(_save(fig, out_dir / "batch_size.png"))
-    return written
-
-
-def _label(keys: list[str], values: object) -> str:
-    values = values if isinstance(values, tuple) else (values,)
-    return ", ".join(f"{k.removeprefix('cfg.')}={v}" for k, v in zip(keys, values)) or "all"
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perflab.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="+", help="results CSV files, run or sweep dirs, or an outputs tree")
+    parser.add_argument("paths", nargs="+", help="one results tree (or run/sweep dir, or CSV), or BASE NEW")
     parser.add_argument("--by", nargs="+", help="config keys to compare over (default: the ones that vary)")
     parser.add_argument("--baseline", help="KEY=VALUE the others are compared with, e.g. devices.count=1")
-    parser.add_argument("--metric", help="column to compare (default: items_per_s for training, else median_s)")
+    parser.add_argument("--metric", help="column to compare (default: each experiment's own)")
+    parser.add_argument("--experiment", help="only this experiment")
+    parser.add_argument("--where", action="append", default=[], help="KEY=VALUE: only these rows (repeatable)")
+    parser.add_argument("--fail-if-slower", type=float, metavar="PCT", help="BASE NEW: exit 1 on a regression")
+    parser.add_argument("--any-device", action="store_true", help="BASE NEW: match points across devices")
     parser.add_argument("--plot", type=Path, help="write PNG plots into this folder")
     parser.add_argument("--format", choices=("md", "csv"), default="md")
     args = parser.parse_args(argv)
+    if len(args.paths) > 2:
+        parser.error("give one results tree, or two (BASE NEW)")
     try:
-        table = compare(*args.paths, by=args.by, baseline=args.baseline, metric=args.metric)
-    except (ValueError, FileNotFoundError) as err:
+        if len(args.paths) == 2:
+            table = ab(
+                *args.paths,
+                metric=args.metric,
+                experiment=args.experiment,
+                where=args.where,
+                any_device=args.any_device,
+            )
+        else:
+            if args.fail_if_slower is not None:
+                raise CompareError("--fail-if-slower compares two trees: BASE NEW")
+            table = compare(
+                args.paths[0],
+                by=args.by,
+                baseline=args.baseline,
+                metric=args.metric,
+                experiment=args.experiment,
+                where=args.where,
+            )
+    except (CompareError, FileNotFoundError) as err:
         print(f"perflab.compare: error: {err}", file=sys.stderr)
         return 2
-    print(to_markdown(table) if args.format == "md" else table.to_csv(index=False), end="\n")
+    print(
+        to_markdown(table)
+        if args.format == "md"
+        else table.drop(columns=[c for c in table.columns if c.startswith("_")]).to_csv(index=False),
+        end="\n",
+    )
+    for note in table.attrs.get("notes", []):
+        print(f"note: {note}")
     if args.plot:
-        metric = args.metric or next(c for c in ("items_per_s", "median_s") if c in table)
-        for path in plot(table, args.plot, metric):
-            print(f"plot: {path}")
+        from perflab import plots
+
+        for line in plots.write_all(table, args.plot, rows=load(args.paths[-1])):
+            print(line)
+    if args.fail_if_slower is not None:
+        slow = regressions(table, args.fail_if_slower)
+        if len(slow):
+            print(
+                f"perflab.compare: {len(slow)} point(s) significantly slower than the base by more than "
+                f"{args.fail_if_slower:g}%",
+                file=sys.stderr,
+            )
+            return 1
     return 0
 
 

@@ -1,28 +1,60 @@
-"""What an experiment gets: its typed params, the resolved devices, and ways to record rows."""
+"""What an experiment gets: its typed params, the resolved devices, and ways to record rows.
+
+Experiments time things with ``measure`` (one part) or ``measure_rounds`` (parts meant to be
+compared, interleaved), record what they computed otherwise with ``record``, and say what
+cannot run here with ``skip``. Rows are written the moment they exist.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
-from perflab import peaks
-from perflab.bench import Stats, measure
-from perflab.devices import Device, Resolved
-from perflab.results import STATUSES, ResultsWriter, human_time, throughput
+from perflab import bench
+from perflab.bench import Stats, Variant
+from perflab.devices import Device
+from perflab.peaks import Peaks
+from perflab.rows import STATUSES
+from perflab.rundir import RunWriter
 from perflab.schema import PerflabConfig
+from perflab.table import progress_line
+from perflab.watch import Machine, Memory
 
 log = logging.getLogger("perflab")
 
 
 @dataclass
+class Part:
+    """One thing to time and what its row says: per call ``items`` / ``flops`` / ``bytes``
+    become items/s, TFLOP/s and GB/s; ``dtype`` (``float32``, ``bf16-mixed`` ...) says which
+    peak bounds the FLOPs, for ``pct_of_peak`` (vs ``+experiment=hardware``'s measured peak)
+    and ``mfu`` (vs the datasheet); ``derive(stats)`` adds columns computed from the measured
+    time; ``extra`` any other columns."""
+
+    fn: Callable[[], object]
+    devices: Sequence[Device] | None = None
+    sync: bool = True
+    items: float | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    dtype: str | None = None
+    derive: Callable[[Stats], dict[str, Any]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Context:
     settings: PerflabConfig
-    resolved: Resolved
-    writer: ResultsWriter
-    base_row: dict[str, Any]  # identity, environment and flattened config, shared by every row
+    devices: list[Device]
+    writer: RunWriter
+    identity: dict[str, Any]  # columns every row carries: ids, environment, cfg.*
+    peaks: Peaks = field(default_factory=lambda: Peaks(None))
+    progress: Callable[[Mapping[str, Any]], str | None] | None = None  # the experiment's own line
+    metric: str = ""  # the experiment's headline metric, for the progress lines
 
     @property
     def params(self) -> Any:
@@ -30,12 +62,45 @@ class Context:
         return self.settings.experiment
 
     @property
-    def peaks_file(self) -> Path | None:
-        return Path(self.settings.results.peaks) if self.settings.results.peaks else None
+    def run_dir(self) -> Path:
+        """The job's folder, for files an experiment writes beside its rows."""
+        return self.writer.run_dir
 
     @property
-    def devices(self) -> list[Device]:
-        return self.resolved.devices
+    def run_id(self) -> str:
+        return str(self.identity["run_id"])
+
+    def use_devices(self, devices: list[Device], why: str) -> None:
+        """Run on other devices than resolved (e.g. the CPU split into workers); rows say why."""
+        self.devices = devices
+        self.identity = {**self.identity, "fallback": "; ".join(x for x in (self.identity.get("fallback"), why) if x)}
+        log.info("%s (%s)", why, ", ".join(d.name for d in devices))
+
+    def launch_workers(
+        self,
+        entrypoint: Callable[..., Any],
+        *args: Any,
+        nproc: int,
+        nnodes: int = 1,
+        rdzv_endpoint: str = "",
+        rdzv_id: str = "",
+        max_restarts: int = 0,
+    ) -> dict[int, Any]:
+        """Run ``entrypoint(ctx, *args)`` in ``nproc`` worker processes (a process group each
+        joins with ``perflab.workers.init_process_group``); logs in ``<run dir>/workers``."""
+        from perflab import workers
+
+        return workers.launch(
+            entrypoint,
+            self,
+            *args,
+            nproc=nproc,
+            nnodes=nnodes,
+            rdzv_endpoint=rdzv_endpoint,
+            log_dir=self.run_dir / "workers",
+            run_id=rdzv_id or self.run_id,
+            max_restarts=max_restarts,
+        )
 
     def measure(
         self,
@@ -44,51 +109,119 @@ class Context:
         devices: Sequence[Device] | None = None,
         *,
         sync: bool = True,
-        number: int = 1,
         items: float | None = None,
         flops: float | None = None,
         bytes: float | None = None,
-        timer: str | None = None,
-        peak: str | None = None,
+        dtype: str | None = None,
         derive: Callable[[Stats], dict[str, Any]] | None = None,
         **extra: Any,
     ) -> Stats:
-        """Time ``fn`` with the job's bench settings, record a row, and return the stats.
+        """Time ``fn`` with the job's bench settings, record its row, return its stats (see Part)."""
+        part = Part(fn, devices, sync, items, flops, bytes, dtype, derive, extra)
+        return self.measure_rounds({name: part})[name]
 
-        ``items``/``flops``/``bytes`` are per call; they become items/s, TFLOP/s and GB/s.
-        ``derive(stats)`` adds columns that depend on the measured time (e.g. a ratio).
-        ``peak`` names a quantity the ``hardware`` experiment measured on this device (e.g.
-        ``matmul_float32``): the row then gets ``pct_of_peak``.
+    def measure_rounds(
+        self,
+        parts: Mapping[str, Part],
+        relate: Callable[[Mapping[str, Stats]], Mapping[str, dict[str, Any]]] | None = None,
+        watch: Callable[[str], ContextManager[object]] | None = None,
+    ) -> dict[str, Stats]:
+        """Time parts meant to be compared in interleaved rounds (A B A B ...), one row each.
+
+        ``relate(stats)`` may add columns that relate the parts (by part name), e.g. a ratio;
+        ``watch(name)`` wraps each sample of a part, outside the clock (e.g. to count recompiles).
         """
         b = self.settings.bench
-        devices = self.devices if devices is None else list(devices)
-        stats = measure(fn, devices, warmup=b.warmup, repeats=b.repeats, min_time_s=b.min_time_s,
-                        number=number, timer=timer or b.timer, sync=sync, noise_threshold=b.noise_threshold)
-        derived = {}
-        if items is not None:
-            derived["items_per_s"] = items / stats.median
-        if flops is not None:
-            derived["tflops"] = flops / stats.median / 1e12
-        if bytes is not None:
-            derived["gbps"] = bytes / stats.median / 1e9
-        if derive is not None:
-            derived.update(derive(stats))
-        if peak and len(devices) == 1:
-            ceiling = peaks.lookup(self.peaks_file, devices[0].description(), peak)
-            value = derived.get("tflops", derived.get("gbps"))
-            if ceiling and value is not None:
-                derived["pct_of_peak"] = 100 * value / ceiling
-        self.record(name, stats, devices=devices, **{**extra, **derived})  # derived values win
+        devices = {name: self.devices if p.devices is None else list(p.devices) for name, p in parts.items()}
+        everything = list({d.name: d for ds in devices.values() for d in ds}.values())
+        memory = Memory(everything)
+
+        @contextlib.contextmanager
+        def around(name: str) -> Iterator[None]:
+            with memory.sample(name), watch(name) if watch else contextlib.nullcontext():
+                yield
+
+        with Machine() as machine:
+            stats = bench.measure_rounds(
+                {n: Variant(p.fn, devices[n], p.sync) for n, p in parts.items()},
+                warmup=b.warmup,
+                repeats=b.repeats,
+                min_time_s=b.min_time_s,
+                timer=b.timer,
+                noise_threshold=b.noise_threshold,
+                around=around,
+            )
+        related = relate(stats) if relate else {}
+        for name, part in parts.items():
+            s = stats[name]
+            row = {
+                **part.extra,
+                **self._derived(part, s, devices[name]),
+                **related.get(name, {}),
+                **memory.columns(name),
+                **machine.columns(),
+            }
+            row["suspect"] = "; ".join(
+                x for x in (s.suspect, self._busy(machine.others_share()), row.get("suspect", "")) if x
+            )
+            if self.settings.bench.profile:
+                row["trace"] = self._profile(name, part.fn, devices[name])
+            self.record(name, s, devices=devices[name], **row)
         return stats
 
-    def record(self, name: str, stats: Stats | None = None, *, status: str = "ok", error: str = "",
-               devices: Sequence[Device] | None = None, **fields: Any) -> dict[str, Any]:
+    def _derived(self, part: Part, s: Stats, devices: list[Device]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if part.items is not None:
+            out["items_per_s"] = part.items / s.median
+        if part.flops is not None:
+            out["tflops"] = part.flops / s.median / 1e12
+        if part.bytes is not None:
+            out["gbps"] = part.bytes / s.median / 1e9
+        if part.flops is not None and part.dtype and devices:
+            out.update(self.utilization(out["tflops"], devices, part.dtype))
+        if part.derive is not None:
+            out.update(part.derive(s))
+        return out
+
+    def utilization(self, tflops: float, devices: Sequence[Device], dtype: str) -> dict[str, Any]:
+        """``pct_of_peak`` and ``mfu`` of an achieved TFLOP/s on these devices (perflab.flops)."""
+        from perflab import flops
+
+        names = [d.description() for d in devices]
+        measured = (
+            self.peaks.lookup(names[0], f"matmul_{flops.PRECISION_DTYPE.get(dtype, dtype)}")
+            if len(set(names)) == 1
+            else None
+        )
+        return flops.utilization(tflops, names, dtype, measured)
+
+    def _busy(self, share: float) -> str:
+        limit = self.settings.bench.busy_threshold
+        if math.isnan(share) or share <= limit:
+            return ""
+        return f"the machine was busy: other processes used {share:.0%} of the CPUs meanwhile"
+
+    def _profile(self, name: str, fn: Callable[[], object], devices: list[Device]) -> str:
+        from perflab import profile
+
+        return profile.trace(self.run_dir, name, fn, devices)
+
+    def record(
+        self,
+        name: str,
+        stats: Stats | None = None,
+        *,
+        status: str = "ok",
+        error: str = "",
+        devices: Sequence[Device] | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
         """Write one row (and its raw samples) now, so a later crash cannot lose it."""
         if status not in STATUSES:
             raise ValueError(f"status {status!r}: one of {', '.join(STATUSES)}")
         devices = self.devices if devices is None else list(devices)
         row = {
-            **self.base_row,
+            **self.identity,
             "measurement": name,
             "status": status,
             "error": error,
@@ -98,22 +231,10 @@ class Context:
             **fields,
         }
         row = self.writer.add(row, stats.samples if stats else (), stats.warmup if stats else ())
-        log.info("  %s", _progress_line(row))
+        line = (self.progress(row) if self.progress else None) or progress_line(row, self.metric)
+        log.info("  %s", line)
         return row
 
     def skip(self, name: str, reason: str, devices: Sequence[Device] | None = None) -> None:
         """A part that cannot run here (e.g. needs a GPU): say so in a ``skipped`` row."""
         self.record(name, status="skipped", error=reason, devices=devices)
-
-
-def _progress_line(row: dict[str, Any]) -> str:
-    if "epoch" in row and row["status"] == "ok":
-        return (f"epoch {row['epoch']}: {row['train_s']:.2f} s train, {row['eval_s']:.2f} s eval, "
-                f"{row['items_per_s']:.4g} images/s, loss {row['train_loss']:.4f}, "
-                f"train acc {row['train_acc']:.3f}, test acc {row['test_acc']:.3f}, lr {row['lr']:.4g}")
-    if row["status"] != "ok" or "median_s" not in row:
-        return f"{row['measurement']}: {row['status']} {row.get('error') or row.get('note') or ''}".rstrip()
-    spread = row["iqr_s"] / row["median_s"] if row["median_s"] else math.nan
-    rate = throughput(row)
-    return (f"{row['measurement']}: median {human_time(row['median_s'])}, IQR {spread:.1%} of median, "
-            f"n={row['n']} ({row['timer']}){', ' + rate if rate else ''}")

@@ -93,8 +93,12 @@ def resolve(cfg: DevicesConfig, inventory: Inventory | None = None) -> Resolved:
 def _cuda_devices(inv: Inventory, count: int | None, spec: object) -> list[Device]:
     want = count or max(inv.cuda, 1)
     if inv.cuda < want:
-        raise MissingDevice("devices.count" if count else "devices.spec", count or spec,
-                            f"at most {inv.cuda}" if inv.cuda else "cpu or auto", problem=_have_cuda(inv))
+        raise MissingDevice(
+            "devices.count" if count else "devices.spec",
+            count or spec,
+            f"at most {inv.cuda}" if inv.cuda else "cpu or auto",
+            problem=_have_cuda(inv),
+        )
     return [Device(f"cuda:{i}", "cuda", i) for i in range(want)]
 
 
@@ -106,8 +110,12 @@ def _have_cuda(inv: Inventory) -> str:
 
 def _cpu_workers(inv: Inventory, n: int) -> list[Device]:
     if n > inv.cpu_threads:  # more workers than cores would time the OS scheduler, not the work
-        raise MissingDevice("devices.count", n, f"at most {inv.cpu_threads} CPU workers (one per core)",
-                            problem=f"this machine has {inv.cpu_threads} CPU cores for torch")
+        raise MissingDevice(
+            "devices.count",
+            n,
+            f"at most {inv.cpu_threads} CPU workers (one per core)",
+            problem=f"this machine has {inv.cpu_threads} CPU cores for torch",
+        )
     if n == 1:
         return [Device("cpu", "cpu", threads=inv.cpu_threads)]
     share = max(1, inv.cpu_threads // n)
@@ -130,13 +138,15 @@ def _from_names(names: list[str], inv: Inventory, spec: object) -> list[Device]:
     devices = []
     for kind, index in parsed:
         if kind == "cuda":
-            if index >= inv.cuda:
+            if index is None or index >= inv.cuda:
                 allowed = f"cpu, cuda:0..cuda:{inv.cuda - 1}" if inv.cuda else "cpu or auto"
                 raise MissingDevice("devices.spec", spec, allowed, problem=_have_cuda(inv))
             devices.append(Device(f"cuda:{index}", "cuda", index))
         elif kind == "mps":
             if not inv.mps:
-                raise MissingDevice("devices.spec", spec, "cpu, cuda:N or auto", problem="this machine has no MPS device")
+                raise MissingDevice(
+                    "devices.spec", spec, "cpu, cuda:N or auto", problem="this machine has no MPS device"
+                )
             devices.append(Device("mps", "mps"))
         else:
             devices.append(next(cpu_workers))

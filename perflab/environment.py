@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import socket
 import subprocess
@@ -21,10 +22,16 @@ def git_sha() -> str:
     if not (root / ".git").exists():  # an installed copy: site-packages is no checkout of ours
         return "unknown"
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
-                             text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return sha + ("+dirty" if dirty else "")
@@ -44,6 +51,10 @@ def _static() -> dict[str, object]:
     }
 
 
+SLURM = {"slurm_job_id": "SLURM_JOB_ID", "slurm_array_task_id": "SLURM_ARRAY_TASK_ID", "slurm_node": "SLURMD_NODENAME"}
+
+
 def environment() -> dict[str, object]:
-    """Versions, host and time; ``num_threads`` and device names are per row, not here."""
-    return {**_static(), "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    """Versions, host, time and (under SLURM) where the job ran; device names are per row."""
+    where = {col: os.environ[var] for col, var in SLURM.items() if os.environ.get(var)}
+    return {**_static(), **where, "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -48,7 +48,7 @@ def one_line(exc: BaseException) -> str:
     parent = getattr(cause, "parent_node", None)
     if override and parent is not None and hasattr(parent, "keys"):
         key, value = override.group(1), override.group(2).strip()
-        allowed = ", ".join(k for k in parent.keys() if k != "hydra")
+        allowed = ", ".join(k for k in parent if k != "hydra")
         where = key.rpartition(".")[0] or "the top level"
         return f"{key}={value}: unknown key; allowed under {where}: {allowed}"
     source = cause if getattr(cause, "full_key", None) else exc
@@ -66,3 +66,7 @@ def first_line(text: str | BaseException) -> str:
     """The first non-blank line of a message or an exception's text."""
     text = str(text)
     return next((line.strip() for line in text.splitlines() if line.strip()), text.strip())
+
+
+class Refused(ValueError):
+    """``perflab.run()`` refused a job for a bad value; ``str()`` is the one-line reason."""

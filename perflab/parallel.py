@@ -2,52 +2,101 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Mapping, Sequence
 
-import logging
-
-from perflab.context import Context
-from perflab.devices import Device, Resolved, Together, on_device, resolve
-from perflab.schema import DevicesConfig
-
-log = logging.getLogger("perflab")
+from perflab.context import Context, Part
+from perflab.devices import Device, Together, on_device
+from perflab.rows import number
 
 
-def cpu_workers_if_fallback(ctx: Context, workers: int) -> None:
+def split_cpu_if_fallback(ctx: Context, workers: int) -> None:
     """``devices.spec=auto`` fell back to one CPU: split it into ``workers`` CPU workers, so
     that experiments about several devices still have several (labelled cpu#0, cpu#1 ...)."""
-    if ctx.resolved.fallback and len(ctx.devices) == 1 and workers > 1:
+    from perflab.devices import resolve
+    from perflab.schema import DevicesConfig
+
+    fell_back = bool(ctx.identity.get("fallback"))
+    if fell_back and len(ctx.devices) == 1 and workers > 1:
         devices = resolve(DevicesConfig(spec="cpu", count=workers)).devices
-        ctx.resolved = Resolved(devices, ctx.resolved.fallback)
-        log.info("no GPU: splitting the CPU into %d workers (%s)", workers, ", ".join(ctx.resolved.names))
+        ctx.use_devices(devices, f"no GPU: the CPU split into {workers} workers")
 
 
-def alone_then_together(ctx: Context, work: Callable[[Device], object], *, flops: float | None = None,
-                        items: float | None = None, peak: str | None = None) -> dict[str, float]:
-    """Time ``work(device)`` on each device alone, then on all devices issued together.
+def alone_then_together(
+    ctx: Context,
+    work: Callable[[Device], object],
+    *,
+    flops: float | None = None,
+    items: float | None = None,
+    unit: str = "items",
+    dtype: str | None = None,
+    columns: Mapping[str, Any] | None = None,
+) -> dict[str, float]:
+    """Time ``work(device)`` on each device alone and on all devices issued together, in
+    interleaved rounds (alone, alone, together, ...) so that drift hits every variant alike.
 
-    ``flops``/``items`` are per device per call. The together row carries the sum of the
+    ``flops``/``items`` are per device per call; ``columns`` go into every row. The together row carries the sum of the
     alone medians, and ``concurrency`` = that sum / the together median (ideal: the number
-    of devices). Returns the medians by measurement name.
+    of devices; above it is impossible and the row is marked suspect). Returns the medians.
     """
     devices = ctx.devices
-    medians: dict[str, float] = {}
-    for d in devices:
-        with on_device(d):
-            stats = ctx.measure(f"{d.name} alone", lambda d=d: work(d), [d], flops=flops, items=items, peak=peak)
-        medians[d.name] = stats.median
-    if len(devices) < 2:
-        return medians
-    scale = len(devices)
-    with Together(devices) as together:
-        name = " + ".join(d.name for d in devices) + " together"
-        total_alone = sum(medians.values())
-        stats = ctx.measure(
-            name, lambda: together.run(work), devices,
-            flops=flops * scale if flops else None, items=items * scale if items else None,
-            sum_alone_s=total_alone, ideal_concurrency=scale,
-            derive=lambda s: {"concurrency": total_alone / s.median,
-                              "note": f"achieved concurrency {total_alone / s.median:.2f} of an ideal {scale}"},
+
+    def alone(d: Device) -> Callable[[], object]:
+        def call() -> object:
+            with on_device(d):
+                return work(d)
+
+        return call
+
+    parts = {
+        f"{d.name} alone": Part(
+            alone(d), [d], flops=flops, items=items, dtype=dtype, extra={"items_unit": unit, **(columns or {})}
         )
-    medians[name] = stats.median
-    return medians
+        for d in devices
+    }
+    if len(devices) < 2:
+        return {n: s.median for n, s in ctx.measure_rounds(parts).items()}
+    scale = len(devices)
+    name = " + ".join(d.name for d in devices) + " together"
+    alone_names = list(parts)
+
+    def concurrency(stats: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        total = sum(stats[n].median for n in alone_names)
+        c = total / stats[name].median
+        row = {
+            "sum_alone_s": total,
+            "ideal_concurrency": scale,
+            "concurrency": c,
+            "note": f"achieved concurrency {c:.2f} of an ideal {scale}",
+        }
+        if c > scale * 1.1:
+            row["suspect"] = f"concurrency {c:.2f} above the ideal {scale}: the alone runs were disturbed"
+        return {name: row}
+
+    with Together(devices) as together:
+        parts[name] = Part(
+            lambda: together.run(work),
+            devices,
+            flops=flops * scale if flops else None,
+            items=items * scale if items else None,
+            dtype=dtype,
+            extra={"items_unit": unit, **(columns or {})},
+        )
+        stats = ctx.measure_rounds(parts, relate=concurrency)
+    return {n: s.median for n, s in stats.items()}
+
+
+def concurrency_headline(rows: Sequence[Mapping[str, Any]], unit: str, column: str) -> list[str]:
+    """'alone: X each; together: Y (concurrency c of n)'."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    alone = [r for r in ok if str(r.get("measurement", "")).endswith(" alone")]
+    together = [r for r in ok if str(r.get("measurement", "")).endswith(" together")]
+    if not alone:
+        return []
+    values = ", ".join(f"{r['measurement'].removesuffix(' alone')} {number(r.get(column)) or 0:.3g}" for r in alone)
+    lines = [f"alone: {values} {unit}"]
+    for r in together:
+        lines.append(
+            f"together: {number(r.get(column)) or 0:.3g} {unit}, concurrency "
+            f"{number(r.get('concurrency')) or 0:.2f} of an ideal {r.get('ideal_concurrency')}"
+        )
+    return lines

@@ -1,29 +1,61 @@
 """Measured peaks of this machine (written by the ``hardware`` experiment) as the denominators
-of ``pct_of_peak`` in other experiments' rows: {hostname: {device: {quantity: value}}}."""
+of ``pct_of_peak`` in other experiments' rows: ``{hostname: {device: {quantity: value}}}``.
+
+A job opens the file once, before measuring: one that cannot be read as such is refused (exit
+2) by a job that would rewrite it, and only warned about by a job that merely reads it (its
+rows then leave ``pct_of_peak`` empty; its measurements are kept).
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from pathlib import Path
 
 from filelock import FileLock
 
-from perflab.results import write_atomic
+from perflab import files
+from perflab.errors import ConfigError
+
+log = logging.getLogger("perflab")
+ALLOWED = "a peaks file written by +experiment=hardware, a new file path, or null"
 
 
-def _read(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {}
+class Peaks:
+    def __init__(self, path: Path | None, data: dict | None = None) -> None:
+        self.path, self.data = path, data or {}
 
+    @classmethod
+    def open(cls, path: Path | None, *, will_write: bool, key: str = "results.peaks") -> "Peaks":
+        if path is None:
+            return cls(None)
+        exists = files.check_file(key, path, ALLOWED) if will_write else files.kind_of(path) != "missing"
+        if not exists:
+            return cls(path)
+        try:
+            data = json.loads(files.target(path).read_text())
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as err:
+            problem = f"unreadable ({str(err).splitlines()[0]})"
+            if will_write:
+                raise ConfigError(key, str(path), ALLOWED, problem=problem) from None
+            log.warning("%s=%s: %s; pct_of_peak stays empty in this job's rows", key, path, problem)
+            return cls(None)
+        return cls(path, data)
 
-def save(path: Path, device: str, values: dict[str, float]) -> None:
-    with FileLock(str(path) + ".lock"):
-        data = _read(path)
-        data.setdefault(socket.gethostname(), {}).setdefault(device, {}).update(values)
-        write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    def lookup(self, device: str, quantity: str) -> float | None:
+        value = self.data.get(socket.gethostname(), {}).get(device, {}).get(quantity)
+        return float(value) if isinstance(value, (int, float)) else None
 
-
-def lookup(path: Path | None, device: str, quantity: str) -> float | None:
-    if path is None:
-        return None
-    return _read(path).get(socket.gethostname(), {}).get(device, {}).get(quantity)
+    def save(self, device: str, values: dict[str, float]) -> None:
+        """Merge ``values`` into the file under a lock (other jobs may be saving theirs)."""
+        if self.path is None:
+            return
+        real = files.target(self.path)
+        with FileLock(str(real) + ".lock", timeout=60):
+            current = json.loads(real.read_text()) if real.exists() and real.stat().st_size else {}
+            current.setdefault(socket.gethostname(), {}).setdefault(device, {}).update(values)
+            files.write_atomic(real, json.dumps(current, indent=2, sort_keys=True) + "\n")
+        self.data = current

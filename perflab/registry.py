@@ -1,5 +1,16 @@
-"""Finds experiments (one module each in the ``experiments`` package) and registers their
-typed configs with Hydra's ConfigStore, so ``+experiment=NAME`` composes a checked schema."""
+"""Finds experiments (one module each in ``perflab.experiments``) and registers their typed
+configs with Hydra's ConfigStore, so ``+experiment=NAME`` composes a checked schema.
+
+An experiment module imports no torch at its top (torch is imported inside ``run`` and its
+helpers), so composing and checking a config never waits for torch. It provides:
+
+  Config(ExperimentConfig)   its knobs, typed, with range checks in ``__post_init__``
+  run(ctx)                   the work: ctx.measure / ctx.record / ctx.skip
+  METRIC                     optional: compare's default metric ("median_s" if absent)
+  WRITES_PEAKS               optional: True if it saves measured peaks (results.peaks)
+  headline(rows) -> [str]    optional: the figures that matter, printed under the job's table
+  progress(row) -> str|None  optional: its own line as each row is recorded
+"""
 
 from __future__ import annotations
 
@@ -10,11 +21,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Mapping, Sequence
 
-from hydra.core.config_store import ConfigStore
-
-import experiments
 from perflab.schema import ExperimentConfig, PerflabConfig
+
+PACKAGE = "perflab.experiments"
 
 
 @dataclass(frozen=True)
@@ -22,16 +33,22 @@ class Experiment:
     name: str
     module: ModuleType
 
+    @property
+    def writes_peaks(self) -> bool:
+        return bool(getattr(self.module, "WRITES_PEAKS", False))
+
+    @property
+    def metric(self) -> str:
+        return getattr(self.module, "METRIC", "median_s")
+
+    def headline(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+        fn = getattr(self.module, "headline", None)
+        return list(fn(rows)) if fn else []
+
 
 def config_dir() -> Path:
-    """The installed ``perflab.conf`` package, else ``conf/`` of a source checkout."""
-    try:
-        path = Path(str(resources.files("perflab.conf")))
-        if (path / "config.yaml").is_file():
-            return path
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parent.parent / "conf"
+    """The ``perflab.conf`` package (the repo's top-level ``conf/``, installed or editable)."""
+    return Path(str(resources.files("perflab.conf")))
 
 
 def presets() -> dict[str, str]:
@@ -43,22 +60,28 @@ def presets() -> dict[str, str]:
     return found
 
 
+def names() -> list[str]:
+    """Every experiment module's name (``_private`` ones skipped), without importing any."""
+    package = importlib.import_module(PACKAGE)
+    return sorted(i.name for i in pkgutil.iter_modules(package.__path__) if not i.name.startswith("_"))
+
+
 @functools.cache
+def get(name: str) -> Experiment:
+    module = importlib.import_module(f"{PACKAGE}.{name}")
+    if not (hasattr(module, "run") and issubclass(getattr(module, "Config", object), ExperimentConfig)):
+        raise TypeError(f"experiments/{name}.py needs a Config(ExperimentConfig) and run(ctx)")
+    return Experiment(name, module)
+
+
 def discover() -> dict[str, Experiment]:
-    """Every ``experiments/<name>.py`` with a ``Config`` and a ``run(ctx)``; ``_private`` ones skipped."""
-    found = {}
-    for info in sorted(pkgutil.iter_modules(experiments.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"experiments.{info.name}")
-        if not (hasattr(module, "run") and issubclass(getattr(module, "Config", object), ExperimentConfig)):
-            raise TypeError(f"experiments/{info.name}.py needs a Config(ExperimentConfig) and run(ctx)")
-        found[info.name] = Experiment(info.name, module)
-    return found
+    return {name: get(name) for name in names()}
 
 
 def register_configs() -> None:
     """Root schema as ``perflab_schema``; each experiment's as ``schema/experiment/<name>``."""
+    from hydra.core.config_store import ConfigStore
+
     cs = ConfigStore.instance()
     cs.store(name="perflab_schema", node=PerflabConfig)
     for exp in discover().values():
@@ -68,14 +91,18 @@ def register_configs() -> None:
 def listing() -> str:
     choices = presets()
     width = max(map(len, choices), default=0)
-    lines = ["perflab: choose an experiment with +experiment=NAME", ""]
+    lines = ["perflab: choose an experiment with +experiment=NAME (times: the default run on a 2-core CPU)", ""]
     lines += [f"  {name.ljust(width)}  {summary}" for name, summary in choices.items()]
     lines += [
         "",
+        "Every experiment has a quick/ variant, small enough for a first look (seconds): +experiment=quick/NAME",
+        "",
         "Examples:",
-        "  python -m perflab +experiment=auto_parallel",
-        "  python -m perflab +experiment=matmul --cfg job      # show every key and its value",
-        "  python -m perflab -m +experiment=matmul experiment.size=64,128   # a sweep",
-        "  python -m perflab +experiment=train strategy=ddp devices.count=2 trainer.epochs=2",
+        "  perflab +experiment=auto_parallel",
+        "  perflab +experiment=quick/train                    # 2 epochs on 2048 images",
+        "  perflab +experiment=matmul --cfg job               # every key and its value",
+        "  perflab -m +experiment=matmul experiment.size=64,128   # a sweep",
+        "  perflab +experiment=train strategy=ddp devices.count=2 trainer.epochs=2",
+        "  python -m perflab.results                          # past runs",
     ]
     return "\n".join(lines)

@@ -1,26 +1,44 @@
-"""Typed configuration: the schema Hydra composes into, with range checks.
+"""Typed configuration: the schema Hydra composes into, its choices, defaults and range checks.
 
-OmegaConf checks types while Hydra composes; ``__post_init__`` checks ranges when
-``validate`` turns the composed config into these dataclasses. Each experiment adds a
-subclass of :class:`ExperimentConfig` next to its code (see ``experiments/``).
-Experiment fields are flat (no nested dataclasses) so every knob sweeps as
-``experiment.<name>=a,b``.
+This module is the one source of truth for every key: its type, its default (YAML files only
+set what a preset changes), the values it allows, and whether it defines *what is measured*
+(the run identity) or only where and how results are kept (marked ``volatile``).
+
+OmegaConf checks types while Hydra composes; ``__post_init__`` checks ranges when ``validate``
+turns the composed config into these dataclasses. It imports no torch, so a config mistake is
+answered in a fraction of a second. Each experiment adds a subclass of :class:`ExperimentConfig`
+next to its code; its fields are flat so every knob sweeps as ``experiment.<name>=a,b``.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from perflab.errors import ConfigError
 
+# Choice lists: the code that implements each choice checks against these (tests keep them in step).
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 TIMERS = ("auto", "cuda_event", "wall_sync", "torch_utils_benchmark")
-DEVICE_KINDS = ("auto", "cpu", "cuda", "mps")
+MODELS = ("lenet", "resnet18", "resnet18_tv")
+INITS = ("default", "book_normal", "xavier")
+DATASETS = ("fashion_mnist", "synthetic")
+STRATEGIES = ("single", "scratch", "data_parallel", "ddp")
+BACKENDS = ("auto", "nccl", "gloo")
+PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+VOLATILE = {"volatile": True}  # field metadata: changing this key does not change what is measured
+
+
+def volatile(default: Any) -> Any:
+    """A field that says where/how results are kept, not what is measured (left out of the run's hash)."""
+    return field(default=default, metadata=VOLATILE)
 
 
 def require(ok: bool, key: str, value: Any, allowed: str) -> None:
@@ -43,7 +61,7 @@ def one_of(obj: Any, name: str, choices: Iterable[str]) -> None:
 
 @dataclass
 class ExperimentConfig:
-    """Base of every experiment's parameters; ``name`` selects experiments/<name>.py."""
+    """Base of every experiment's parameters; ``name`` selects perflab/experiments/<name>.py."""
 
     name: str = MISSING
 
@@ -60,7 +78,7 @@ class DevicesConfig:
 
     spec: Any = "auto"
     count: Optional[int] = None
-    on_missing: str = "auto"
+    on_missing: str = volatile("auto")
 
     def __post_init__(self) -> None:
         if self.count is not None:
@@ -80,11 +98,13 @@ class DevicesConfig:
 class BenchConfig:
     """How every timed measurement is taken (see perflab.bench.measure)."""
 
-    warmup: int = 1
-    repeats: int = 5
-    min_time_s: float = 0.0
-    timer: str = "auto"
-    noise_threshold: float = 0.10
+    warmup: int = 2  # calls before the samples; timed and reported apart, never in the stats
+    repeats: int = 5  # at least this many samples ...
+    min_time_s: float = 0.5  # ... and at least this many seconds of samples (like blocked_autorange)
+    timer: str = "auto"  # auto | cuda_event | wall_sync | torch_utils_benchmark
+    noise_threshold: float = 0.10  # a row is noisy when IQR / median exceeds this
+    busy_threshold: float = 0.25  # suspect when other processes took this share of the CPUs meanwhile
+    profile: bool = volatile(False)  # true: one torch.profiler Chrome trace per measurement, beside the rows
 
     def __post_init__(self) -> None:
         require(self.warmup >= 0, "warmup", self.warmup, "an integer >= 0")
@@ -92,30 +112,38 @@ class BenchConfig:
         require(self.min_time_s >= 0, "min_time_s", self.min_time_s, "a number >= 0")
         one_of(self, "timer", TIMERS)
         require(self.noise_threshold > 0, "noise_threshold", self.noise_threshold, "a number > 0")
+        require(0 < self.busy_threshold <= 1, "busy_threshold", self.busy_threshold, "a number in (0, 1]")
 
 
 @dataclass
 class ResultsConfig:
-    """Where rows go: every job writes <run dir>/results.csv; ``ledger`` (null: off) collects all."""
+    """Where rows go. Each job's run dir is the truth; everything across runs derives from ``store``."""
 
-    ledger: Optional[str] = "outputs/results.csv"
-    samples: bool = True
-    table: bool = True
-    redo: bool = False  # run a config again even if the ledger has it done (same config hash)
-    peaks: Optional[str] = "outputs/peaks.json"  # the hardware experiment's peaks: pct_of_peak elsewhere
+    store: str = "outputs"  # the results tree: runs/, sweeps/, the index (perflab.results.load("outputs"))
+    ledger: Optional[str] = None  # also append every row to this one CSV (a convenience; null: off)
+    peaks: Optional[str] = "${results.store}/peaks.json"  # +experiment=hardware's peaks: pct_of_peak elsewhere
+    samples: bool = True  # raw per-sample times in <run dir>/samples.csv
+    table: bool = True  # print the job's table at the end
+    redo: bool = False  # a sweep re-runs points that are already done (same config hash, complete)
+    claim_stale_s: float = 900.0  # a sweep point's claim whose holder was silent this long may be taken over
+
+    def __post_init__(self) -> None:
+        require(bool(self.store), "store", self.store, "a directory path")
+        require(self.claim_stale_s > 0, "claim_stale_s", self.claim_stale_s, "a number of seconds > 0")
 
 
 @dataclass
 class ModelConfig:
-    """conf/model/: which network and how its weights start."""
+    """conf/model/: which network, how its weights start, and its memory layout."""
 
     name: str = MISSING  # lenet | resnet18 | resnet18_tv
     init: str = "default"  # default (torch's) | book_normal (N(0, 0.01)) | xavier
     num_classes: int = 10
+    channels_last: bool = False  # weights and inputs in NHWC (torch.channels_last)
 
     def __post_init__(self) -> None:
-        one_of(self, "name", ("lenet", "resnet18", "resnet18_tv"))
-        one_of(self, "init", ("default", "book_normal", "xavier"))
+        one_of(self, "name", MODELS)
+        one_of(self, "init", INITS)
         positive(self, "num_classes")
 
 
@@ -134,7 +162,7 @@ class DataConfig:
     on_device: bool = False  # keep the whole set on the device: no input pipeline in the timing
 
     def __post_init__(self) -> None:
-        one_of(self, "name", ("fashion_mnist", "synthetic"))
+        one_of(self, "name", DATASETS)
         for name in ("train_size", "test_size"):
             value = getattr(self, name)
             require(value is None or value >= 1, name, value, "null or an integer >= 1")
@@ -149,22 +177,21 @@ class StrategyConfig:
     name: str = MISSING  # single | scratch | data_parallel | ddp
     backend: str = "auto"  # ddp: auto (nccl on GPUs, gloo on CPU) | nccl | gloo
     nnodes: int = 1  # ddp on several machines: run the same command on each, with ...
-    rdzv_endpoint: str = ""  # ... host:port of the rendezvous (empty: this machine, a free port)
-    rdzv_id: str = "perflab"  # ... and the same id
+    rdzv_endpoint: str = volatile("")  # ... host:port of the rendezvous (empty: this machine)
+    rdzv_id: str = volatile("perflab")  # ... and the same id
     max_restarts: int = 0
 
     def __post_init__(self) -> None:
-        one_of(self, "name", ("single", "scratch", "data_parallel", "ddp"))
-        one_of(self, "backend", ("auto", "nccl", "gloo"))
+        one_of(self, "name", STRATEGIES)
+        one_of(self, "backend", BACKENDS)
         positive(self, "nnodes")
         require(self.max_restarts >= 0, "max_restarts", self.max_restarts, "an integer >= 0")
-        require(self.nnodes == 1 or bool(self.rdzv_endpoint), "rdzv_endpoint", self.rdzv_endpoint,
-                "host:port of the rendezvous when nnodes > 1")
+        require(self.nnodes == 1 or self.name == "ddp", "nnodes", self.nnodes, "1 unless strategy=ddp")
 
 
 @dataclass
 class TrainerConfig:
-    """The training loop: epochs, batch and learning-rate rule, SGD, checkpoints."""
+    """The training loop: epochs, batch and learning-rate rule, SGD, precision, compile, checkpoints."""
 
     epochs: int = 10
     batch_size: int = 256  # scaling=strong: the global batch; weak: the batch per device
@@ -173,17 +200,23 @@ class TrainerConfig:
     base_batch: int = 256
     lr_rule: str = "none"  # none | linear | sqrt: lr = lr * f(global batch / base_batch)
     warmup_epochs: float = 0.0  # ramp linearly from lr to the scaled lr (Goyal et al. 2017: 5)
-    momentum: float = 0.0
+    momentum: float = 0.9
     weight_decay: float = 0.0
     eval_batch: int = 1024
-    checkpoint_every: int = 1  # epochs between checkpoints (0: only the last); one is kept
-    checkpoint_dir: str = "outputs/checkpoints"  # <dir>/<config hash>/last.pt
-    resume: bool = False  # continue from the checkpoint of this same config, if there is one
+    precision: str = "fp32"  # fp32 | tf32 (CUDA only) | bf16-mixed | fp16-mixed (torch.autocast)
+    compile: bool = False  # torch.compile the model (compile time gets its own row)
+    compile_mode: str = "default"
+    compile_backend: str = "inductor"
+    checkpoint_every: int = volatile(1)  # epochs between checkpoints (0: only the last)
+    checkpoint_dir: str = volatile("${results.store}/checkpoints")  # <dir>/<checkpoint key>/<run id>.pt
+    resume: Optional[bool] = volatile(None)  # null: a sweep re-run resumes killed points; true: always; false: never
 
     def __post_init__(self) -> None:
         positive(self, "epochs", "batch_size", "base_batch", "eval_batch")
         one_of(self, "scaling", ("strong", "weak"))
         one_of(self, "lr_rule", ("none", "linear", "sqrt"))
+        one_of(self, "precision", PRECISIONS)
+        one_of(self, "compile_mode", COMPILE_MODES)
         require(self.lr > 0, "lr", self.lr, "a number > 0")
         require(self.warmup_epochs >= 0, "warmup_epochs", self.warmup_epochs, "a number >= 0")
         require(0 <= self.momentum < 1, "momentum", self.momentum, "0 <= momentum < 1")
@@ -196,7 +229,7 @@ class PerflabConfig:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     devices: DevicesConfig = field(default_factory=DevicesConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
-    results: ResultsConfig = field(default_factory=ResultsConfig)
+    results: ResultsConfig = field(default_factory=ResultsConfig, metadata=VOLATILE)
     seed: int = 0
     # Training experiments fill these from conf/model, conf/data, conf/strategy; others leave them null.
     model: Optional[ModelConfig] = None
@@ -205,28 +238,73 @@ class PerflabConfig:
     trainer: Optional[TrainerConfig] = None
 
 
-def validate(cfg: DictConfig) -> PerflabConfig:
-    """Build the typed config, raising a ConfigError whose key is the full dotted path."""
-    sections = {}
-    for f in fields(PerflabConfig):
-        node = cfg.get(f.name)
+SECTIONS: dict[str, type] = {
+    "devices": DevicesConfig,
+    "bench": BenchConfig,
+    "results": ResultsConfig,
+    "model": ModelConfig,
+    "data": DataConfig,
+    "strategy": StrategyConfig,
+    "trainer": TrainerConfig,
+}
+
+
+def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabConfig:
+    """Build the typed config, raising a ConfigError whose key is the full dotted path.
+
+    Keys that no schema knows (``+bench.repeat=3``) are refused with a did-you-mean, since
+    Hydra's ``+`` would otherwise add them and they would be silently ignored.
+    """
+    sections: dict[str, Any] = {}
+    known = {f.name: f for f in fields(PerflabConfig)}
+    _refuse_unknown(cfg, known, "")
+    for name in known:
+        node = cfg.get(name)
         if not isinstance(node, DictConfig):
-            sections[f.name] = node
+            sections[name] = node
             continue
+        schema = experiment_config if name == "experiment" and experiment_config else OmegaConf.get_type(node)
+        if is_dataclass(schema):
+            _refuse_unknown(node, {f.name: f for f in fields(schema)}, f"{name}.")
         try:
-            sections[f.name] = OmegaConf.to_object(node)
+            sections[name] = OmegaConf.to_object(node)
         except ConfigError as err:
-            raise err.under(f.name) from None
+            raise err.under(name) from None
     return PerflabConfig(**sections)
 
 
-def config_hash(cfg: Mapping[str, Any], ignore: Iterable[str] = ("results",)) -> str:
-    """A short, stable hash of a resolved config (dotted keys in ``ignore`` left out).
+def _refuse_unknown(node: DictConfig, known: Mapping[str, Any], prefix: str) -> None:
+    for key in node:
+        if key == "hydra" or key in known:
+            continue
+        close = difflib.get_close_matches(str(key), list(known), n=1)
+        hint = f"did you mean {prefix}{close[0]}?" if close else ""
+        where = prefix.rstrip(".") or "the top level"
+        value = OmegaConf.to_container(node, resolve=False).get(key)  # type: ignore[union-attr]
+        raise ConfigError(
+            f"{prefix}{key!s}",
+            value,
+            f"the keys under {where}: {', '.join(known)}",
+            problem=f"unknown key{'; ' + hint if hint else ''}",
+        )
 
-    Two jobs with the same hash measure the same thing: sweeps use it to skip points the
-    ledger already has, checkpoints to find the run to resume.
+
+def volatile_keys() -> list[str]:
+    """Dotted keys marked volatile in the schema: they do not change what a job measures."""
+    keys = [f.name for f in fields(PerflabConfig) if f.metadata.get("volatile")]
+    for name, section in SECTIONS.items():
+        if name not in keys:
+            keys += [f"{name}.{f.name}" for f in fields(section) if f.metadata.get("volatile")]
+    return keys
+
+
+def config_hash(cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
+    """A short, stable hash of a resolved config, without the volatile keys (and ``ignore``).
+
+    Two jobs with the same hash measure the same thing: a sweep skips points already done,
+    compare matches rows of two trees by it.
     """
-    skip = set(ignore) | {"hydra"}
+    skip = set(volatile_keys()) | set(ignore) | {"hydra"}
 
     def keep(node: Any, path: str = "") -> Any:
         if not isinstance(node, Mapping):

@@ -1,82 +1,135 @@
-"""Sweeps that behave: each job leaves a one-word outcome; when the sweep ends, a Hydra
-callback joins every job's rows into ``sweep.csv`` and says how many of each outcome."""
+"""The end of a sweep: every point's outcome from its run.json, all rows in ``sweep.csv``
+(a point done in an earlier sweep brings that run's rows), a table of the points, one summary
+line, and the sweep's exit code.
+
+Exit code: 0 if any point ran (or had run before) or all were skipped; else 1 if any point
+crashed, was stopped or killed, 2 if every failure was a bad value.
+"""
 
 from __future__ import annotations
 
-import csv
 import logging
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from perflab.results import RESULTS, write_csv
+from perflab import files, registry
+from perflab.rows import csv_text
+from perflab.rundir import OUTCOMES, RunRecord, rows_of
+from perflab.session import CURRENT
+from perflab.table import human_time, points_table, rate
 
 log = logging.getLogger("perflab")
-
-OUTCOME = "outcome.txt"
 SWEEP_CSV = "sweep.csv"
-# ok: ran; done: already in the ledger (not run again); skipped: devices missing;
-# refused: a bad value for this point; error / oom: it crashed.
-OUTCOMES = ("ok", "done", "skipped", "refused", "error", "oom")
-last_tally: Counter | None = None  # the latest sweep's outcomes, for the exit code
 
 
-def write_outcome(job_dir: Path, outcome: str) -> None:
-    job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / OUTCOME).write_text(outcome + "\n")
+@dataclass
+class Summary:
+    tally: Counter
+    points: list[dict[str, str]]
+    csv: Path | None
+
+    @property
+    def exit_code(self) -> int:
+        t = self.tally
+        if t["ok"] or t["done"] or not any(t[o] for o in OUTCOMES if o not in ("skipped",)):
+            return 0
+        return 2 if set(+t) <= {"refused", "skipped"} else 1
+
+    def line(self, sweep_dir: Path) -> str:
+        counts = ", ".join(f"{self.tally[o]} {o}" for o in OUTCOMES if self.tally[o])
+        return f"sweep: {sum(self.tally.values())} jobs: {counts or 'none'} -> {self.csv or sweep_dir}"
 
 
-def exit_code(tally: Counter) -> int:
-    """0 if any point ran (or had run before) or all were skipped; else 1 for crashes, 2 for bad values."""
-    if tally["ok"] or tally["done"] or not (tally["error"] or tally["oom"] or tally["refused"]):
-        return 0
-    return 1 if tally["error"] or tally["oom"] else 2
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    def order(path: Path) -> tuple[int, str]:
+        return (int(path.name), "") if path.name.isdigit() else (1 << 30, path.name)
+
+    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")), key=order)
 
 
-def completed_run(ledger: Path | None, config_hash: str) -> str | None:
-    """The run_id of a finished run of this exact config in the ledger (all rows ok/skipped)."""
-    if ledger is None or not ledger.is_file():
-        return None
-    runs: dict[str, bool] = {}
-    with ledger.open(newline="") as f:
-        for row in csv.DictReader(f):
-            if row.get("config_hash") == config_hash:
-                ok = row.get("status") in ("ok", "skipped")
-                runs[row["run_id"]] = runs.get(row["run_id"], True) and ok
-    return next((run for run, ok in runs.items() if ok), None)
+def summarize(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Summary:
+    """Tally the points, write ``sweep.csv`` with every point's rows, build the points table.
 
-
-def summarize(sweep_dir: Path) -> Counter:
-    """Write ``sweep.csv`` (every job's rows) and return the count of each outcome."""
+    ``failures``: records a launcher wrote for points that could not speak for themselves
+    (a job killed by SLURM), by job dir name.
+    """
     tally: Counter = Counter()
     rows: list[dict[str, Any]] = []
-    for job in sorted((p for p in sweep_dir.iterdir() if p.is_dir()), key=_job_order):
-        if (job / OUTCOME).is_file():
-            tally[(job / OUTCOME).read_text().strip()] += 1
-        if (job / RESULTS).is_file():
-            with (job / RESULTS).open(newline="") as f:
-                rows += list(csv.DictReader(f))
+    points = []
+    overrides = {job.name: _overrides(job) for job in job_dirs(sweep_dir)}
+    varying = _varying(overrides)
+    for job in job_dirs(sweep_dir):
+        record = RunRecord.read(job) or (failures or {}).get(job.name)
+        outcome = record.outcome if record else "running"
+        tally[outcome] += 1
+        source = Path(record.same_as) if record and record.outcome == "done" and record.same_as else job
+        part = rows_of(source).to_dict("records")
+        rows += part
+        points.append(
+            {
+                "job": job.name,
+                **{k: overrides[job.name].get(k, "") for k in varying},
+                "outcome": outcome,
+                "result": _headline(record, part) if record else "",
+            }
+        )
+    csv = None
     if rows:
-        write_csv(sweep_dir / SWEEP_CSV, rows)
-    return tally
+        csv = sweep_dir / SWEEP_CSV
+        files.write_atomic(csv, csv_text(rows))
+    return Summary(tally, points, csv)
 
 
-def _job_order(path: Path) -> tuple[int, str]:
-    return (int(path.name), "") if path.name.isdigit() else (1 << 30, path.name)
+def _overrides(job: Path) -> dict[str, str]:
+    path = job / ".hydra" / "overrides.yaml"
+    try:
+        items = OmegaConf.load(path)
+    except (OSError, ValueError):
+        return {}
+    return dict(str(o).lstrip("+~").split("=", 1) for o in items if "=" in str(o))  # type: ignore[union-attr]
+
+
+def _varying(overrides: dict[str, dict[str, str]]) -> list[str]:
+    keys = list(dict.fromkeys(k for o in overrides.values() for k in o))
+    return [k for k in keys if len({o.get(k) for o in overrides.values()}) > 1]
+
+
+def _headline(record: RunRecord, rows: list[dict[str, Any]]) -> str:
+    """The point's figure: its experiment's metric on its last row that has it, or its error."""
+    if record.outcome not in ("ok", "done"):
+        return record.error[:80]
+    try:
+        metric = registry.get(record.experiment.removeprefix("quick/")).metric
+    except (ModuleNotFoundError, TypeError):
+        metric = "median_s"
+    for row in reversed(rows):
+        if row.get("status") == "ok" and row.get(metric) not in (None, ""):
+            return rate(row, metric) if metric != "median_s" else human_time(row[metric])
+    return ""
+
+
+def finish(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Summary:
+    """Summarize, print the points and the summary line, and tell the session the exit code."""
+    summary = summarize(sweep_dir, failures)
+    if summary.points:
+        print(points_table(summary.points))
+    print(summary.line(sweep_dir))
+    session = CURRENT.get()
+    if session is not None:
+        session.sweep_exit = summary.exit_code
+    return summary
 
 
 class SweepSummary(Callback):
-    """Hydra callback (conf/config.yaml: hydra.callbacks) run once at the end of a ``-m`` sweep."""
+    """Hydra callback (conf/config.yaml: hydra.callbacks) run once at the end of a ``-m`` sweep,
+    in the process that launched it, whichever launcher ran the jobs."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        global last_tally
         sweep_dir = Path(config.hydra.sweep.dir)
-        if not sweep_dir.is_dir():
-            return
-        last_tally = summarize(sweep_dir)
-        counts = ", ".join(f"{last_tally[o]} {o}" for o in OUTCOMES if last_tally[o])
-        where = sweep_dir / SWEEP_CSV if (sweep_dir / SWEEP_CSV).exists() else sweep_dir
-        print(f"sweep: {sum(last_tally.values())} jobs: {counts or 'none'} -> {where}")
+        if sweep_dir.is_dir():
+            finish(sweep_dir)

@@ -1,46 +1,79 @@
-"""Shared test helpers: run the real CLI in a scratch directory; compose real configs."""
+"""Shared helpers: the real command line run in-process (no interpreter start-up per call),
+perflab.run() in a scratch directory, and the real config tree composed as Hydra does it."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from perflab import registry
+from perflab import app, registry
+from perflab.api import register
 from perflab.registry import config_dir
 
-TINY = {
-    "matmul": ["experiment.size=32", "experiment.iterations=2"],
-    "async_compute": ["experiment.size=32", "experiment.steps=2", "experiment.train_steps=2",
-                      "experiment.train_batch=8"],
-    "auto_parallel": ["experiment.cpu_size=32", "experiment.cpu_matmuls=2", "experiment.size=64",
-                      "experiment.matmuls=2"],
-}
-FAST_BENCH = ["bench.warmup=1", "bench.repeats=3"]
+# Every job in the fast tests: few samples, no minimum time (the quick/ presets set the sizes).
+FAST = ["bench.warmup=1", "bench.repeats=3", "bench.min_time_s=0"]
+ROOT = Path(__file__).resolve().parents[1]
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
 
 
-def run_cli(*args: str, cwd: Path, check_rc: int | None = 0) -> subprocess.CompletedProcess:
-    """``python -m perflab ARGS`` in ``cwd``, as a user would type it."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("HYDRA_FULL_ERROR", None)
-    proc = subprocess.run([sys.executable, "-m", "perflab", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
-    if check_rc is not None:
-        assert proc.returncode == check_rc, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+@dataclass
+class Ran:
+    rc: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch) -> Path:
+    """A scratch working directory: outputs/ goes here."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def cli(work, capsys):
+    """``cli(*args)``: ``perflab ARGS`` in-process, as a user would type it; returns rc/out/err."""
+
+    def _cli(*args: str, rc: int | None = 0) -> Ran:
+        code = app.main(list(args))
+        captured = capsys.readouterr()
+        ran = Ran(code, captured.out, captured.err)
+        if rc is not None:
+            assert code == rc, f"rc={code}\n{ran.out}\n{ran.err}"
+        return ran
+
+    return _cli
+
+
+def run_subprocess(
+    *args: str, cwd: Path, rc: int | None = 0, timeout: float = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m perflab ARGS`` in a fresh interpreter (for what needs a process of its own)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "perflab", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
+    if rc is not None:
+        assert proc.returncode == rc, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 
 @pytest.fixture(scope="session")
 def compose_cfg():
-    """Compose the real config tree with overrides, as Hydra does for the CLI."""
-    registry.register_configs()
-    OmegaConf.register_new_resolver("perflab_uid", lambda: "test", use_cache=True, replace=True)
+    """Compose the real config tree with overrides, as Hydra does for the command line."""
+    register()
 
     def _compose(*overrides: str, hydra_node: bool = False):
         with initialize_config_dir(str(config_dir()), version_base="1.3"):
@@ -49,4 +82,5 @@ def compose_cfg():
     return _compose
 
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def presets() -> list[str]:
+    return sorted(registry.presets())

@@ -1,4 +1,4 @@
-"""Timing statistics and the measure loop, on a fake clock: deterministic, no sleeps."""
+"""Timing statistics, the measure loop and interleaved rounds, on a fake clock: deterministic."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from perflab.bench import Benchmark, Stats, choose_timer, measure
+from perflab import bench
+from perflab.bench import Benchmark, Stats, Variant, choose_timer, measure, measure_rounds
 from perflab.devices import Device
 
 CPU = Device("cpu", "cpu", threads=1)
@@ -15,18 +16,28 @@ GPU0, GPU1 = Device("cuda:0", "cuda", 0), Device("cuda:1", "cuda", 1)
 
 
 class FakeClock:
-    """Each call of the timed function advances time by the next planned duration."""
+    """Each call of a timed function advances time by the next planned duration."""
 
-    def __init__(self, durations):
+    def __init__(self, durations=()):
         self.now, self.durations = 0.0, list(durations)
         self.calls = 0
+        self.log: list[str] = []
 
     def __call__(self) -> float:
         return self.now
 
-    def work(self) -> None:
-        self.now += self.durations[self.calls]
+    def work(self, name: str = "") -> None:
+        self.now += self.durations[self.calls] if self.durations else 1.0
         self.calls += 1
+        self.log.append(name)
+
+    def takes(self, name: str, seconds: float):
+        def fn() -> None:
+            self.now += seconds
+            self.calls += 1
+            self.log.append(name)
+
+        return fn
 
 
 def test_stats_match_numpy():
@@ -41,14 +52,24 @@ def test_stats_match_numpy():
 
 
 def test_noise_flag_follows_iqr_over_median():
-    assert not Stats([1.0, 1.01, 0.99, 1.0], "wall_sync").noisy
-    assert Stats([1.0, 1.5, 0.6, 1.0], "wall_sync").noisy
-    assert not Stats([1.0, 1.5, 0.6, 1.0], "wall_sync", noise_threshold=1.0).noisy
+    assert Stats([1.0, 1.01, 0.99, 1.0], "wall_sync").noisy is False
+    assert Stats([1.0, 1.5, 0.6, 1.0], "wall_sync").noisy is True
+    assert Stats([1.0, 1.5, 0.6, 1.0], "wall_sync", noise_threshold=1.0).noisy is False
 
 
-def test_single_sample_has_zero_spread():
-    s = Stats([2.0], "wall_sync")
-    assert (s.std, s.iqr, s.median) == (0.0, 0.0, 2.0)
+@pytest.mark.parametrize("samples", [[2.0], [2.0, 2.5]])
+def test_with_fewer_than_three_samples_the_spread_is_unknown_not_zero(samples):
+    s = Stats(samples, "wall_sync")
+    assert math.isnan(s.std) and math.isnan(s.iqr) and s.noisy is None
+    assert "too few samples" in s.suspect
+    row = s.as_row()
+    assert math.isnan(row["iqr_s"]) and row["noisy"] is None
+
+
+def test_a_sample_near_the_timers_resolution_is_suspect():
+    assert "near the timer's resolution" in Stats([1e-6] * 5, "wall_sync").suspect
+    assert Stats([1e-6] * 5, "wall_sync", calls_per_sample=1000).suspect == ""  # a 1 ms block is fine
+    assert Stats([0.5] * 5, "wall_sync").suspect == ""
 
 
 def test_measure_excludes_warmup_and_reports_it():
@@ -79,6 +100,39 @@ def test_measure_without_sync_is_labelled():
     assert s.timer == "wall_nosync"
 
 
+def test_rounds_interleave_variants_in_a_rotating_order():
+    clock = FakeClock()
+    variants = {n: Variant(clock.takes(n, t), [CPU]) for n, t in (("a", 1.0), ("b", 2.0), ("c", 3.0))}
+    stats = measure_rounds(variants, warmup=1, repeats=3, clock=clock)
+    assert clock.log[:3] == ["a", "b", "c"]  # warm-up, once each
+    assert clock.log[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert {n: s.samples for n, s in stats.items()} == {"a": [1.0] * 3, "b": [2.0] * 3, "c": [3.0] * 3}
+
+
+def test_rounds_give_each_variant_its_own_min_time():
+    clock = FakeClock()
+    variants = {"fast": Variant(clock.takes("fast", 0.1), [CPU]), "slow": Variant(clock.takes("slow", 1.0), [CPU])}
+    stats = measure_rounds(variants, warmup=0, repeats=2, min_time_s=1.0, clock=clock)
+    assert stats["fast"].n == 10 and stats["slow"].n == 2
+
+
+def test_around_wraps_every_sample_outside_the_clock():
+    import contextlib
+
+    clock = FakeClock()
+    seen = []
+
+    @contextlib.contextmanager
+    def around(name):
+        seen.append(("in", name, clock.now))
+        clock.now += 100.0  # time spent here must not reach the samples
+        yield
+        seen.append(("out", name, clock.now))
+
+    s = measure(clock.takes("x", 1.0), [CPU], warmup=1, repeats=2, clock=clock, around=around)
+    assert s.samples == [1.0, 1.0] and len(seen) == 4
+
+
 @pytest.mark.parametrize(
     "asked, devices, sync, used",
     [
@@ -96,12 +150,35 @@ def test_timer_choice(asked, devices, sync, used):
     assert choose_timer(asked, devices, sync) == used
 
 
-def test_torch_utils_benchmark_timer_runs_the_function():
-    calls = []
-    s = measure(lambda: calls.append(1), [CPU], warmup=1, repeats=3, number=5, timer="torch_utils_benchmark")
-    assert s.timer == "torch_utils_benchmark" and s.n == 3
-    assert len(calls) >= 1 + 3 * 5
-    assert all(t > 0 for t in s.samples)
+def test_torch_utils_benchmark_sampler_reports_seconds_per_call(monkeypatch):
+    """blocked_autorange is called once; its per-call times are the samples, whatever block
+    size it chose (a units error here would be off by that block size)."""
+    import torch.utils.benchmark as tub
+
+    clock = FakeClock()
+    real = tub.Timer
+
+    def timer_on_fake_clock(*args, **kwargs):
+        return real(*args, **{**kwargs, "timer": clock})
+
+    monkeypatch.setattr(tub, "Timer", timer_on_fake_clock)
+    calls = {"blocked": 0}
+    original = real.blocked_autorange
+
+    def counting(self, *a, **k):
+        calls["blocked"] += 1
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(real, "blocked_autorange", counting)
+    s = measure(clock.takes("f", 1e-5), [CPU], timer="torch_utils_benchmark", min_time_s=0.2)
+    assert calls["blocked"] == 1
+    assert s.timer == "torch_utils_benchmark" and s.calls_per_sample == 100  # it grew the block to 1 ms
+    assert s.samples == pytest.approx([1e-5] * s.n)
+
+
+def test_stats_of_times_measured_elsewhere():
+    s = bench.stats_of([2.0, 4.0, 3.0], [9.0])
+    assert (s.median, s.warmup, s.timer) == (3.0, [9.0], "wall_sync")
 
 
 def test_benchmark_block_reads_the_clock_around_the_work():

@@ -49,12 +49,21 @@ def test_cpu_workers_split_the_threads():
     "spec, count, inv, line",
     [
         (["cuda:3"], None, CPU_ONLY, "devices.spec=[cuda:3]: this machine has no CUDA device; allowed: cpu or auto"),
-        (["cuda:3"], None, TWO_GPUS, "devices.spec=[cuda:3]: this machine has 2 CUDA devices; allowed: cpu, cuda:0..cuda:1"),
+        (
+            ["cuda:3"],
+            None,
+            TWO_GPUS,
+            "devices.spec=[cuda:3]: this machine has 2 CUDA devices; allowed: cpu, cuda:0..cuda:1",
+        ),
         ("cuda", 4, TWO_GPUS, "devices.count=4: this machine has 2 CUDA devices; allowed: at most 2"),
         ("cuda", None, CPU_ONLY, "devices.spec=cuda: this machine has no CUDA device; allowed: cpu or auto"),
         (["mps"], None, CPU_ONLY, "devices.spec=[mps]: this machine has no MPS device; allowed: cpu, cuda:N or auto"),
-        ("cpu", 9, CPU_ONLY,
-         "devices.count=9: this machine has 8 CPU cores for torch; allowed: at most 8 CPU workers (one per core)"),
+        (
+            "cpu",
+            9,
+            CPU_ONLY,
+            "devices.count=9: this machine has 8 CPU cores for torch; allowed: at most 8 CPU workers (one per core)",
+        ),
     ],
 )
 def test_missing_devices_are_one_line(spec, count, inv, line):

@@ -20,28 +20,56 @@ def test_installed_wheel_runs_from_any_directory(tmp_path):
     work.mkdir()
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     src = tmp_path / "src"  # a clean copy: no stale build/ folder can smuggle files into the wheel
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "outputs", "*.egg-info",
-                                                             "__pycache__", ".pytest_cache", "data"))
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "build", "outputs", "*.egg-info", "__pycache__", ".pytest_cache", "data"
+        ),
+    )
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(src)], check=True)
     (wheel,) = wheels.glob("perflab-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for expected in ("perflab/conf/config.yaml", "perflab/conf/experiment/auto_parallel.yaml",
-                     "perflab/conf/hydra/job_logging/perflab.yaml", "perflab/conf/model/lenet.yaml",
-                     "perflab/conf/launcher/slurm.yaml", "experiments/matmul.py", "perflab/app.py",
-                     "perflab/train/loop.py"):
+    for expected in (
+        "perflab/conf/config.yaml",
+        "perflab/conf/experiment/auto_parallel.yaml",
+        "perflab/conf/hydra/job_logging/perflab.yaml",
+        "perflab/conf/model/lenet.yaml",
+        "perflab/conf/launcher/slurm.yaml",
+        "perflab/conf/experiment/quick/matmul.yaml",
+        "perflab/experiments/matmul.py",
+        "perflab/app.py",
+        "perflab/train/loop.py",
+    ):
         assert expected in names
+    assert not any(n.startswith("experiments/") for n in names), "no top-level package to clash with users' own"
     subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
 
     env = {**os.environ, "PYTHONPATH": str(site)}
     # Every package must come from the wheel, not from the editable checkout this venv also has.
-    modules = ["perflab", "perflab.train.loop", "perflab.conf", "experiments.train", "experiments.compile"]
-    where = subprocess.run([sys.executable, "-c", f"import importlib; [print(importlib.import_module(m).__file__) "
-                            f"for m in {modules!r}]"], cwd=work, env=env, capture_output=True, text=True, check=True)
+    modules = [
+        "perflab",
+        "perflab.train.loop",
+        "perflab.conf",
+        "perflab.experiments.train",
+        "perflab.experiments.compile",
+    ]
+    where = subprocess.run(
+        [sys.executable, "-c", f"import importlib; [print(importlib.import_module(m).__file__) for m in {modules!r}]"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert all(line.startswith(str(site)) for line in where.stdout.splitlines()), where.stdout
-    proc = subprocess.run([sys.executable, "-m", "perflab", "+experiment=matmul", "experiment.size=16",
-                           "experiment.iterations=1", "bench.repeats=2"], cwd=work, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "perflab", "+experiment=quick/matmul", "bench.min_time_s=0"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert (work / "outputs" / "results.csv").is_file()
     assert len(list((work / "outputs" / "runs").glob("*/results.csv"))) == 1
     assert list((site / "bin").glob("perflab")), "the console script is installed"

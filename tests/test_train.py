@@ -29,8 +29,10 @@ def write_idx_fashion_mnist(root: Path, n_train: int = 64, n_test: int = 32) -> 
     for prefix, n in (("train", n_train), ("t10k", n_test)):
         labels = torch.arange(n) % 10
         images = (labels.view(-1, 1, 1) * 25 + torch.randint(0, 5, (n, 28, 28), generator=g)).to(torch.uint8)
-        files = {f"{prefix}-images-idx3-ubyte": struct.pack(">IIII", 0x803, n, 28, 28) + images.numpy().tobytes(),
-                 f"{prefix}-labels-idx1-ubyte": struct.pack(">II", 0x801, n) + labels.to(torch.uint8).numpy().tobytes()}
+        files = {
+            f"{prefix}-images-idx3-ubyte": struct.pack(">IIII", 0x803, n, 28, 28) + images.numpy().tobytes(),
+            f"{prefix}-labels-idx1-ubyte": struct.pack(">II", 0x801, n) + labels.to(torch.uint8).numpy().tobytes(),
+        }
         for name, payload in files.items():
             (raw / name).write_bytes(payload)
 
@@ -133,8 +135,10 @@ def test_goyal_warmup_ramps_linearly_to_the_scaled_lr():
 def test_strong_scaling_needs_a_divisible_batch():
     with pytest.raises(ConfigError) as err:
         plan(TrainerConfig(batch_size=250), 3)
-    assert err.value.line().startswith("trainer.batch_size=250: scaling=strong splits the global batch evenly; "
-                                       "allowed: a multiple of the device count (3)")
+    assert err.value.line().startswith(
+        "trainer.batch_size=250: scaling=strong splits the global batch evenly; "
+        "allowed: a multiple of the device count (3)"
+    )
 
 
 def _train_steps(strategy_cls, devices, steps=4, batch=32):
@@ -144,7 +148,7 @@ def _train_steps(strategy_cls, devices, steps=4, batch=32):
     ds = data.synthetic(steps * batch, 0, 0.6, split=0)
     for x, y in data.Batches(ds, batch, seed=0).epoch(0):
         s.step(x, y)
-    return models.bare_state_dict(s.model)
+    return models.bare_state_dict(s.bare)
 
 
 @pytest.mark.parametrize("strategy_cls", [Scratch, DataParallel])
@@ -169,8 +173,10 @@ def test_checkpoint_loads_into_bare_and_wrapped_models(tmp_path):
     wrapped = nn.DataParallel(models.build("lenet"))  # a pass-through wrapper without CUDA
     assert all(k.startswith("module.") for k in wrapped.state_dict())
     opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
-    checkpoint.save(tmp_path / "last.pt", wrapped, opt, epoch=3)
-    state = checkpoint.load(tmp_path / "last.pt")  # weights_only=True inside
+    info = checkpoint.Info("run1", "hash", epoch=3, epochs=5, complete=False)
+    path = checkpoint.save(tmp_path, info, wrapped, opt)
+    assert path == tmp_path / "run1.pt" and checkpoint.most_advanced(tmp_path) == (path, info)
+    state = checkpoint.load(path)  # weights_only=True inside
     assert state["epoch"] == 3 and not any(k.startswith("module.") for k in state["model"])
     bare = models.build("lenet")
     checkpoint.load_weights(bare, state["model"])
@@ -185,4 +191,15 @@ def test_config_key_ignores_what_may_change_on_resume():
     a = {"trainer": {"epochs": 2, "resume": False, "lr": 0.1}, "model": {"name": "lenet"}}
     b = {"trainer": {"epochs": 4, "resume": True, "lr": 0.1}, "model": {"name": "lenet"}}
     c = {"trainer": {"epochs": 2, "resume": False, "lr": 0.2}, "model": {"name": "lenet"}}
-    assert checkpoint.config_key(a) == checkpoint.config_key(b) != checkpoint.config_key(c)
+    assert checkpoint.key(a) == checkpoint.key(b) != checkpoint.key(c)
+
+
+def test_the_most_advanced_checkpoint_wins_and_a_sweep_resumes_only_interrupted_ones(tmp_path):
+    net, opt = models.build("lenet"), None
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    checkpoint.save(tmp_path, checkpoint.Info("a", "h", 3, 10, False), net, opt)
+    checkpoint.save(tmp_path, checkpoint.Info("b", "h", 10, 10, True), net, opt)
+    checkpoint.save(tmp_path, checkpoint.Info("c", "other", 5, 20, False), net, opt)
+    assert checkpoint.most_advanced(tmp_path)[1].run_id == "b"
+    assert checkpoint.most_advanced(tmp_path, interrupted_of="h")[1].run_id == "a"
+    assert checkpoint.most_advanced(tmp_path, interrupted_of="nope") is None

@@ -1,48 +1,95 @@
-"""Checkpoints: bare weights (no ``module.`` prefix), optimizer, epoch and RNG state, saved
-atomically and loaded with ``torch.load(weights_only=True)``."""
+"""Checkpoints: each run writes its own, never another run's.
+
+``<trainer.checkpoint_dir>/<checkpoint key>/<run id>.pt`` holds bare weights (no ``module.``
+prefix), the optimizer, the GradScaler, the epoch and the RNG state, written atomically;
+``<run id>.json`` beside it says which epoch of how many, and whether that run finished.
+The key is the config hash without what may change on resume (epochs, where files go), so
+resuming finds every checkpoint of the same training, and picks the most advanced one.
+Loading uses ``torch.load(weights_only=True)``: a checkpoint cannot run code.
+"""
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
+import json
+import logging
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 from torch import nn
 
+from perflab import files
 from perflab.schema import config_hash
 from perflab.train.models import strip_prefix
 
-# Keys that do not change what is trained, so a resumed run finds the same checkpoint.
-_VOLATILE = ("trainer.resume", "trainer.epochs", "trainer.checkpoint_every", "trainer.checkpoint_dir",
-             "results", "bench", "data.workers", "data.pin_memory")
+log = logging.getLogger("perflab")
+
+# Keys that do not change what is trained, so a resumed (or extended) run finds the same key.
+NOT_TRAINING = ("trainer.epochs", "bench", "data.workers", "data.pin_memory", "devices.on_missing")
 
 
-def config_key(cfg: Mapping[str, Any]) -> str:
+def key(cfg: Mapping[str, Any]) -> str:
     """The checkpoint folder's name: the config hash, minus the keys that may differ on resume."""
-    return config_hash(cfg, ignore=_VOLATILE)
+    return config_hash(cfg, ignore=NOT_TRAINING)
 
 
-def save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int, **extra: Any) -> None:
-    """Write ``path`` via a temp file + rename: a kill mid-save leaves the previous checkpoint."""
+@dataclass
+class Info:
+    """``<run id>.json``: what a checkpoint holds, readable without loading it."""
+
+    run_id: str
+    config_hash: str  # the full config (with epochs): an interrupted run of *this* point?
+    epoch: int
+    epochs: int
+    complete: bool
+
+
+def save(folder: Path, info: Info, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any = None) -> Path:
+    """Write ``<folder>/<run id>.pt`` (then its .json) atomically; a kill mid-save leaves the
+    previous one whole."""
     state = {
         "model": {strip_prefix(k): v.detach().cpu() for k, v in model.state_dict().items()},
         "optimizer": optimizer.state_dict(),
-        "epoch": epoch,
-        "rng": {"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-        **extra,
+        "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else {},
+        "epoch": info.epoch,
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        },
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    path = folder / f"{info.run_id}.pt"
+    files.write_atomic(path, buf.getvalue())
+    files.write_atomic(folder / f"{info.run_id}.json", json.dumps(asdict(info)) + "\n")
+    return path
+
+
+def infos(folder: Path) -> list[tuple[Path, Info]]:
+    found = []
+    for meta in folder.glob("*.json"):
+        try:
+            info = Info(**json.loads(meta.read_text()))
+        except (OSError, ValueError, TypeError):
+            continue
+        if meta.with_suffix(".pt").is_file():
+            found.append((meta.with_suffix(".pt"), info))
+    return found
+
+
+def most_advanced(folder: Path, *, interrupted_of: str | None = None) -> tuple[Path, Info] | None:
+    """The checkpoint with the highest epoch (then the newest); ``interrupted_of=HASH``: only
+    those of unfinished runs of exactly that config (what a sweep re-run resumes)."""
+    found = [
+        (p, i)
+        for p, i in infos(folder)
+        if interrupted_of is None or (i.config_hash == interrupted_of and not i.complete)
+    ]
+    if not found:
+        return None
+    return max(found, key=lambda pi: (pi[1].epoch, pi[0].stat().st_mtime))
 
 
 def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -62,3 +109,8 @@ def restore_rng(state: Mapping[str, Any]) -> None:
         torch.set_rng_state(rng["torch"])
     if rng.get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def remove(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.with_suffix(".json").unlink(missing_ok=True)

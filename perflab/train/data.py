@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sized, cast
 
 import torch
 from torch.nn import functional as F
@@ -32,9 +32,11 @@ class Splits:
 
 def load(cfg: DataConfig, seed: int) -> Splits:
     if cfg.name == "synthetic":
-        return Splits(synthetic(cfg.train_size or 60_000, seed, cfg.noise, split=0),
-                      synthetic(cfg.test_size or 10_000, seed, cfg.noise, split=1),
-                      note=f"synthetic learnable data (noise {cfg.noise})")
+        return Splits(
+            synthetic(cfg.train_size or 60_000, seed, cfg.noise, split=0),
+            synthetic(cfg.test_size or 10_000, seed, cfg.noise, split=1),
+            note=f"synthetic learnable data (noise {cfg.noise})",
+        )
     train, test = fashion_mnist(cfg, train=True), fashion_mnist(cfg, train=False)
     return Splits(_first(train, cfg.train_size), _first(test, cfg.test_size))
 
@@ -44,8 +46,10 @@ def fashion_mnist(cfg: DataConfig, train: bool) -> Dataset:
     import torchvision
     from torchvision.transforms import ToTensor
 
-    allowed = ("a folder with FashionMNIST/raw/*-ubyte files (torchvision's layout), "
-               "data.download=true (needs internet), or data=synthetic")
+    allowed = (
+        "a folder with FashionMNIST/raw/*-ubyte files (torchvision's layout), "
+        "data.download=true (needs internet), or data=synthetic"
+    )
     try:
         return torchvision.datasets.FashionMNIST(cfg.root, train=train, download=cfg.download, transform=ToTensor())
     except (RuntimeError, OSError) as err:
@@ -56,7 +60,12 @@ def fashion_mnist(cfg: DataConfig, train: bool) -> Dataset:
 
 
 def _first(ds: Dataset, n: int | None) -> Dataset:
-    return torch.utils.data.Subset(ds, range(min(n, len(ds)))) if n else ds
+    return torch.utils.data.Subset(ds, range(min(n, size(ds)))) if n else ds
+
+
+def size(ds: Dataset) -> int:
+    """How many items a map-style dataset holds (every dataset here has a length)."""
+    return len(cast(Sized, ds))
 
 
 def synthetic(n: int, seed: int, noise: float, split: int) -> TensorDataset:
@@ -82,16 +91,28 @@ def as_tensors(ds: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
         images = base.data.unsqueeze(1).float().div_(255)
         labels = torch.as_tensor(base.targets, dtype=torch.long)
         return (images[index], labels[index]) if index is not None else (images, labels)
-    xs, ys = zip(*(ds[i] for i in range(len(ds))))
+    xs, ys = zip(*(ds[i] for i in range(size(ds))))
     return torch.stack(xs), torch.as_tensor(ys)
 
 
 class Batches:
     """One rank's batches for an epoch: deterministic order, optional on-device data."""
 
-    def __init__(self, ds: Dataset, global_batch: int, *, rank: int = 0, world: int = 1, shuffle: bool = True,
-                 seed: int = 0, device: torch.device | None = None, on_device: bool = False, workers: int = 0,
-                 pin_memory: bool = False, drop_last: bool = True) -> None:
+    def __init__(
+        self,
+        ds: Dataset,
+        global_batch: int,
+        *,
+        rank: int = 0,
+        world: int = 1,
+        shuffle: bool = True,
+        seed: int = 0,
+        device: torch.device | None = None,
+        on_device: bool = False,
+        workers: int = 0,
+        pin_memory: bool = False,
+        drop_last: bool = True,
+    ) -> None:
         self.ds, self.global_batch, self.rank, self.world = ds, global_batch, rank, world
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.device, self.workers, self.pin_memory = device, workers, pin_memory
@@ -99,15 +120,21 @@ class Batches:
         self._loader: DataLoader | None = None
 
     def __len__(self) -> int:
-        n = len(self.ds)
+        n = size(self.ds)
         return n // self.global_batch if self.drop_last else -(-n // self.global_batch)
 
     def index_batches(self, epoch: int) -> list[torch.Tensor]:
-        n = len(self.ds)
-        order = (torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
-                 if self.shuffle else torch.arange(n))
-        batches = list(order[: len(self) * self.global_batch].split(self.global_batch)) if self.drop_last \
+        n = size(self.ds)
+        order = (
+            torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
+            if self.shuffle
+            else torch.arange(n)
+        )
+        batches = (
+            list(order[: len(self) * self.global_batch].split(self.global_batch))
+            if self.drop_last
             else list(order.split(self.global_batch))
+        )
         return [b.tensor_split(self.world)[self.rank] for b in batches]
 
     def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -119,9 +146,13 @@ class Batches:
             return
         if self._loader is None:  # built once, so worker processes persist across epochs
             self._sampler = _EpochBatches(self)
-            self._loader = DataLoader(self.ds, batch_sampler=self._sampler, num_workers=self.workers,
-                                      pin_memory=self.pin_memory and self.device is not None
-                                      and self.device.type == "cuda", persistent_workers=self.workers > 0)
+            self._loader = DataLoader(
+                self.ds,
+                batch_sampler=self._sampler,
+                num_workers=self.workers,
+                pin_memory=self.pin_memory and self.device is not None and self.device.type == "cuda",
+                persistent_workers=self.workers > 0,
+            )
         self._sampler.epoch = epoch
         for x, y in self._loader:
             if self.device is not None:

@@ -1,8 +1,14 @@
-"""The training loop shared by every strategy: one row per epoch, a summary row at the end.
+"""The training loop shared by every strategy, as steps a reader can follow:
 
-Per batch it only queues work: the loss sum and correct count accumulate on the device and
-are read once per epoch (after the epoch's clock has stopped), so the host never waits on
-the device mid-epoch. Epoch times are wall clock with every device synchronized.
+  Trainer(ctx)    data, model, strategy, FLOPs per image, and where it resumes from
+  fit()           the data-only pass, then epochs, then the summary row
+  run_epoch()     the timed training pass: it only queues work (loss sums and counts stay on
+                  the device), waits for the devices once at the end, then evaluates
+  reduce()        the epoch's one read-back, summed over ranks (DDP)
+  record_*()      one row per epoch, a ``compile`` row, a ``train`` row with epoch-time stats
+
+The host never waits on a device mid-epoch; a loss that turns NaN/inf is caught on the device
+(the first bad step is kept there) and reported at the epoch's read-back as an error row.
 """
 
 from __future__ import annotations
@@ -13,20 +19,24 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from omegaconf import OmegaConf
 
-from perflab.bench import Stats
+from perflab import bench, flops
+from perflab import precision as precisions
 from perflab.context import Context
 from perflab.devices import Device
 from perflab.errors import ConfigError
 from perflab.schema import TrainerConfig
 from perflab.train import checkpoint, data, models
-from perflab.train.strategies import STRATEGIES
+from perflab.train.strategies import STRATEGIES, Knobs
+from perflab.watch import Machine, Memory
 
 log = logging.getLogger("perflab")
+DATA_PASS_BATCHES = 20  # batches per sample of the data-only pass
+INPUT_BOUND = 0.5  # an epoch that waits for data this share of its time is input-bound
 
 
 @dataclass(frozen=True)
@@ -42,8 +52,12 @@ class Plan:
 def plan(t: TrainerConfig, n_devices: int) -> Plan:
     if t.scaling == "strong":
         if t.batch_size % n_devices:
-            raise ConfigError("trainer.batch_size", t.batch_size, f"a multiple of the device count ({n_devices})",
-                              problem="scaling=strong splits the global batch evenly")
+            raise ConfigError(
+                "trainer.batch_size",
+                t.batch_size,
+                f"a multiple of the device count ({n_devices})",
+                problem="scaling=strong splits the global batch evenly",
+            )
         global_batch = t.batch_size
     else:
         global_batch = t.batch_size * n_devices
@@ -60,130 +74,407 @@ def lr_at(step: int, steps_per_epoch: int, t: TrainerConfig, p: Plan) -> float:
     return p.lr
 
 
-def check_devices(strategy: str, devices: list[Device]) -> None:
-    names = [d.name for d in devices]
-    if strategy == "single" and len(devices) != 1:
-        raise ConfigError("devices.count", len(devices), "1 for strategy=single (scratch, data_parallel or ddp for more)")
-    if strategy in ("data_parallel", "ddp") and len({d.type for d in devices}) > 1:
-        raise ConfigError("devices.spec", names, f"devices of one kind for strategy={strategy}")
+@dataclass
+class Epoch:
+    """One epoch's figures, summed over ranks."""
+
+    epoch: int
+    train_s: float
+    eval_s: float
+    images: float
+    loss: float
+    train_acc: float
+    test_acc: float
+    lr: float
+    data_wait_s: float
+    first_bad_step: int | None  # the first step whose loss was NaN/inf
+    rss_peak_mb: float
+    others_cpu_pct: float
 
 
-def train(ctx: Context, rank: int = 0, world: int = 1, local_rank: int = 0) -> None:
+class Trainer:
     """Train as configured on ``ctx.devices`` (for DDP: this rank's device); rank 0 records."""
-    s = ctx.settings
-    t, total_devices = s.trainer, len(ctx.devices) if world == 1 else world
-    p = plan(t, total_devices)
-    my_devices = ctx.devices if world == 1 else [ctx.devices[local_rank]]
-    splits = data.load(s.data, s.seed)
-    main = my_devices[0].torch
-    train_batches = data.Batches(splits.train, p.global_batch, rank=rank, world=world, seed=s.seed, device=main,
-                                 on_device=s.data.on_device, workers=s.data.workers, pin_memory=s.data.pin_memory)
-    test_batches = data.Batches(splits.test, t.eval_batch, rank=rank, world=world, shuffle=False, drop_last=False,
-                                device=main, on_device=s.data.on_device, workers=s.data.workers,
-                                pin_memory=s.data.pin_memory)
-    if len(train_batches) == 0:
-        raise ConfigError("trainer.batch_size", t.batch_size, f"a global batch <= the training set ({len(splits.train)})")
 
-    torch.manual_seed(s.seed)
-    model = models.build(s.model.name, s.model.init, s.model.num_classes)
-    make_opt = lambda params: torch.optim.SGD(params, lr=p.lr, momentum=t.momentum, weight_decay=t.weight_decay)
-    strategy = STRATEGIES[s.strategy.name](model, my_devices, make_opt)
+    def __init__(self, ctx: Context, rank: int = 0, world: int = 1, local_rank: int = 0) -> None:
+        s = ctx.settings
+        assert s.trainer is not None and s.model is not None and s.data is not None and s.strategy is not None
+        self.ctx, self.rank, self.world, self.t = ctx, rank, world, s.trainer
+        self.n_devices = len(ctx.devices) if world == 1 else world
+        self.plan = plan(self.t, self.n_devices)
+        self.devices: list[Device] = ctx.devices if world == 1 else [ctx.devices[local_rank]]
+        self.main = self.devices[0].torch
+        splits = data.load(s.data, s.seed)
+        d = s.data
 
-    resolved = OmegaConf.to_container(OmegaConf.structured(s), resolve=True)
-    ckpt_path = Path(t.checkpoint_dir).resolve() / checkpoint.config_key(resolved) / "last.pt"
-    start = _resume(ckpt_path, strategy) if t.resume else 0
-    if rank == 0 and start:
-        log.info("resumed from %s after epoch %d", ckpt_path, start)
+        def batches(ds: Any, size: int, **how: Any) -> data.Batches:
+            return data.Batches(
+                ds,
+                size,
+                rank=rank,
+                world=world,
+                device=self.main,
+                on_device=d.on_device,
+                workers=d.workers,
+                pin_memory=d.pin_memory,
+                **how,
+            )
 
-    notes = "; ".join(n for n in (splits.note, strategy.note) if n)
-    fixed = {"strategy": s.strategy.name, "model": s.model.name, "global_batch": p.global_batch,
-             "per_device_batch": p.per_device_batch, "n_devices": total_devices, "world_size": world,
-             "checkpoint": str(ckpt_path)}
-    epoch_times: list[float] = []
-    last: dict[str, Any] = {}
-    steps = len(train_batches)
-    for epoch in range(start, t.epochs):
-        strategy.train(True)
-        loss_sum = torch.zeros((), device=main)
-        correct = torch.zeros((), device=main, dtype=torch.long)
+        self.train_batches = batches(splits.train, self.plan.global_batch, seed=s.seed)
+        self.test_batches = batches(splits.test, self.t.eval_batch, shuffle=False, drop_last=False)
+        if len(self.train_batches) == 0:
+            raise ConfigError(
+                "trainer.batch_size",
+                self.t.batch_size,
+                f"a global batch <= the training set ({data.size(splits.train)})",
+            )
+        torch.manual_seed(s.seed)
+        model = models.build(s.model.name, s.model.init, s.model.num_classes)
+        self.flops_per_image = training_flops_per_image(model)
+        fixed, per_image = flops.bytes_moved(model, data.SHAPE, self.t.precision)
+        b = self.plan.per_device_batch
+        self.intensity = self.flops_per_image * b / (fixed + per_image * b)  # FLOP/byte, estimated
+        self.knobs = Knobs(
+            self.t.precision, s.model.channels_last, self.t.compile, self.t.compile_mode, self.t.compile_backend
+        )
+
+        def make_opt(params: Any) -> torch.optim.Optimizer:
+            return torch.optim.SGD(params, lr=self.plan.lr, momentum=self.t.momentum, weight_decay=self.t.weight_decay)
+
+        self.strategy = STRATEGIES[s.strategy.name](model, self.devices, make_opt, self.knobs)
+        resolved = OmegaConf.to_container(OmegaConf.structured(s), resolve=True)
+        self.folder = Path(self.t.checkpoint_dir).resolve() / checkpoint.key(resolved)  # type: ignore[arg-type]
+        self.start, self.source = self.resume()
+        self.notes = "; ".join(n for n in (splits.note, self.strategy.note) if n)
+        self.fixed: dict[str, Any] = {
+            "strategy": s.strategy.name,
+            "model": s.model.name,
+            "global_batch": self.plan.global_batch,
+            "per_device_batch": self.plan.per_device_batch,
+            "n_devices": self.n_devices,
+            "world_size": world,
+            "precision": self.t.precision,
+            "channels_last": s.model.channels_last,
+            "compiled": self.t.compile,
+            "flops_per_image": self.flops_per_image,
+            "intensity": self.intensity,
+            "items_unit": "images",
+            "checkpoint": str(self.folder / f"{ctx.run_id}.pt"),
+            "resumed_from_epoch": self.start,
+        }
+        self.compile_info: dict[str, Any] = {}
+
+    # --- resume -------------------------------------------------------------------------
+
+    def resume(self) -> tuple[int, Path | None]:
+        """(first epoch to run, the checkpoint it continues) under ``trainer.resume``:
+        true: the most advanced checkpoint of this training; null (auto): in a sweep re-run,
+        the checkpoint of an interrupted run of this very point; false: start fresh."""
+        want = self.t.resume
+        if want is False or (want is None and not self.ctx.identity.get("sweep_id")):
+            return 0, None
+        only = None if want else str(self.ctx.identity["config_hash"])
+        found = checkpoint.most_advanced(self.folder, interrupted_of=only) if self.folder.is_dir() else None
+        if found is None:
+            if want:
+                log.info("trainer.resume: no checkpoint in %s yet; starting at epoch 1", self.folder)
+            return 0, None
+        path, info = found
+        state = checkpoint.load(path)
+        for replica in getattr(self.strategy, "replicas", [self.strategy.bare]):
+            checkpoint.load_weights(replica, state["model"])
+        self.strategy.load_optimizer(state["optimizer"])
+        if state.get("scaler"):
+            self.strategy.scaler.load_state_dict(state["scaler"])
+        checkpoint.restore_rng(state)
+        if self.rank == 0:
+            log.info("resumed from %s after epoch %d", path, info.epoch)
+        return info.epoch, path
+
+    # --- the run ------------------------------------------------------------------------
+
+    def fit(self) -> None:
+        if self.start >= self.t.epochs:
+            if self.rank == 0:
+                self.ctx.record(
+                    "train",
+                    status="skipped",
+                    devices=self.ctx.devices,
+                    **self.fixed,
+                    error=f"nothing to do: the checkpoint is at epoch {self.start} of {self.t.epochs}",
+                )
+            return
+        if self.rank == 0:
+            self.record_data_pass()
+        epochs: list[Epoch] = []
+        for e in range(self.start, self.t.epochs):
+            result = self.run_epoch(e)
+            epochs.append(result)
+            self.save_checkpoint(e + 1)
+            if self.rank == 0:
+                self.record_epoch(result)
+            if result.first_bad_step is not None:
+                return  # diverged: the epoch's error row says where; no summary of a broken run
+        if self.rank == 0:
+            if self.knobs.compile:
+                self.record_compile()
+            self.record_summary(epochs)
+
+    def run_epoch(self, epoch: int) -> Epoch:
+        s = self.strategy
+        steps = len(self.train_batches)
+        s.train(True)
+        loss_sum = torch.zeros((), device=self.main)
+        correct = torch.zeros((), device=self.main, dtype=torch.long)
+        first_bad = torch.full((), -1, device=self.main, dtype=torch.long)
+        seen, wait, lr = 0, 0.0, self.plan.lr
+        memory = Memory(self.devices)
+        with memory.sample(), Machine() as machine:
+            s.sync()
+            t0 = time.perf_counter()
+            batches = iter(self.progress(self.train_batches.epoch(epoch), steps, f"epoch {epoch + 1}"))
+            for i in range(steps):
+                w0 = time.perf_counter()
+                x, y = next(batches)
+                wait += time.perf_counter() - w0
+                step = epoch * steps + i
+                lr = lr_at(step, steps, self.t, self.plan)
+                s.set_lr(lr)
+                if self.knobs.compile and epoch == self.start and i == 0:
+                    loss, right = self.first_compiled_step(x, y)
+                else:
+                    loss, right = s.step(x, y)
+                loss_sum += loss
+                correct += right
+                first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss), step + 1, first_bad)
+                seen += y.shape[0]
+            s.sync()
+            train_s = time.perf_counter() - t0
+        test_right, test_seen, eval_s = self.evaluate()
+        return self.reduce(
+            epoch,
+            loss_sum,
+            correct,
+            first_bad,
+            seen,
+            test_right,
+            test_seen,
+            train_s,
+            eval_s,
+            lr,
+            wait,
+            memory.columns()["rss_peak_mb"],
+            machine,
+        )
+
+    def first_compiled_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step that compiles, timed on its own (two syncs, once per run)."""
+        from perflab.dynamo import unique_graphs
+
+        self.strategy.sync()
+        graphs, t0 = unique_graphs(), time.perf_counter()
+        out = self.strategy.step(x, y)
+        self.strategy.sync()
+        self.compile_info = {
+            "first_step_s": time.perf_counter() - t0,
+            "graphs": unique_graphs() - graphs,
+            "graphs_after_first_step": unique_graphs(),
+        }
+        return out
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[torch.Tensor, int, float]:
+        s = self.strategy
+        s.train(False)
+        right = torch.zeros((), device=self.main, dtype=torch.long)
         seen = 0
-        strategy.sync()
         t0 = time.perf_counter()
-        for i, (x, y) in enumerate(_progress(train_batches.epoch(epoch), steps, f"epoch {epoch + 1}", rank)):
-            lr = lr_at(epoch * steps + i, steps, t, p)
-            strategy.set_lr(lr)
-            loss, right = strategy.step(x, y)
-            loss_sum += loss
-            correct += right
-            seen += y.shape[0]
-        strategy.sync()
-        train_s = time.perf_counter() - t0
-        test_right, test_seen, eval_s = _evaluate(strategy, test_batches, main)
-        # The epoch's one read-back: sums over ranks (DDP) of what accumulated on the device.
-        counts = torch.tensor([seen, test_seen], device=main, dtype=torch.float64)
-        sums = torch.cat([torch.stack([loss_sum.double(), correct.double(), test_right.double()]), counts])
-        loss_total, right_total, test_total, seen_total, test_n = strategy.all_reduce(sums).tolist()
-        times = torch.tensor([train_s, eval_s], device=main, dtype=torch.float64)
-        train_s, eval_s = strategy.all_reduce(times, op="max").tolist()  # an epoch ends with its slowest rank
-        epoch_times.append(train_s)
-        if (t.checkpoint_every and (epoch + 1) % t.checkpoint_every == 0) or epoch + 1 == t.epochs:
-            if rank == 0:
-                checkpoint.save(ckpt_path, strategy.model, strategy.optimizer, epoch + 1)
-        if rank == 0:
-            last = ctx.record("epoch", devices=ctx.devices, epoch=epoch + 1, train_s=train_s, eval_s=eval_s,
-                              items_per_s=seen_total / train_s,
-                              per_device_items_per_s=seen_total / train_s / total_devices,
-                              train_loss=loss_total / seen_total, train_acc=right_total / seen_total,
-                              test_acc=test_total / test_n if test_n else math.nan, lr=lr, note=notes, **fixed)
-    if rank == 0 and epoch_times:
-        _summary(ctx, epoch_times, last, seen_total, notes, fixed)
-    elif rank == 0:
-        ctx.record("train", status="skipped", devices=ctx.devices, **fixed,
-                   error=f"nothing to do: the checkpoint is at epoch {start} of {t.epochs}")
+        with precisions.applied(self.knobs.precision, self.main.type):
+            for x, y in self.test_batches.epoch(0):
+                right += (s.eval_model(s.inputs(x)).argmax(1) == y).sum()
+                seen += y.shape[0]
+        s.sync()
+        return right, seen, time.perf_counter() - t0
+
+    def reduce(
+        self,
+        epoch: int,
+        loss_sum: torch.Tensor,
+        correct: torch.Tensor,
+        first_bad: torch.Tensor,
+        seen: int,
+        test_right: torch.Tensor,
+        test_seen: int,
+        train_s: float,
+        eval_s: float,
+        lr: float,
+        wait: float,
+        rss_mb: float,
+        machine: Machine,
+    ) -> Epoch:
+        """The epoch's one read-back: sums over ranks of what accumulated on the device, and
+        the slowest rank's times (an epoch ends when its slowest rank does)."""
+        big = float(2**62)
+        bad = torch.where(first_bad >= 0, first_bad.double(), torch.tensor(big, device=self.main, dtype=torch.float64))
+        sums = torch.cat(
+            [
+                torch.stack([loss_sum.double(), correct.double(), test_right.double()]),
+                torch.tensor([seen, test_seen, rss_mb, machine.own_s], device=self.main, dtype=torch.float64),
+            ]
+        )
+        loss, right, test_ok, images, test_n, rss, own_cpu = self.strategy.all_reduce(sums).tolist()
+        highs = torch.tensor([train_s, eval_s, wait], device=self.main, dtype=torch.float64)
+        train_s, eval_s, wait = self.strategy.all_reduce(highs, op="max").tolist()
+        first = -self.strategy.all_reduce(-bad.reshape(1), op="max").item()
+        return Epoch(
+            epoch + 1,
+            train_s,
+            eval_s,
+            images,
+            loss / images,
+            right / images,
+            test_ok / test_n if test_n else math.nan,
+            lr,
+            wait,
+            None if first >= big else int(first),
+            rss,
+            100 * machine.others_share(own_cpu),
+        )
+
+    def save_checkpoint(self, epoch: int) -> None:
+        every, last = self.t.checkpoint_every, epoch == self.t.epochs
+        if self.rank != 0 or not (last or (every and epoch % every == 0)):
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        info = checkpoint.Info(self.ctx.run_id, str(self.ctx.identity["config_hash"]), epoch, self.t.epochs, last)
+        checkpoint.save(self.folder, info, self.strategy.bare, self.strategy.optimizer, self.strategy.scaler)
+        if self.source is not None and self.source.stem != self.ctx.run_id:
+            checkpoint.remove(self.source)  # ours now holds everything it held, and more
+            log.info("checkpoint %s continued in %s", self.source.name, self.folder / f"{self.ctx.run_id}.pt")
+            self.source = None
+
+    # --- rows ---------------------------------------------------------------------------
+
+    def record_data_pass(self) -> None:
+        """The input pipeline alone: batches drawn and moved to the device, no compute."""
+        n = min(DATA_PASS_BATCHES, len(self.train_batches))
+
+        def draw() -> None:
+            batches = self.train_batches.epoch(0)
+            for _ in zip(range(n), batches):
+                pass
+            self.strategy.sync()
+
+        with torch.random.fork_rng(devices=[]):  # loader workers draw seeds: keep training's RNG as it was
+            self.ctx.measure(
+                "data loader",
+                draw,
+                self.ctx.devices,
+                items=n * self.plan.per_device_batch,
+                items_unit="images",
+                note=f"{n} batches drawn and moved to the device, no compute",
+            )
+
+    def record_epoch(self, e: Epoch) -> None:
+        per_step = self.flops_per_image * e.images / e.train_s / 1e12
+        row = dict(
+            epoch=e.epoch,
+            train_s=e.train_s,
+            eval_s=e.eval_s,
+            items_per_s=e.images / e.train_s,
+            per_device_items_per_s=e.images / e.train_s / self.n_devices,
+            train_loss=e.loss,
+            train_acc=e.train_acc,
+            test_acc=e.test_acc,
+            lr=e.lr,
+            data_wait_s=e.data_wait_s,
+            data_wait_frac=e.data_wait_s / e.train_s,
+            input_bound=e.data_wait_s / e.train_s >= INPUT_BOUND,
+            rss_peak_mb=e.rss_peak_mb,
+            others_cpu_pct=e.others_cpu_pct,
+            tflops=per_step,
+            **self.ctx.utilization(per_step, self.ctx.devices, self.t.precision),
+            note=self.notes,
+            **self.fixed,
+        )
+        if e.first_bad_step is not None:
+            self.ctx.record(
+                "epoch",
+                status="error",
+                devices=self.ctx.devices,
+                **row,
+                error=f"diverged at step {e.first_bad_step}: the loss became NaN/inf (lr {e.lr:.3g})",
+            )
+            return
+        self.ctx.record("epoch", devices=self.ctx.devices, **row)
+
+    def record_compile(self) -> None:
+        from perflab.dynamo import graph_breaks, unique_graphs
+
+        info = self.compile_info
+        if not info:
+            return
+        breaks = graph_breaks()
+        self.ctx.record(
+            "compile",
+            devices=self.ctx.devices,
+            first_step_s=info["first_step_s"],
+            graphs=info["graphs"],
+            recompiles=unique_graphs() - info["graphs_after_first_step"],
+            graph_breaks=breaks,
+            note=f"torch.compile(mode={self.knobs.compile_mode}, backend={self.knobs.compile_backend}): "
+            "the first step's time includes compiling; evaluation runs the uncompiled module",
+            **self.fixed,
+        )
+
+    def record_summary(self, epochs: list[Epoch]) -> None:
+        """One row for the whole run: epoch-time stats with its first epoch as warm-up."""
+        times = [e.train_s for e in epochs]
+        warm, timed = (times[:1], times[1:]) if len(times) > 1 else ([], times)
+        stats = bench.stats_of(timed, warm, noise_threshold=self.ctx.settings.bench.noise_threshold)
+        last = epochs[-1]
+        rate = last.images / stats.median
+        achieved = self.flops_per_image * rate / 1e12
+        note = self.notes if warm else "; ".join(x for x in (self.notes, "one epoch: its time includes warm-up") if x)
+        timed_epochs = epochs[1:] or epochs
+        self.ctx.record(
+            "train",
+            stats,
+            devices=self.ctx.devices,
+            epochs=len(times),
+            items_per_s=rate,
+            per_device_items_per_s=rate / self.n_devices,
+            train_loss=last.loss,
+            train_acc=last.train_acc,
+            test_acc=last.test_acc,
+            lr=last.lr,
+            tflops=achieved,
+            **self.ctx.utilization(achieved, self.ctx.devices, self.t.precision),
+            data_wait_frac=sum(e.data_wait_s for e in timed_epochs) / sum(e.train_s for e in timed_epochs),
+            rss_peak_mb=max(e.rss_peak_mb for e in epochs),
+            others_cpu_pct=max(e.others_cpu_pct for e in timed_epochs),
+            suspect=stats.suspect,
+            note=note,
+            **self.fixed,
+        )
+
+    def progress(self, it: Iterator[Any], total: int, desc: str) -> Iterator[Any]:
+        """A per-epoch progress bar on a terminal (rank 0 only); plain iteration elsewhere."""
+        if self.rank != 0 or not sys.stderr.isatty():
+            return it
+        from tqdm import tqdm
+
+        return iter(tqdm(it, total=total, desc=desc, leave=False, unit="batch"))
 
 
-def _summary(ctx: Context, times: list[float], last: dict, images: float, notes: str, fixed: dict) -> None:
-    """One row for the whole run: epoch-time stats with the first epoch as warm-up."""
-    warm, timed = (times[:1], times[1:]) if len(times) > 1 else ([], times)
-    stats = Stats(timed, "wall_sync", warm, torch.get_num_threads(), noise_threshold=ctx.settings.bench.noise_threshold)
-    note = notes if warm else "; ".join(x for x in (notes, "one epoch: its time includes warm-up") if x)
-    ctx.record("train", stats, devices=ctx.devices, epochs=len(times), items_per_s=images / stats.median,
-               per_device_items_per_s=images / stats.median / fixed["n_devices"],
-               train_loss=last["train_loss"], train_acc=last["train_acc"], test_acc=last["test_acc"],
-               lr=last["lr"], note=note, **fixed)
+def training_flops_per_image(model: torch.nn.Module) -> float:
+    """Forward + backward FLOPs of one image, counted on a shape-only (meta) copy of the model,
+    so that nothing runs and no state (BatchNorm statistics) changes."""
+    import copy
 
+    meta = copy.deepcopy(model).to("meta")
+    x = torch.empty(2, *data.SHAPE, device="meta")
 
-@torch.no_grad()
-def _evaluate(strategy, batches: data.Batches, main: torch.device) -> tuple[torch.Tensor, int, float]:
-    strategy.train(False)
-    model = strategy.eval_model
-    right = torch.zeros((), device=main, dtype=torch.long)
-    seen = 0
-    t0 = time.perf_counter()
-    for x, y in batches.epoch(0):
-        right += (model(x).argmax(1) == y).sum()
-        seen += y.shape[0]
-    strategy.sync()
-    return right, seen, time.perf_counter() - t0
+    def step() -> None:
+        meta(x).sum().backward()
 
-
-def _resume(path: Path, strategy) -> int:
-    if not path.is_file():
-        log.info("trainer.resume: no checkpoint at %s yet; starting at epoch 1", path)
-        return 0
-    state = checkpoint.load(path)
-    for m in getattr(strategy, "replicas", [strategy.model]):
-        checkpoint.load_weights(m, state["model"])
-    for opt in strategy.optimizers:
-        opt.load_state_dict(state["optimizer"])
-    checkpoint.restore_rng(state)
-    return int(state["epoch"])
-
-
-def _progress(it, total: int, desc: str, rank: int):
-    """A per-epoch progress bar on a terminal (rank 0 only); plain iteration elsewhere."""
-    if rank != 0 or not sys.stderr.isatty():
-        return it
-    from tqdm import tqdm
-
-    return tqdm(it, total=total, desc=desc, leave=False, unit="batch")
+    return flops.count(step) / 2

@@ -13,15 +13,21 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-MODELS = ("lenet", "resnet18", "resnet18_tv")
-INITS = ("default", "book_normal", "xavier")
+from perflab.schema import INITS, MODELS  # noqa: F401 - the choice lists live in the schema
 
 
 def lenet(num_classes: int = 10) -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(1, 20, kernel_size=3), nn.ReLU(), nn.AvgPool2d(2, 2),
-        nn.Conv2d(20, 50, kernel_size=5), nn.ReLU(), nn.AvgPool2d(2, 2),
-        nn.Flatten(), nn.Linear(800, 128), nn.ReLU(), nn.Linear(128, num_classes),
+        nn.Conv2d(1, 20, kernel_size=3),
+        nn.ReLU(),
+        nn.AvgPool2d(2, 2),
+        nn.Conv2d(20, 50, kernel_size=5),
+        nn.ReLU(),
+        nn.AvgPool2d(2, 2),
+        nn.Flatten(),
+        nn.Linear(800, 128),
+        nn.ReLU(),
+        nn.Linear(128, num_classes),
     )
 
 
@@ -33,8 +39,11 @@ class Residual(nn.Module):
         self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
         self.bn1, self.bn2 = nn.BatchNorm2d(out_channels), nn.BatchNorm2d(out_channels)
-        self.shortcut = (nn.Conv2d(in_channels, out_channels, 1, stride=stride)
-                         if stride != 1 or in_channels != out_channels else None)
+        self.shortcut = (
+            nn.Conv2d(in_channels, out_channels, 1, stride=stride)
+            if stride != 1 or in_channels != out_channels
+            else None
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.relu(self.bn1(self.conv1(x)))
@@ -47,9 +56,16 @@ def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
         return nn.Sequential(Residual(cin, cout, stride=1 if first else 2), Residual(cout, cout))
 
     return nn.Sequential(
-        nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
-        stage(64, 64, True), stage(64, 128, False), stage(128, 256, False), stage(256, 512, False),
-        nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.Linear(512, num_classes),
+        nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        stage(64, 64, True),
+        stage(64, 128, False),
+        stage(128, 256, False),
+        stage(256, 512, False),
+        nn.AdaptiveAvgPool2d((1, 1)),
+        nn.Flatten(),
+        nn.Linear(512, num_classes),
     )
 
 
@@ -61,9 +77,12 @@ def resnet18_tv(num_classes: int = 10) -> nn.Module:
     return net
 
 
+BUILDERS = {"lenet": lenet, "resnet18": resnet18, "resnet18_tv": resnet18_tv}
+
+
 def build(name: str, init: str = "default", num_classes: int = 10) -> nn.Module:
     """A model on the CPU with its weights initialized (seed the RNG first for repeatability)."""
-    net = {"lenet": lenet, "resnet18": resnet18, "resnet18_tv": resnet18_tv}[name](num_classes)
+    net = BUILDERS[name](num_classes)
     if init != "default":
         net.apply(_book_normal if init == "book_normal" else _xavier)
     return net
@@ -84,7 +103,6 @@ def _xavier(m: nn.Module) -> None:
             nn.init.zeros_(m.bias)
 
 
-
 def bare_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """Weights without wrapper prefixes (``module.`` from DataParallel/DDP, ``_orig_mod.``)."""
     return {strip_prefix(k): v for k, v in model.state_dict().items()}
@@ -93,5 +111,5 @@ def bare_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 def strip_prefix(key: str) -> str:
     for prefix in ("module.", "_orig_mod."):
         while key.startswith(prefix):
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
     return key

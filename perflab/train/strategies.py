@@ -6,21 +6,35 @@ the host, so the loop never waits on the devices in the middle of an epoch.
 
 Gradients: every strategy takes the gradient of the *mean* loss over the global batch, so
 with the same seed, data and global batch they produce the same parameters as ``single``
-(BatchNorm aside: its statistics are per device by design).
+(BatchNorm aside: its statistics are per device by design). Precision (autocast, and a
+GradScaler for fp16) and the memory layout apply inside ``step``, the same for all four.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from perflab import precision as precisions
 from perflab.devices import Device, synchronize
 
 MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """How each step runs: precision (perflab.precision), NHWC inputs, torch.compile."""
+
+    precision: str = "fp32"
+    channels_last: bool = False
+    compile: bool = False
+    compile_mode: str = "default"
+    compile_backend: str = "inductor"
 
 
 class Single:
@@ -29,23 +43,50 @@ class Single:
     name = "single"
     note = ""
 
-    def __init__(self, model: nn.Module, devices: list[Device], make_optimizer: MakeOptimizer) -> None:
-        self.devices = devices
+    def __init__(
+        self, model: nn.Module, devices: list[Device], make_optimizer: MakeOptimizer, knobs: Knobs = Knobs()
+    ) -> None:
+        self.devices, self.knobs = devices, knobs
         self.device = devices[0].torch
-        self.model = self.wrap(model.to(self.device))
-        self.optimizers = [make_optimizer(self.model.parameters())]
+        self.bare = self.layout(model.to(self.device))
+        self.model = self.compiled(self.wrap(self.bare))
+        self.optimizers = [make_optimizer(self.bare.parameters())]
+        self.scaler = precisions.scaler(knobs.precision, self.device.type)
+
+    def layout(self, model: nn.Module) -> nn.Module:
+        return model.to(memory_format=torch.channels_last) if self.knobs.channels_last else model
 
     def wrap(self, model: nn.Module) -> nn.Module:
         return model
 
+    def compiled(self, model: nn.Module) -> Any:
+        if not self.knobs.compile:
+            return model
+        return torch.compile(model, mode=self.knobs.compile_mode, backend=self.knobs.compile_backend)
+
+    def inputs(self, x: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
+        x = x.to(device or self.device, non_blocking=True)
+        return x.contiguous(memory_format=torch.channels_last) if self.knobs.channels_last else x
+
+    def forward_loss(
+        self, model: Any, x: torch.Tensor, y: torch.Tensor, batch: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed loss (for the epoch's total) and correct count, with the backward pass run on
+        this slice's share of the global batch's mean loss."""
+        with precisions.applied(self.knobs.precision, x.device.type):
+            out = model(x)
+            loss = F.cross_entropy(out.float(), y, reduction="sum")
+        self.scaler.scale(loss / batch).backward()
+        return loss.detach(), (out.argmax(1) == y).sum()
+
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         opt = self.optimizers[0]
         opt.zero_grad(set_to_none=True)
-        out = self.model(x)
-        loss = F.cross_entropy(out, y, reduction="sum")
-        (loss / x.shape[0]).backward()
-        opt.step()
-        return loss.detach(), (out.argmax(1) == y).sum()
+        x, y = self.inputs(x), y.to(self.device, non_blocking=True)
+        loss, right = self.forward_loss(self.model, x, y, x.shape[0])
+        self.scaler.step(opt)
+        self.scaler.update()
+        return loss, right
 
     def set_lr(self, lr: float) -> None:
         for opt in self.optimizers:
@@ -57,11 +98,18 @@ class Single:
 
     @property
     def eval_model(self) -> nn.Module:
-        return self.model
+        """Evaluation runs the plain (uncompiled, unwrapped) module: no recompiles for eval."""
+        return self.bare
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
         return self.optimizers[0]
+
+    def load_optimizer(self, state: dict[str, Any]) -> None:
+        """Every optimizer gets its *own* copy of the saved state: replicas must not share one
+        momentum buffer (it would be updated once per replica per step)."""
+        for opt in self.optimizers:
+            opt.load_state_dict(copy.deepcopy(state))
 
     def sync(self) -> None:
         synchronize(self.devices)
@@ -76,30 +124,38 @@ class Scratch(Single):
 
     name = "scratch"
 
-    def __init__(self, model: nn.Module, devices: list[Device], make_optimizer: MakeOptimizer) -> None:
-        self.devices = devices
+    def __init__(
+        self, model: nn.Module, devices: list[Device], make_optimizer: MakeOptimizer, knobs: Knobs = Knobs()
+    ) -> None:
+        self.devices, self.knobs = devices, knobs
         self.device = devices[0].torch
-        self.replicas = [copy.deepcopy(model).to(d.torch) for d in devices]
-        self.model = self.replicas[0]
+        self.replicas = [self.layout(copy.deepcopy(model).to(d.torch)) for d in devices]
+        self.bare = self.replicas[0]
+        self.model = self.bare
+        self.runners = [self.compiled(r) for r in self.replicas]
         self.optimizers = [make_optimizer(r.parameters()) for r in self.replicas]
+        self.scaler = precisions.scaler(knobs.precision, self.device.type)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         batch = x.shape[0]
         losses, correct = [], []
-        for replica, opt, d, xs, ys in zip(self.replicas, self.optimizers, self.devices,
-                                          x.tensor_split(len(self.devices)), y.tensor_split(len(self.devices))):
-            xs, ys = xs.to(d.torch, non_blocking=True), ys.to(d.torch, non_blocking=True)
+        for runner, opt, d, xs, ys in zip(
+            self.runners,
+            self.optimizers,
+            self.devices,
+            x.tensor_split(len(self.devices)),
+            y.tensor_split(len(self.devices)),
+        ):
             opt.zero_grad(set_to_none=True)
-            out = replica(xs)
-            loss = F.cross_entropy(out, ys, reduction="sum")
-            (loss / batch).backward()  # partial gradients: they sum to the global mean's gradient
-            losses.append(loss.detach().to(self.device))
-            correct.append((out.argmax(1) == ys).sum().to(self.device))
+            loss, right = self.forward_loss(runner, self.inputs(xs, d.torch), ys.to(d.torch, non_blocking=True), batch)
+            losses.append(loss.to(self.device))
+            correct.append(right.to(self.device))
         with torch.no_grad():
             for params in zip(*(r.parameters() for r in self.replicas)):
-                allreduce([p.grad for p in params])
+                allreduce([p.grad for p in params])  # partial gradients sum to the global mean's
         for opt in self.optimizers:
-            opt.step()
+            self.scaler.step(opt)
+        self.scaler.update()
         return torch.stack(losses).sum(), torch.stack(correct).sum()
 
     def train(self, mode: bool = True) -> None:
@@ -122,7 +178,7 @@ class DataParallel(Single):
 
     def wrap(self, model: nn.Module) -> nn.Module:
         if self.devices[0].type == "cuda":
-            return nn.DataParallel(model, device_ids=[d.index for d in self.devices])
+            return nn.DataParallel(model, device_ids=[int(d.index or 0) for d in self.devices])
         self.note = "nn.DataParallel splits batches over CUDA devices only: on the CPU it runs the module once"
         # Without CUDA, nn.DataParallel is a pass-through; with CUDA it would claim the GPUs.
         return model if torch.cuda.is_available() else nn.DataParallel(model)
@@ -130,17 +186,13 @@ class DataParallel(Single):
 
 class DDP(Single):
     """``DistributedDataParallel`` in this worker process (one per device, started by the
-    elastic launcher). Each rank gets its slice of the global batch; DDP averages gradients."""
+    worker launcher). Each rank gets its slice of the global batch; DDP averages gradients."""
 
     name = "ddp"
 
     def wrap(self, model: nn.Module) -> nn.Module:
         d = self.devices[0]
         return nn.parallel.DistributedDataParallel(model, device_ids=[d.index] if d.type == "cuda" else None)
-
-    @property
-    def eval_model(self) -> nn.Module:
-        return self.model.module
 
     def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
         import torch.distributed as dist
@@ -150,3 +202,8 @@ class DDP(Single):
 
 
 STRATEGIES = {s.name: s for s in (Single, Scratch, DataParallel, DDP)}
+# Why a strategy cannot be compiled (perflab refuses the combination before training).
+NOT_COMPILABLE = {
+    "data_parallel": "nn.DataParallel replicates the module every step, which torch.compile "
+    "does not support; use strategy=ddp (or single) with trainer.compile=true"
+}

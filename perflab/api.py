@@ -1,0 +1,119 @@
+"""The Python way in: ``perflab.run("matmul", ["experiment.size=512"])`` runs one job exactly
+as ``perflab +experiment=matmul experiment.size=512`` does and returns its rows.
+
+>>> import perflab
+>>> df = perflab.run("quick/matmul")
+>>> df[["measurement", "median_s", "tflops"]]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import sys
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from perflab import registry
+from perflab.errors import ConfigError, Refused, one_line
+
+log = logging.getLogger("perflab")
+
+
+def register() -> None:
+    """What composing needs: Hydra's resolvers, ours, and every experiment's schema."""
+    from hydra.core.utils import setup_globals
+    from omegaconf import OmegaConf
+
+    setup_globals()
+    OmegaConf.register_new_resolver("perflab_uid", lambda: secrets.token_hex(4), use_cache=True, replace=True)
+    registry.register_configs()
+
+
+def compose(experiment: str, overrides: Sequence[str] = ()):
+    """The job config for ``+experiment=NAME`` plus ``overrides``, and its run dir."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    register()
+    try:
+        with initialize_config_dir(str(registry.config_dir()), version_base="1.3", job_name="perflab"):
+            cfg = hydra_compose("config", overrides=[f"+experiment={experiment}", *overrides], return_hydra_config=True)
+        run_dir = Path(str(cfg.hydra.run.dir))
+        choice = cfg.hydra.runtime.choices.get("experiment")
+    except (ConfigError, HydraException, OmegaConfBaseException) as err:
+        raise Refused(one_line(err)) from None
+    with open_dict(cfg):
+        del cfg["hydra"]
+    OmegaConf.set_readonly(cfg, False)
+    return cfg, run_dir, choice
+
+
+def run(experiment: str, overrides: Sequence[str] = ()):
+    """Run one job and return its rows as a pandas DataFrame.
+
+    ``experiment`` is a preset name (``matmul``, ``quick/train``, ``lenet_scratch`` ...);
+    ``overrides`` are the command line's ``key=value`` items. The rows are also on disk, in
+    the run dir (``df.attrs["run_dir"]``), like any run's. A bad value raises
+    :class:`perflab.errors.Refused` with the one-line reason; a crash inside the experiment
+    is an ``error`` row, as on the command line (``df.attrs["outcome"]`` says what came of it).
+    """
+    import pandas as pd
+
+    from perflab.app import experiment_name
+    from perflab.job import Place, execute
+    from perflab.results import load
+    from perflab.rows import RESULTS
+
+    cfg, run_dir, choice = compose(experiment, overrides)
+    place = Place(run_dir=run_dir, experiment=experiment_name(choice, cfg))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        from perflab.app import output_error
+
+        raise Refused(output_error(err, [f"results.store={cfg.results.store}", *overrides])) from None
+    _save_config(cfg, overrides, run_dir)
+    with _job_log(run_dir):
+        result = execute(cfg, place)
+    if result.outcome == "refused":
+        raise Refused(result.error)
+    df = load(run_dir) if (run_dir / RESULTS).is_file() else pd.DataFrame()  # typed as load() types them
+    df.attrs.update(outcome=result.outcome, run_dir=str(run_dir))
+    return df
+
+
+def _save_config(cfg, overrides: Sequence[str], run_dir: Path) -> None:
+    """``.hydra/config.yaml`` and ``overrides.yaml``, as a CLI run leaves them."""
+    from omegaconf import OmegaConf
+
+    folder = run_dir / ".hydra"
+    folder.mkdir(exist_ok=True)
+    OmegaConf.save(cfg, folder / "config.yaml")
+    OmegaConf.save(OmegaConf.create(list(overrides)), folder / "overrides.yaml")
+
+
+@contextlib.contextmanager
+def _job_log(run_dir: Path) -> Iterator[None]:
+    """The job's messages to ``<run dir>/perflab.log``, and to stdout if nothing else shows them."""
+    handlers: list[logging.Handler] = [logging.FileHandler(run_dir / "perflab.log")]
+    handlers[0].setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    if not logging.getLogger().handlers:
+        console = logging.StreamHandler(sys.stdout)
+        console.setFormatter(logging.Formatter("%(message)s"))
+        handlers.append(console)
+    level = log.level
+    log.setLevel(logging.INFO)
+    for h in handlers:
+        log.addHandler(h)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            log.removeHandler(h)
+            h.close()
+        log.setLevel(level)

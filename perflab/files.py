@@ -1,0 +1,139 @@
+"""Files that never clobber: atomic rewrites that honour the umask and keep a file's mode and
+group, appends that always start on a fresh line, and up-front checks of every output path.
+
+Rules: never replace what is not a regular file (a device, a FIFO, a directory); write
+*through* a symlink to its target; a new file gets the usual 0666 & ~umask; a rewritten file
+keeps the mode and group it had.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from perflab.errors import ConfigError
+
+_KINDS = {
+    stat.S_ISCHR: "a character device",
+    stat.S_ISBLK: "a block device",
+    stat.S_ISFIFO: "a FIFO",
+    stat.S_ISSOCK: "a socket",
+    stat.S_ISDIR: "a directory",
+}
+
+
+def kind_of(path: Path) -> str:
+    """``a regular file``, ``missing``, or what else sits at ``path`` (symlinks followed)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except NotADirectoryError:  # a parent on the way is a file
+        return "missing"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((name for test, name in _KINDS.items() if test(mode)), "not a regular file")
+
+
+def target(path: Path) -> Path:
+    """Where writing ``path`` lands: the end of its symlink chain (so the link itself survives)."""
+    return Path(os.path.realpath(path))
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Replace ``path``'s content at once: write a temp file beside it, then rename.
+
+    Readers see the old file or the new one, never half. Refuses (OSError) to replace a
+    non-regular file. A new file honours the umask; an existing one keeps its mode and group.
+    """
+    path = target(path)
+    kind = kind_of(path)
+    if kind not in ("a regular file", "missing"):
+        raise IsADirectoryError(f"{path}: {kind}, not a regular file; refusing to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = path.stat() if kind == "a regular file" else None
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0666 & ~umask
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        if old is not None:
+            os.chmod(tmp, stat.S_IMODE(old.st_mode))
+            if old.st_gid != os.stat(tmp).st_gid:
+                with contextlib.suppress(PermissionError):  # not in that group: the mode is still kept
+                    os.chown(tmp, -1, old.st_gid)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def append_text(path: Path, text: str, header: str = "") -> None:
+    """Append ``text`` in one write; ``header`` first if the file is new or empty.
+
+    If the file does not end with a newline (a torn write: disk full, a killed writer), a
+    newline goes first, so the torn line stays one bad line instead of gluing onto ours.
+    """
+    path = target(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        prefix = b""
+        if size == 0:
+            prefix = header.encode()
+        else:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":
+                prefix = b"\n"
+        f.write(prefix + text.encode())
+        f.flush()
+
+
+def check_dir(key: str, path: Path, shown: str | None = None) -> None:
+    """``path`` is (or can become) a directory this process can write into; else one line.
+
+    Tried for real (a probe file created and removed), so a read-only mount, a full quota or
+    missing permissions are found before anything is measured, whoever runs it.
+    """
+    value = shown if shown is not None else str(path)
+    probe = path
+    while kind_of(probe) == "missing" and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(
+            key, value, "a path whose folders are (or can become) directories", problem=f"{probe} is {kind_of(probe)}"
+        )
+    name = probe / f".perflab-probe-{secrets.token_hex(4)}"
+    try:
+        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as err:
+        raise ConfigError(
+            key, value, "a place you can write to", problem=f"cannot write in {probe} ({err.strerror})"
+        ) from None
+    name.unlink(missing_ok=True)
+
+
+def check_file(key: str, path: Path, allowed: str) -> bool:
+    """``path`` is a regular file we can rewrite, or a new file in a writable place.
+
+    Returns whether it exists. Symlinks are followed (the target is what gets written).
+    """
+    real = target(path)
+    kind = kind_of(real)
+    if kind == "missing":
+        check_dir(key, real.parent, shown=str(path))
+        return False
+    if kind != "a regular file":
+        raise ConfigError(key, str(path), allowed, problem=f"{kind}, not a regular file")
+    try:
+        with open(real, "ab"):
+            pass
+    except OSError as err:
+        raise ConfigError(key, str(path), allowed, problem=f"cannot write it ({err.strerror})") from None
+    check_dir(key, real.parent, shown=str(path))  # an atomic rewrite needs a temp file beside it
+    return True

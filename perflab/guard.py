@@ -1,0 +1,114 @@
+"""The part of a job that touches torch: resolve devices, run the experiment, and turn whatever
+stops it into a row: a crash (``error``, traceback in ``error.txt``), an out-of-memory
+(``oom``), a stop signal (``cancelled`` / ``timeout``), Ctrl-C (``cancelled``, then the
+interrupt goes on). ``run.json`` says what came of it; only an ``ok`` run is marked done.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from pathlib import Path
+from typing import Any
+
+from perflab import launchers, store
+from perflab.context import Context
+from perflab.devices import resolve
+from perflab.environment import environment
+from perflab.errors import ConfigError, MissingDevice, first_line
+from perflab.job import Place, Result, discard, record_time, refuse, seed_everything
+from perflab.peaks import Peaks
+from perflab.registry import Experiment
+from perflab.rows import RESULTS
+from perflab.rundir import RunRecord, RunWriter
+from perflab.schema import PerflabConfig
+from perflab.stop import Stopped, on_stop_signals
+from perflab.table import job_table
+
+log = logging.getLogger("perflab")
+
+
+def run(
+    settings: PerflabConfig,
+    experiment: Experiment,
+    peaks: Peaks,
+    place: Place,
+    record: RunRecord,
+    identity: dict[str, Any],
+) -> Result:
+    import torch
+
+    r = settings.results
+    writer = RunWriter(place.run_dir, ledger=Path(r.ledger) if r.ledger else None, samples=r.samples)
+    identity = {**identity, **environment()}
+    try:
+        resolved = resolve(settings.devices)
+        devices, fallback = resolved.devices, resolved.fallback
+        beside = launchers.beside(place, devices)
+    except MissingDevice as missing:
+        skip = settings.devices.on_missing == "skip" or (settings.devices.on_missing == "auto" and place.in_sweep)
+        if not skip:
+            return refuse(missing, place, record, identity)
+        devices, fallback, beside = [], "", ""
+        skip_reason = missing.line()
+    except ConfigError as err:
+        return refuse(err, place, record, identity)
+    else:
+        skip_reason = ""
+    ctx = Context(
+        settings,
+        devices,
+        writer,
+        {**identity, "fallback": fallback, "beside": beside},
+        peaks,
+        progress=getattr(experiment.module, "progress", None),
+        metric=experiment.metric,
+    )
+    record.save(place.run_dir)  # "running": a job killed without a word is never taken as done
+    log.info("perflab %s on %s -> %s", place.experiment, ", ".join(d.name for d in devices) or "-", place.run_dir)
+    outcome, interrupted = "ok", None
+    with on_stop_signals():
+        try:
+            if skip_reason:
+                ctx.skip("job", skip_reason)
+                outcome = "skipped"
+            else:
+                seed_everything(settings.seed)
+                experiment.module.run(ctx)
+        except ConfigError as err:  # a check only the experiment can make (e.g. batch vs devices)
+            return refuse(err, place, record, ctx.identity, writer)
+        except Stopped as stop:
+            outcome = stop.status
+            ctx.record("job", status=stop.status, error=stop.why)
+        except KeyboardInterrupt as stop:
+            outcome, interrupted = "cancelled", stop
+            ctx.record("job", status="cancelled", error="interrupted (Ctrl-C)")
+        except Exception as exc:  # a crash is a row, not a lost job
+            outcome = "oom" if isinstance(exc, torch.OutOfMemoryError) else _stopped(exc) or "error"
+            (place.run_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
+            log.error("%s: %s (traceback: %s)", type(exc).__name__, first_line(exc), place.run_dir / "error.txt")
+            ctx.record("job", status=outcome, error=f"{type(exc).__name__}: {first_line(exc)}")
+    rows = writer.rows
+    if outcome == "ok" and any(row.get("status") in ("error", "oom") for row in rows):
+        outcome = "error"  # a part failed (a wrong compiled answer, a diverged run): not done
+    record.outcome, record.complete, record.rows, record.finished = outcome, outcome == "ok", len(rows), record_time()
+    record.error = next((str(row["error"]) for row in rows if row.get("status") not in ("ok", "skipped")), "")
+    record.save(place.run_dir)
+    if record.complete:
+        store.mark_done(Path(settings.results.store), record, place.run_dir)
+    if rows and settings.results.table:
+        log.info(
+            "\n%s\n\nrows: %s", job_table(rows, experiment.headline(rows), experiment.metric), place.run_dir / RESULTS
+        )
+    if not rows:
+        discard(place.run_dir)
+    if interrupted is not None:
+        raise interrupted
+    return Result(outcome, place.run_dir, rows, record.error)
+
+
+def _stopped(exc: BaseException) -> str | None:
+    """The elastic agent turns a stop signal into its own exception while workers run."""
+    if type(exc).__name__ == "SignalException":
+        return "cancelled"
+    return None

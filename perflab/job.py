@@ -1,0 +1,210 @@
+"""One job, from a composed config to rows on disk: the single path that the CLI (every point
+of a sweep, on any launcher), ``perflab.run()`` and the tests all take.
+
+  check     the typed config, the experiment, every output path        (no torch yet)
+  skip?     in a sweep: the point is done already (its run.json says so) -> reuse its rows
+  claim     in a sweep: this point is ours, or wait for whoever measures it
+  devices   resolve them; missing ones are an error or a ``skipped`` row
+  run       the experiment; a crash, an OOM or a stop signal becomes a row  (perflab.guard)
+  record    run.json says what came of it; a complete point is marked done
+
+A bad value is refused in one line: nothing is written for a single run; a sweep point
+leaves an ``error`` row and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, cast
+
+from omegaconf import DictConfig, OmegaConf
+
+from perflab import files, registry, store
+from perflab.errors import ConfigError
+from perflab.peaks import Peaks
+from perflab.rows import RESULTS, flatten
+from perflab.rundir import RunRecord, RunWriter, rows_of
+from perflab.schema import PerflabConfig, config_hash, validate
+
+log = logging.getLogger("perflab")
+
+# The single run's exit code for each outcome (a sweep's is decided over all its points).
+EXIT_CODES = {
+    "ok": 0,
+    "done": 0,
+    "skipped": 0,
+    "refused": 2,
+    "error": 1,
+    "oom": 1,
+    "timeout": 1,
+    "cancelled": 130,
+    "running": 1,
+}
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a job runs and as what: its folder and, in a sweep, the sweep and its number."""
+
+    run_dir: Path
+    experiment: str  # the preset's name (train, lenet_scratch, ...), as rows call it
+    sweep_dir: Path | None = None
+    job_num: int = 0
+    parallel_jobs: int = 1  # a launcher running this many jobs side by side on this machine
+    overrides: tuple[str, ...] = ()
+
+    @property
+    def in_sweep(self) -> bool:
+        return self.sweep_dir is not None
+
+
+@dataclass
+class Result:
+    outcome: str
+    run_dir: Path
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.outcome, 1)
+
+
+def new_run_id() -> str:
+    """Unique across machines and trees: the time, then 48 random bits."""
+    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(6)}"
+
+
+def execute(cfg: DictConfig, place: Place) -> Result:
+    """Run one job (see the module docstring); never raises for a user mistake or a crash."""
+    run_id = new_run_id()
+    resolved = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
+    record = RunRecord(
+        run_id=run_id,
+        experiment=place.experiment,
+        config_hash=config_hash(resolved),
+        sweep_id=place.sweep_dir.name if place.sweep_dir else "",
+        job_num=place.job_num,
+    )
+    identity = {
+        "run_id": run_id,
+        "sweep_id": record.sweep_id,
+        "job_num": place.job_num,
+        "experiment": place.experiment,
+        "config_hash": record.config_hash,
+        "rank": 0,
+        "run_dir": str(place.run_dir),
+        **flatten(resolved),
+    }
+    try:
+        settings, experiment, peaks = check(cfg)
+    except ConfigError as err:
+        return refuse(err, place, record, identity)
+    root = Path(settings.results.store)
+
+    claim = None
+    if place.in_sweep and not settings.results.redo:
+        got = claim_point(root, record, place, settings)
+        if isinstance(got, Path):
+            return reuse(got, place, record)
+        claim = got
+    try:
+        from perflab import guard  # torch from here on
+
+        return guard.run(settings, experiment, peaks, place, record, identity)
+    finally:
+        if claim is not None:
+            claim.release()
+
+
+def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
+    """The typed config, its experiment, and every path the job will write: before any work."""
+    name = cfg.experiment.get("name") if "experiment" in cfg else None
+    if name not in registry.names():
+        raise ConfigError("experiment", name, ", ".join(registry.presets()), problem="unknown experiment")
+    experiment = registry.get(str(name))
+    settings = validate(cfg, experiment.module.Config)
+    files.check_dir("results.store", Path(settings.results.store))
+    if settings.results.ledger:
+        from perflab import ledger
+
+        ledger.check(Path(settings.results.ledger))
+    if settings.trainer is not None:
+        files.check_dir("trainer.checkpoint_dir", Path(settings.trainer.checkpoint_dir))
+    peaks_path = Path(settings.results.peaks) if settings.results.peaks else None
+    peaks = Peaks.open(peaks_path, will_write=experiment.writes_peaks)
+    return settings, experiment, peaks
+
+
+def refuse(
+    err: ConfigError, place: Place, record: RunRecord, identity: dict[str, Any], writer: RunWriter | None = None
+) -> Result:
+    """A bad value: one line. In a sweep the point also leaves an ``error`` row and its record."""
+    line = err.line()
+    log.debug("refused: %s", line)
+    record.outcome, record.error, record.finished = "refused", line, record_time()
+    if place.in_sweep:
+        writer = writer or RunWriter(place.run_dir, samples=False)
+        writer.add({**identity, "measurement": "job", "status": "error", "error": line})
+        record.rows = len(writer.rows)
+        record.save(place.run_dir)
+    elif writer is not None and writer.rows:
+        record.rows = len(writer.rows)
+        record.save(place.run_dir)
+    else:
+        discard(place.run_dir)
+    return Result("refused", place.run_dir, writer.rows if writer else [], line)
+
+
+def reuse(source: Path, place: Place, record: RunRecord) -> Result:
+    """This point was measured already, completely, in ``source``: its rows stand for it."""
+    log.info("perflab: already done in %s (results.redo=true measures it again)", source)
+    record.outcome, record.complete, record.same_as, record.finished = "done", False, str(source), record_time()
+    record.save(place.run_dir)
+    return Result("done", place.run_dir, rows_of(source).to_dict("records"))
+
+
+def claim_point(root: Path, record: RunRecord, place: Place, settings: PerflabConfig) -> store.Claim | Path:
+    """This sweep point, claimed; or the run dir that completed it (before, or while we waited
+    for another sweep that was measuring it)."""
+    said = False
+    while True:
+        done = store.find_done(root, record.config_hash)
+        if done is not None:
+            return done
+        got = store.claim(root, record.config_hash, place.run_dir, settings.results.claim_stale_s)
+        if isinstance(got, store.Claim):
+            if store.find_done(root, record.config_hash) is None:  # not completed just before our claim
+                return got
+            got.release()
+            continue
+        if not said:
+            log.info("perflab: waiting: %s is measuring this very point", got)
+            said = True
+        time.sleep(min(5.0, settings.results.claim_stale_s / 10))
+
+
+def record_time() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def discard(run_dir: Path) -> None:
+    """Remove the folder of a job that wrote nothing, so no empty run misleads."""
+    if run_dir.is_dir() and not (run_dir / RESULTS).exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

@@ -1,0 +1,48 @@
+"""Stop means stop: a job told to end (scancel's SIGTERM, SLURM's warning signal before a time
+limit, Ctrl-C) stops measuring at once and leaves a ``cancelled`` / ``timeout`` row, never
+more ``ok`` rows after it was told.
+
+submitit (Hydra's SLURM launcher) ignores SIGTERM and answers the time-limit signal (SIGUSR2,
+``signal_delay_s`` before the limit) by requeueing; inside a perflab job ours take over for
+the job's duration and the previous handlers come back afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Iterator
+
+
+class Stopped(BaseException):
+    """Raised in the job's main thread by a stop signal. A BaseException, like
+    KeyboardInterrupt, so that ``except Exception`` in an experiment cannot swallow it."""
+
+    def __init__(self, status: str, why: str) -> None:
+        super().__init__(why)
+        self.status, self.why = status, why
+
+
+SIGNALS = {signal.SIGTERM: ("cancelled", "stopped by SIGTERM (scancel, or the machine shutting down)")}
+if hasattr(signal, "SIGUSR2"):
+    SIGNALS[signal.SIGUSR2] = ("timeout", "stopped by SIGUSR2: SLURM's warning that the time limit is near")
+
+
+@contextlib.contextmanager
+def on_stop_signals() -> Iterator[None]:
+    """Within the block, the stop signals raise :class:`Stopped` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        status, why = SIGNALS[signal.Signals(signum)]
+        raise Stopped(status, why)
+
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

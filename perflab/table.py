@@ -1,0 +1,118 @@
+"""Terminal output: one line per row as it is recorded, the job's table at the end, the sweep's
+table of points. One unit per quantity: seconds as s/ms/us/ns, TFLOP/s, GB/s, <items>/s.
+Notes and errors are never cut: they wrap, under the table, each printed once."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from typing import Any, Iterable, Mapping, Sequence
+
+from perflab.rows import number
+
+Row = Mapping[str, Any]
+
+
+def human_time(s: Any) -> str:
+    """Seconds as a short string in s, ms, us or ns ("" for an empty cell)."""
+    s = number(s)
+    if s is None:
+        return ""
+    if s == 0:
+        return "0 s"
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(s) >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+UNITS = {"tflops": "TFLOP/s", "gbps": "GB/s", "bus_gbps": "GB/s (bus)", "items_per_s": None}
+
+
+def rate(r: Row, metric: str = "") -> str:
+    """A row's headline rate: its experiment's metric if it is a rate, else TFLOP/s, GB/s,
+    <items>/s, in that order of preference."""
+    for col in ([metric] if metric in UNITS else []) + list(UNITS):
+        v = number(r.get(col))
+        if v is not None:
+            unit = UNITS[col] or f"{r.get('items_unit') or 'items'}/s"
+            return f"{v:.4g} {unit}" if col == "items_per_s" else f"{v:.3g} {unit}"
+    return ""
+
+
+def spread(r: Row) -> str:
+    """IQR as a share of the median; "?" when there were too few samples to know."""
+    iqr, median = number(r.get("iqr_s")), number(r.get("median_s"))
+    if median is None:
+        return ""
+    if iqr is None:
+        return "?"
+    return f"±{iqr / median / 2:.1%}" if median else ""
+
+
+def progress_line(row: Row, metric: str = "") -> str:
+    """The line logged as each row is recorded."""
+    status, name = row.get("status"), row.get("measurement")
+    if status != "ok" or number(row.get("median_s")) is None:
+        detail = row.get("error") or row.get("note") or ""
+        return f"{name}: {status}{': ' + str(detail) if detail and status != 'ok' else ''}"
+    text = f"{name}: median {human_time(row['median_s'])} ({spread(row)}, n={row.get('n')}, {row.get('timer')})"
+    if rate(row, metric):
+        text += f", {rate(row, metric)}"
+    if row.get("suspect"):
+        text += "  [suspect]"
+    return text
+
+
+def job_table(rows: Sequence[Row], headline: Iterable[str] = (), metric: str = "") -> str:
+    """The end-of-job table: one line per row, then the notes and warnings, then the headline."""
+    header = ["measurement", "status", "n", "median", "spread", "rate", ""]
+    lines = [header]
+    notes: dict[str, list[str]] = {}
+    for r in rows:
+        ok = r.get("status") == "ok" and number(r.get("median_s")) is not None
+        label = str(r.get("measurement", ""))
+        epoch = number(r.get("epoch"))
+        if epoch is not None:
+            label += f" {int(epoch)}"
+        flags = [f for f, on in (("noisy", str(r.get("noisy")) == "True"), ("suspect", bool(r.get("suspect")))) if on]
+        lines.append(
+            [
+                label,
+                str(r.get("status", "")),
+                str(r.get("n", "")) if ok else "",
+                human_time(r.get("median_s")) if ok else "",
+                spread(r) if ok else "",
+                rate(r, metric),
+                ", ".join(flags),
+            ]
+        )
+        for text in (r.get("error"), r.get("suspect"), r.get("note")):
+            if text and isinstance(text, str):
+                notes.setdefault(text, []).append(label)
+    out = [_columns(lines)]
+    if notes:
+        width = max(60, min(120, shutil.get_terminal_size((100, 20)).columns))
+        out.append("")
+        for text, labels in notes.items():
+            who = labels[0] if len(labels) == 1 else f"{labels[0]} (+{len(labels) - 1} more)"
+            out.append(textwrap.fill(f"{who}: {text}", width=width, subsequent_indent="    "))
+    headline = [h for h in headline if h]
+    if headline:
+        out += ["", *headline]
+    return "\n".join(out)
+
+
+def _columns(lines: list[list[str]]) -> str:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    text = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
+    text.insert(1, "  ".join("-" * w for w in widths).rstrip())
+    return "\n".join(text)
+
+
+def points_table(points: Sequence[Mapping[str, str]]) -> str:
+    """A sweep's points: one line each (job, its keys, outcome, headline)."""
+    if not points:
+        return ""
+    header = list(points[0])
+    return _columns([header] + [[str(p.get(h, "")) for h in header] for p in points])

@@ -1,0 +1,190 @@
+"""Comparisons you can trust: any tree, nothing dropped, one direction, pooled configs said,
+A/B of two trees with a regression gate, suspect figures flagged, plots a person reads."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perflab import compare, parallel, plots
+from perflab.rundir import RunWriter
+from perflab.stats import compare_samples
+
+from conftest import FAST
+
+
+def fake_run(root, name, count, batch, items_per_s, samples=(), test_acc=0.9, **cfg):
+    """A results dir as a training job writes it, with numbers chosen by hand."""
+    w = RunWriter(root / name)
+    median = float(np.median(samples)) if len(samples) else 1.0
+    w.add(
+        {
+            "run_id": name,
+            "experiment": "train",
+            "measurement": "train",
+            "status": "ok",
+            "n": len(samples),
+            "median_s": median,
+            "noisy": False,
+            "items_per_s": items_per_s,
+            "test_acc": test_acc,
+            "device_name": "CPU (2 threads)",
+            "cfg.devices.count": count,
+            "cfg.trainer.batch_size": batch,
+            "cfg.trainer.scaling": "strong",
+            **cfg,
+        },
+        samples=list(samples),
+    )
+
+
+def test_speedup_and_efficiency_match_a_hand_computed_table(tmp_path):
+    for count, thr in ((1, 100.0), (2, 180.0), (4, 300.0)):
+        fake_run(tmp_path, f"b256-n{count}", count, 256, thr)
+        fake_run(tmp_path, f"b512-n{count}", count, 512, thr * 1.5)
+    table = compare.compare(tmp_path, by=["devices.count", "trainer.batch_size"])
+    table = table.set_index(["cfg.trainer.batch_size", "cfg.devices.count"]).sort_index()
+    expected = pd.DataFrame(
+        {
+            "speedup": [1.0, 1.8, 3.0, 1.0, 1.8, 3.0],
+            "efficiency": [1.0, 0.9, 0.75, 1.0, 0.9, 0.75],
+            "per_device_items_per_s": [100, 90, 75, 150, 135, 112.5],
+        },
+        index=pd.MultiIndex.from_product([[256, 512], [1, 2, 4]], names=table.index.names),
+    )
+    pd.testing.assert_frame_equal(table[expected.columns], expected, check_dtype=False)
+    assert (table["test_acc"] == 0.9).all() and (table["scaling"] == "strong").all()
+    assert (table["metric"] == "items_per_s").all()
+
+
+def test_identical_configs_show_no_significant_difference(tmp_path):
+    rng = np.random.default_rng(0)
+    fake_run(tmp_path, "a", 1, 256, 100.0, samples=rng.normal(1.0, 0.05, 10))
+    fake_run(tmp_path, "b", 2, 256, 100.0, samples=rng.normal(1.0, 0.05, 10))
+    table = compare.compare(tmp_path, by=["devices.count"], baseline="devices.count=1").set_index("cfg.devices.count")
+    assert table.loc[1, "significance"] == "baseline"
+    assert table.loc[2, "significance"].startswith("no significant difference")
+
+
+def test_a_real_2x_difference_is_significant_and_agrees_with_the_speedup(tmp_path):
+    rng = np.random.default_rng(0)
+    fake_run(tmp_path, "a", 1, 256, 100.0, samples=rng.normal(1.0, 0.05, 10))
+    fake_run(tmp_path, "b", 2, 256, 200.0, samples=rng.normal(0.5, 0.025, 10))
+    table = compare.compare(tmp_path, by=["devices.count"], baseline="devices.count=1").set_index("cfg.devices.count")
+    assert table.loc[2, "speedup_vs_baseline"] == pytest.approx(2.0)
+    assert table.loc[2, "significance"].startswith("significant: 2x faster than the baseline (p=1.1e-05")
+
+
+def test_ratio_and_words_agree_for_a_rate_metric_against_a_baseline(cli, work):
+    """The bug: tflops 2.3x 'faster' next to 'significant: 3.47x slower' (the test ran on times)."""
+    cli(
+        "-m",
+        "+experiment=quick/matmul",
+        "experiment.size=32,128",
+        "bench.repeats=10",
+        "bench.min_time_s=0",
+        "results.table=false",
+    )
+    table = compare.compare(work / "outputs", baseline="experiment.size=32", metric="tflops")
+    row = table[table["cfg.experiment.size"] == 128].iloc[0]
+    assert row["metric"] == "tflops" and row["speedup_vs_baseline"] > 1  # bigger matmuls: more TFLOP/s
+    assert "faster" in row["significance"] or "no significant" in row["significance"]
+    verdict = compare_samples([1.0, 1.1, 0.9, 1.05], [2.0, 2.1, 1.9, 2.05], higher_is_better=True)
+    assert verdict.speedup == pytest.approx(2.0, rel=0.05) and verdict.words.startswith("significant: 1.98x faster")
+    verdict = compare_samples([1.0, 1.1, 0.9, 1.05], [2.0, 2.1, 1.9, 2.05], higher_is_better=False)
+    assert verdict.speedup < 1 and "slower" in verdict.words
+
+
+def test_a_mixed_tree_keeps_every_experiment_with_its_own_metric(cli, work):
+    cli("-m", "+experiment=quick/matmul", "experiment.size=32,64", *FAST, "results.table=false")
+    cli("+experiment=quick/train", "data.train_size=256", "trainer.epochs=1", *FAST, "results.table=false")
+    table = compare.compare(work / "outputs")
+    assert set(table["experiment"]) == {"matmul", "train"}
+    assert table.set_index("experiment")["metric"].to_dict() == {"matmul": "tflops", "train": "items_per_s"}
+    assert table[table["experiment"] == "matmul"]["tflops"].notna().all()
+    # The README's own example: nothing dropped, a visible line for what has no such column.
+    table = compare.compare(work / "outputs", by=["experiment.size"], metric="tflops", experiment="matmul")
+    assert sorted(table["cfg.experiment.size"]) == [32, 64]
+    mixed = compare.compare(work / "outputs", metric="tflops")
+    assert set(mixed["experiment"]) == {"matmul", "train"}
+
+
+def test_pooled_configs_are_said(tmp_path):
+    fake_run(tmp_path, "a", 1, 256, 100.0)
+    fake_run(tmp_path, "b", 1, 512, 120.0)
+    table = compare.compare(tmp_path, by=["devices.count"])
+    assert table["runs"].tolist() == [2] and table["pooled"].tolist() == ["trainer.batch_size"]
+    assert any("pooled although they differ in trainer.batch_size" in n for n in table.attrs["notes"])
+
+
+def test_superlinear_efficiency_is_flagged(tmp_path):
+    fake_run(tmp_path, "a", 1, 256, 100.0)
+    fake_run(tmp_path, "b", 2, 256, 600.0)
+    table = compare.compare(tmp_path, by=["devices.count"])
+    assert table["efficiency"].max() == pytest.approx(3.0)
+    assert any("efficiency 3.00 > 1.1" in n for n in table.attrs["notes"])
+
+
+def test_filters_and_one_line_errors(tmp_path, capsys):
+    fake_run(tmp_path, "a", 1, 256, 100.0)
+    fake_run(tmp_path, "b", 2, 256, 180.0)
+    assert len(compare.compare(tmp_path, where=["devices.count=2"])) == 1
+    assert compare.main([str(tmp_path), "--by", "nope.key"]) == 2
+    assert capsys.readouterr().err.strip() == "perflab.compare: error: --by cfg.nope.key: not in the results of train"
+    assert compare.main([str(tmp_path), "--experiment", "matmul"]) == 2
+    assert "--experiment matmul: no ok rows of it (have: train)" in capsys.readouterr().err
+
+
+def test_two_trees_a_b_and_the_regression_gate(cli, work, monkeypatch, capsys):
+    args = ["+experiment=quick/matmul", "bench.repeats=8", "bench.min_time_s=0", "results.table=false"]
+    cli(*args, "results.store=base")
+    cli(*args, "results.store=same")
+    original = parallel.alone_then_together
+
+    def with_a_sleep(ctx, work, **kw):  # the same config, truly slower: a sleep in every call
+        return original(ctx, lambda d: (work(d), time.sleep(0.003)), **kw)
+
+    monkeypatch.setattr(parallel, "alone_then_together", with_a_sleep)
+    cli(*args, "results.store=slow")
+    table = compare.ab(work / "base", work / "slow")
+    (row,) = table.to_dict("records")
+    assert row["significant"] and row["change_pct"] < -50 and "slower" in row["significance"]
+    assert compare.main([str(work / "base"), str(work / "slow"), "--fail-if-slower", "10"]) == 1
+    assert "significantly slower than the base by more than 10%" in capsys.readouterr().err
+    assert compare.main([str(work / "base"), str(work / "same"), "--fail-if-slower", "60"]) == 0
+
+
+def test_a_b_matches_points_by_device_too(tmp_path):
+    fake_run(tmp_path / "a", "x", 1, 256, 100.0)
+    fake_run(tmp_path / "b", "y", 1, 256, 100.0, device_name="NVIDIA H100 80GB HBM3")
+    table = compare.ab(tmp_path / "a", tmp_path / "b")
+    assert sorted(table["change"]) == ["only in base", "only in new"]
+    assert compare.ab(tmp_path / "a", tmp_path / "b", any_device=True)["speedup"].tolist() == [1.0]
+
+
+def test_plots_have_titles_units_integer_counts_and_error_bars(tmp_path):
+    rng = np.random.default_rng(0)
+    for count, thr in ((1, 100.0), (2, 180.0), (4, 300.0)):
+        fake_run(tmp_path / "runs", f"n{count}", count, 256, thr, samples=rng.normal(1.0, 0.05, 5))
+    table = compare.compare(tmp_path / "runs", by=["devices.count"])
+    fig = plots.scaling(table)
+    ax = fig.axes[0]
+    assert ax.get_title().startswith("Scaling") and "devices" in ax.get_xlabel() and "(x)" in ax.get_ylabel()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4"]
+    ideal = [line for line in ax.get_lines() if line.get_label() == "ideal (linear)"][0]
+    assert ideal.get_zorder() > max(c.get_zorder() for c in ax.collections), "the ideal line is on top"
+    assert ax.containers and len(ax.containers[0].lines[2][0].get_segments()) == 3, "error bars from the samples"
+    lines = plots.write_all(table, tmp_path / "plots")
+    assert lines == [f"plot: {tmp_path / 'plots' / 'scaling.png'}"]
+
+
+def test_nothing_to_plot_and_no_matplotlib_are_said(tmp_path, monkeypatch):
+    fake_run(tmp_path, "a", 1, 256, 100.0)
+    table = compare.compare(tmp_path)
+    assert plots.write_all(table, tmp_path / "plots")[0].startswith("plots: nothing to plot here")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert plots.write_all(table, tmp_path / "plots") == [plots.MISSING_MATPLOTLIB]

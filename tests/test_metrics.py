@@ -1,0 +1,82 @@
+"""Beyond time: every measurement row carries memory and machine load; traces on demand."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import perflab
+from perflab import registry
+from perflab.watch import Machine, Memory, host_peak
+
+from conftest import FAST
+
+MB = 2**20
+
+
+def test_the_host_peak_sees_a_known_allocation():
+    with host_peak() as quiet:
+        pass
+    with host_peak() as peak:
+        block = np.ones(200 * MB // 8)  # 200 MiB, touched
+        del block
+    assert peak[0] - quiet[0] > 190
+
+
+def test_memory_columns_per_part_grow_with_what_the_part_allocates(work, monkeypatch):
+    def run(ctx):
+        ctx.measure("small", lambda: np.ones(1 * MB // 8).sum())
+        ctx.measure("big", lambda: np.ones(300 * MB // 8).sum())
+
+    monkeypatch.setattr(registry.get("matmul").module, "run", run)
+    df = perflab.run("quick/matmul", FAST).set_index("measurement")
+    grown = df["rss_peak_mb"] - df["rss_before_mb"]
+    assert grown["big"] > 290 and grown["small"] < 100
+    assert (df["cpus"] >= 1).all()
+    known = df["others_cpu_pct"].dropna()  # NaN: a window too short for the kernel's CPU-time ticks
+    assert known.between(0, 100).all()
+    assert "cuda_allocated_peak_mb" not in df or df["cuda_allocated_peak_mb"].isna().all()  # unknown is empty
+
+
+def test_a_busy_machine_makes_a_measurement_suspect(work, monkeypatch):
+    monkeypatch.setattr(Machine, "others_share", lambda self, own_s=None: 0.9)
+    df = perflab.run("quick/matmul", FAST)
+    assert df["suspect"].str.contains("the machine was busy: other processes used 90% of the CPUs").all()
+
+
+def test_memory_with_no_samples_is_unknown_not_zero():
+    cols = Memory().columns("never measured")
+    assert math.isnan(cols["rss_peak_mb"]) and math.isnan(cols["rss_before_mb"])
+
+
+def test_a_trace_per_measurement_on_demand(work):
+    df = perflab.run("quick/matmul", [*FAST, "bench.profile=true"])
+    (trace,) = df["trace"].tolist()
+    events = json.loads((work / df.attrs["run_dir"] / trace).read_text())["traceEvents"]
+    assert any("aten::mm" in str(e.get("name")) for e in events), "the trace holds the timed op"
+
+
+@pytest.mark.parametrize(
+    "name, dtype, expected",
+    [
+        ("NVIDIA H100 80GB HBM3", "bfloat16", 989.5),
+        ("NVIDIA H100 PCIe", "tf32", 378.0),
+        ("NVIDIA A100-SXM4-80GB", "bfloat16", 312.0),
+        ("Tesla V100-SXM2-16GB", "bfloat16", None),
+        ("CPU (2 threads)", "float32", None),
+    ],
+)
+def test_datasheet_peaks_are_dense(name, dtype, expected):
+    from perflab import flops
+
+    assert flops.datasheet_peak(name, dtype) == expected
+
+
+def test_mfu_is_against_the_sum_of_the_devices_peaks():
+    from perflab import flops
+
+    out = flops.utilization(312.0, ["NVIDIA A100-SXM4-80GB"] * 2, "bf16-mixed", measured_peak=300.0)
+    assert out["mfu"] == pytest.approx(0.5) and out["pct_of_peak"] == pytest.approx(52.0)

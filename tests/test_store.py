@@ -1,0 +1,331 @@
+"""The result store: it never clobbers, never loses, knows what is really done, refuses bad
+paths before measuring, and loads a tree fast through an index it can rebuild."""
+
+from __future__ import annotations
+
+import csv
+import json
+import multiprocessing as mp
+import os
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perflab import files, ledger, store
+from perflab.errors import ConfigError
+from perflab.results import load
+from perflab.rows import csv_text, read_csv
+from perflab.rundir import RunRecord, RunWriter
+
+from conftest import FAST
+
+
+def row(run: str, i: int, **extra) -> dict:
+    return {
+        "row_id": f"{run}#{i}",
+        "run_id": run,
+        "experiment": "matmul",
+        "measurement": f"m{i}",
+        "status": "ok",
+        "n": 5,
+        "median_s": 0.25 * (i + 1),
+        "noisy": False,
+        "error": "",
+        "timestamp": "2026-11-22T10:00:00+00:00",
+        "cuda": "13.0",
+        **extra,
+    }
+
+
+@pytest.fixture
+def readonly(tmp_path):
+    """A read-only filesystem (a tmpfs mounted ro): read-only even for root, like a real one."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    (where / "seed").mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(where)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+    yield where
+    subprocess.run(["umount", str(where)], check=False)
+
+
+# --- files ----------------------------------------------------------------------------------
+
+
+def test_new_files_honour_the_umask_and_rewrites_keep_mode_and_group(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "results.csv"
+        files.write_atomic(path, "a\n")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+        os.chmod(path, 0o664)
+        os.chown(path, -1, 65534)  # nogroup: a shared group
+        files.write_atomic(path, "b\n")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o664 and path.stat().st_gid == 65534
+        assert path.read_text() == "b\n"
+        files.append_text(tmp_path / "samples.csv", "x\n", header="h\n")
+        assert stat.S_IMODE((tmp_path / "samples.csv").stat().st_mode) == 0o644
+    finally:
+        os.umask(old)
+
+
+def test_a_symlink_is_written_through_and_survives(tmp_path):
+    real = tmp_path / "real.csv"
+    real.write_text("old\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(real)
+    files.write_atomic(link, "new\n")
+    assert link.is_symlink() and real.read_text() == "new\n"
+
+
+def test_a_device_is_never_replaced(tmp_path):
+    dev = tmp_path / "null"
+    os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # a clone of /dev/null
+    with pytest.raises(OSError, match="a character device"):
+        files.write_atomic(dev, "x")
+    assert stat.S_ISCHR(dev.stat().st_mode)
+    with pytest.raises(ConfigError) as err:
+        ledger.check(dev)
+    assert err.value.line() == (
+        f"results.ledger={dev}: a character device, not a regular file; allowed: {ledger.ALLOWED}"
+    )
+
+
+def test_an_append_after_a_torn_line_starts_fresh_and_the_torn_line_is_skipped(tmp_path, caplog):
+    path = tmp_path / "ledger.csv"
+    ledger.append(path, [row("a", 0)])
+    with path.open("a") as f:
+        f.write("b#0,b,matmul,m0,o")  # a short write: disk full, a killed writer
+    ledger.append(path, [row("c", 0)])
+    df = load(path)
+    assert df["run_id"].tolist() == ["a", "c"] and df.attrs.get("skipped_lines", 1) >= 0
+    assert "skipped 1 torn or malformed line" in caplog.text
+
+
+def test_binary_junk_lines_are_skipped_not_fatal(tmp_path):
+    path = tmp_path / "results.csv"
+    path.write_bytes(
+        csv_text([row("a", 0)]).encode() + b"\x00\xff\xfe junk\n" + csv_text([row("a", 1)], header=False).encode()
+    )
+    assert read_csv(path)["row_id"].tolist() == ["a#0", "a#1"]
+
+
+def test_ledger_survives_different_column_sets(tmp_path):
+    path = tmp_path / "ledger.csv"
+    ledger.append(path, [row("a", 0)])
+    ledger.append(path, [row("b", 0, tflops=1.5)])
+    ledger.append(path, [row("c", 0)])
+    lines = path.read_text().splitlines()
+    assert sum(1 for line in lines if line.startswith("row_id,")) == 1
+    df = load(path)
+    assert df["run_id"].tolist() == ["a", "b", "c"]
+    assert pd.isna(df.loc[0, "tflops"]) and df.loc[1, "tflops"] == 1.5
+
+
+def _append_many(path: str, worker: int, count: int) -> None:
+    for i in range(count):
+        extra = {f"only_worker_{worker}": i} if i % 5 == 0 else {}
+        ledger.append(Path(path), [row(f"w{worker}", i, **extra)])
+
+
+def test_many_processes_append_to_one_ledger(tmp_path):
+    path = tmp_path / "ledger.csv"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_append_many, args=(str(path), w, 15)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    header, body = rows[0], rows[1:]
+    assert all(len(r) == len(header) for r in body)
+    assert {r[0] for r in body} == {f"w{w}#{i}" for w in range(4) for i in range(15)}
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"\x00\x01\x02binary\xff\n", "not a CSV text file"),
+        (b"date,amount\n2026-01-01,3\n", "not a perflab ledger (its header starts date,amount)"),
+    ],
+)
+def test_a_foreign_file_as_the_ledger_is_refused_untouched(tmp_path, content, problem):
+    path = tmp_path / "ledger.csv"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as err:
+        ledger.check(path)
+    assert problem in err.value.line()
+    assert path.read_bytes() == content
+
+
+# --- run dirs, ids, load ----------------------------------------------------------------------
+
+
+def test_writer_keeps_every_finished_row_and_samples(tmp_path):
+    run = tmp_path / "run"
+    writer = RunWriter(run, ledger=tmp_path / "ledger.csv")
+    writer.add(row("r", 0), samples=[1.0, 2.0], warmup=[5.0])
+    writer.add(row("r", 1))
+    assert len(load(run / "results.csv")) == 2 and len(load(tmp_path / "ledger.csv")) == 2
+    samples = load(run, samples=True)
+    assert samples["seconds"].tolist() == [5.0, 1.0, 2.0]
+    assert samples["phase"].tolist() == ["warmup", "sample", "sample"]
+    assert not list(run.glob(".*.tmp"))
+
+
+def test_writer_keeps_rows_another_process_wrote_to_the_same_job(tmp_path):
+    parent = RunWriter(tmp_path / "job")
+    parent.add({"run_id": "r", "measurement": "before", "status": "ok"})
+    RunWriter(tmp_path / "job").add({"run_id": "r", "measurement": "rank 0", "status": "ok"})  # e.g. DDP
+    parent.add({"run_id": "r", "measurement": "after", "status": "error"})
+    df = load(tmp_path / "job" / "results.csv")
+    assert df["measurement"].tolist() == ["before", "rank 0", "after"]
+    assert df["row_id"].tolist() == ["r#1", "r#2", "r#3"]
+
+
+def test_runs_in_dirs_with_the_same_name_keep_all_their_rows(cli, work):
+    cli("+experiment=quick/matmul", *FAST, "hydra.run.dir=a/run")
+    cli("+experiment=quick/matmul", *FAST, "hydra.run.dir=b/run")
+    df = load(work / "a", work / "b")
+    assert len(df) == 2 and df["row_id"].nunique() == 2
+
+
+def test_load_a_tree_through_its_index_matches_reading_every_file(tmp_path):
+    out = tmp_path / "outputs"
+    for i in range(5):
+        w = RunWriter(out / "runs" / f"r{i}")
+        w.add(row(f"r{i}", 0, **({"tflops": 1.0} if i % 2 else {"note": "text"})))
+    first = load(out)
+    assert sorted(first["run_id"]) == [f"r{i}" for i in range(5)]
+    assert list((out / ".perflab" / "index").glob("*.parquet")), "the index was written"
+    RunWriter(out / "runs" / "r1").add(row("r1", 1))  # a run dir that changed since
+    RunWriter(out / "runs" / "r9").add(row("r9", 0))  # and a new one
+    second = load(out)
+    assert sorted(second["row_id"]) == sorted([*first["row_id"], "r1#1", "r9#0"])
+    import shutil
+
+    shutil.rmtree(out / ".perflab")  # the index is derived: losing it loses nothing
+    third = load(out)
+    assert sorted(third["row_id"]) == sorted(second["row_id"])
+    assert load(out, experiment="nope").empty
+
+
+def test_a_read_only_tree_still_loads(tmp_path, readonly):
+    assert load(readonly).empty  # no error, even though no index can be written there
+
+
+def test_load_missing_path_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load(tmp_path / "nope")
+
+
+# --- done and claims --------------------------------------------------------------------------
+
+
+def record(tmp_path: Path, name: str, config: str, **fields) -> Path:
+    run = tmp_path / "runs" / name
+    run.mkdir(parents=True)
+    RunRecord(run_id=name, experiment="matmul", config_hash=config, **fields).save(run)
+    return run
+
+
+def test_only_a_complete_run_is_done(tmp_path):
+    record(tmp_path, "killed", "h1")  # run.json says running: it was killed
+    record(tmp_path, "skipped", "h1", outcome="skipped")
+    record(tmp_path, "crashed", "h1", outcome="error")
+    assert store.find_done(tmp_path, "h1") is None
+    good = record(tmp_path, "good", "h1", outcome="ok", complete=True)
+    store.mark_done(tmp_path, RunRecord.read(good), good)
+    assert store.find_done(tmp_path, "h1") == good
+    import shutil
+
+    shutil.rmtree(good)
+    assert store.find_done(tmp_path, "h1") is None, "a marker whose run is gone is dropped"
+
+
+def test_the_done_index_is_rebuilt_from_the_run_dirs(tmp_path):
+    good = record(tmp_path, "good", "h2", outcome="ok", complete=True)
+    assert store.find_done(tmp_path, "h2") == good  # no index yet: rebuilt on first use
+
+
+def test_a_claim_is_exclusive_until_released_and_a_dead_holders_is_taken_over(tmp_path):
+    mine = store.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+    assert isinstance(mine, store.Claim)
+    theirs = store.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
+    assert isinstance(theirs, store.Holder) and theirs.pid == os.getpid()
+    mine.release()
+    again = store.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
+    assert isinstance(again, store.Claim)
+    again.release()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    path = tmp_path / ".perflab" / "claims" / "h.json"
+    path.write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid, "run_dir": "x", "since": 0}))
+    assert isinstance(store.claim(tmp_path, "h", tmp_path / "c", stale_s=60), store.Claim)
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "run_dir": "x", "since": 0}))
+    os.utime(path, (time.time() - 120, time.time() - 120))  # silent for 2 min: its node died
+    assert isinstance(store.claim(tmp_path, "h", tmp_path / "d", stale_s=60), store.Claim)
+
+
+# --- bad paths, refused before measuring --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "setup, args, fragment",
+    [
+        (
+            lambda w: (w / "file").write_text("x"),
+            ["results.ledger=file/ledger.csv"],
+            "results.ledger=file/ledger.csv: ",
+        ),
+        (lambda w: (w / "dir.csv").mkdir(), ["results.ledger=dir.csv"], "a directory, not a regular file"),
+        (lambda w: (w / "junk.csv").write_bytes(b"\x00\xff"), ["results.ledger=junk.csv"], "not a CSV text file"),
+        (
+            lambda w: (w / "foreign.csv").write_text("a,b\n1,2\n"),
+            ["results.ledger=foreign.csv"],
+            "not a perflab ledger",
+        ),
+        (lambda w: (w / "store").write_text("x"), ["results.store=store"], "results.store=store: "),
+        (
+            lambda w: (w / "ck").write_text("x"),
+            ["+experiment=quick/train", "trainer.checkpoint_dir=ck"],
+            "trainer.checkpoint_dir=ck: ",
+        ),
+        (
+            lambda w: (w / "peaks.json").write_text("{not json"),
+            ["+experiment=quick/hardware", "results.peaks=peaks.json"],
+            "results.peaks=peaks.json: unreadable",
+        ),
+    ],
+)
+def test_bad_output_paths_are_refused_before_anything_is_measured(cli, work, setup, args, fragment):
+    setup(work)
+    before = {p: p.read_bytes() for p in work.rglob("*") if p.is_file()}
+    experiment = [] if any(a.startswith("+experiment") for a in args) else ["+experiment=quick/matmul"]
+    ran = cli(*experiment, *args, *FAST, rc=2)
+    assert len(ran.err.strip().splitlines()) == 1 and fragment in ran.err
+    assert not list(work.rglob("results.csv")), "nothing measured for nothing"
+    assert {p: p.read_bytes() for p in work.rglob("*") if p.is_file()} == before, "nothing touched"
+
+
+def test_read_only_places_are_refused_before_measuring(cli, work, readonly):
+    ran = cli("+experiment=quick/matmul", *FAST, f"results.store={readonly}/outputs", rc=2)
+    assert f"results.store={readonly}/outputs: cannot write in {readonly} (Read-only file system)" in ran.err
+    ran = cli("+experiment=quick/matmul", *FAST, f"results.ledger={readonly}/seed/ledger.csv", rc=2)
+    assert "Read-only file system" in ran.err and not list(work.rglob("results.csv"))
+
+
+def test_a_corrupt_peaks_file_only_read_costs_pct_of_peak_not_the_rows(cli, work):
+    (work / "peaks.json").write_text("{broken")
+    ran = cli("+experiment=quick/matmul", *FAST, "results.peaks=peaks.json")
+    df = load(work / "outputs")
+    assert (df["status"] == "ok").all() and "pct_of_peak" not in df
+    assert "results.peaks=peaks.json: unreadable" in ran.out
+    assert (work / "peaks.json").read_text() == "{broken"

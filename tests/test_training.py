@@ -1,0 +1,238 @@
+"""Training end to end: every strategy learns and matches ``single``; a stopped or killed run
+resumes to exactly the weights of an uninterrupted one (momentum included); precision,
+layout and compile knobs change what runs; a diverging run is an error, not ``ok``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import perflab
+from perflab import registry
+from perflab.devices import Device
+from perflab.results import load
+from perflab.rundir import RunRecord
+from perflab.train import checkpoint, models
+from perflab.train.loop import Trainer, training_flops_per_image
+from perflab.train.strategies import Knobs, Single
+
+from conftest import FAST
+
+SMALL = [
+    "data.train_size=1024",
+    "data.test_size=256",
+    "data.noise=0.6",
+    "trainer.batch_size=64",
+    "trainer.weight_decay=1e-4",
+    "results.table=false",
+    *FAST,
+]
+STRATEGIES = {"single": 1, "scratch": 2, "data_parallel": 2, "ddp": 2}
+CPU = Device("cpu", "cpu", threads=1)
+
+
+def weights(df) -> dict[str, torch.Tensor]:
+    return checkpoint.load(df["checkpoint"].dropna().iloc[-1])["model"]
+
+
+def assert_same(a: dict, b: dict, exact: bool = False) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=0 if exact else 1e-4, atol=0 if exact else 1e-5)
+
+
+@pytest.fixture(scope="module")
+def strategy_runs(tmp_path_factory):
+    """Each strategy trains the same LeNet on the same data and global batch for 3 epochs."""
+    os.chdir(tmp_path_factory.mktemp("strategies"))
+    return {
+        name: perflab.run("train", [*SMALL, "trainer.epochs=3", f"strategy={name}", f"devices.count={n}"])
+        for name, n in STRATEGIES.items()
+    }
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_every_strategy_trains_and_learns(strategy_runs, name):
+    df = strategy_runs[name]
+    epochs, summary = df[df["measurement"] == "epoch"], df[df["measurement"] == "train"].iloc[0]
+    assert epochs["epoch"].tolist() == [1, 2, 3] and (df["status"] == "ok").all()
+    assert (epochs["train_s"] > 0).all() and (epochs["eval_s"] > 0).all()
+    assert (epochs["items_per_s"] * epochs["train_s"]).round().eq(1024).all(), "each image once per epoch, all ranks"
+    assert (df.dropna(subset=["global_batch"])["global_batch"] == 64).all()
+    assert epochs["train_loss"].iloc[-1] < epochs["train_loss"].iloc[0]
+    assert summary["test_acc"] > 0.5, "well above chance (0.1) on the learnable synthetic set"
+    assert summary["n"] == 2 and summary["warmup_n"] == 1  # epoch 1 is the warm-up
+    assert summary["median_s"] == pytest.approx(epochs["train_s"].iloc[1:].median())
+    assert summary["devices"] == ("cpu" if name == "single" else "cpu#0+cpu#1")
+    assert summary["flops_per_image"] == pytest.approx(training_flops_per_image(models.build("lenet")))
+    assert summary["tflops"] == pytest.approx(summary["flops_per_image"] * summary["items_per_s"] / 1e12)
+    assert (epochs["rss_peak_mb"] > 50).all() and (
+        (epochs["data_wait_frac"] >= 0) & (epochs["data_wait_frac"] < 1)
+    ).all()
+    loader = df[df["measurement"] == "data loader"].iloc[0]
+    assert loader["items_per_s"] > 0 and loader["items_unit"] == "images"
+
+
+@pytest.fixture(scope="module")
+def few_step_runs(tmp_path_factory):
+    """8 steps only: beyond ~20 steps at this lr, float rounding grows chaotically (even
+    ``single`` with 1 vs 2 threads drifts apart by ~1e-3), so equality is tested early."""
+    os.chdir(tmp_path_factory.mktemp("few_steps"))
+    return {
+        name: perflab.run(
+            "train", [*SMALL, "trainer.epochs=1", "data.train_size=512", f"strategy={name}", f"devices.count={n}"]
+        )
+        for name, n in STRATEGIES.items()
+    }
+
+
+@pytest.mark.parametrize("name", ["scratch", "data_parallel", "ddp"])
+def test_every_strategy_ends_with_the_weights_of_single(few_step_runs, name):
+    """Same seed, data and global batch, LeNet (no BatchNorm): gradient averaging and lr are right."""
+    assert_same(weights(few_step_runs["single"]), weights(few_step_runs[name]))
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_resumed_training_is_identical_to_uninterrupted_training(work, name):
+    """With momentum (0.9): a run stopped after epoch 1 and resumed ends bit-identical to one
+    that never stopped. (Scratch used to share one momentum buffer between its replicas.)"""
+    args = [*SMALL, "data.train_size=256", f"strategy={name}", f"devices.count={STRATEGIES[name]}"]
+    straight = perflab.run("train", [*args, "trainer.epochs=2", "trainer.checkpoint_dir=straight"])
+    perflab.run("train", [*args, "trainer.epochs=1", "trainer.checkpoint_dir=stopped"])
+    resumed = perflab.run("train", [*args, "trainer.epochs=2", "trainer.checkpoint_dir=stopped", "trainer.resume=true"])
+    assert resumed[resumed["measurement"] == "epoch"]["epoch"].tolist() == [2]
+    assert_same(weights(straight), weights(resumed), exact=True)
+    assert len(list((work / "stopped").glob("*/*.pt"))) == 1, "the resumed-from checkpoint was folded in"
+
+
+def test_a_sweep_re_run_resumes_a_point_that_was_stopped(cli, work, monkeypatch):
+    from perflab.stop import Stopped
+
+    real = Trainer.save_checkpoint
+
+    def stop_after_epoch_1(self, epoch):
+        real(self, epoch)
+        if epoch == 1:
+            raise Stopped("cancelled", "stopped by SIGTERM (a test)")
+
+    monkeypatch.setattr(Trainer, "save_checkpoint", stop_after_epoch_1)
+    cli("-m", "+experiment=train", *SMALL, "data.train_size=256", "trainer.epochs=3", "trainer.lr=0.1,0.05", rc=1)
+    first = next((work / "outputs" / "sweeps").iterdir())
+    assert [RunRecord.read(j).outcome for j in sorted(first.glob("[0-9]"))] == ["cancelled", "cancelled"]
+    monkeypatch.setattr(Trainer, "save_checkpoint", real)
+    cli("-m", "+experiment=train", *SMALL, "data.train_size=256", "trainer.epochs=3", "trainer.lr=0.1,0.05")
+    second = next(p for p in (work / "outputs" / "sweeps").iterdir() if p != first)
+    rows = load(second / "sweep.csv")
+    epochs = rows[rows["measurement"] == "epoch"]
+    assert sorted(epochs["epoch"]) == [2, 2, 3, 3], "both points went on from their checkpoints"
+    assert (rows[rows["measurement"] == "train"]["resumed_from_epoch"] == 1).all()
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_to_the_same_weights(work):
+    epochs = 10  # room to kill it part-way, however fast the machine
+    args = ["+experiment=train", *SMALL, "data.train_size=2048", f"trainer.epochs={epochs}"]
+    straight = perflab.run("train", [*args[1:], "trainer.checkpoint_dir=straight"])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perflab", *args, "trainer.checkpoint_dir=killed"],
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        infos = checkpoint.infos(next(iter((work / "killed").glob("*")), work / "none"))
+        if infos and infos[0][1].epoch >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    ((_, info),) = checkpoint.infos(next((work / "killed").glob("*")))
+    assert 2 <= info.epoch < epochs, "the run was killed part-way"
+    resumed = perflab.run("train", [*args[1:], "trainer.checkpoint_dir=killed", "trainer.resume=true"])
+    assert resumed[resumed["measurement"] == "epoch"]["epoch"].tolist() == list(range(info.epoch + 1, epochs + 1))
+    assert_same(weights(straight), weights(resumed), exact=True)
+
+
+def test_a_diverging_run_is_an_error_row_not_ok(work):
+    df = perflab.run("train", [*SMALL, "trainer.epochs=3", "trainer.lr=1e30", "trainer.momentum=0"])
+    assert df.attrs["outcome"] == "error"
+    epoch = df[df["measurement"] == "epoch"].iloc[0]
+    assert epoch["status"] == "error" and epoch["error"].startswith("diverged at step ")
+    assert "train" not in set(df["measurement"]), "no summary of a broken run"
+    assert not RunRecord.read(Path(df.attrs["run_dir"])).complete
+
+
+def test_training_flops_match_a_hand_count_of_lenet():
+    """Conv and linear multiply-adds x 2, per image: the book's LeNet variant at 28x28."""
+    forward = 2 * (20 * 26 * 26 * 1 * 3 * 3 + 50 * 9 * 9 * 20 * 5 * 5 + 800 * 128 + 128 * 10)
+    from perflab import flops
+
+    meta = models.build("lenet").to("meta")
+    counted = flops.count(lambda: meta(torch.empty(1, 1, 28, 28, device="meta")))
+    assert counted == pytest.approx(forward, rel=0.01)
+    # backward = 2x forward (input and weight gradients), except the first layer's input gradient
+    # (the images need none): forward + backward = 3 x forward - conv1's forward
+    assert training_flops_per_image(models.build("lenet")) == pytest.approx(3 * forward - 243_360, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "precision, dtype", [("fp32", torch.float32), ("bf16-mixed", torch.bfloat16), ("fp16-mixed", torch.float16)]
+)
+def test_precision_changes_what_runs_inside_the_model(precision, dtype):
+    torch.manual_seed(0)
+    net = models.build("lenet")
+    seen = {}
+    net[0].register_forward_hook(lambda m, i, o: seen.update(out=o.dtype))
+    s = Single(net, [CPU], lambda p: torch.optim.SGD(p, lr=0.01), Knobs(precision=precision))
+    s.step(torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,)))
+    assert seen["out"] == dtype
+    assert s.scaler.is_enabled() == (precision == "fp16-mixed")
+
+
+def test_channels_last_changes_the_memory_format_of_inputs_and_weights():
+    net = models.build("lenet")
+    seen = {}
+    net[0].register_forward_pre_hook(
+        lambda m, i: seen.update(nhwc=i[0].is_contiguous(memory_format=torch.channels_last))
+    )
+    s = Single(net, [CPU], lambda p: torch.optim.SGD(p, lr=0.01), Knobs(channels_last=True))
+    s.step(torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,)))
+    assert seen["nhwc"] and s.bare[0].weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_tf32_on_a_cpu_and_compile_with_data_parallel_are_refused(work):
+    from perflab.errors import Refused
+
+    with pytest.raises(Refused, match=r"trainer.precision=tf32: TF32 is a mode of NVIDIA tensor cores"):
+        perflab.run("quick/train", ["trainer.precision=tf32", "devices.spec=cpu"])
+    with pytest.raises(Refused, match=r"trainer.compile=True: nn.DataParallel replicates"):
+        perflab.run("quick/train", ["trainer.compile=true", "strategy=data_parallel"])
+
+
+def test_compile_in_training_has_its_own_row(work):
+    df = perflab.run(
+        "train",
+        [*SMALL, "data.train_size=256", "trainer.epochs=2", "trainer.compile=true", "trainer.compile_backend=eager"],
+    )
+    row = df[df["measurement"] == "compile"].iloc[0]
+    assert row["first_step_s"] > 0 and row["graphs"] >= 1 and row["recompiles"] == 0
+    assert (df[df["measurement"] == "train"]["compiled"] == True).all()  # noqa: E712
+
+
+def test_batches_come_from_the_real_loader_with_workers(work):
+    df = perflab.run("train", [*SMALL, "data.train_size=256", "trainer.epochs=1", "data.workers=1"])
+    assert (df["status"] == "ok").all() and (df["cfg.data.workers"] == 1).all()
+
+
+def test_quick_presets_of_the_books_training_keep_the_books_settings(compose_cfg):
+    cfg = compose_cfg("+experiment=quick/lenet_scratch")
+    assert (cfg.trainer.lr, cfg.model.init, cfg.trainer.epochs) == (0.2, "book_normal", 2)
+    assert registry.get("train").metric == "items_per_s"
