@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import shutil
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
@@ -25,6 +28,33 @@ from perflab.table import progress_line
 from perflab.watch import Machine, Memory
 
 log = logging.getLogger("perflab")
+
+
+class Status:
+    """A one-line, self-erasing "measuring ..." status on a terminal (stderr), for measurements
+    that take a while: updated at most twice a second, outside the clock. Silent in a pipe."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.samples, self.shown = what, 0, False
+        self.on = sys.stderr.isatty()
+        self.start = self.last = time.monotonic()
+
+    def sampled(self) -> None:
+        self.samples += 1
+        now = time.monotonic()
+        if self.on and now - self.last > 0.5:
+            self.last, self.shown = now, True
+            line = f"  measuring {self.what}: {self.samples} samples, {now - self.start:.0f} s"
+            sys.stderr.write("\r" + line[: shutil.get_terminal_size((100, 20)).columns - 1] + "\033[K")
+            sys.stderr.flush()
+
+    def __enter__(self) -> "Status":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
 
 
 @dataclass
@@ -135,13 +165,15 @@ class Context:
         devices = {name: self.devices if p.devices is None else list(p.devices) for name, p in parts.items()}
         everything = list({d.name: d for ds in devices.values() for d in ds}.values())
         memory = Memory(everything)
+        status = Status(", ".join(parts))
 
         @contextlib.contextmanager
         def around(name: str) -> Iterator[None]:
             with memory.sample(name), watch(name) if watch else contextlib.nullcontext():
                 yield
+            status.sampled()
 
-        with Machine() as machine:
+        with Machine() as machine, status:
             stats = bench.measure_rounds(
                 {n: Variant(p.fn, devices[n], p.sync) for n, p in parts.items()},
                 warmup=b.warmup,

@@ -77,8 +77,7 @@ def runs(top: Path) -> list[tuple[Path, RunRecord]]:
 def listing(top: Path, limit: int = 50) -> str:
     """One block per run, newest first: id, when, experiment, outcome and rows, the keys it set,
     and its headline figure."""
-    from perflab import registry
-    from perflab.table import human_time, rate
+    from perflab.table import figure
 
     lines = []
     for run_dir, record in runs(top)[:limit]:
@@ -87,27 +86,27 @@ def listing(top: Path, limit: int = 50) -> str:
         for row in rows:
             counts[row.get("status")] = counts.get(row.get("status"), 0) + 1
         outcome = record.outcome + (f" ({', '.join(f'{n} {s}' for s, n in counts.items())})" if counts else "")
+        if record.outcome == "done":
+            outcome += f" (same as {record.same_as})"
         keys = _set_keys(run_dir)
-        try:
-            metric = registry.get(record.experiment.removeprefix("quick/")).metric
-        except (ModuleNotFoundError, TypeError):
-            metric = "median_s"
-        figure = next(
-            (
-                rate(r, metric) or human_time(r.get("median_s"))
-                for r in reversed(rows)
-                if r.get("status") == "ok" and (rate(r, metric) or r.get("median_s"))
-            ),
-            "",
-        )
+        metric = metric_of(rows)
+        shown = next((figure(r, metric) for r in reversed(rows) if r.get("status") == "ok" and figure(r, metric)), "")
         where = f"sweep {record.sweep_id} #{record.job_num}" if record.sweep_id else "run"
         lines.append(f"{record.run_id}  {record.started.replace('T', ' ')[:19]}  {record.experiment}  {outcome}")
         lines.append(f"    {where}: {run_dir}")
         if keys:
             lines.append(f"    {' '.join(keys)}")
-        if figure or record.error:
-            lines.append(f"    {figure}{'  ' if figure and record.error else ''}{record.error}")
+        if shown or record.error:
+            lines.append(f"    {shown}{'  ' if shown and record.error else ''}{record.error}")
     return "\n".join(lines) if lines else f"no runs under {top}"
+
+
+def metric_of(rows: list[dict]) -> str:
+    """The metric of the experiment (module) these rows came from."""
+    from perflab import registry
+
+    name = next((str(r["cfg.experiment.name"]) for r in rows if r.get("cfg.experiment.name")), "")
+    return registry.get(name).metric if name in registry.names() else "median_s"
 
 
 def _set_keys(run_dir: Path) -> list[str]:
@@ -137,11 +136,10 @@ def show(run_dir: Path) -> str:
     record = RunRecord.read(run_dir)
     source = Path(record.same_as) if record and record.outcome == "done" and record.same_as else run_dir
     rows = rows_of(source).to_dict("records")
-    experiment = registry.get(record.experiment.removeprefix("quick/")) if record else None
+    name = next((str(r["cfg.experiment.name"]) for r in rows if r.get("cfg.experiment.name")), "")
+    experiment = registry.get(name) if name in registry.names() else None
     head = f"{record.run_id}  {record.experiment}  {record.outcome}  {run_dir}\n\n" if record else ""
-    return head + job_table(
-        rows, experiment.headline(rows) if experiment else (), experiment.metric if experiment else ""
-    )
+    return head + job_table(rows, experiment.headline(rows) if experiment else (), metric_of(rows))
 
 
 def export(target: Path, top: Path) -> int:

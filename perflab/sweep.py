@@ -17,11 +17,11 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from perflab import files, registry
+from perflab import files
 from perflab.rows import csv_text
 from perflab.rundir import OUTCOMES, RunRecord, rows_of
 from perflab.session import CURRENT
-from perflab.table import human_time, points_table, rate
+from perflab.table import figure, points_table
 
 log = logging.getLogger("perflab")
 SWEEP_CSV = "sweep.csv"
@@ -101,16 +101,12 @@ def _varying(overrides: dict[str, dict[str, str]]) -> list[str]:
 
 def _headline(record: RunRecord, rows: list[dict[str, Any]]) -> str:
     """The point's figure: its experiment's metric on its last row that has it, or its error."""
+    from perflab.results import metric_of
+
     if record.outcome not in ("ok", "done"):
         return record.error[:80]
-    try:
-        metric = registry.get(record.experiment.removeprefix("quick/")).metric
-    except (ModuleNotFoundError, TypeError):
-        metric = "median_s"
-    for row in reversed(rows):
-        if row.get("status") == "ok" and row.get(metric) not in (None, ""):
-            return rate(row, metric) if metric != "median_s" else human_time(row[metric])
-    return ""
+    metric = metric_of(rows)
+    return next((figure(r, metric) for r in reversed(rows) if r.get("status") == "ok" and figure(r, metric)), "")
 
 
 def finish(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Summary:

@@ -40,6 +40,16 @@ def rate(r: Row, metric: str = "") -> str:
     return ""
 
 
+def figure(r: Row, metric: str) -> str:
+    """A row's value of its experiment's metric, with its unit ("" if it has none)."""
+    if metric in UNITS:
+        return rate(r, metric)
+    value = number(r.get(metric))
+    if value is None:
+        return ""
+    return human_time(value) if metric.endswith("_s") else f"{value:.4g} {metric}"
+
+
 def spread(r: Row) -> str:
     """IQR as a share of the median; "?" when there were too few samples to know."""
     iqr, median = number(r.get("iqr_s")), number(r.get("median_s"))

@@ -1,0 +1,71 @@
+"""``python -m perflab.results``: past runs like ``git log``, one run's table, reindex, export;
+and the terminal: a status line while measuring (on a terminal only), tables that wrap."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from perflab import context, results
+from perflab.table import job_table
+
+from conftest import FAST
+
+
+@pytest.fixture
+def history(cli, work):
+    cli("+experiment=quick/matmul", *FAST, "results.table=false")
+    cli("-m", "+experiment=quick/matmul", *FAST, "experiment.size=16,-1", "results.table=false")
+    cli("+experiment=quick/train", "data.train_size=256", "trainer.epochs=1", *FAST, "results.table=false")
+    return work / "outputs"
+
+
+def test_the_run_list_shows_each_run_with_its_outcome_keys_and_figure(history, capsys):
+    assert results.main([str(history)]) == 0
+    out = capsys.readouterr().out
+    blocks = [b for b in out.split("\n") if b and not b.startswith(" ")]
+    assert len(blocks) == 4, out  # newest first: train, the sweep's two points, the matmul run
+    assert blocks[0].split()[3] == "train" and "ok (" in blocks[0]
+    assert "refused" in out and "experiment.size=-1: allowed: an integer >= 1" in out
+    assert "images/s" in out and "TFLOP/s" in out
+    assert "experiment.size=16" in out, "the keys a point set"
+
+
+def test_show_prints_one_runs_table_by_id_prefix(history, capsys):
+    run_id = results.runs(history)[0][1].run_id
+    assert results.main(["show", run_id[:20], str(history)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(run_id) and "measurement" in out and "images/s" in out
+    assert results.main(["show", "nope", str(history)]) == 2
+    assert "nope: no run with that id" in capsys.readouterr().err
+
+
+def test_reindex_and_export(history, capsys, work):
+    assert results.main(["reindex", str(history)]) == 0
+    assert "complete runs" in capsys.readouterr().out
+    assert results.main(["export", str(work / "all.csv"), str(history)]) == 0
+    assert len(results.load(work / "all.csv")) == len(results.load(history))
+    assert results.main([str(work / "nowhere")]) == 2
+
+
+def test_notes_wrap_instead_of_being_cut():
+    note = "nn.DataParallel splits batches over CUDA devices only: on the CPU it runs the module once " * 2
+    text = job_table([{"measurement": "epoch", "status": "ok", "note": note}])
+    assert "runs the module once" in text.replace("\n    ", " ") and max(map(len, text.splitlines())) <= 120
+
+
+def test_a_status_line_shows_on_a_terminal_and_erases_itself(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = Terminal()
+    monkeypatch.setattr(context.sys, "stderr", err)
+    clock = iter([0.0, 1.0, 2.0, 3.0])
+    monkeypatch.setattr(context.time, "monotonic", lambda: next(clock))
+    with context.Status("cpu alone") as status:
+        status.sampled()
+        status.sampled()
+    text = err.getvalue()
+    assert "measuring cpu alone: 1 samples" in text and text.endswith("\r\033[K")
