@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from perflab import files
-from perflab.rows import RESULTS, fix_dtypes, read_csv
+from perflab.rows import RESULTS, fix_dtypes, read_many
 from perflab.rundir import RECORD, RunRecord
 
 log = logging.getLogger("perflab")
@@ -234,12 +234,26 @@ def _take_over(path: Path, holder: Holder) -> None:
 # --- the index ------------------------------------------------------------------------------
 
 
-def _stamp(path: Path) -> list[int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return [st.st_mtime_ns, st.st_size]
+def _sources(root: Path) -> dict[str, list[int]]:
+    """Run dir (relative to ``root``) -> [mtime_ns, size] of its results.csv: the same walk as
+    run_dirs(), on plain strings and DirEntry stats (10k run dirs in a fraction of a second)."""
+    top = os.path.abspath(root)
+    found: dict[str, list[int]] = {}
+    stack = [top]
+    while stack:
+        here = stack.pop()
+        try:
+            entries = list(os.scandir(here))
+        except OSError:
+            continue
+        results = next((e for e in entries if e.name == RESULTS), None)
+        if results is not None or any(e.name == RECORD for e in entries):
+            if results is not None:
+                st = results.stat()
+                found[os.path.relpath(here, top)] = [st.st_mtime_ns, st.st_size]
+            continue
+        stack += [e.path for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    return found
 
 
 def load_tree(root: Path, experiment: str | None = None):
@@ -253,11 +267,7 @@ def load_tree(root: Path, experiment: str | None = None):
 
     root = Path(root)
     index = meta(root) / "index"
-    sources = {}
-    for run_dir in run_dirs(root):
-        stamp = _stamp(run_dir / RESULTS)
-        if stamp:
-            sources[relative(root, run_dir)] = stamp
+    sources = _sources(root)
     indexed: dict[str, str] = {}  # source -> segment holding its current rows
     segments = sorted(index.glob("*.json")) if index.is_dir() else []
     for manifest in segments:
@@ -294,20 +304,16 @@ def load_tree(root: Path, experiment: str | None = None):
     if not frames:
         return pd.DataFrame()
     df = pd.concat([f for f in frames if not f.empty] or frames, ignore_index=True, sort=False)
-    df["run_dir"] = [str(Path(s) if Path(s).is_absolute() else root.resolve() / s) for s in df["_source"]]
-    return fix_dtypes(df.drop(columns="_source"))
+    base = root.resolve()
+    where = {s: str(Path(s) if Path(s).is_absolute() else base / s) for s in df["_source"].unique()}
+    moved = df["_source"].map(where).rename("run_dir")  # where each run dir is now (trees move)
+    return fix_dtypes(pd.concat([df.drop(columns=["_source", "run_dir"], errors="ignore"), moved], axis=1))
 
 
 def _read_sources(root: Path, sources: list[str]):
-    import pandas as pd
-
-    frames = []
-    for source in sources:
-        run_dir = Path(source) if Path(source).is_absolute() else root / source
-        part = read_csv(run_dir / RESULTS)
-        if not part.empty:
-            frames.append(part.assign(_source=source))
-    return pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
+    """Rows of many run dirs, with a ``_source`` column; see rows.read_many."""
+    paths = [(Path(s) if Path(s).is_absolute() else root / s) / RESULTS for s in sources]
+    return read_many(paths, labels=sources, column="_source")
 
 
 def _write_segment(index: Path, df, stamps: dict[str, list[int]]) -> None:
