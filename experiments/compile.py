@@ -318,10 +318,12 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         if r.get("status") != "ok" or name not in MODES or name == "eager":
             continue
         be = number(r.get("break_even_calls"))
-        lines.append(
+        line = (
             f"{name}: {number(r.get('speedup_vs_eager')) or 0:.2f}x eager, first call (compiling) "
-            f"{human_time(r.get('first_call_s'))}, pays off after "
-            f"{'never' if be is None else f'{be:.0f} calls'}; graphs {r.get('graphs')}, "
-            f"recompiles {r.get('recompiles')}, graph breaks {r.get('graph_breaks')}"
+            f"{human_time(r.get('first_call_s'))}, pays off after {'never' if be is None else f'{be:.0f} calls'}"
         )
+        counts = {k: number(r.get(k)) for k in ("graphs", "recompiles", "graph_breaks")}
+        if counts["graphs"] is not None:  # torch.compile only: TorchScript has no graphs to count
+            line += "; " + ", ".join(f"{k.replace('_', ' ')} {v:.0f}" for k, v in counts.items() if v is not None)
+        lines.append(line)
     return lines

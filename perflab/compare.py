@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -99,15 +100,29 @@ def select(df: pd.DataFrame, experiment: str | None = None, where: Sequence[str]
         df = df[df[column].astype("string") == value]
     if df.empty:
         raise CompareError("no ok rows left after the filters")
-    return df
+    return df.copy()  # one block per dtype again: a loaded tree is fragmented
+
+
+def module_of(rows: pd.DataFrame) -> registry.Experiment | None:
+    """The experiment module behind rows of a preset (lenet_scratch -> train): cfg.experiment.name,
+    else the experiment column itself."""
+    for column in ("cfg.experiment.name", "experiment"):
+        names = rows[column].dropna().astype("string").unique() if column in rows else []
+        if len(names) == 1 and names[0] in registry.names():
+            return registry.get(str(names[0]))
+    return None
+
+
+def device_family(name: object) -> str:
+    """A device without a CPU worker's thread count: 'CPU (1 thread)' and 'CPU (2 threads)' are
+    the same hardware split differently, not different hardware."""
+    return re.sub(r" \(\d+ threads?\)", "", str(name))
 
 
 def metric_for(experiment: str, rows: pd.DataFrame, asked: str | None) -> tuple[str, str]:
     """(metric, note): the asked one if the experiment's rows have it, else the experiment's own."""
-    try:
-        own = registry.get(experiment).metric
-    except (ModuleNotFoundError, TypeError):
-        own = "median_s"
+    module = module_of(rows)
+    own = module.metric if module else "median_s"
     if asked and asked in rows and rows[asked].notna().any():
         return asked, ""
     if own not in rows or rows[own].isna().all():
@@ -118,10 +133,8 @@ def metric_for(experiment: str, rows: pd.DataFrame, asked: str | None) -> tuple[
 
 def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
     """The rows an experiment compares by default (training: its summary row, not every epoch)."""
-    try:
-        keep = getattr(registry.get(experiment).module, "SUMMARY_ROWS", None)
-    except (ModuleNotFoundError, TypeError):
-        keep = None
+    module = module_of(rows)
+    keep = getattr(module.module, "SUMMARY_ROWS", None) if module else None
     return rows[rows["measurement"].astype("string").isin(keep)] if keep else rows
 
 
@@ -138,7 +151,8 @@ def sample_values(samples: dict[str, np.ndarray], row: pd.Series, metric: str) -
     return seconds
 
 
-def _samples_by_row(paths: Sequence[str | Path]) -> dict[str, np.ndarray]:
+def samples_by_row(paths: Sequence[str | Path]) -> dict[str, np.ndarray]:
+    """Every row's raw sample seconds (not its warm-up) under ``paths``, by row id."""
     try:
         s = load(*paths, samples=True)
     except FileNotFoundError:
@@ -157,15 +171,18 @@ def compare(
     experiment: str | None = None,
     where: Sequence[str] = (),
     rows: pd.DataFrame | None = None,
+    samples: dict[str, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """The comparison table of one tree as a DataFrame (see the module docstring).
 
-    ``rows``: a DataFrame from ``load()`` to use instead of ``paths`` (then without raw
-    samples, so without significance tests or error bars). ``df.attrs["notes"]`` holds the
-    lines worth showing (pooled configs, metrics that differ, suspect figures).
+    ``rows``: a DataFrame from ``load()`` to use instead of ``paths``; ``samples``: their raw
+    sample seconds by row id (``samples_by_row``), for significance tests and error bars.
+    ``df.attrs["notes"]`` holds the lines worth showing (pooled configs, differing metrics,
+    suspect figures). Each line's raw values of its metric are in its ``_samples`` column.
     """
     df = select(load(*paths) if rows is None else rows, experiment, where)
-    samples = _samples_by_row(paths) if rows is None else {}
+    if samples is None:
+        samples = samples_by_row(paths) if rows is None else {}
     tables, notes = [], []
     for name, part in df.groupby(df["experiment"].astype("string"), sort=True):
         table, more = _one_experiment(str(name), summary_rows(str(name), part), by, baseline, metric, samples)
@@ -194,8 +211,10 @@ def _one_experiment(
             raise CompareError(f"--by {', '.join(missing)}: not in the results of {name}")
     else:
         keys = [c for c in identity if df[c].astype("string").nunique(dropna=False) > 1]
-    if "device_name" in df and df["device_name"].astype("string").nunique() > 1 and "device_name" not in keys:
-        keys.append("device_name")  # different hardware is never pooled
+    if "device_name" in df:
+        df = df.assign(device=df["device_name"].map(device_family))
+        if df["device"].nunique() > 1 and "device" not in keys:
+            keys.append("device")  # different hardware is never pooled
     group = ["measurement", *keys]
     entries = []
     for values, part in df.groupby(group, dropna=False, sort=True, observed=True):
@@ -290,7 +309,11 @@ def _scaling(out: pd.DataFrame, keys: list[str], metric: str, count: str, rows: 
     for _, row in out.iterrows():
         same = out[_matches(out, row, others)]
         ref = same.loc[same[count].idxmin()]
-        speedups.append(row[metric] / ref[metric] * ref[count])  # S(n) relative to one device
+        if len(same) == 1 and ref[count] > 1:
+            speedups.append(math.nan)  # nothing to scale against: never a made-up 1.0 efficiency
+            continue
+        # S(n) relative to one device (from the smallest count measured, scaled linearly to one)
+        speedups.append(row[metric] / ref[metric] * ref[count])
     out["speedup"] = speedups
     out["efficiency"] = out["speedup"] / out[count]
     if metric == "items_per_s":
@@ -315,7 +338,7 @@ def ab(
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
     of ``base``: metric, change, significance. ``df.attrs["notes"]`` lists unmatched points."""
     a, b = select(load(base), experiment, where), select(load(new), experiment, where)
-    samples = {**_samples_by_row([base]), **_samples_by_row([new])}
+    samples = {**samples_by_row([base]), **samples_by_row([new])}
     entries, notes = [], []
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
         pa = summary_rows(name, a[a["experiment"].astype("string") == name])

@@ -224,3 +224,192 @@ def svg(fig: Any) -> str:
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]
+
+
+# --- builders for the HTML report (perflab.report) -------------------------------------------
+
+
+def _runs(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The rows one run each (one point of a sweep), labelled by the config keys that vary
+    between runs, and by the device where runs differ in it (a run's own mix of devices is in
+    its measurement names); repeats of one point get #2, #3 ..."""
+    if "run_id" not in rows or rows["run_id"].nunique() <= 1:
+        return [("", rows)]
+    keys = [
+        c
+        for c in rows.columns
+        if c.startswith("cfg.") and not c.startswith("cfg.results.") and rows[c].astype("string").nunique() > 1
+    ]
+    parts = [g for _, g in rows.groupby("run_id", sort=False, observed=True)]
+    devices = [tuple(g["device_name"].astype("string").unique()) if "device_name" in g else () for g in parts]
+    by_device = len(set(devices)) > 1 and all(len(d) == 1 for d in devices)
+    labelled: dict[str, list[pd.DataFrame]] = {}
+    order: dict[str, tuple] = {}
+    for part, device in zip(parts, devices):
+        first = part.iloc[0]
+        words = [f"{k.removeprefix('cfg.')}={_plain(first[k])}" for k in keys]
+        words += [str(device[0])] if by_device else []
+        label = ", ".join(words)
+        labelled.setdefault(label, []).append(part)
+        order[label] = tuple(_order(first[k]) for k in keys) + ((str(device[0]),) if by_device else ())
+    out = []
+    for label in sorted(labelled, key=lambda x: order[x]):
+        found = labelled[label]
+        out += [(label + (f" #{i + 1}" if len(found) > 1 else ""), part) for i, part in enumerate(found)]
+    return out
+
+
+def _order(v: object) -> tuple[int, float, str]:
+    """Numbers in numeric order, before text."""
+    try:
+        return (0, float(v), "")  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return (1, 0.0, str(v))
+
+
+def _plain(v: object) -> str:
+    """A config value as typed (32, not the 32.0 a column with empty cells reads back as)."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _cell(row: pd.Series, column: str) -> float:
+    """A row's number in ``column`` (NaN when it has none)."""
+    try:
+        return float(row[column]) if column in row and pd.notna(row[column]) else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _ok(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[rows["status"].astype("string") == "ok"] if "status" in rows else rows
+
+
+def compile_break_even(rows: pd.DataFrame) -> Any:
+    """Compilers (13.1): per mode, the cumulative time of k calls, first_call_s + (k-1) x
+    median_s, against eager's k x median_s; the call at which compiling has paid for itself
+    (break_even_calls) marked. Log-log: a first call of seconds beside calls of microseconds."""
+    if rows.empty or not {"measurement", "median_s", "first_call_s"} <= set(rows.columns):
+        return None
+    ok = _ok(rows).dropna(subset=["median_s", "first_call_s"])
+    curves = []  # (label, eager median, [(mode, first, median, break_even)])
+    for label, run in _runs(ok):
+        names = run["measurement"].astype("string")
+        eager = run[names == "eager"]
+        modes = run[names != "eager"]
+        if eager.empty or modes.empty:
+            continue
+        found = []
+        for _, r in modes.iterrows():
+            found.append(
+                (str(r["measurement"]), float(r["first_call_s"]), float(r["median_s"]), _cell(r, "break_even_calls"))
+            )
+        curves.append((label, float(eager["median_s"].iloc[0]), found))
+    if not curves:
+        return None
+    finite = [be for _, _, found in curves for *_, be in found if math.isfinite(be)]
+    catch_up = [first / e for _, e, found in curves for _, first, _, _ in found if e > 0]
+    k_max = min(1e9, max([100.0, *(10 * be for be in finite), *(3 * c for c in catch_up)]))
+    k = np.unique(np.round(np.logspace(0, math.log10(k_max), 300)))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for label, e, found in curves:
+        prefix = f"{label}: " if label else ""
+        ax.plot(k, k * e, "--", color="black", linewidth=1.2, label=f"{prefix}eager (k x {e:.3g} s)")
+        for mode, first, s, be in found:
+            (line,) = ax.plot(k, first + (k - 1) * s, "-", linewidth=1.8)
+            if math.isfinite(be):
+                ax.plot([be], [first + (be - 1) * s], "o", color=line.get_color(), markersize=7, zorder=5)
+                line.set_label(f"{prefix}{mode}: pays off after {be:.0f} calls")
+            else:
+                line.set_label(f"{prefix}{mode}: never pays off")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="calls k (count)",
+        ylabel="cumulative time of k calls (s)",
+        title="Compile break-even: first call + (k-1) x median vs eager",
+    )
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def alone_together(rows: pd.DataFrame) -> Any:
+    """Automatic parallelism (13.3): each "... alone" and "... together" measurement as a bar
+    (TFLOP/s where the rows have it, else the median time), the together bar with its achieved
+    concurrency and, as a black tick, where it would be at the ideal concurrency (one per device)."""
+    if rows.empty or "measurement" not in rows:
+        return None
+    names = rows["measurement"].astype("string")
+    part = _ok(rows[names.str.endswith(" alone") | names.str.endswith(" together")])
+    if part.empty:
+        return None
+    rate = "tflops" in part and bool(part["tflops"].notna().all())
+    metric = "tflops" if rate else "median_s"
+    labels, values, errors, ideals, notes = [], [], [], [], []
+    for label, run in _runs(part):
+        together = run["measurement"].astype("string").str.endswith(" together")
+        run = pd.concat([run[~together], run[together]])
+        bars = run[metric].astype(float)
+        err = _iqr_bars(run, bars)
+        for i, (_, r) in enumerate(run.iterrows()):
+            labels.append(f"{label}: {r['measurement']}" if label else str(r["measurement"]))
+            values.append(float(r[metric]))
+            errors.append(err[:, i] if err is not None else (0.0, 0.0))
+            c, n = _cell(r, "concurrency"), _cell(r, "ideal_concurrency")
+            if c > 0 and n > 0:
+                ideals.append(float(r[metric]) * (n / c if rate else c / n))
+                notes.append(f"concurrency {c:.2f} of an ideal {n:g}")
+            else:
+                ideals.append(math.nan)
+                notes.append("")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 1.6 + 0.45 * len(labels)))
+    y = np.arange(len(labels))[::-1]
+    ax.barh(y, values, xerr=np.array(errors).T, capsize=3, color="#4c72b0")
+    ax.set_yticks(y, labels, fontsize=8)
+    marks = [(ideal, yi) for yi, ideal in zip(y, ideals) if math.isfinite(ideal)]
+    if marks:
+        ax.plot(*zip(*marks), "|", color="black", markersize=18, mew=2, label="ideal concurrency")
+    for yi, v, note in zip(y, values, notes):
+        if note:
+            ax.annotate(note, (v, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=7)
+    ax.set_xlim(0, max(v for v in [*values, *(i for i in ideals if math.isfinite(i))]) * 1.45)
+    ax.set(
+        xlabel="achieved TFLOP/s (higher is better)" if rate else "median time per call (s, lower is better)",
+        title="Each device alone, then all devices together",
+    )
+    if marks:
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def timings(rows: pd.DataFrame, title: str) -> Any:
+    """Median time per call of each ok measurement (error bars: IQR of the raw samples);
+    a log axis when the times span more than 100x."""
+    if rows.empty or "median_s" not in rows:
+        return None
+    part = _ok(rows).dropna(subset=["median_s"])
+    if part.empty:
+        return None
+    labels, values, errors = [], [], []
+    for label, run in _runs(part):
+        med = run["median_s"].astype(float)
+        err = _iqr_bars(run, med)
+        for i, (_, r) in enumerate(run.iterrows()):
+            labels.append(f"{label}: {r['measurement']}" if label else str(r["measurement"]))
+            values.append(float(r["median_s"]))
+            errors.append(err[:, i] if err is not None else (0.0, 0.0))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 1.6 + 0.4 * len(labels)))
+    y = np.arange(len(labels))[::-1]
+    ax.barh(y, values, xerr=np.array(errors).T, capsize=3, color="#55a868")
+    ax.set_yticks(y, labels, fontsize=8)
+    if min(values) > 0 and max(values) / min(values) > 100:
+        ax.set_xscale("log")
+    ax.set(xlabel="median time per call (s)", title=title)
+    fig.tight_layout()
+    return fig

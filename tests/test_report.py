@@ -1,0 +1,308 @@
+"""The HTML report: one self-contained file over a real results tree, read by a real browser.
+
+The tree is built once per module from the project's own quick presets (CPU workers, so the
+same rows on any machine): a matmul sweep over sizes, a training sweep over device counts,
+compile, hardware, auto_parallel, async_compute, and comm with 1 worker (a skipped part) and
+2. Chromium (headless) opens the report: an inline script in the page writes what rendered
+(sections, drawn plots, script errors, fetched resources) into ``data-*`` attributes, which
+``--dump-dom`` returns; ``--screenshot`` takes a picture of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import io
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import perflab
+from perflab import plots, report
+from perflab.rundir import RunWriter
+
+from conftest import FAST
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install -y chromium)")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+]
+SECTIONS = ["compile", "async_compute", "auto_parallel", "matmul", "hardware", "train", "comm"]  # the book's order
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """A small real results tree (about 15 s on 2 CPU cores)."""
+    root = tmp_path_factory.mktemp("tree")
+    cpu = [*FAST, "devices.spec=cpu"]
+    train = [*cpu, "strategy=scratch", "data.train_size=256", "data.test_size=128", "trainer.epochs=2"]
+    jobs = [
+        ("quick/matmul", [*cpu, "experiment.size=32"]),
+        ("quick/matmul", [*cpu, "experiment.size=64"]),
+        ("quick/train", [*train, "devices.count=1"]),
+        ("quick/train", [*train, "devices.count=2"]),
+        ("quick/compile", [*cpu, "experiment.backend=eager"]),
+        ("quick/hardware", cpu),
+        ("quick/auto_parallel", [*cpu, "devices.count=2"]),
+        ("quick/async_compute", [*cpu, "experiment.size=64", "experiment.train_steps=2", "experiment.train_batch=16"]),
+        ("quick/comm", [*cpu, "devices.count=1"]),  # allreduce skipped: needs 2 workers
+        ("quick/comm", [*cpu, "devices.count=2"]),
+    ]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        for preset, overrides in jobs:
+            df = perflab.run(preset, overrides)
+            assert df.attrs["outcome"] == "ok", (preset, overrides, df.attrs)
+    return root / "outputs"
+
+
+@dataclass
+class Written:
+    path: Path
+    html: str
+    printed: str
+
+
+@pytest.fixture(scope="module")
+def written(tree, tmp_path_factory) -> Written:
+    """``python -m perflab.report TREE`` (in-process) in a fresh directory: the default -o."""
+    where = tmp_path_factory.mktemp("report")
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        mp.chdir(where)
+        assert report.main([str(tree)]) == 0
+    path = where / "report.html"
+    return Written(path, path.read_text(), out.getvalue())
+
+
+@dataclass
+class Browsed:
+    dom: str
+    stderr: str
+    screenshot: Path
+
+
+def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
+    assert CHROMIUM is not None
+    proc = subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def browsed(written, tmp_path_factory) -> Browsed:
+    if CHROMIUM is None:
+        pytest.skip("needs Chromium")
+    tmp = tmp_path_factory.mktemp("chromium")
+    url = written.path.resolve().as_uri()
+    dumped = chromium("--dump-dom", url, profile=tmp / "profile-dom")
+    shot = tmp / "report.png"
+    snapped = chromium(f"--screenshot={shot}", "--window-size=1280,4000", url, profile=tmp / "profile-shot")
+    return Browsed(dumped.stdout, dumped.stderr + snapped.stderr, shot)
+
+
+def body_data(dom: str) -> dict[str, str]:
+    tag = re.search(r"<body([^>]*)>", dom)
+    assert tag, "no <body> in the dumped DOM"
+    return dict(re.findall(r'data-([a-z-]+)="([^"]*)"', tag.group(1)))
+
+
+def section(dom: str, ident: str) -> str:
+    """The markup of one <section> (they do not nest)."""
+    start = dom.index(f'id="{ident}"')
+    return dom[start : dom.index("</section>", start)]
+
+
+# --- the file -----------------------------------------------------------------------------------
+
+
+def test_one_self_contained_file_with_nothing_to_fetch(written):
+    page = written.html
+    assert written.printed.strip() == "report.html"
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert not re.search(r"<(link|img|iframe|object|embed)\b", page, re.I)
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.I)
+    assert not re.search(r"\b(src|href)\s*=\s*[\"']?\s*(https?:)?//", page, re.I)
+    assert not re.search(r"url\(\s*[\"']?\s*(https?:)?//|@import", page, re.I)
+    assert page.count("<svg") >= len(SECTIONS)  # the figures are inline
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids)), "ids repeat across the inline figures"
+
+
+def test_a_section_per_experiment_in_the_books_order(written):
+    found = re.findall(r'<section class="experiment" id="sec-([^"]+)"[^>]*data-chapter="([^"]*)"', written.html)
+    assert [name for name, _ in found] == SECTIONS
+    assert [chapter for _, chapter in found] == ["13.1", "13.2", "13.3", "13.3", "13.4", "13.5", "13.7"]
+
+
+def test_the_books_numbers_beside_ours(written):
+    hardware, comm = section(written.html, "sec-hardware"), section(written.html, "sec-comm")
+    assert "book 13.4: main memory up to 100 GB/s (a server CPU)" in hardware
+    assert re.search(r"this machine \(CPU \(2 threads\)\) says [\d.]+ GB/s", hardware)
+    assert "4 GPUs: aggregate on one GPU, then broadcast</td><td>60 ms</td><td>60 ms" in comm
+    train = section(written.html, "sec-train")
+    assert "256 on 1 and on 2 GPUs" in train and "devices.count=2: 256" in train  # the book's setup beside ours
+
+
+def test_environment_and_every_kind_of_warning(written):
+    env = section(written.html, "environment")
+    for column in ("hostname", "torch", "python", "cpu", "git_sha", "device_name", "num_threads", "load_before"):
+        assert f"<td>{column}</td>" in env
+    warnings = section(written.html, "warnings")
+    assert re.search(r'data-kind="skipped"><td>comm</td><td>allreduce</td>.*needs 2 or more workers', warnings)
+    assert re.search(r'data-kind="suspect"><td>train</td><td>train</td>.*too few samples \(1\)', warnings)
+
+
+def test_without_matplotlib_it_still_renders_and_says_so(tree, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    page = report.build(tree)
+    assert "<svg" not in page
+    line = html.escape(report.MATPLOTLIB_LINE)
+    assert page.count(line) >= 1 + len(SECTIONS)  # at the top, and where each plot would be
+    assert "lenet x scratch on 2 devices" in page and 'class="rows"' in page
+
+
+def test_a_bad_path_is_one_line_and_exit_2(work, capsys):
+    assert report.main(["no/such/tree"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perflab.report: error: no/such/tree") and err.count("\n") == 1
+    (work / "empty").mkdir()
+    assert report.main([str(work / "empty")]) == 2
+    assert capsys.readouterr().err.startswith("perflab.report: error: no result rows under")
+
+
+def test_an_output_that_is_a_folder_is_refused(tree, work, capsys):
+    (work / "out").mkdir()
+    assert report.main([str(tree), "-o", str(work / "out")]) == 2
+    assert capsys.readouterr().err.startswith("perflab.report: error: ")
+
+
+def test_several_paths_and_error_rows(tree, tmp_path):
+    """A second tree beside the first: its rows join the same sections; a failed row is listed
+    under Errors, a fall-back under Fall-backs (written by the project's own run writer)."""
+    RunWriter(tmp_path / "other" / "crashed").add(
+        {
+            "row_id": "crashed#1",
+            "run_id": "crashed",
+            "experiment": "matmul",
+            "measurement": "cuda:0 alone",
+            "status": "oom",
+            "error": "OutOfMemoryError: CUDA out of memory (a row written by hand)",
+            "fallback": "devices.on_missing=cpu: ran on the CPU",
+            "cfg.experiment.name": "matmul",
+        }
+    )
+    page = report.build(tree, tmp_path / "other")
+    assert "cuda:0 alone" in section(page, "sec-matmul")
+    warnings = section(page, "warnings")
+    assert re.search(r'data-kind="error"><td>matmul</td><td>cuda:0 alone</td>.*oom: OutOfMemoryError', warnings)
+    assert "devices.on_missing=cpu: ran on the CPU (1 rows)" in warnings
+
+
+def test_the_new_builders_draw_break_even_and_concurrency():
+    compiled = pd.DataFrame(
+        {
+            "run_id": ["a", "a"],
+            "status": ["ok", "ok"],
+            "measurement": ["eager", "compile-default"],
+            "median_s": [1e-3, 0.5e-3],
+            "first_call_s": [1e-3, 10e-3],
+            "break_even_calls": [float("nan"), 19.0],
+        }
+    )
+    fig = plots.compile_break_even(compiled)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "calls k (count)" and ax.get_ylabel() == "cumulative time of k calls (s)"
+    assert "compile-default: pays off after 19 calls" in [t.get_text() for t in ax.get_legend().get_texts()]
+    parallel = pd.DataFrame(
+        {
+            "run_id": ["b"] * 3,
+            "status": ["ok"] * 3,
+            "measurement": ["cpu#0 alone", "cpu#1 alone", "cpu#0 + cpu#1 together"],
+            "median_s": [1.0, 1.0, 1.25],
+            "tflops": [1.0, 1.0, 1.6],
+            "concurrency": [float("nan"), float("nan"), 1.6],
+            "ideal_concurrency": [float("nan"), float("nan"), 2.0],
+        }
+    )
+    fig = plots.alone_together(parallel)
+    ax = fig.axes[0]
+    assert ax.get_title() and "TFLOP/s" in ax.get_xlabel()
+    assert "concurrency 1.60 of an ideal 2" in [t.get_text() for t in ax.texts]
+    assert plots.svg(fig).startswith("<svg")
+
+
+# --- in a real browser ---------------------------------------------------------------------------
+
+
+@needs_chromium
+def test_chromium_draws_every_section_and_plot_without_errors(browsed):
+    data = body_data(browsed.dom)
+    assert data["ready"] == "1", "the page's load handler did not run"
+    assert data["errors"] == "0", data.get("error-text")
+    assert data["resources"] == "0", "the page fetched something"
+    assert data["sections"] == data["sections-drawn"] == str(len(SECTIONS))
+    assert int(data["plots"]) >= len(SECTIONS) and data["plots-drawn"] == data["plots"]
+    for name in SECTIONS:
+        tag = re.search(rf'<section class="experiment" id="sec-{name}"[^>]*>', browsed.dom)
+        assert tag and re.search(r'data-plots-drawn="[1-9]', tag.group(0)), f"{name}: no plot drawn"
+    console = [line for line in browsed.stderr.splitlines() if "CONSOLE" in line]
+    assert not console, console
+
+
+@needs_chromium
+def test_chromium_screenshot_is_a_real_picture(browsed):
+    data = browsed.screenshot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (1280, 4000)
+    assert len(data) > 100_000, f"{len(data)} bytes: a blank page?"
+    with contextlib.suppress(ImportError):
+        from PIL import Image
+
+        with Image.open(browsed.screenshot) as im:
+            colors = im.convert("RGB").getcolors(maxcolors=1 << 20)
+        assert colors is None or len(colors) > 50, "hardly any colours: nothing drawn"
+
+
+@needs_chromium
+def test_training_section_shows_the_scaling_plot_and_the_headline(browsed):
+    train = section(browsed.dom, "sec-train")
+    assert re.search(r'<figure class="plot" data-plot="scaling" data-drawn="1">', train)
+    assert "Scaling: throughput(n) / throughput(1 device)" in train  # the figure's title, as its caption
+    assert re.search(r"devices\.count=1: lenet x scratch on 1 device: [\d.]+ images/s", train)
+    assert re.search(r"devices\.count=2: lenet x scratch on 2 devices: [\d.]+ images/s", train)
+    assert "<td>1.00x</td><td>100%</td>" in train  # S(1) and E(1) in the compared table
+
+
+@needs_chromium
+def test_warnings_section_lists_suspect_and_skipped_rows(browsed):
+    warnings = section(browsed.dom, "warnings")
+    assert re.search(r'<div class="warning" data-kind="suspect"><h3>Suspect figures \((\d+)\)</h3>', warnings)
+    assert "too few samples (1) to know the spread" in warnings
+    assert re.search(r'<div class="warning" data-kind="skipped"><h3>[^<]*\((\d+)\)</h3>', warnings)
+    assert "needs 2 or more workers (devices.count=2)" in warnings
+    glance = re.search(r'<p class="glance">Warnings: <a href="#warnings">([^<]*)</a>', browsed.dom)
+    assert glance and "suspect" in glance.group(1) and "skipped" in glance.group(1)
