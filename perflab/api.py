@@ -22,13 +22,25 @@ log = logging.getLogger("perflab")
 
 
 def register() -> None:
-    """What composing needs: Hydra's resolvers, ours, and every experiment's schema."""
+    """What composing needs: Hydra's resolvers, ours, every experiment's schema, our launcher."""
     from hydra.core.utils import setup_globals
     from omegaconf import OmegaConf
 
     setup_globals()
+    _find_our_hydra_plugins()
     OmegaConf.register_new_resolver("perflab_uid", lambda: secrets.token_hex(4), use_cache=True, replace=True)
     registry.register_configs()
+
+
+def _find_our_hydra_plugins() -> None:
+    """Hydra finds launchers by listing the ``hydra_plugins`` namespace with pkgutil. From a
+    wheel ours is there; from an editable install (pip install -e) setuptools' import hook
+    serves it but pkgutil cannot list it, so the source folder joins the namespace's path."""
+    import hydra_plugins
+
+    source = Path(__file__).resolve().parent.parent / "hydra_plugins"
+    if (source / "perflab_slurm").is_dir() and str(source) not in list(hydra_plugins.__path__):
+        hydra_plugins.__path__.append(str(source))
 
 
 def compose(experiment: str, overrides: Sequence[str] = ()):

@@ -121,6 +121,7 @@ def _task(cfg) -> str:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
+    from perflab import slurm
     from perflab.job import Place, discard, execute
 
     hc = HydraConfig.get()
@@ -137,6 +138,7 @@ def _task(cfg) -> str:
         job_num=hc.job.num if multirun else 0,
         parallel_jobs=int(hc.launcher.get("n_jobs", 1) or 1) if "joblib" in str(hc.launcher.get("_target_")) else 1,
         overrides=tuple(hc.overrides.task),
+        helper=slurm.helper_task(),
     )
     session = CURRENT.get()
     if session is not None and place.sweep_dir is not None:

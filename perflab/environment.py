@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
@@ -57,4 +58,9 @@ SLURM = {"slurm_job_id": "SLURM_JOB_ID", "slurm_array_task_id": "SLURM_ARRAY_TAS
 def environment() -> dict[str, object]:
     """Versions, host, time and (under SLURM) where the job ran; device names are per row."""
     where = {col: os.environ[var] for col, var in SLURM.items() if os.environ.get(var)}
+    if where and os.environ.get("SUBMITIT_EXECUTOR"):  # a job of perflab's SLURM launcher: its log file
+        with contextlib.suppress(Exception):
+            import submitit
+
+            where["log"] = str(submitit.JobEnvironment().paths.stderr)
     return {**_static(), **where, "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -41,6 +41,7 @@ def run(
     r = settings.results
     writer = RunWriter(place.run_dir, ledger=Path(r.ledger) if r.ledger else None, samples=r.samples)
     identity = {**identity, **environment()}
+    record.where = {k: str(v) for k, v in identity.items() if k.startswith("slurm_") or k == "log"}
     try:
         resolved = resolve(settings.devices)
         devices, fallback = resolved.devices, resolved.fallback
@@ -64,7 +65,8 @@ def run(
         progress=getattr(experiment.module, "progress", None),
         metric=experiment.metric,
     )
-    record.save(place.run_dir)  # "running": a job killed without a word is never taken as done
+    if not place.helper:
+        record.save(place.run_dir)  # "running": a job killed without a word is never taken as done
     log.info("perflab %s on %s -> %s", place.experiment, ", ".join(d.name for d in devices) or "-", place.run_dir)
     outcome, interrupted = "ok", None
     with on_stop_signals():
@@ -89,6 +91,14 @@ def run(
             log.error("%s: %s (traceback: %s)", type(exc).__name__, first_line(exc), place.run_dir / "error.txt")
             ctx.record("job", status=outcome, error=f"{type(exc).__name__}: {first_line(exc)}")
     rows = writer.rows
+    if place.helper or (outcome == "ok" and not rows):
+        # A node of a multi-node run whose workers hold no rank 0: the node with it records the
+        # point (under SLURM, in this same job dir, which stays).
+        if not place.helper:
+            discard(place.run_dir, also_record=True)
+        if interrupted is not None:
+            raise interrupted
+        return Result(outcome, place.run_dir)
     if outcome == "ok" and any(row.get("status") in ("error", "oom") for row in rows):
         outcome = "error"  # a part failed (a wrong compiled answer, a diverged run): not done
     record.outcome, record.complete, record.rows, record.finished = outcome, outcome == "ok", len(rows), record_time()
@@ -100,8 +110,6 @@ def run(
         log.info(
             "\n%s\n\nrows: %s", job_table(rows, experiment.headline(rows), experiment.metric), place.run_dir / RESULTS
         )
-    if not rows:
-        discard(place.run_dir)
     if interrupted is not None:
         raise interrupted
     return Result(outcome, place.run_dir, rows, record.error)

@@ -59,6 +59,7 @@ class Place:
     job_num: int = 0
     parallel_jobs: int = 1  # a launcher running this many jobs side by side on this machine
     overrides: tuple[str, ...] = ()
+    helper: bool = False  # a further task of a multi-node SLURM job: it runs workers, task 0 records
 
     @property
     def in_sweep(self) -> bool:
@@ -110,7 +111,7 @@ def execute(cfg: DictConfig, place: Place) -> Result:
     root = Path(settings.results.store)
 
     claim = None
-    if place.in_sweep and not settings.results.redo:
+    if place.in_sweep and not settings.results.redo and not place.helper:
         got = claim_point(root, record, place, settings)
         if isinstance(got, Path):
             return reuse(got, place, record)
@@ -195,9 +196,10 @@ def record_time() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def discard(run_dir: Path) -> None:
+def discard(run_dir: Path, also_record: bool = False) -> None:
     """Remove the folder of a job that wrote nothing, so no empty run misleads."""
-    if run_dir.is_dir() and not (run_dir / RESULTS).exists():
+    nothing = not (run_dir / RESULTS).exists() and (also_record or not (run_dir / "run.json").exists())
+    if run_dir.is_dir() and nothing:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 

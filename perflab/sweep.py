@@ -9,6 +9,7 @@ crashed, was stopped or killed, 2 if every failure was a bad value.
 from __future__ import annotations
 
 import logging
+import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,11 +101,12 @@ def _varying(overrides: dict[str, dict[str, str]]) -> list[str]:
 
 
 def _headline(record: RunRecord, rows: list[dict[str, Any]]) -> str:
-    """The point's figure: its experiment's metric on its last row that has it, or its error."""
+    """The point's figure: its experiment's metric on its last row that has it (its error is
+    printed in full under the table)."""
     from perflab.results import metric_of
 
     if record.outcome not in ("ok", "done"):
-        return record.error[:80]
+        return "(below)" if record.error else ""
     metric = metric_of(rows)
     return next((figure(r, metric) for r in reversed(rows) if r.get("status") == "ok" and figure(r, metric)), "")
 
@@ -114,6 +116,10 @@ def finish(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Sum
     summary = summarize(sweep_dir, failures)
     if summary.points:
         print(points_table(summary.points))
+        for job in job_dirs(sweep_dir):
+            record = RunRecord.read(job)
+            if record and record.error and record.outcome not in ("ok", "done"):
+                print(textwrap.fill(f"job {job.name}: {record.error}", width=100, subsequent_indent="    "))
     print(summary.line(sweep_dir))
     session = CURRENT.get()
     if session is not None:

@@ -135,6 +135,46 @@ def test_a_sweep_re_run_resumes_a_point_that_was_stopped(cli, work, monkeypatch)
     assert (rows[rows["measurement"] == "train"]["resumed_from_epoch"] == 1).all()
 
 
+def test_two_nodes_of_one_ddp_run_match_single_device_training(work):
+    """strategy.nnodes=2 as on two machines: two perflab processes, one worker each, meeting at
+    one rendezvous (here both on localhost). The node whose worker is rank 0 records the run."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [
+        "+experiment=train",
+        *SMALL,
+        "trainer.epochs=1",
+        "data.train_size=512",
+        "strategy=ddp",
+        "devices.spec=cpu",
+        "devices.count=1",
+        "strategy.nnodes=2",
+        f"strategy.rdzv_endpoint=localhost:{port}",
+        "strategy.rdzv_id=two-nodes",
+        "bench.min_time_s=0",
+    ]
+    nodes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "perflab", *args],
+            cwd=work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [n.communicate(timeout=300)[0] for n in nodes]
+    assert all(n.returncode == 0 for n in nodes), outs
+    (run,) = (work / "outputs" / "runs").iterdir()  # one node recorded it; the other left nothing
+    two = load(run)
+    assert (two["status"] == "ok").all() and two[two["measurement"] == "train"]["world_size"].tolist() == [2]
+    single = perflab.run("train", [*SMALL, "trainer.epochs=1", "data.train_size=512"])
+    assert_same(weights(single), weights(two))
+
+
 @pytest.mark.slow
 def test_a_killed_run_resumes_to_the_same_weights(work):
     epochs = 10  # room to kill it part-way, however fast the machine

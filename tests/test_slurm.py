@@ -1,0 +1,193 @@
+"""Cluster sweeps on a real SLURM (tools/cluster/up.sh brings up a one-node cluster; .ci/run
+does): each point asks for its own resources, failures are rows and the sweep always ends,
+stop means stop, mistakes are one line. Skipped where there is no SLURM to talk to."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from perflab.results import load
+from perflab.rundir import RunRecord
+from perflab.sweep import SWEEP_CSV, job_dirs
+
+
+def _cluster_up() -> bool:
+    if not shutil.which("sbatch"):
+        return False
+    try:
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(not _cluster_up(), reason="needs a SLURM cluster (sbatch, sinfo)"),
+]
+SWEEP_TIMEOUT = 240  # every sweep: no test may hang on a queue
+TRAIN = [
+    "+experiment=quick/train",
+    "devices.spec=cpu",
+    "devices.count=1",
+    "data.train_size=4096",
+    "results.table=false",
+]
+
+
+def sweep(work, *args, rc: int | None = 0, timeout: float = SWEEP_TIMEOUT) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "perflab", "-m", "+launcher=slurm", *args],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if rc is not None:
+        assert proc.returncode == rc, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def newest_sweep(work):
+    return max((work / "outputs" / "sweeps").iterdir(), key=lambda p: p.stat().st_mtime_ns)
+
+
+def alloc(job_id: str) -> str:
+    return subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "AllocTRES"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def largest_node_cpus() -> int:
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%c"], capture_output=True, text=True).stdout.split()
+    return max(int(c.rstrip("+")) for c in out)
+
+
+def test_each_point_asks_for_its_own_cpus_and_rows_say_where_they_ran(work):
+    sweep(work, "+experiment=quick/matmul", "bench.min_time_s=0", "devices.spec=cpu", "devices.count=1,2")
+    rows = load(newest_sweep(work) / SWEEP_CSV)
+    assert rows["status"].eq("ok").all() and rows["slurm_node"].notna().all()
+    for count, job in zip(rows["cfg.devices.count"], rows["slurm_job_id"]):
+        assert f"cpu={count}," in alloc(str(job)), alloc(str(job))
+    assert rows["log"].str.endswith("_log.err").all()
+
+
+def test_gpu_points_ask_for_their_gpus(work):
+    gres = subprocess.run(["sinfo", "-h", "-o", "%G"], capture_output=True, text=True).stdout
+    if "gpu" not in gres:
+        pytest.skip("the partition advertises no GPUs (tools/cluster/up.sh with FAKE_GPUS=2 does)")
+    sweep(work, "+experiment=quick/matmul", "bench.min_time_s=0", "devices.count=1,2")  # spec auto: GPUs there
+    for job in job_dirs(newest_sweep(work)):
+        record = RunRecord.read(job)
+        count = int(job.name) + 1
+        assert f"gres/gpu={count}" in alloc(record.where["slurm_job_id"])
+
+
+def test_a_point_no_node_can_hold_is_a_skipped_row_not_a_job_pending_forever(work):
+    too_many = largest_node_cpus() + 1
+    proc = sweep(
+        work, "+experiment=quick/matmul", "bench.min_time_s=0", "devices.spec=cpu", f"devices.count=1,{too_many}"
+    )
+    assert "sweep: 2 jobs: 1 ok, 1 skipped" in proc.stdout
+    skipped = RunRecord.read(job_dirs(newest_sweep(work))[1])
+    assert skipped.outcome == "skipped" and "the partition's largest node has" in skipped.error
+    multi = sweep(
+        work, "+experiment=quick/train", "strategy=ddp", "devices.spec=cpu", "devices.count=1", "strategy.nnodes=2"
+    )
+    assert "1 skipped" in multi.stdout and "per node" in multi.stdout + multi.stderr
+
+
+def test_sbatch_refusing_a_partition_is_one_line(work):
+    proc = sweep(work, "hydra.launcher.partition=nope", "+experiment=quick/matmul", rc=2)
+    assert proc.stderr.strip().splitlines() == [
+        "perflab: error: hydra.launcher.partition=nope: sbatch: Batch job submission failed: Invalid partition "
+        "name specified; allowed: a partition `sinfo` lists"
+    ]
+
+
+def test_a_killed_for_memory_point_is_an_oom_row_naming_its_log(work):
+    proc = sweep(
+        work,
+        "hydra.launcher.mem_gb_per_worker=1",
+        "+experiment=quick/hardware",
+        "experiment.copy_mb=1500",
+        "devices.spec=cpu",
+        rc=1,
+    )
+    rows = load(newest_sweep(work) / SWEEP_CSV)
+    (row,) = rows.to_dict("records")
+    assert row["status"] == "oom" and "killed by SLURM for using more memory" in row["error"]
+    assert os.path.isfile(row["log"]) and "log:" in proc.stderr
+    assert "sweep: 1 jobs: 1 oom" in proc.stdout
+
+
+def test_a_time_limit_stops_the_point_at_once_with_a_timeout_row(work):
+    proc = sweep(work, "hydra.launcher.timeout_min=1", *TRAIN, "trainer.epochs=500", rc=1)
+    rows = load(newest_sweep(work) / SWEEP_CSV)
+    last = rows.iloc[-1]
+    assert last["status"] == "timeout" and "SIGUSR2" in last["error"]
+    assert "train" not in set(rows["measurement"]), "no summary of a run that was stopped"
+    assert "sweep: 1 jobs: 1 timeout" in proc.stdout
+
+
+def test_scancel_stops_the_point_and_the_next_identical_sweep_resumes_it(work):
+    args = [*TRAIN, "trainer.epochs=8"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perflab", "-m", "+launcher=slurm", *args],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + SWEEP_TIMEOUT
+    checkpoints = work / "outputs" / "checkpoints"
+    while time.time() < deadline and not list(checkpoints.glob("*/*.json")):
+        time.sleep(0.5)  # until epoch 1 is saved
+    job_id = subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True, text=True).stdout.split()[0]
+    cancelled_at = time.time()
+    subprocess.run(["scancel", job_id], check=True)
+    out, err = proc.communicate(timeout=SWEEP_TIMEOUT)
+    assert proc.returncode == 1, out + err
+    first = newest_sweep(work)
+    rows = load(first / SWEEP_CSV)
+    assert rows.iloc[-1]["status"] == "cancelled" and "SIGTERM" in rows.iloc[-1]["error"]
+    epochs = rows[rows["measurement"] == "epoch"]
+    assert (epochs["timestamp"].astype("int64") / 1e9 <= cancelled_at + 2).all(), "no ok rows after the cancel"
+    assert "sweep: 1 jobs: 1 cancelled" in out
+
+    sweep(work, *args)
+    again = load(newest_sweep(work) / SWEEP_CSV)
+    train = again[again["measurement"] == "train"].iloc[0]
+    assert train["resumed_from_epoch"] >= 1 and again[again["measurement"] == "epoch"]["epoch"].min() > 1
+
+
+def test_ctrl_c_cancels_every_job_of_the_sweep_and_says_so(work):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perflab", "-m", "+launcher=slurm", *TRAIN, "trainer.epochs=500", "trainer.lr=0.1,0.05"],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + SWEEP_TIMEOUT
+    while (
+        time.time() < deadline
+        and not subprocess.run(["squeue", "-h", "-t", "R"], capture_output=True, text=True).stdout.strip()
+    ):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=SWEEP_TIMEOUT)
+    assert proc.returncode == 130, out + err
+    assert "cancelled the 2 SLURM job(s) of this sweep" in err
+    for _ in range(60):
+        if not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip():
+            break
+        time.sleep(0.5)
+    assert not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip(), "jobs left behind"
+    assert "sweep: 2 jobs" in out and (newest_sweep(work) / SWEEP_CSV).is_file()
