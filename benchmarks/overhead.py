@@ -1,6 +1,7 @@
 """What perflab's own bookkeeping costs the work it measures: LeNet training (images/s) with
-the per-sample memory and machine watchers on vs off, in the same process, in alternating
-rounds (on, off, on, off ...). Goal (issue 10): the watchers cost <= 2 % of images/s.
+the per-sample memory and machine watchers on vs off, in the same process, in rounds whose
+order alternates (on off, off on, ...), so that neither side always runs first. Goal
+(issue 10): the watchers cost <= 2 % of images/s.
 
     python benchmarks/overhead.py [--rounds 4] [--out benchmarks/results/overhead.csv]
 """
@@ -57,16 +58,19 @@ def images_per_s() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "overhead.csv")
     args = parser.parse_args()
     on, off = [], []
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)
         for r in range(args.rounds):
-            on.append(images_per_s())
-            with watchers_off():
-                off.append(images_per_s())
+            for watching in (True, False) if r % 2 == 0 else (False, True):
+                if watching:
+                    on.append(images_per_s())
+                else:
+                    with watchers_off():
+                        off.append(images_per_s())
             print(f"round {r + 1}: watchers on {on[-1]:.0f} images/s, off {off[-1]:.0f} images/s")
     cost = 1 - statistics.median(on) / statistics.median(off)
     print(

@@ -142,7 +142,7 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         return []
     best = max(measured, key=lambda r: number(r.get("bus_gbps")) or 0)
     return [
-        f"allreduce over {best.get('world_size')} {best.get('backend')} workers: bus bandwidth up to "
+        f"allreduce over {number(best.get('world_size')) or 0:g} {best.get('backend')} workers: bus bandwidth up to "
         f"{number(best.get('bus_gbps')) or 0:.3g} GB/s ({best['measurement'].removeprefix('allreduce ')} messages)",
         "cost model: book 13.7's worked example reproduced (model: rows; 60 / 80 / 15 ms; ring ~6 ms)",
     ]

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from perflab.context import Context
 
 METRIC = "items_per_s"  # compare: global images/s ...
-SUMMARY_ROWS = ("train",)  # ... of the one summary row per run, not of every epoch
+SUMMARY_ROWS = ("train",)  # ... of the one summary row per run, not of every epoch ...
+BESIDE = ("test_acc",)  # ... with the final test accuracy beside it: "faster but worse" shows
 
 
 @dataclass
@@ -96,6 +97,14 @@ def progress(row: Mapping[str, Any]) -> str | None:
         f"{row['items_per_s']:.4g} images/s, loss {row['train_loss']:.4f}, train acc {row['train_acc']:.3f}, "
         f"test acc {row['test_acc']:.3f}, lr {row['lr']:.4g}, waiting for data {row['data_wait_frac']:.0%}"
     )
+
+
+def label(row: Mapping[str, Any]) -> str:
+    """An epoch row is "epoch N" in the job's table."""
+    from perflab.rows import number
+
+    epoch = number(row.get("epoch"))
+    return f"epoch {int(epoch)}" if row.get("measurement") == "epoch" and epoch is not None else str(row["measurement"])
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:

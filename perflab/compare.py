@@ -202,6 +202,8 @@ def _one_experiment(
     samples: dict[str, np.ndarray],
 ) -> tuple[pd.DataFrame, list[str]]:
     metric, note = metric_for(name, df, asked)
+    module = module_of(df)
+    beside = getattr(module.module, "BESIDE", ()) if module else ()
     notes = [note] if note else []
     identity = identity_columns(df)
     if by:
@@ -234,8 +236,9 @@ def _one_experiment(
         if len(pooled_samples) >= 3:
             q1, q3 = np.percentile(pooled_samples, [25, 75])
             entry["iqr_pct"] = 100 * float(q3 - q1) / float(np.median(pooled_samples))
-        if "test_acc" in part and metric != "test_acc":
-            entry["test_acc"] = float(pd.to_numeric(part["test_acc"], errors="coerce").median())
+        for column in beside:  # what the experiment wants seen next to speed (training: test_acc)
+            if column in part and column != metric:
+                entry[column] = float(pd.to_numeric(part[column], errors="coerce").median())
         differ = [c for c in identity if c not in keys and part[c].astype("string").nunique(dropna=False) > 1]
         if differ:
             entry["pooled"] = ", ".join(c.removeprefix("cfg.") for c in differ)
@@ -252,11 +255,10 @@ def _one_experiment(
     count = next((k for k in keys if k in COUNT_KEYS), None)
     if count and higher_is_better(metric):
         out = _scaling(out, keys, metric, count, df)
-        for _, row in out[out["efficiency"] > SUPERLINEAR].iterrows():
-            notes.append(
-                f"{name} {row['measurement']} at {count.removeprefix('cfg.')}={row[count]}: efficiency "
-                f"{row['efficiency']:.2f} > {SUPERLINEAR}: faster than linear is suspect"
-            )
+        for i, row in out[out["efficiency"] > SUPERLINEAR].iterrows():
+            why = f"efficiency {row['efficiency']:.2f} > {SUPERLINEAR}: faster than linear is suspect"
+            out.loc[i, "suspect"] = "; ".join(x for x in (str(row.get("suspect") or ""), why) if x)
+            notes.append(f"{name} {row['measurement']} at {count.removeprefix('cfg.')}={row[count]}: {why}")
     return out, notes
 
 

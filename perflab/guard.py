@@ -108,7 +108,9 @@ def run(
         store.mark_done(Path(settings.results.store), record, place.run_dir)
     if rows and settings.results.table:
         log.info(
-            "\n%s\n\nrows: %s", job_table(rows, experiment.headline(rows), experiment.metric), place.run_dir / RESULTS
+            "\n%s\n\nrows: %s",
+            job_table(rows, experiment.headline(rows), experiment.metric, experiment.label),
+            place.run_dir / RESULTS,
         )
     if interrupted is not None:
         raise interrupted

@@ -97,6 +97,6 @@ def concurrency_headline(rows: Sequence[Mapping[str, Any]], unit: str, column: s
     for r in together:
         lines.append(
             f"together: {number(r.get(column)) or 0:.3g} {unit}, concurrency "
-            f"{number(r.get('concurrency')) or 0:.2f} of an ideal {r.get('ideal_concurrency')}"
+            f"{number(r.get('concurrency')) or 0:.2f} of an ideal {number(r.get('ideal_concurrency')) or 0:g}"
         )
     return lines

@@ -10,6 +10,9 @@ helpers), so composing and checking a config never waits for torch. It provides:
   WRITES_PEAKS               optional: True if it saves measured peaks (results.peaks)
   headline(rows) -> [str]    optional: the figures that matter, printed under the job's table
   progress(row) -> str|None  optional: its own line as each row is recorded
+  label(row) -> str          optional: how its table names a row (training: "epoch 3")
+  SUMMARY_ROWS, BESIDE       optional: the measurements compare uses by default, and the
+                             columns it shows beside the metric (training: test_acc)
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ class Experiment:
     @property
     def metric(self) -> str:
         return getattr(self.module, "METRIC", "median_s")
+
+    def label(self, row: Mapping[str, Any]) -> str:
+        """How the job's table names a row (default: its measurement)."""
+        fn = getattr(self.module, "label", None)
+        return str(fn(row)) if fn else str(row.get("measurement", ""))
 
     def headline(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
         fn = getattr(self.module, "headline", None)
@@ -91,7 +99,11 @@ def register_configs() -> None:
 def listing() -> str:
     choices = presets()
     width = max(map(len, choices), default=0)
-    lines = ["perflab: choose an experiment with +experiment=NAME (times: the default run on a 2-core CPU)", ""]
+    lines = [
+        "perflab: choose an experiment with +experiment=NAME"
+        "  [how long its default run and its quick/ variant take on a 2-core CPU]",
+        "",
+    ]
     lines += [f"  {name.ljust(width)}  {summary}" for name, summary in choices.items()]
     lines += [
         "",

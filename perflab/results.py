@@ -139,7 +139,9 @@ def show(run_dir: Path) -> str:
     name = next((str(r["cfg.experiment.name"]) for r in rows if r.get("cfg.experiment.name")), "")
     experiment = registry.get(name) if name in registry.names() else None
     head = f"{record.run_id}  {record.experiment}  {record.outcome}  {run_dir}\n\n" if record else ""
-    return head + job_table(rows, experiment.headline(rows) if experiment else (), metric_of(rows))
+    return head + job_table(
+        rows, experiment.headline(rows) if experiment else (), metric_of(rows), experiment.label if experiment else None
+    )
 
 
 def export(target: Path, top: Path) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from perflab.rows import number
 
@@ -74,21 +74,21 @@ def progress_line(row: Row, metric: str = "") -> str:
     return text
 
 
-def job_table(rows: Sequence[Row], headline: Iterable[str] = (), metric: str = "") -> str:
-    """The end-of-job table: one line per row, then the notes and warnings, then the headline."""
+def job_table(
+    rows: Sequence[Row], headline: Iterable[str] = (), metric: str = "", label: Callable[[Row], str] | None = None
+) -> str:
+    """The end-of-job table: one line per row (``label(row)`` names it; default: its
+    measurement), then the notes and warnings, then the headline."""
     header = ["measurement", "status", "n", "median", "spread", "rate", ""]
     lines = [header]
     notes: dict[str, list[str]] = {}
     for r in rows:
         ok = r.get("status") == "ok" and number(r.get("median_s")) is not None
-        label = str(r.get("measurement", ""))
-        epoch = number(r.get("epoch"))
-        if epoch is not None:
-            label += f" {int(epoch)}"
+        name = label(r) if label else str(r.get("measurement", ""))
         flags = [f for f, on in (("noisy", str(r.get("noisy")) == "True"), ("suspect", bool(r.get("suspect")))) if on]
         lines.append(
             [
-                label,
+                name,
                 str(r.get("status", "")),
                 str(r.get("n", "")) if ok else "",
                 human_time(r.get("median_s")) if ok else "",
@@ -99,7 +99,7 @@ def job_table(rows: Sequence[Row], headline: Iterable[str] = (), metric: str = "
         )
         for text in (r.get("error"), r.get("suspect"), r.get("note")):
             if text and isinstance(text, str):
-                notes.setdefault(text, []).append(label)
+                notes.setdefault(text, []).append(name)
     out = [_columns(lines)]
     if notes:
         width = max(60, min(120, shutil.get_terminal_size((100, 20)).columns))

@@ -49,6 +49,8 @@ def test_every_quick_preset_runs_and_writes_honest_rows(cli, work, preset):
     assert set(ok["row_id"]) <= set(samples["row_id"])
     record = (run / "run.json").read_text()
     assert '"complete": true' in record and '"outcome": "ok"' in record
+    headline = registry.get(df["cfg.experiment.name"].iloc[0]).headline(load(run).to_dict("records"))
+    assert headline and all(line in ran.out for line in headline), "the figures that matter, on screen"
 
 
 def test_the_python_api_returns_the_rows_it_wrote(work):

@@ -127,6 +127,7 @@ def test_superlinear_efficiency_is_flagged(tmp_path):
     table = compare.compare(tmp_path, by=["devices.count"])
     assert table["efficiency"].max() == pytest.approx(3.0)
     assert any("efficiency 3.00 > 1.1" in n for n in table.attrs["notes"])
+    assert table.set_index("cfg.devices.count").loc[2, "suspect"].endswith("faster than linear is suspect")
 
 
 def test_filters_and_one_line_errors(tmp_path, capsys):

@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from perflab.devices import Device, Inventory, Together, cpu_threads, resolve
+from perflab.devices import Inventory, Together, cpu_threads, resolve
 from perflab.errors import ConfigError, MissingDevice
 from perflab.schema import DevicesConfig
 
@@ -93,9 +93,12 @@ def test_malformed_specs_are_config_errors(spec, count, fragment):
     assert fragment in err.value.line()
 
 
-def test_this_machine_resolves_without_error():
+def test_this_machine_is_read_as_it_is():
     r = resolve(DevicesConfig())
-    assert r.devices and all(isinstance(d, Device) for d in r.devices)
+    if torch.cuda.is_available():
+        assert r.names == [f"cuda:{i}" for i in range(torch.cuda.device_count())] and not r.fallback
+    else:
+        assert r.names == ["cpu"] and r.devices[0].threads == torch.get_num_threads() and r.fallback
 
 
 def test_together_runs_each_cpu_worker_in_its_own_thread_with_its_share():

@@ -43,6 +43,7 @@ def test_installed_wheel_runs_from_any_directory(tmp_path):
     ):
         assert expected in names
     assert not any(n.startswith("experiments/") for n in names), "no top-level package to clash with users' own"
+    assert "hydra_plugins/perflab_slurm/__init__.py" in names
     subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
 
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -63,6 +64,12 @@ def test_installed_wheel_runs_from_any_directory(tmp_path):
         check=True,
     )
     assert all(line.startswith(str(site)) for line in where.stdout.splitlines()), where.stdout
+    discover = (
+        "from hydra.core.plugins import Plugins; from hydra.plugins.launcher import Launcher; "
+        "print([p.__name__ for p in Plugins.instance().discover(Launcher)])"
+    )
+    launchers = subprocess.run([sys.executable, "-c", discover], cwd=work, env=env, capture_output=True, text=True)
+    assert "PerflabSlurmLauncher" in launchers.stdout, "Hydra finds perflab's SLURM launcher in the wheel"
     proc = subprocess.run(
         [sys.executable, "-m", "perflab", "+experiment=quick/matmul", "bench.min_time_s=0"],
         cwd=work,

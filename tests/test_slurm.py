@@ -41,6 +41,16 @@ TRAIN = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def empty_queue():
+    """Each test starts with no job of an earlier one still in the queue."""
+    for _ in range(120):
+        if not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip():
+            return
+        time.sleep(0.5)
+    pytest.fail("jobs of an earlier test are still queued")
+
+
 def sweep(work, *args, rc: int | None = 0, timeout: float = SWEEP_TIMEOUT) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, "-m", "perflab", "-m", "+launcher=slurm", *args],
@@ -52,6 +62,10 @@ def sweep(work, *args, rc: int | None = 0, timeout: float = SWEEP_TIMEOUT) -> su
     if rc is not None:
         assert proc.returncode == rc, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
+
+
+def running() -> list[str]:
+    return subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i"], capture_output=True, text=True).stdout.split()
 
 
 def newest_sweep(work):
@@ -176,11 +190,8 @@ def test_ctrl_c_cancels_every_job_of_the_sweep_and_says_so(work):
         text=True,
     )
     deadline = time.time() + SWEEP_TIMEOUT
-    while (
-        time.time() < deadline
-        and not subprocess.run(["squeue", "-h", "-t", "R"], capture_output=True, text=True).stdout.strip()
-    ):
-        time.sleep(0.5)
+    while time.time() < deadline and len(running()) < 2:
+        time.sleep(0.5)  # until both points run
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=SWEEP_TIMEOUT)
     assert proc.returncode == 130, out + err

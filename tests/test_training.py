@@ -99,7 +99,7 @@ def test_every_strategy_ends_with_the_weights_of_single(few_step_runs, name):
     assert_same(weights(few_step_runs["single"]), weights(few_step_runs[name]))
 
 
-@pytest.mark.parametrize("name", list(STRATEGIES))
+@pytest.mark.parametrize("name", ["single", "scratch", "data_parallel", pytest.param("ddp", marks=pytest.mark.slow)])
 def test_resumed_training_is_identical_to_uninterrupted_training(work, name):
     """With momentum (0.9): a run stopped after epoch 1 and resumed ends bit-identical to one
     that never stopped. (Scratch used to share one momentum buffer between its replicas.)"""
@@ -265,6 +265,58 @@ def test_compile_in_training_has_its_own_row(work):
     row = df[df["measurement"] == "compile"].iloc[0]
     assert row["first_step_s"] > 0 and row["graphs"] >= 1 and row["recompiles"] == 0
     assert (df[df["measurement"] == "train"]["compiled"] == True).all()  # noqa: E712
+
+
+@pytest.mark.slow
+def test_a_sweep_over_precision_compile_and_layout_runs_end_to_end(cli, work):
+    cli(
+        "-m",
+        "+experiment=train",
+        *SMALL,
+        "trainer.epochs=2",
+        "trainer.compile_backend=eager",
+        "trainer.precision=fp32,bf16-mixed",
+        "trainer.compile=false,true",
+        "model.channels_last=false,true",
+    )
+    rows = load(next((work / "outputs" / "sweeps").iterdir()) / "sweep.csv")
+    train = rows[rows["measurement"] == "train"]
+    assert len(train) == 8 and (rows["status"] == "ok").all()
+    assert set(zip(train["precision"], train["compiled"], train["channels_last"])) == {
+        (p, c, layout) for p in ("fp32", "bf16-mixed") for c in (False, True) for layout in (False, True)
+    }
+    assert (train["test_acc"] > 0.1).all(), "accuracy stays beside speed"
+    assert len(rows[rows["measurement"] == "compile"]) == 4
+
+
+def test_a_killed_ddp_job_leaves_no_workers_behind(work):
+    import psutil
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perflab",
+            "+experiment=train",
+            *SMALL,
+            "strategy=ddp",
+            "devices.count=2",
+            "trainer.epochs=50",
+        ],
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    job = psutil.Process(proc.pid)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(job.children(recursive=True)) < 2:
+        time.sleep(0.2)
+    workers = job.children(recursive=True)
+    assert len(workers) >= 2, "the workers started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=20)
+    assert not alive, f"orphans: {[p.pid for p in alive]}"
 
 
 def test_batches_come_from_the_real_loader_with_workers(work):

@@ -76,12 +76,13 @@ class PerflabSlurmLauncher(BaseSubmititLauncher):
             if k not in PER_POINT
         }
         base["slurm_signal_delay_s"] = max(5, min(int(p["signal_delay_s"]), limit_s // 4))
-        slurm.submit(self, points, base, folder=str(p["submitit_folder"]))
         try:
+            slurm.submit(self, points, base, folder=str(p["submitit_folder"]))
             slurm.wait(points)
         except KeyboardInterrupt:  # Ctrl-C: nothing of this sweep stays queued or running
             slurm.cancel(points)
-            print(f"perflab: interrupted: cancelled the {len(points)} SLURM job(s) of this sweep", file=sys.stderr)
+            submitted = [point for point in points if point.job is not None]
+            print(f"perflab: interrupted: cancelled the {len(submitted)} SLURM job(s) of this sweep", file=sys.stderr)
             slurm.wait(points, within_s=30)
             for point in points:
                 point.job_dir.mkdir(parents=True, exist_ok=True)

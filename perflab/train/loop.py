@@ -371,7 +371,7 @@ class Trainer:
                 self.ctx.devices,
                 items=n * self.plan.per_device_batch,
                 items_unit="images",
-                note=f"{n} batches drawn and moved to the device, no compute",
+                note=f"{n} batch{'es' if n != 1 else ''} drawn and moved to the device, no compute",
             )
 
     def record_epoch(self, e: Epoch) -> None:
