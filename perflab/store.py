@@ -328,12 +328,10 @@ def _write_segment(index: Path, df, stamps: dict[str, list[int]]) -> None:
 
 
 def _compact(index: Path, df, sources: dict[str, list[int]]) -> None:
+    """One segment of every current row in place of the many; a reader that finds a segment
+    gone meanwhile reads those run dirs from CSV instead."""
     old = sorted(index.glob("seg-*"))
-    _write_segment(
-        index,
-        df.assign(_source=df["_source"]) if "_source" in df else df,
-        {s: sources[s] for s in set(df["_source"]) if s in sources},
-    )
+    _write_segment(index, df, {s: sources[s] for s in set(df["_source"]) if s in sources})
     for path in old:
         path.unlink(missing_ok=True)
 

@@ -217,6 +217,15 @@ def test_load_a_tree_through_its_index_matches_reading_every_file(tmp_path):
     assert load(out, experiment="nope").empty
 
 
+def test_many_index_segments_are_merged_into_one(tmp_path):
+    out = tmp_path / "outputs"
+    for i in range(store.MAX_SEGMENTS + 2):  # each load after a new run dir adds a segment
+        RunWriter(out / "runs" / f"r{i}").add(row(f"r{i}", 0))
+        assert len(load(out)) == i + 1
+    assert len(list((out / ".perflab" / "index").glob("*.parquet"))) <= 2
+    assert sorted(load(out)["run_id"]) == sorted(f"r{i}" for i in range(store.MAX_SEGMENTS + 2))
+
+
 def test_a_read_only_tree_still_loads(tmp_path, readonly):
     assert load(readonly).empty  # no error, even though no index can be written there
 
