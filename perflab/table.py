@@ -36,7 +36,9 @@ def rate(r: Row, metric: str = "") -> str:
         v = number(r.get(col))
         if v is not None:
             unit = UNITS[col] or f"{r.get('items_unit') or 'items'}/s"
-            return f"{v:.4g} {unit}" if col == "items_per_s" else f"{v:.3g} {unit}"
+            if col != "items_per_s":
+                return f"{v:.3g} {unit}"
+            return f"{v:,.0f} {unit}" if v >= 1e4 else f"{v:.4g} {unit}"  # 181,063 images/s, not 1.811e+05
     return ""
 
 
