@@ -323,7 +323,7 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{human_time(r.get('first_call_s'))}, pays off after {'never' if be is None else f'{be:.0f} calls'}"
         )
         counts = {k: number(r.get(k)) for k in ("graphs", "recompiles", "graph_breaks")}
-        if counts["graphs"] is not None:  # torch.compile only: TorchScript has no graphs to count
+        if name.startswith("compile-"):  # dynamo's counts: TorchScript has no graphs to count
             line += "; " + ", ".join(f"{k.replace('_', ' ')} {v:.0f}" for k, v in counts.items() if v is not None)
         lines.append(line)
     return lines

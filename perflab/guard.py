@@ -38,6 +38,7 @@ def run(
 ) -> Result:
     import torch
 
+    quiet_library_logs()
     r = settings.results
     writer = RunWriter(place.run_dir, ledger=Path(r.ledger) if r.ledger else None, samples=r.samples)
     identity = {**identity, **environment()}
@@ -115,6 +116,18 @@ def run(
     if interrupted is not None:
         raise interrupted
     return Result(outcome, place.run_dir, rows, record.error)
+
+
+# Library log lines that say nothing to a user (e.g. "No CUDA runtime is found" on every CPU-only
+# compile): kept in the job's log file, off the terminal.
+QUIET_LOGGERS = ("torch.utils.cpp_extension",)
+
+
+def quiet_library_logs() -> None:
+    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    for name in QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.handlers, logger.propagate = files, False
 
 
 def _stopped(exc: BaseException) -> str | None:
