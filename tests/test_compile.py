@@ -101,10 +101,6 @@ def test_modes_are_measured_in_rounds_with_speedup_flops_and_knobs(work):
 def test_compile_experiment_end_to_end_with_inductor_and_serialization(work):
     proc = run_subprocess("+experiment=compile", "bench.repeats=5", "bench.min_time_s=0", cwd=work)
     assert "No CUDA runtime" not in proc.stdout + proc.stderr and "Warning" not in proc.stdout + proc.stderr
-    assert (
-        "No CUDA runtime" in next((work / "outputs" / "runs").glob("*/perflab.log")).read_text()
-        or torch.cuda.is_available()
-    ), "a library's log line is kept in the job's log"
     df = load(work / "outputs").set_index("measurement")
     assert (df["status"] == "ok").all(), df[["status", "error"]]
     compiled = df.loc["compile-default"]
