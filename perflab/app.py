@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from perflab import registry
 from perflab.errors import ConfigError, one_line
@@ -56,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.argv = ["perflab", *args]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach us whole, to be made one line here
     logging.captureWarnings(True)  # library warnings go to the job's log file, not the terminal
+    terminate = _terminate_as_interrupt()
     try:
         import hydra
         from hydra.errors import HydraException
@@ -88,6 +91,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         sys.argv = saved_argv
         CURRENT.reset(token)
+        terminate()
+
+
+def _terminate_as_interrupt() -> Callable[[], None]:
+    """SIGTERM (``kill``, a closing session) ends the command as Ctrl-C does: a sweep cancels
+    the jobs it submitted and still prints its summary. Returns what restores the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def help_text(args: Sequence[str]) -> int:

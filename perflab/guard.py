@@ -7,6 +7,7 @@ interrupt goes on). ``run.json`` says what came of it; only an ``ok`` run is mar
 from __future__ import annotations
 
 import logging
+import os
 import traceback
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,8 @@ def run(
         except Stopped as stop:
             outcome = stop.status
             ctx.record("job", status=stop.status, error=stop.why)
+            if not os.environ.get("SUBMITIT_EXECUTOR"):  # not a SLURM job of its own: the whole command stops
+                interrupted = KeyboardInterrupt()
         except KeyboardInterrupt as stop:
             outcome, interrupted = "cancelled", stop
             ctx.record("job", status="cancelled", error="interrupted (Ctrl-C)")

@@ -181,7 +181,8 @@ def test_scancel_stops_the_point_and_the_next_identical_sweep_resumes_it(work):
     assert train["resumed_from_epoch"] >= 1 and again[again["measurement"] == "epoch"]["epoch"].min() > 1
 
 
-def test_ctrl_c_cancels_every_job_of_the_sweep_and_says_so(work):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_ctrl_c_or_kill_cancels_every_job_of_the_sweep_and_says_so(work, stop):
     proc = subprocess.Popen(
         [sys.executable, "-m", "perflab", "-m", "+launcher=slurm", *TRAIN, "trainer.epochs=500", "trainer.lr=0.1,0.05"],
         cwd=work,
@@ -192,7 +193,7 @@ def test_ctrl_c_cancels_every_job_of_the_sweep_and_says_so(work):
     deadline = time.time() + SWEEP_TIMEOUT
     while time.time() < deadline and len(running()) < 2:
         time.sleep(0.5)  # until both points run
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     out, err = proc.communicate(timeout=SWEEP_TIMEOUT)
     assert proc.returncode == 130, out + err
     assert "cancelled the 2 SLURM job(s) of this sweep" in err
