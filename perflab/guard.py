@@ -127,7 +127,7 @@ QUIET_LOGGERS = ("torch.utils.cpp_extension",)
 
 
 def quiet_library_logs() -> None:
-    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    files: list[logging.Handler] = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
     for name in QUIET_LOGGERS:
         logger = logging.getLogger(name)
         logger.handlers, logger.propagate = files, False
