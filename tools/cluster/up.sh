@@ -18,10 +18,10 @@ dpkg -s $PKGS >/dev/null 2>&1 || { apt-get update -qq &&
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $PKGS >/dev/null; }
 
 mkdir -p "$T"/{etc,state,spool,run,log}
-chmod 755 "$T"  # munge and mysql must be able to traverse it
+chmod 755 "$T"  # mysql must be able to traverse it
 export SLURM_CONF=$T/etc/slurm.conf
 echo "export SLURM_CONF=$SLURM_CONF" > "$T/env.sh"
-H=$(hostname -s)
+H=$(uname -n); H=${H%%.*}  # the short name slurmd knows itself by; addresses are loopback
 
 alive() { [ -f "$T/run/$1.pid" ] && kill -0 "$(cat "$T/run/$1.pid")" 2>/dev/null; }
 start() {  # start NAME CMD...: a daemon in the foreground, detached from us, its PID recorded
@@ -42,6 +42,10 @@ until_ok sh -c 'munge -n </dev/null | unmunge'
 
 # accounting: MariaDB, then slurmdbd
 install -d -o mysql -g mysql "$T/mysql" "$T/mysql-run"
+runuser -u mysql -- test -x "$T/mysql" || {
+  echo "up: the mysql user cannot reach $T (a parent directory is closed to others): choose T under /tmp" >&2
+  exit 1
+}
 [ -d "$T/mysql/mysql" ] || mariadb-install-db --user=mysql --datadir="$T/mysql" --auth-root-authentication-method=socket \
   > "$T/log/mariadb-install.log" 2>&1
 start mariadbd /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$T/mysql" --socket="$T/mysql-run/sock" \
@@ -77,7 +81,7 @@ fi
 MEM=$(( $(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p') * 95 / 100 ))
 cat > "$T/etc/slurm.conf" <<EOC
 ClusterName=perflab
-SlurmctldHost=$H
+SlurmctldHost=$H(127.0.0.1)
 SlurmUser=root
 AuthType=auth/munge
 StateSaveLocation=$T/state
@@ -99,7 +103,7 @@ JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
 MpiDefault=none
 $GRES_TYPES
-NodeName=$H CPUs=$(nproc) RealMemory=$MEM $GRES State=UNKNOWN
+NodeName=$H NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=$MEM $GRES State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOC
 start slurmctld /usr/sbin/slurmctld -D -i
