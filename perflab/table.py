@@ -81,7 +81,7 @@ def job_table(
 ) -> str:
     """The end-of-job table: one line per row (``label(row)`` names it; default: its
     measurement), then the notes and warnings, then the headline."""
-    header = ["measurement", "status", "n", "median", "spread", "rate", ""]
+    header = ["measurement", "status", "n", "median", "spread", "rate", "flags"]
     lines = [header]
     notes: dict[str, list[str]] = {}
     for r in rows:
@@ -102,6 +102,8 @@ def job_table(
         for text in (r.get("error"), r.get("suspect"), r.get("note")):
             if text and isinstance(text, str):
                 notes.setdefault(text, []).append(name)
+    if not any(line[-1] for line in lines[1:]):
+        lines = [line[:-1] for line in lines]
     out = [_columns(lines)]
     if notes:
         width = max(60, min(120, shutil.get_terminal_size((100, 20)).columns))

@@ -55,6 +55,14 @@ def test_notes_wrap_instead_of_being_cut():
     assert "runs the module once" in text.replace("\n    ", " ") and max(map(len, text.splitlines())) <= 120
 
 
+def test_the_flags_column_is_named_and_only_there_when_a_row_is_flagged():
+    calm = {"measurement": "alone", "status": "ok", "n": 6, "median_s": 0.09, "iqr_s": 0.001}
+    noisy = {**calm, "measurement": "together", "noisy": True}
+    flagged = job_table([calm, noisy]).splitlines()
+    assert flagged[0].split()[-1] == "flags" and flagged[-1].split()[-1] == "noisy"
+    assert "flags" not in job_table([calm]).splitlines()[0]
+
+
 def test_a_status_line_shows_on_a_terminal_and_erases_itself(monkeypatch):
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
