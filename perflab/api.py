@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
 import sys
+import traceback
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from perflab import registry
 from perflab.errors import ConfigError, Refused, one_line
+from perflab.schema import OPTIONAL_SECTIONS
 
 log = logging.getLogger("perflab")
 
@@ -57,12 +60,48 @@ def compose(experiment: str, overrides: Sequence[str] = ()):
             cfg = hydra_compose("config", overrides=[f"+experiment={experiment}", *overrides], return_hydra_config=True)
         run_dir = Path(str(cfg.hydra.run.dir))
         choice = cfg.hydra.runtime.choices.get("experiment")
-    except (ConfigError, HydraException, OmegaConfBaseException) as err:
-        raise Refused(one_line(err)) from None
+    except (ConfigError, HydraException, OmegaConfBaseException, AssertionError) as err:
+        if isinstance(err, AssertionError) and not _raised_by_omegaconf(err):
+            raise
+        raise Refused(absent_section(experiment, overrides) or one_line(err)) from None
     with open_dict(cfg):
         del cfg["hydra"]
     OmegaConf.set_readonly(cfg, False)
     return cfg, run_dir, choice
+
+
+def absent_section(experiment: str, overrides: Sequence[str]) -> str | None:
+    """The line for an override under ``model``/``data``/``strategy``/``trainer`` given to an
+    experiment that has no such section (OmegaConf fails on it with a bare assertion or an
+    odd type error), or None when that is not what went wrong. Composes once more without
+    those overrides to see which sections the experiment really has: only on the error path."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    touched = [o for o in overrides if _section(o) in OPTIONAL_SECTIONS]
+    if not touched:
+        return None
+    GlobalHydra.instance().clear()  # a failed hydra.main may leave it initialized
+    try:
+        cfg, _, _ = compose(experiment, [o for o in overrides if o not in touched])
+    except Refused:
+        return None
+    for override in touched:
+        if cfg.get(_section(override)) is None:
+            key, _, value = override.lstrip("+~").partition("=")
+            return (
+                f"{key}={value}: the {experiment} experiment has no {_section(override)} keys; allowed: "
+                f"the keys `perflab +experiment={experiment} --help` lists"
+            )
+    return None
+
+
+def _section(override: str) -> str:
+    return override.lstrip("+~").partition("=")[0].split(".")[0]
+
+
+def _raised_by_omegaconf(err: BaseException) -> bool:
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and f"{os.sep}omegaconf{os.sep}" in frames[-1].filename
 
 
 def run(experiment: str, overrides: Sequence[str] = ()):

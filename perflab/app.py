@@ -71,7 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             app()
         except (ConfigError, HydraException, OmegaConfBaseException) as err:
-            return usage_error(one_line(err))
+            return usage_error(_absent_section(args) or one_line(err))
+        except AssertionError as err:  # OmegaConf's, on a key under a section this experiment lacks
+            if not _raised_by_hydra(err, anywhere=True):
+                raise
+            return usage_error(_absent_section(args) or one_line(err))
         except ValueError as err:
             if not _raised_by_hydra(err):
                 raise
@@ -195,6 +199,17 @@ def output_error(err: OSError, args: Sequence[str]) -> str:
 def usage_error(line: str) -> int:
     print(f"perflab: error: {line}", file=sys.stderr)
     return 2
+
+
+def _absent_section(args: Sequence[str]) -> str | None:
+    """See :func:`perflab.api.absent_section`; the experiment and overrides from the command line."""
+    from perflab.api import absent_section
+
+    experiment = next((a.partition("=")[2] for a in args if a.lstrip("+").startswith("experiment=")), None)
+    if experiment is None:
+        return None
+    overrides = [a for a in args if "=" in a and not a.lstrip("+").startswith(("experiment=", "hydra"))]
+    return absent_section(experiment, overrides)
 
 
 def _raised_by_hydra(err: BaseException, anywhere: bool = False) -> bool:

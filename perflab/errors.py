@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import re
-from typing import Any
+from typing import Any, Sequence
 
 
 class ConfigError(Exception):
@@ -48,9 +49,7 @@ def one_line(exc: BaseException) -> str:
     parent = getattr(cause, "parent_node", None)
     if override and parent is not None and hasattr(parent, "keys"):
         key, value = override.group(1), override.group(2).strip()
-        allowed = ", ".join(k for k in parent if k != "hydra")
-        where = key.rpartition(".")[0] or "the top level"
-        return f"{key}={value}: unknown key; allowed under {where}: {allowed}"
+        return unknown_key(key, value, [str(k) for k in parent if k != "hydra"]).line()
     source = cause if getattr(cause, "full_key", None) else exc
     key = getattr(source, "full_key", None)
     if key:
@@ -60,6 +59,15 @@ def one_line(exc: BaseException) -> str:
             return f"{key}={wrong_type.group(1)}: allowed: {wrong_type.group(2).lower()}"
         return f"{key}: {message}"
     return " ".join(first_line(part) for part in (text, str(cause or "")) if part).strip()
+
+
+def unknown_key(key: str, value: Any, known: Sequence[str]) -> ConfigError:
+    """A key no schema has (``bench.repeat``), with a did-you-mean and the keys beside it."""
+    section, _, name = key.rpartition(".")
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {section + '.' if section else ''}{close[0]}?" if close else ""
+    where = section or "the top level"
+    return ConfigError(key, value, f"the keys under {where}: {', '.join(known)}", problem=f"unknown key{hint}")
 
 
 def first_line(text: str | BaseException) -> str:

@@ -12,7 +12,6 @@ next to its code; its fields are flat so every knob sweeps as ``experiment.<name
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -20,7 +19,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from perflab.errors import ConfigError
+from perflab.errors import ConfigError, unknown_key
 
 # Choice lists: the code that implements each choice checks against these (tests keep them in step).
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -238,6 +237,9 @@ class PerflabConfig:
     trainer: Optional[TrainerConfig] = None
 
 
+# Sections only some experiments have (training: model, data, strategy, trainer).
+OPTIONAL_SECTIONS = tuple(f.name for f in fields(PerflabConfig) if f.default is None)
+
 SECTIONS: dict[str, type] = {
     "devices": DevicesConfig,
     "bench": BenchConfig,
@@ -277,16 +279,8 @@ def _refuse_unknown(node: DictConfig, known: Mapping[str, Any], prefix: str) -> 
     for key in node:
         if key == "hydra" or key in known:
             continue
-        close = difflib.get_close_matches(str(key), list(known), n=1)
-        hint = f"did you mean {prefix}{close[0]}?" if close else ""
-        where = prefix.rstrip(".") or "the top level"
         value = OmegaConf.to_container(node, resolve=False).get(key)  # type: ignore[union-attr]
-        raise ConfigError(
-            f"{prefix}{key!s}",
-            value,
-            f"the keys under {where}: {', '.join(known)}",
-            problem=f"unknown key{'; ' + hint if hint else ''}",
-        )
+        raise unknown_key(f"{prefix}{key!s}", value, list(known))
 
 
 def volatile_keys() -> list[str]:

@@ -61,6 +61,8 @@ def test_the_python_api_returns_the_rows_it_wrote(work):
     assert (work / "outputs" / "runs").is_dir()
     with pytest.raises(Refused, match=r"^experiment.size=-5: allowed: an integer >= 1$"):
         perflab.run("matmul", ["experiment.size=-5"])
+    with pytest.raises(Refused, match=r"^trainer.epochs=2: the matmul experiment has no trainer keys"):
+        perflab.run("matmul", ["trainer.epochs=2"])
 
 
 @cpu_only
@@ -95,7 +97,18 @@ def test_async_compute_says_cpu_ops_are_synchronous(work):
         (["+experiment=matmul", "experiment.size=-5"], "experiment.size=-5: allowed: an integer >= 1"),
         (
             ["+experiment=matmul", "experiment.sise=5"],
-            "experiment.sise=5: unknown key; allowed under experiment: name, size, iterations, dtype",
+            "experiment.sise=5: unknown key; did you mean experiment.size?; allowed: the keys under experiment: "
+            "name, size, iterations, dtype",
+        ),
+        (
+            ["+experiment=matmul", "trainer.batch_size=-1"],
+            "trainer.batch_size=-1: the matmul experiment has no trainer keys; allowed: the keys "
+            "`perflab +experiment=matmul --help` lists",
+        ),
+        (
+            ["+experiment=quick/matmul", "model=resnet18"],
+            "model=resnet18: the quick/matmul experiment has no model keys; allowed: the keys "
+            "`perflab +experiment=quick/matmul --help` lists",
         ),
         (
             ["+experiment=matmul", "+bench.repeat=3"],

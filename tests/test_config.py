@@ -84,8 +84,9 @@ def test_wrong_type_and_unknown_override_are_caught_while_composing(compose_cfg)
     assert one_line(err.value) == "experiment.size=abc: allowed: integer"
     with pytest.raises(Exception) as err:
         compose_cfg("+experiment=matmul", "experiment.sise=5")
-    assert (
-        one_line(err.value) == "experiment.sise=5: unknown key; allowed under experiment: name, size, iterations, dtype"
+    assert one_line(err.value) == (
+        "experiment.sise=5: unknown key; did you mean experiment.size?; allowed: the keys under experiment: "
+        "name, size, iterations, dtype"
     )
 
 
