@@ -80,8 +80,10 @@ def identity_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns if c.startswith("cfg.") and not c.startswith(volatile) and c != "cfg.experiment.name"]
 
 
-def select(df: pd.DataFrame, experiment: str | None = None, where: Sequence[str] = ()) -> pd.DataFrame:
-    """The ok rows, of one experiment, with ``KEY=VALUE`` filters."""
+def select(
+    df: pd.DataFrame, experiment: str | None = None, where: Sequence[str] = (), metric: str | None = None
+) -> pd.DataFrame:
+    """The ok rows, of one experiment, with ``KEY=VALUE`` filters; refuses a ``metric`` no row has."""
     if df.empty:
         raise CompareError("no rows to compare")
     df = df[df["status"].astype("string") == "ok"]
@@ -100,6 +102,11 @@ def select(df: pd.DataFrame, experiment: str | None = None, where: Sequence[str]
         df = df[df[column].astype("string") == value]
     if df.empty:
         raise CompareError("no ok rows left after the filters")
+    if metric is not None and (metric not in df or pd.to_numeric(df[metric], errors="coerce").isna().all()):
+        known = sorted(c for c in HIGHER_IS_BETTER | set(UNITS) if c in df and df[c].notna().any())
+        raise CompareError(
+            f"--metric {metric}: no row has a value of it; allowed: a numeric column, e.g. {', '.join(known)}"
+        )
     return df.copy()  # one block per dtype again: a loaded tree is fragmented
 
 
@@ -180,7 +187,7 @@ def compare(
     ``df.attrs["notes"]`` holds the lines worth showing (pooled configs, differing metrics,
     suspect figures). Each line's raw values of its metric are in its ``_samples`` column.
     """
-    df = select(load(*paths) if rows is None else rows, experiment, where)
+    df = select(load(*paths) if rows is None else rows, experiment, where, metric)
     if samples is None:
         samples = samples_by_row(paths) if rows is None else {}
     tables, notes = [], []
@@ -339,7 +346,7 @@ def ab(
 ) -> pd.DataFrame:
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
     of ``base``: metric, change, significance. ``df.attrs["notes"]`` lists unmatched points."""
-    a, b = select(load(base), experiment, where), select(load(new), experiment, where)
+    a, b = select(load(base), experiment, where, metric), select(load(new), experiment, where, metric)
     samples = {**samples_by_row([base]), **samples_by_row([new])}
     entries, notes = [], []
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):

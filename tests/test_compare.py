@@ -138,6 +138,9 @@ def test_filters_and_one_line_errors(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "perflab.compare: error: --by cfg.nope.key: not in the results of train"
     assert compare.main([str(tmp_path), "--experiment", "matmul"]) == 2
     assert "--experiment matmul: no ok rows of it (have: train)" in capsys.readouterr().err
+    assert compare.main([str(tmp_path), "--metric", "tflop"]) == 2
+    assert "--metric tflop: no row has a value of it; allowed: a numeric column, e.g." in capsys.readouterr().err
+    assert compare.main([str(tmp_path), str(tmp_path), "--metric", "tflop"]) == 2
 
 
 def test_two_trees_a_b_and_the_regression_gate(cli, work, monkeypatch, capsys):
