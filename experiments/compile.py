@@ -18,6 +18,7 @@ from perflab.schema import (
     MODELS,
     PRECISIONS,
     ExperimentConfig,
+    PerflabConfig,
     one_of,
     positive,
     require,
@@ -25,6 +26,7 @@ from perflab.schema import (
 
 if TYPE_CHECKING:
     from perflab.context import Context
+    from perflab.devices import Device
 
 METRIC = "median_s"
 SCRIPT_NOTE = (
@@ -67,6 +69,13 @@ def mlp() -> Any:
     return nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 2))
 
 
+def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
+    """TF32 needs a CUDA device: refused before the job runs."""
+    from perflab import precision
+
+    precision.check("experiment.precision", settings.experiment.precision, devices[:1])
+
+
 def run(ctx: Context) -> None:
     import torch
 
@@ -78,7 +87,6 @@ def run(ctx: Context) -> None:
 
     p = ctx.params
     d = ctx.devices[0]
-    precision.check("experiment.precision", p.precision, [d])
     torch.manual_seed(ctx.settings.seed)
     model = (mlp() if p.model == "mlp" else models.build(p.model)).to(d.torch).eval()
     shape = (512,) if p.model == "mlp" else (1, 28, 28)

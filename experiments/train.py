@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from perflab.errors import ConfigError
-from perflab.schema import ExperimentConfig
+from perflab.schema import ExperimentConfig, PerflabConfig
 
 if TYPE_CHECKING:
     from perflab.context import Context
+    from perflab.devices import Device
 
 METRIC = "items_per_s"  # compare: global images/s ...
 SUMMARY_ROWS = ("train",)  # ... of the one summary row per run, not of every epoch ...
@@ -22,27 +23,35 @@ class Config(ExperimentConfig):
     """No knobs of its own: model, data, strategy and trainer are top-level config groups."""
 
 
-def run(ctx: Context) -> None:
+def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
+    """Strategy, precision and batch against the resolved devices: before anything runs."""
     from perflab import precision
     from perflab.train import loop
     from perflab.train.strategies import NOT_COMPILABLE
 
-    s = ctx.settings
     for section in ("model", "data", "strategy", "trainer"):
         if getattr(s, section) is None:
             raise ConfigError(section, None, f"a {section} config (conf/{section}/ or the experiment's defaults)")
     assert s.strategy is not None and s.trainer is not None
-    names = [d.name for d in ctx.devices]
-    if s.strategy.name == "single" and len(ctx.devices) != 1:
+    if s.strategy.name == "single" and len(devices) != 1:
         raise ConfigError(
-            "devices.count", len(ctx.devices), "1 for strategy=single (scratch, data_parallel or ddp for more)"
+            "devices.count", len(devices), "1 for strategy=single (scratch, data_parallel or ddp for more)"
         )
-    if s.strategy.name in ("data_parallel", "ddp") and len({d.type for d in ctx.devices}) > 1:
-        raise ConfigError("devices.spec", names, f"devices of one kind for strategy={s.strategy.name}")
+    if s.strategy.name in ("data_parallel", "ddp") and len({d.type for d in devices}) > 1:
+        raise ConfigError(
+            "devices.spec", [d.name for d in devices], f"devices of one kind for strategy={s.strategy.name}"
+        )
     if s.trainer.compile and s.strategy.name in NOT_COMPILABLE:
         raise ConfigError("trainer.compile", True, "false with this strategy", problem=NOT_COMPILABLE[s.strategy.name])
-    precision.check("trainer.precision", s.trainer.precision, ctx.devices)
-    loop.plan(s.trainer, len(ctx.devices) * s.strategy.nnodes)  # bad batch/device combinations: before launching
+    precision.check("trainer.precision", s.trainer.precision, devices)
+    loop.plan(s.trainer, len(devices) * s.strategy.nnodes)  # bad batch/device combinations
+
+
+def run(ctx: Context) -> None:
+    from perflab.train import loop
+
+    s = ctx.settings
+    assert s.strategy is not None and s.trainer is not None
     if s.strategy.name != "ddp":
         loop.Trainer(ctx).fit()
         return

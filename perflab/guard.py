@@ -48,6 +48,7 @@ def run(
         resolved = resolve(settings.devices)
         devices, fallback = resolved.devices, resolved.fallback
         beside = launchers.beside(place, devices)
+        experiment.check(settings, devices)
     except MissingDevice as missing:
         skip = settings.devices.on_missing == "skip" or (settings.devices.on_missing == "auto" and place.in_sweep)
         if not skip:

@@ -160,7 +160,7 @@ def refuse(
         record.rows = len(writer.rows)
         record.save(place.run_dir)
     else:
-        discard(place.run_dir)
+        discard(place.run_dir, also_record=True)  # a refusal that wrote nothing leaves no run
     return Result("refused", place.run_dir, writer.rows if writer else [], line)
 
 

@@ -6,6 +6,9 @@ helpers), so composing and checking a config never waits for torch. It provides:
 
   Config(ExperimentConfig)   its knobs, typed, with range checks in ``__post_init__``
   run(ctx)                   the work: ctx.measure / ctx.record / ctx.skip
+  check(settings, devices)   optional: refuse what only the resolved devices can refute
+                             (TF32 on a CPU, a batch the devices cannot split), before the
+                             job is recorded as running
   METRIC                     optional: compare's default metric ("median_s" if absent)
   WRITES_PEAKS               optional: True if it saves measured peaks (results.peaks)
   headline(rows) -> [str]    optional: the figures that matter, printed under the job's table
@@ -48,6 +51,12 @@ class Experiment:
         """How the job's table names a row (default: its measurement)."""
         fn = getattr(self.module, "label", None)
         return str(fn(row)) if fn else str(row.get("measurement", ""))
+
+    def check(self, settings: PerflabConfig, devices: Sequence[Any]) -> None:
+        """Raise ConfigError for a config these devices cannot run; before any work."""
+        fn = getattr(self.module, "check", None)
+        if fn:
+            fn(settings, devices)
 
     def headline(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
         fn = getattr(self.module, "headline", None)
@@ -112,7 +121,7 @@ def listing() -> str:
         "Examples:",
         "  perflab +experiment=auto_parallel",
         "  perflab +experiment=quick/train                    # 2 epochs on 2048 images",
-        "  perflab +experiment=matmul --cfg job               # every key and its value",
+        "  perflab +experiment=matmul --help                  # every key of that job and its value",
         "  perflab -m +experiment=matmul experiment.size=64,128   # a sweep",
         "  perflab +experiment=train strategy=ddp devices.count=2 trainer.epochs=2",
         "  python -m perflab.results                          # past runs",

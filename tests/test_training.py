@@ -256,8 +256,12 @@ def test_tf32_on_a_cpu_and_compile_with_data_parallel_are_refused(work):
 
     with pytest.raises(Refused, match=r"trainer.precision=tf32: TF32 is a mode of NVIDIA tensor cores"):
         perflab.run("quick/train", ["trainer.precision=tf32", "devices.spec=cpu"])
+    with pytest.raises(Refused, match=r"experiment.precision=tf32: TF32 is a mode of NVIDIA tensor cores"):
+        perflab.run("compile", ["experiment.precision=tf32", "devices.spec=cpu"])
     with pytest.raises(Refused, match=r"trainer.compile=True: nn.DataParallel replicates"):
         perflab.run("quick/train", ["trainer.compile=true", "strategy=data_parallel"])
+    # Refused before it ran: no run folder is left looking like a job still running.
+    assert not list(work.glob("outputs/runs/*")) and not perflab.results.runs(work / "outputs")
 
 
 def test_compile_in_training_has_its_own_row(work):
