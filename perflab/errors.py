@@ -54,11 +54,18 @@ def one_line(exc: BaseException) -> str:
     key = getattr(source, "full_key", None)
     if key:
         message = first_line(str(source))
-        wrong_type = re.search(r"Value '(.*)' of type '\w+' could not be converted to (\w+)", message)
+        wrong_type = re.search(
+            r"Value '(.*)' (?:of type '\w+' could not be converted to|is not a valid) (\w+)", message
+        )
         if wrong_type:
-            return f"{key}={wrong_type.group(1)}: allowed: {wrong_type.group(2).lower()}"
+            wanted = TYPE_WORDS.get(wrong_type.group(2), wrong_type.group(2).lower())
+            return f"{key}={wrong_type.group(1)}: allowed: {wanted}"
         return f"{key}: {message}"
     return " ".join(first_line(part) for part in (text, str(cause or "")) if part).strip()
+
+
+# OmegaConf's type names as a user reads them.
+TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "bool": "true or false"}
 
 
 def unknown_key(key: str, value: Any, known: Sequence[str]) -> ConfigError:

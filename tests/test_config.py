@@ -81,7 +81,11 @@ def test_keys_added_outside_the_schema_are_refused_with_a_did_you_mean(compose_c
 def test_wrong_type_and_unknown_override_are_caught_while_composing(compose_cfg):
     with pytest.raises(Exception) as err:
         compose_cfg("+experiment=matmul", "experiment.size=abc")
-    assert one_line(err.value) == "experiment.size=abc: allowed: integer"
+    assert one_line(err.value) == "experiment.size=abc: allowed: an integer"
+    for override, wanted in (("bench.profile=maybe", "true or false"), ("bench.min_time_s=fast", "a number")):
+        with pytest.raises(Exception) as err:
+            compose_cfg("+experiment=matmul", override)
+        assert one_line(err.value) == f"{override}: allowed: {wanted}"
     with pytest.raises(Exception) as err:
         compose_cfg("+experiment=matmul", "experiment.sise=5")
     assert one_line(err.value) == (
