@@ -19,10 +19,11 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from perflab import files
+from perflab.results import metric_of
 from perflab.rows import csv_text
 from perflab.rundir import OUTCOMES, RunRecord, rows_of
 from perflab.session import CURRENT
-from perflab.table import figure, points_table
+from perflab.table import figure, flags, points_table
 
 log = logging.getLogger("perflab")
 SWEEP_CSV = "sweep.csv"
@@ -71,14 +72,19 @@ def summarize(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> 
         source = Path(record.same_as) if record and record.outcome == "done" and record.same_as else job
         part = rows_of(source).to_dict("records")
         rows += part
+        metric = metric_of(part)
+        shown = _headline_row(record, part, metric) if record else None
         points.append(
             {
                 "job": job.name,
                 **{k: overrides[job.name].get(k, "") for k in varying},
                 "outcome": outcome,
-                "result": _headline(record, part) if record else "",
+                "result": figure(shown, metric) if shown else ("(below)" if record and record.error else ""),
+                "flags": flags(shown) if shown else "",
             }
         )
+    if not any(p["flags"] for p in points):
+        points = [{k: v for k, v in p.items() if k != "flags"} for p in points]
     csv = None
     if rows:
         csv = sweep_dir / SWEEP_CSV
@@ -100,15 +106,12 @@ def _varying(overrides: dict[str, dict[str, str]]) -> list[str]:
     return [k for k in keys if len({o.get(k) for o in overrides.values()}) > 1]
 
 
-def _headline(record: RunRecord, rows: list[dict[str, Any]]) -> str:
-    """The point's figure: its experiment's metric on its last row that has it (its error is
-    printed in full under the table)."""
-    from perflab.results import metric_of
-
+def _headline_row(record: RunRecord, rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """The row that speaks for a point: its last ok row with a value of the metric (a failed
+    point's error is printed in full under the table)."""
     if record.outcome not in ("ok", "done"):
-        return "(below)" if record.error else ""
-    metric = metric_of(rows)
-    return next((figure(r, metric) for r in reversed(rows) if r.get("status") == "ok" and figure(r, metric)), "")
+        return None
+    return next((r for r in reversed(rows) if r.get("status") == "ok" and figure(r, metric)), None)
 
 
 def finish(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Summary:

@@ -62,6 +62,12 @@ def spread(r: Row) -> str:
     return f"±{iqr / median / 2:.1%}" if median else ""
 
 
+def flags(r: Row) -> str:
+    """ "noisy" (IQR above the threshold) and/or "suspect" (a reason not to trust the figure)."""
+    suspect = isinstance(r.get("suspect"), str) and bool(r.get("suspect"))  # NaN when read from a CSV
+    return ", ".join(f for f, on in (("noisy", str(r.get("noisy")) == "True"), ("suspect", suspect)) if on)
+
+
 def progress_line(row: Row, metric: str = "") -> str:
     """The line logged as each row is recorded."""
     status, name = row.get("status"), row.get("measurement")
@@ -87,7 +93,6 @@ def job_table(
     for r in rows:
         ok = r.get("status") == "ok" and number(r.get("median_s")) is not None
         name = label(r) if label else str(r.get("measurement", ""))
-        flags = [f for f, on in (("noisy", str(r.get("noisy")) == "True"), ("suspect", bool(r.get("suspect")))) if on]
         lines.append(
             [
                 name,
@@ -96,7 +101,7 @@ def job_table(
                 human_time(r.get("median_s")) if ok else "",
                 spread(r) if ok else "",
                 rate(r, metric),
-                ", ".join(flags),
+                flags(r),
             ]
         )
         for text in (r.get("error"), r.get("suspect"), r.get("note")):

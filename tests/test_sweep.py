@@ -47,6 +47,21 @@ def test_a_job_that_raises_mid_sweep_leaves_an_error_row_and_the_sweep_goes_on(c
     assert "job  experiment.size  outcome" in ran.out  # the table of points
 
 
+def test_the_table_of_points_flags_a_point_whose_figure_is_suspect(cli, work):
+    def points(out):
+        lines = out.splitlines()
+        return lines[next(i for i, line in enumerate(lines) if line.startswith("job ")) :][:4]
+
+    # FAST's min_time_s=0: one sample is too few to know the spread; a busy or noisy machine flags nothing
+    calm = ["bench.noise_threshold=100", "bench.busy_threshold=1"]
+    header, _, one, three = points(cli("-m", *MATMUL, *calm, "bench.repeats=1,3").out)
+    assert header.split() == ["job", "bench.repeats", "outcome", "result", "flags"]
+    assert one.split()[1] == "1" and one.endswith("suspect")
+    assert three.split()[1] == "3" and "suspect" not in three
+    header = points(cli("-m", *MATMUL, *calm, "bench.repeats=3,4").out)[0]
+    assert header.split() == ["job", "bench.repeats", "outcome", "result"]  # nothing to flag: no column
+
+
 def test_a_bad_point_is_an_error_row_and_the_sweep_goes_on(cli, work):
     ran = cli("-m", *MATMUL, "experiment.size=16,-1")
     assert "perflab: error: experiment.size=-1: allowed: an integer >= 1" in ran.err
