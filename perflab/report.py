@@ -657,7 +657,7 @@ class Report:
             "status",
             "n",
             "median",
-            "spread",
+            "IQR",
             "rate",
             "flags",
             "notes",
@@ -750,7 +750,11 @@ class Report:
             if text(r.get("suspect")):
                 add("suspect", r, text(r.get("suspect")))
             if noisy(r):
-                add("noisy", r, f"spread {spread(r)} over n={text(r.get('n'))} samples (bench.noise_threshold)")
+                add(
+                    "noisy",
+                    r,
+                    f"IQR {spread(r)} of the median over n={text(r.get('n'))} samples (above bench.noise_threshold)",
+                )
         fallback = []
         if "fallback" in df:
             for why, part in df[df["fallback"].fillna("").astype("string") != ""].groupby("fallback", observed=True):
@@ -764,7 +768,7 @@ class Report:
             "error": "Errors (rows that failed)",
             "skipped": "Skipped parts, and why",
             "suspect": "Suspect figures",
-            "noisy": "Noisy measurements (spread above the threshold)",
+            "noisy": "Noisy measurements (IQR / median above bench.noise_threshold)",
             "fallback": "Fall-backs (ran elsewhere than asked: the CPU for a missing GPU, say)",
             "report": "Notes from building this report",
         }

@@ -53,13 +53,14 @@ def figure(r: Row, metric: str) -> str:
 
 
 def spread(r: Row) -> str:
-    """IQR as a share of the median; "?" when there were too few samples to know."""
+    """IQR / median: the one spread perflab shows everywhere (terminal, report, compare's
+    ``iqr_pct``) and the one ``bench.noise_threshold`` judges; "?" when too few samples."""
     iqr, median = number(r.get("iqr_s")), number(r.get("median_s"))
     if median is None:
         return ""
     if iqr is None:
         return "?"
-    return f"±{iqr / median / 2:.1%}" if median else ""
+    return f"{iqr / median:.1%}" if median else ""
 
 
 def flags(r: Row) -> str:
@@ -74,7 +75,7 @@ def progress_line(row: Row, metric: str = "") -> str:
     if status != "ok" or number(row.get("median_s")) is None:
         detail = row.get("error") or row.get("note") or ""
         return f"{name}: {status}{': ' + str(detail) if detail and status != 'ok' else ''}"
-    text = f"{name}: median {human_time(row['median_s'])} ({spread(row)}, n={row.get('n')}, {row.get('timer')})"
+    text = f"{name}: median {human_time(row['median_s'])} (IQR {spread(row)}, n={row.get('n')}, {row.get('timer')})"
     if rate(row, metric):
         text += f", {rate(row, metric)}"
     if row.get("suspect"):
@@ -87,7 +88,7 @@ def job_table(
 ) -> str:
     """The end-of-job table: one line per row (``label(row)`` names it; default: its
     measurement), then the notes and warnings, then the headline."""
-    header = ["measurement", "status", "n", "median", "spread", "rate", "flags"]
+    header = ["measurement", "status", "n", "median", "IQR", "rate", "flags"]
     lines = [header]
     notes: dict[str, list[str]] = {}
     for r in rows:

@@ -192,3 +192,13 @@ def test_nothing_to_plot_and_no_matplotlib_are_said(tmp_path, monkeypatch):
     assert plots.write_all(table, tmp_path / "plots")[0].startswith("plots: nothing to plot here")
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert plots.write_all(table, tmp_path / "plots") == [plots.MISSING_MATPLOTLIB]
+
+
+def test_the_spread_is_of_the_times_for_a_rate_metric_too(tmp_path):
+    """compare's iqr_pct is the job table's IQR and what bench.noise_threshold judges: IQR /
+    median of the sample times, whatever the metric (a rate's skewed IQR would read otherwise)."""
+    times = [1.0, 1.0, 1.0, 1.0, 10.0, 10.0, 10.0]
+    fake_run(tmp_path, "r", 1, 256, 100.0, samples=times)
+    (row,) = compare.compare(tmp_path).to_dict("records")
+    q1, q3 = np.percentile(times, [25, 75])
+    assert row["metric"] == "items_per_s" and row["iqr_pct"] == pytest.approx(100 * (q3 - q1) / np.median(times))
