@@ -73,7 +73,8 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     """TF32 needs a CUDA device: refused before the job runs."""
     from perflab import precision
 
-    precision.check("experiment.precision", settings.experiment.precision, devices[:1])
+    params: Any = settings.experiment  # this module's Config
+    precision.check("experiment.precision", params.precision, devices[:1])
 
 
 def run(ctx: Context) -> None:

@@ -61,7 +61,7 @@ def compose(experiment: str, overrides: Sequence[str] = ()):
         run_dir = Path(str(cfg.hydra.run.dir))
         choice = cfg.hydra.runtime.choices.get("experiment")
     except (ConfigError, HydraException, OmegaConfBaseException, AssertionError) as err:
-        if isinstance(err, AssertionError) and not _raised_by_omegaconf(err):
+        if isinstance(err, AssertionError) and not raised_by_omegaconf(err):
             raise
         raise Refused(absent_section(experiment, overrides) or one_line(err)) from None
     with open_dict(cfg):
@@ -74,7 +74,8 @@ def absent_section(experiment: str, overrides: Sequence[str]) -> str | None:
     """The line for an override under ``model``/``data``/``strategy``/``trainer`` given to an
     experiment that has no such section (OmegaConf fails on it with a bare assertion or an
     odd type error), or None when that is not what went wrong. Composes once more without
-    those overrides to see which sections the experiment really has: only on the error path."""
+    nothing but the experiment to see which sections it really has (the other overrides may be
+    a sweep's ``a,b`` lists, which a plain compose refuses): only on the error path."""
     from hydra.core.global_hydra import GlobalHydra
 
     touched = [o for o in overrides if _section(o) in OPTIONAL_SECTIONS]
@@ -82,7 +83,7 @@ def absent_section(experiment: str, overrides: Sequence[str]) -> str | None:
         return None
     GlobalHydra.instance().clear()  # a failed hydra.main may leave it initialized
     try:
-        cfg, _, _ = compose(experiment, [o for o in overrides if o not in touched])
+        cfg, _, _ = compose(experiment, [])
     except Refused:
         return None
     for override in touched:
@@ -99,7 +100,9 @@ def _section(override: str) -> str:
     return override.lstrip("+~").partition("=")[0].split(".")[0]
 
 
-def _raised_by_omegaconf(err: BaseException) -> bool:
+def raised_by_omegaconf(err: BaseException) -> bool:
+    """An assertion of OmegaConf's own (a bare one on a key under a section that is None), not
+    one of ours or a plugin's, which must stay a traceback."""
     frames = traceback.extract_tb(err.__traceback__)
     return bool(frames) and f"{os.sep}omegaconf{os.sep}" in frames[-1].filename
 

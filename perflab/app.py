@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
-        from perflab.api import register
+        from perflab.api import raised_by_omegaconf, register
 
         register()
         app = hydra.main(config_path=str(registry.config_dir()), config_name="config", version_base="1.3")(_task)
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ConfigError, HydraException, OmegaConfBaseException) as err:
             return usage_error(_absent_section(args) or one_line(err))
         except AssertionError as err:  # OmegaConf's, on a key under a section this experiment lacks
-            if not _raised_by_hydra(err, anywhere=True):
+            if not raised_by_omegaconf(err):
                 raise
             return usage_error(_absent_section(args) or one_line(err))
         except ValueError as err:
@@ -135,6 +135,7 @@ def help_text(args: Sequence[str]) -> int:
         cfg, _, _ = compose(experiment, [a for a in args if not a.lstrip("+").startswith("experiment=")])
     except ValueError as err:
         return usage_error(str(err))
+    groups = {g: c for g, c in groups.items() if g == "launcher" or cfg.get(g) is not None}  # what it has
     print("\nGroups (choose with group=NAME): " + "; ".join(f"{g}: {c}" for g, c in groups.items()))
     print("Keys and defaults: perflab/schema.py. Hydra's own flags: --hydra-help.\n")
     print(OmegaConf.to_yaml(cfg, resolve=False), end="")

@@ -81,9 +81,14 @@ def identity_columns(df: pd.DataFrame) -> list[str]:
 
 
 def select(
-    df: pd.DataFrame, experiment: str | None = None, where: Sequence[str] = (), metric: str | None = None
+    df: pd.DataFrame,
+    experiment: str | None = None,
+    where: Sequence[str] = (),
+    metric: str | None = None,
+    tree: str = "",
 ) -> pd.DataFrame:
-    """The ok rows, of one experiment, with ``KEY=VALUE`` filters; refuses a ``metric`` no row has."""
+    """The ok rows, of one experiment, with ``KEY=VALUE`` filters; refuses a ``metric`` no row
+    has (``tree``: which of two trees, for the message)."""
     if df.empty:
         raise CompareError("no rows to compare")
     df = df[df["status"].astype("string") == "ok"]
@@ -105,7 +110,8 @@ def select(
     if metric is not None and (metric not in df or pd.to_numeric(df[metric], errors="coerce").isna().all()):
         known = sorted(c for c in HIGHER_IS_BETTER | set(UNITS) if c in df and df[c].notna().any())
         raise CompareError(
-            f"--metric {metric}: no row has a value of it; allowed: a numeric column, e.g. {', '.join(known)}"
+            f"--metric {metric}: no row{' of ' + tree if tree else ''} has a value of it; "
+            f"allowed: a numeric column, e.g. {', '.join(known)}"
         )
     return df.copy()  # one block per dtype again: a loaded tree is fragmented
 
@@ -348,7 +354,8 @@ def ab(
 ) -> pd.DataFrame:
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
     of ``base``: metric, change, significance. ``df.attrs["notes"]`` lists unmatched points."""
-    a, b = select(load(base), experiment, where, metric), select(load(new), experiment, where, metric)
+    a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
+    b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
     samples = {**samples_by_row([base]), **samples_by_row([new])}
     entries, notes = [], []
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):

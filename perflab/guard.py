@@ -48,7 +48,6 @@ def run(
         resolved = resolve(settings.devices)
         devices, fallback = resolved.devices, resolved.fallback
         beside = launchers.beside(place, devices)
-        experiment.check(settings, devices)
     except MissingDevice as missing:
         skip = settings.devices.on_missing == "skip" or (settings.devices.on_missing == "auto" and place.in_sweep)
         if not skip:
@@ -68,19 +67,23 @@ def run(
         progress=getattr(experiment.module, "progress", None),
         metric=experiment.metric,
     )
-    if not place.helper:
-        record.save(place.run_dir)  # "running": a job killed without a word is never taken as done
-    log.info("perflab %s on %s -> %s", place.experiment, ", ".join(d.name for d in devices) or "-", place.run_dir)
     outcome, interrupted = "ok", None
     with on_stop_signals():
         try:
+            if not skip_reason:
+                experiment.check(settings, devices)  # refused here: nothing recorded yet
+            if not place.helper:
+                record.save(place.run_dir)  # "running": a job killed without a word is never taken as done
+            log.info(
+                "perflab %s on %s -> %s", place.experiment, ", ".join(d.name for d in devices) or "-", place.run_dir
+            )
             if skip_reason:
                 ctx.skip("job", skip_reason)
                 outcome = "skipped"
             else:
                 seed_everything(settings.seed)
                 experiment.module.run(ctx)
-        except ConfigError as err:  # a check only the experiment can make (e.g. batch vs devices)
+        except ConfigError as err:  # the experiment's check, or one only its run can make (batch vs data)
             return refuse(err, place, record, ctx.identity, writer)
         except Stopped as stop:
             outcome = stop.status

@@ -5,6 +5,8 @@ of a sweep, on any launcher), ``perflab.run()`` and the tests all take.
   skip?     in a sweep: the point is done already (its run.json says so) -> reuse its rows
   claim     in a sweep: this point is ours, or wait for whoever measures it
   devices   resolve them; missing ones are an error or a ``skipped`` row
+  refute    the experiment's ``check`` against those devices (TF32 on a CPU), before run.json
+            says "running"
   run       the experiment; a crash, an OOM or a stop signal becomes a row  (perflab.guard)
   record    run.json says what came of it; a complete point is marked done
 
@@ -150,6 +152,8 @@ def refuse(
     """A bad value: one line. In a sweep the point also leaves an ``error`` row and its record."""
     line = err.line()
     log.debug("refused: %s", line)
+    if place.helper:  # a node without rank 0: the node with it says so, in the job dir they share
+        return Result("refused", place.run_dir, [], line)
     record.outcome, record.error, record.finished = "refused", line, record_time()
     if place.in_sweep:
         writer = writer or RunWriter(place.run_dir, samples=False)

@@ -30,7 +30,7 @@ import pandas as pd
 
 from perflab import files, registry
 from perflab.rows import number
-from perflab.table import human_time, rate, spread
+from perflab.table import flags, human_time, rate, spread
 
 # Experiment (the rows' ``experiment`` column: the preset's name) -> (book section, title).
 CHAPTERS: dict[str, tuple[str, str]] = {
@@ -672,7 +672,7 @@ class Report:
                 name = text(r.get("measurement"))
                 if number(r.get("epoch")) is not None:
                     name += f" {int(number(r.get('epoch')) or 0)}"
-                flags = [f for f, on in (("noisy", noisy(r)), ("suspect", bool(r.get("suspect")))) if on]
+                flagged = flags(r)
                 notes = [text(r.get(c)) for c in ("error", "suspect", "note") if text(r.get(c))]
                 cells = [
                     esc(name),
@@ -681,11 +681,11 @@ class Report:
                     esc(human_time(r.get("median_s"))) if ok else "",
                     esc(spread(r)) if ok else "",
                     esc(rate(r, metric)),
-                    esc(", ".join(flags)),
+                    esc(flagged),
                     esc(" · ".join(dict.fromkeys(notes))),
                 ]
                 body.append(([esc(label)] if show_run else []) + cells)
-                attrs.append(f'class="{esc(status)}{" flagged" if flags else ""}"')
+                attrs.append(f'class="{esc(status)}{" flagged" if flagged else ""}"')
         more = len(rows) - shown
         tail = f'<p class="note">{more} more rows not shown here: the CSV files hold every row.</p>' if more > 0 else ""
         return table_html(header, body, "rows", attrs) + tail

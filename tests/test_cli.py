@@ -106,6 +106,16 @@ def test_async_compute_says_cpu_ops_are_synchronous(work):
             "`perflab +experiment=matmul --help` lists",
         ),
         (
+            ["-m", "+experiment=quick/matmul", "experiment.size=16,32", "trainer.epochs=2"],
+            "trainer.epochs=2: the quick/matmul experiment has no trainer keys; allowed: the keys "
+            "`perflab +experiment=quick/matmul --help` lists",
+        ),
+        (
+            ["+experiment=quick/train", "trainer.precision=tf32", "devices.spec=cpu"],
+            "trainer.precision=tf32: TF32 is a mode of NVIDIA tensor cores (CUDA only); allowed: fp32, "
+            "bf16-mixed or fp16-mixed on this device",
+        ),
+        (
             ["+experiment=quick/matmul", "model=resnet18"],
             "model=resnet18: the quick/matmul experiment has no model keys; allowed: the keys "
             "`perflab +experiment=quick/matmul --help` lists",
@@ -132,6 +142,15 @@ def test_user_mistakes_are_one_line_and_exit_2(cli, work, args, line):
     assert ran.err.strip().splitlines() == [f"perflab: error: {line}"]
     assert "Traceback" not in ran.out + ran.err
     assert run_dirs(work) == []
+
+
+def test_help_lists_only_the_groups_the_experiment_has(cli):
+    def groups(experiment):
+        out = cli(f"+experiment={experiment}", "--help").out
+        return next(line for line in out.splitlines() if line.startswith("Groups"))
+
+    assert groups("matmul") == "Groups (choose with group=NAME): launcher: parallel, slurm"
+    assert "model: lenet" in groups("quick/train") and "strategy: data_parallel" in groups("quick/train")
 
 
 def test_misused_hydra_flags_are_one_line(cli):

@@ -141,6 +141,7 @@ def test_filters_and_one_line_errors(tmp_path, capsys):
     assert compare.main([str(tmp_path), "--metric", "tflop"]) == 2
     assert "--metric tflop: no row has a value of it; allowed: a numeric column, e.g." in capsys.readouterr().err
     assert compare.main([str(tmp_path), str(tmp_path), "--metric", "tflop"]) == 2
+    assert f"--metric tflop: no row of BASE ({tmp_path}) has a value of it" in capsys.readouterr().err
 
 
 def test_two_trees_a_b_and_the_regression_gate(cli, work, monkeypatch, capsys):

@@ -28,7 +28,8 @@ def outcomes(sweep_dir):
     return [RunRecord.read(j).outcome for j in job_dirs(sweep_dir)]
 
 
-def test_a_job_that_raises_mid_sweep_leaves_an_error_row_and_the_sweep_goes_on(cli, work, monkeypatch):
+@pytest.mark.parametrize("where", ["run", "check"])
+def test_a_job_that_raises_mid_sweep_leaves_an_error_row_and_the_sweep_goes_on(cli, work, monkeypatch, where):
     module = registry.get("matmul").module
     real_run = module.run
 
@@ -37,7 +38,14 @@ def test_a_job_that_raises_mid_sweep_leaves_an_error_row_and_the_sweep_goes_on(c
             raise RuntimeError("boom")
         real_run(ctx)
 
-    monkeypatch.setattr(module, "run", crash_on_32)
+    def check_crashes_on_32(settings, devices):  # a bug in an experiment's check is a crash too
+        if settings.experiment.size == 32:
+            raise RuntimeError("boom")
+
+    if where == "run":
+        monkeypatch.setattr(module, "run", crash_on_32)
+    else:
+        monkeypatch.setattr(module, "check", check_crashes_on_32, raising=False)
     ran = cli("-m", *MATMUL, "experiment.size=16,32,48")
     (sweep_dir,) = sweeps(work)
     rows = load(sweep_dir / SWEEP_CSV).sort_values("job_num")

@@ -251,8 +251,10 @@ def test_channels_last_changes_the_memory_format_of_inputs_and_weights():
     assert seen["nhwc"] and s.bare[0].weight.is_contiguous(memory_format=torch.channels_last)
 
 
-def test_tf32_on_a_cpu_and_compile_with_data_parallel_are_refused(work):
+def test_tf32_on_a_cpu_and_compile_with_data_parallel_are_refused(work, caplog):
     from perflab.errors import Refused
+
+    caplog.set_level("INFO", logger="perflab")
 
     with pytest.raises(Refused, match=r"trainer.precision=tf32: TF32 is a mode of NVIDIA tensor cores"):
         perflab.run("quick/train", ["trainer.precision=tf32", "devices.spec=cpu"])
@@ -260,7 +262,9 @@ def test_tf32_on_a_cpu_and_compile_with_data_parallel_are_refused(work):
         perflab.run("compile", ["experiment.precision=tf32", "devices.spec=cpu"])
     with pytest.raises(Refused, match=r"trainer.compile=True: nn.DataParallel replicates"):
         perflab.run("quick/train", ["trainer.compile=true", "strategy=data_parallel"])
-    # Refused before it ran: no run folder is left looking like a job still running.
+    # Refused before it started (no "perflab train on cpu -> DIR" line, no run.json saying
+    # "running"): no run folder is left looking like a job still running.
+    assert not [r for r in caplog.records if r.getMessage().startswith("perflab ")]
     assert not list(work.glob("outputs/runs/*")) and not perflab.results.runs(work / "outputs")
 
 
