@@ -324,7 +324,10 @@ def _scaling(out: pd.DataFrame, keys: list[str], metric: str, count: str, rows: 
     out[count] = pd.to_numeric(out[count])
     speedups = []
     for _, row in out.iterrows():
-        same = out[_matches(out, row, others)]
+        same = out[_matches(out, row, others) & out[count].notna()]  # count null: "auto", unknown here
+        if pd.isna(row[count]) or same.empty:
+            speedups.append(math.nan)
+            continue
         ref = same.loc[same[count].idxmin()]
         if len(same) == 1 and ref[count] > 1:
             speedups.append(math.nan)  # nothing to scale against: never a made-up 1.0 efficiency

@@ -203,3 +203,12 @@ def test_the_spread_is_of_the_times_for_a_rate_metric_too(tmp_path):
     (row,) = compare.compare(tmp_path).to_dict("records")
     q1, q3 = np.percentile(times, [25, 75])
     assert row["metric"] == "items_per_s" and row["iqr_pct"] == pytest.approx(100 * (q3 - q1) / np.median(times))
+
+
+def test_a_run_with_devices_count_auto_beside_counted_runs_is_compared_not_crashed(tmp_path):
+    fake_run(tmp_path, "auto", None, 256, 90.0, **{"cfg.devices.spec": "auto"})
+    fake_run(tmp_path, "one", 1, 256, 100.0, **{"cfg.devices.spec": "cpu"})
+    fake_run(tmp_path, "two", 2, 256, 180.0, **{"cfg.devices.spec": "cpu"})
+    table = compare.compare(tmp_path).set_index("cfg.devices.spec")
+    assert table.loc["auto", "items_per_s"] == 90.0 and pd.isna(table.loc["auto", "speedup"])  # unknown count
+    assert table[table["cfg.devices.count"] == 2]["speedup"].tolist() == [1.8]
