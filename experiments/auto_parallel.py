@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import MISSING
 
-from perflab.schema import ExperimentConfig, positive
+from perflab.schema import ExperimentConfig, PerflabConfig, positive
 
 if TYPE_CHECKING:
     from perflab.context import Context
+    from perflab.devices import Device
 
 METRIC = "median_s"
 COPY_NEEDS_GPU = "needs a CUDA device: on a CPU-only machine there is no device-to-host copy to overlap"
@@ -26,6 +27,14 @@ class Config(ExperimentConfig):
 
     def __post_init__(self) -> None:
         positive(self, "size", "matmuls", "cpu_size", "cpu_matmuls", "cpu_workers")
+
+
+def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
+    """``experiment.cpu_workers`` the machine can run: before anything runs."""
+    from perflab.parallel import check_cpu_split
+
+    p: Any = settings.experiment
+    check_cpu_split(settings, devices, p.cpu_workers)
 
 
 def run(ctx: Context) -> None:

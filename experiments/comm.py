@@ -9,10 +9,11 @@ from omegaconf import MISSING
 
 from perflab import costmodel
 from perflab.errors import ConfigError
-from perflab.schema import BACKENDS, ExperimentConfig, one_of, positive, require
+from perflab.schema import BACKENDS, ExperimentConfig, PerflabConfig, one_of, positive, require
 
 if TYPE_CHECKING:
     from perflab.context import Context
+    from perflab.devices import Device
 
 METRIC = "bus_gbps"
 
@@ -36,6 +37,18 @@ class Config(ExperimentConfig):
         require(self.latency_us >= 0, "latency_us", self.latency_us, "a number >= 0")
 
 
+def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
+    """Workers the machine can run, of one kind, NCCL only on GPUs: before anything runs."""
+    from perflab.parallel import check_cpu_split
+
+    p: Any = settings.experiment
+    check_cpu_split(settings, devices, p.cpu_workers)
+    if len({d.type for d in devices}) > 1:
+        raise ConfigError("devices.spec", [d.name for d in devices], "devices of one kind for comm")
+    if p.backend == "nccl" and devices[0].type != "cuda":
+        raise ConfigError("experiment.backend", "nccl", "auto or gloo on CPU workers", problem="NCCL needs GPUs")
+
+
 def run(ctx: Context) -> None:
     from perflab.parallel import split_cpu_if_fallback
 
@@ -48,10 +61,6 @@ def run(ctx: Context) -> None:
             note=f"model {case.model_s * 1e3:.3g} ms; book {case.book_s * 1e3:g} ms",
         )
     split_cpu_if_fallback(ctx, p.cpu_workers)
-    if len({d.type for d in ctx.devices}) > 1:
-        raise ConfigError("devices.spec", [d.name for d in ctx.devices], "devices of one kind for comm")
-    if p.backend == "nccl" and ctx.devices[0].type != "cuda":
-        raise ConfigError("experiment.backend", "nccl", "auto or gloo on CPU workers", problem="NCCL needs GPUs")
     if len(ctx.devices) < 2:
         ctx.skip("allreduce", "needs 2 or more workers (devices.count=2)")
         return

@@ -26,7 +26,7 @@ class Config(ExperimentConfig):
 def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
     """Strategy, precision and batch against the resolved devices: before anything runs."""
     from perflab import precision
-    from perflab.train import loop
+    from perflab.train import data, loop
     from perflab.train.strategies import NOT_COMPILABLE
 
     for section in ("model", "data", "strategy", "trainer"):
@@ -44,7 +44,17 @@ def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
     if s.trainer.compile and s.strategy.name in NOT_COMPILABLE:
         raise ConfigError("trainer.compile", True, "false with this strategy", problem=NOT_COMPILABLE[s.strategy.name])
     precision.check("trainer.precision", s.trainer.precision, devices)
-    loop.plan(s.trainer, len(devices) * s.strategy.nnodes)  # bad batch/device combinations
+    if s.strategy.name == "ddp" and s.strategy.backend == "nccl" and any(d.type != "cuda" for d in devices):
+        raise ConfigError("strategy.backend", "nccl", "auto or gloo on CPU devices", problem="NCCL needs GPUs")
+    if s.strategy.nnodes > 1 and not (s.strategy.rdzv_endpoint or rendezvous_from_slurm()):
+        raise ConfigError(
+            "strategy.rdzv_endpoint",
+            s.strategy.rdzv_endpoint,
+            "host:port reachable from every node",
+            problem=f"strategy.nnodes={s.strategy.nnodes} needs a rendezvous (or run it under SLURM)",
+        )
+    planned = loop.plan(s.trainer, len(devices) * s.strategy.nnodes)  # bad batch/device combinations
+    data.check(s.data, s.trainer.batch_size, planned.global_batch)
 
 
 def run(ctx: Context) -> None:
@@ -57,13 +67,6 @@ def run(ctx: Context) -> None:
         return
     st = s.strategy
     endpoint = st.rdzv_endpoint or (rendezvous_from_slurm() if st.nnodes > 1 else "")
-    if st.nnodes > 1 and not endpoint:
-        raise ConfigError(
-            "strategy.rdzv_endpoint",
-            st.rdzv_endpoint,
-            "host:port reachable from every node",
-            problem=f"strategy.nnodes={st.nnodes} needs a rendezvous (or run it under SLURM)",
-        )
     # Rank 0 writes the rows from its own process, into this job's files.
     ctx.launch_workers(
         _ddp_worker,

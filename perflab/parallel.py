@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from perflab.context import Context, Part
-from perflab.devices import Device, Together, on_device
+from perflab.devices import Device, Inventory, Together, on_device
+from perflab.errors import ConfigError
 from perflab.rows import number
+from perflab.schema import PerflabConfig
 
 
 def split_cpu_if_fallback(ctx: Context, workers: int) -> None:
@@ -19,6 +21,20 @@ def split_cpu_if_fallback(ctx: Context, workers: int) -> None:
     if fell_back and len(ctx.devices) == 1 and workers > 1:
         devices = resolve(DevicesConfig(spec="cpu", count=workers)).devices
         ctx.use_devices(devices, f"no GPU: the CPU split into {workers} workers")
+
+
+def check_cpu_split(settings: PerflabConfig, devices: Sequence[Device], workers: int) -> None:
+    """Refuse ``experiment.cpu_workers`` beyond the cores before the job starts: the split
+    itself (:func:`split_cpu_if_fallback`) happens in ``run``."""
+    cores = Inventory.detect().cpu_threads
+    falls_back = settings.devices.spec == "auto" and len(devices) == 1 and devices[0].type == "cpu"
+    if falls_back and workers > cores:
+        raise ConfigError(
+            "experiment.cpu_workers",
+            workers,
+            f"at most {cores} (one per core)",
+            problem=f"no GPU here: the CPU is split into workers, and it has {cores} cores for torch",
+        )
 
 
 def alone_then_together(

@@ -3,11 +3,13 @@ experiment is covered by adding it), mistakes are one line, crashes are rows."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
+import torch
 
 import perflab
 from perflab import registry
@@ -114,6 +116,29 @@ def test_async_compute_says_cpu_ops_are_synchronous(work):
             ["+experiment=quick/train", "trainer.precision=tf32", "devices.spec=cpu"],
             "trainer.precision=tf32: TF32 is a mode of NVIDIA tensor cores (CUDA only); allowed: fp32, "
             "bf16-mixed or fp16-mixed on this device",
+        ),
+        (
+            ["+experiment=quick/train", "data.workers=100000"],
+            f"data.workers=100000: allowed: 0 to {os.cpu_count()} (this machine's CPUs)",
+        ),
+        (
+            ["+experiment=quick/train", "trainer.batch_size=100000"],
+            "trainer.batch_size=100000: allowed: a global batch (100000 here) <= the training set (2048)",
+        ),
+        (
+            ["+experiment=quick/train", "data=fashion_mnist", "data.root=/nonexistent"],
+            "data.root=/nonexistent: no Fashion-MNIST files there; allowed: a folder with FashionMNIST/raw/*-ubyte "
+            "files (torchvision's layout), data.download=true (needs internet), or data=synthetic",
+        ),
+        (
+            ["+experiment=quick/train", "strategy=ddp", "devices.spec=cpu", "strategy.backend=nccl"],
+            "strategy.backend=nccl: NCCL needs GPUs; allowed: auto or gloo on CPU devices",
+        ),
+        pytest.param(
+            ["+experiment=quick/comm", "experiment.cpu_workers=10000"],
+            f"experiment.cpu_workers=10000: no GPU here: the CPU is split into workers, and it has "
+            f"{torch.get_num_threads()} cores for torch; allowed: at most {torch.get_num_threads()} (one per core)",
+            marks=cpu_only,
         ),
         (
             ["+experiment=quick/matmul", "model=resnet18"],

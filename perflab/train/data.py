@@ -8,6 +8,7 @@ device and N devices see exactly the same global batches (what the equivalence t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sized, cast
@@ -30,6 +31,12 @@ class Splits:
     note: str = ""
 
 
+FASHION_ALLOWED = (
+    "a folder with FashionMNIST/raw/*-ubyte files (torchvision's layout), "
+    "data.download=true (needs internet), or data=synthetic"
+)
+
+
 def load(cfg: DataConfig, seed: int) -> Splits:
     if cfg.name == "synthetic":
         return Splits(
@@ -41,15 +48,33 @@ def load(cfg: DataConfig, seed: int) -> Splits:
     return Splits(_first(train, cfg.train_size), _first(test, cfg.test_size))
 
 
+def check(cfg: DataConfig, batch_size: int, global_batch: int) -> None:
+    """What can be refuted without loading the data: the Fashion-MNIST files are there, a
+    training set at least one global batch large, DataLoader workers the machine can run."""
+    cpus = os.cpu_count() or 1
+    if cfg.workers > cpus:
+        raise ConfigError("data.workers", cfg.workers, f"0 to {cpus} (this machine's CPUs)")
+    if cfg.name == "fashion_mnist" and not cfg.download:
+        from torchvision.datasets import FashionMNIST
+
+        raw = Path(cfg.root) / "FashionMNIST" / "raw"
+        if not all((raw / Path(url).name.removesuffix(".gz")).is_file() for url, _ in FashionMNIST.resources):
+            raise ConfigError(
+                "data.root", str(Path(cfg.root).resolve()), FASHION_ALLOWED, problem="no Fashion-MNIST files there"
+            )
+    train_size = cfg.train_size or 60_000  # a smaller file is still caught once loaded
+    if global_batch > train_size:
+        raise ConfigError(
+            "trainer.batch_size", batch_size, f"a global batch ({global_batch} here) <= the training set ({train_size})"
+        )
+
+
 def fashion_mnist(cfg: DataConfig, train: bool) -> Dataset:
     """torchvision's FashionMNIST; a missing or unreadable folder is one clear line."""
     import torchvision
     from torchvision.transforms import ToTensor
 
-    allowed = (
-        "a folder with FashionMNIST/raw/*-ubyte files (torchvision's layout), "
-        "data.download=true (needs internet), or data=synthetic"
-    )
+    allowed = FASHION_ALLOWED
     try:
         return torchvision.datasets.FashionMNIST(cfg.root, train=train, download=cfg.download, transform=ToTensor())
     except (RuntimeError, OSError) as err:
