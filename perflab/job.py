@@ -134,7 +134,7 @@ def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
         raise ConfigError("experiment", name, ", ".join(registry.presets()), problem="unknown experiment")
     experiment = registry.get(str(name))
     settings = validate(cfg, experiment.module.Config)
-    files.check_dir("results.store", Path(settings.results.store))
+    store.check(Path(settings.results.store))
     if settings.results.ledger:
         from perflab import ledger
 

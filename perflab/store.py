@@ -44,6 +44,14 @@ def meta(root: Path) -> Path:
     return Path(root) / META
 
 
+def check(root: Path) -> None:
+    """The store and the folders perflab keeps in it can be written: before any work (a
+    file where ``.perflab/done`` belongs would otherwise fail the job after it measured)."""
+    files.check_dir("results.store", Path(root))
+    for sub in ("done", "claims", "index"):
+        files.check_dir("results.store", meta(root) / sub, shown=str(root))
+
+
 # --- finding runs ---------------------------------------------------------------------------
 
 

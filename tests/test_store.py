@@ -303,6 +303,11 @@ def test_a_claim_is_exclusive_until_released_and_a_dead_holders_is_taken_over(tm
         ),
         (lambda w: (w / "store").write_text("x"), ["results.store=store"], "results.store=store: "),
         (
+            lambda w: (w / "s" / ".perflab").mkdir(parents=True) or (w / "s" / ".perflab" / "done").write_text("x"),
+            ["results.store=s"],
+            "results.store=s: s/.perflab/done is a regular file",
+        ),
+        (
             lambda w: (w / "ck").write_text("x"),
             ["+experiment=quick/train", "trainer.checkpoint_dir=ck"],
             "trainer.checkpoint_dir=ck: ",
