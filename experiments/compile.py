@@ -70,11 +70,13 @@ def mlp() -> Any:
 
 
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
-    """TF32 needs a CUDA device: refused before the job runs."""
-    from perflab import precision
+    """TF32 needs a CUDA device, and torch.compile a backend it has: refused before the job runs."""
+    from perflab import dynamo, precision
 
     params: Any = settings.experiment  # this module's Config
     precision.check("experiment.precision", params.precision, devices[:1])
+    if any(m.startswith("compile-") for m in params.modes):
+        dynamo.check_backend("experiment.backend", params.backend)
 
 
 def run(ctx: Context) -> None:

@@ -25,7 +25,7 @@ class Config(ExperimentConfig):
 
 def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
     """Strategy, precision and batch against the resolved devices: before anything runs."""
-    from perflab import precision
+    from perflab import dynamo, precision
     from perflab.train import data, loop
     from perflab.train.strategies import NOT_COMPILABLE
 
@@ -44,6 +44,8 @@ def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
     if s.trainer.compile and s.strategy.name in NOT_COMPILABLE:
         raise ConfigError("trainer.compile", True, "false with this strategy", problem=NOT_COMPILABLE[s.strategy.name])
     precision.check("trainer.precision", s.trainer.precision, devices)
+    if s.trainer.compile:
+        dynamo.check_backend("trainer.compile_backend", s.trainer.compile_backend)
     if s.strategy.name == "ddp" and s.strategy.backend == "nccl" and any(d.type != "cuda" for d in devices):
         raise ConfigError("strategy.backend", "nccl", "auto or gloo on CPU devices", problem="NCCL needs GPUs")
     if s.strategy.nnodes > 1 and not (s.strategy.rdzv_endpoint or rendezvous_from_slurm()):

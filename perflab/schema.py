@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Iterable, Mapping, Optional
 
@@ -143,7 +144,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         one_of(self, "name", MODELS)
         one_of(self, "init", INITS)
-        positive(self, "num_classes")
+        require(self.num_classes >= 2, "num_classes", self.num_classes, "an integer >= 2 (a classifier)")
 
 
 @dataclass
@@ -186,6 +187,10 @@ class StrategyConfig:
         positive(self, "nnodes")
         require(self.max_restarts >= 0, "max_restarts", self.max_restarts, "an integer >= 0")
         require(self.nnodes == 1 or self.name == "ddp", "nnodes", self.nnodes, "1 unless strategy=ddp")
+        if self.rdzv_endpoint:
+            host, _, port = self.rdzv_endpoint.rpartition(":")
+            good = bool(host) and port.isdigit() and 0 < int(port) < 65536
+            require(good, "rdzv_endpoint", self.rdzv_endpoint, "host:port, with a port from 1 to 65535")
 
 
 @dataclass
@@ -236,6 +241,9 @@ class PerflabConfig:
     strategy: Optional[StrategyConfig] = None
     trainer: Optional[TrainerConfig] = None
 
+    def __post_init__(self) -> None:
+        require(0 <= self.seed < 2**32, "seed", self.seed, "an integer from 0 to 4294967295 (numpy's seed range)")
+
 
 # Sections only some experiments have (training: model, data, strategy, trainer).
 OPTIONAL_SECTIONS = tuple(f.name for f in fields(PerflabConfig) if f.default is None)
@@ -272,7 +280,19 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
             sections[name] = OmegaConf.to_object(node)
         except ConfigError as err:
             raise err.under(name) from None
-    return PerflabConfig(**sections)
+    settings = PerflabConfig(**sections)
+    _refuse_non_finite(settings)
+    return settings
+
+
+def _refuse_non_finite(obj: Any, prefix: str = "") -> None:
+    """inf or nan passes ``x > 0``-style checks (inf) and means nothing for any knob here."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if is_dataclass(value):
+            _refuse_non_finite(value, f"{prefix}{f.name}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{prefix}{f.name}", value, "a finite number")
 
 
 def _refuse_unknown(node: DictConfig, known: Mapping[str, Any], prefix: str) -> None:

@@ -10,6 +10,7 @@ import sys
 import pandas as pd
 import pytest
 import torch
+import torch._dynamo
 
 import perflab
 from perflab import registry
@@ -116,6 +117,21 @@ def test_async_compute_says_cpu_ops_are_synchronous(work):
             ["+experiment=quick/train", "trainer.precision=tf32", "devices.spec=cpu"],
             "trainer.precision=tf32: TF32 is a mode of NVIDIA tensor cores (CUDA only); allowed: fp32, "
             "bf16-mixed or fp16-mixed on this device",
+        ),
+        (
+            ["+experiment=quick/train", "model.num_classes=1"],
+            "model.num_classes=1: allowed: an integer >= 2 (a classifier)",
+        ),
+        (
+            ["+experiment=quick/train", "strategy=ddp", "strategy.rdzv_endpoint=localhost:99999"],
+            "strategy.rdzv_endpoint=localhost:99999: allowed: host:port, with a port from 1 to 65535",
+        ),
+        (
+            ["+experiment=quick/compile", "experiment.backend=nope"],
+            "experiment.backend=nope: not a torch.compile backend; allowed: "
+            + ", ".join(
+                b for b in torch._dynamo.list_backends(exclude_tags=()) if "TESTING" not in b and "minifier" not in b
+            ),
         ),
         (
             ["+experiment=quick/train", "data.workers=100000"],

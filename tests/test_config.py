@@ -53,6 +53,9 @@ def test_listing_names_every_experiment_with_an_example():
         ("devices.on_missing=ignore", "devices.on_missing=ignore: allowed: auto, error, skip"),
         ("devices.count=0", "devices.count=0: allowed: null or an integer >= 1"),
         ("experiment.dtype=int8", "experiment.dtype=int8: allowed: float32, float16, bfloat16, float64"),
+        ("seed=-1", "seed=-1: allowed: an integer from 0 to 4294967295 (numpy's seed range)"),
+        ("bench.min_time_s=inf", "bench.min_time_s=inf: allowed: a finite number"),
+        ("bench.noise_threshold=nan", "bench.noise_threshold=nan: allowed: a number > 0"),
     ],
 )
 def test_range_checks_name_the_full_key(compose_cfg, override, expected):
