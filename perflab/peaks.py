@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import socket
 from pathlib import Path
 
@@ -35,8 +36,9 @@ class Peaks:
             return cls(path)
         try:
             data = json.loads(files.target(path).read_text())
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
+            problem = _layout_problem(data)
+            if problem:
+                raise ValueError(problem)
         except (OSError, ValueError) as err:
             problem = f"unreadable ({str(err).splitlines()[0]})"
             if will_write:
@@ -48,6 +50,23 @@ class Peaks:
     def lookup(self, device: str, quantity: str) -> float | None:
         value = self.data.get(socket.gethostname(), {}).get(device, {}).get(quantity)
         return float(value) if isinstance(value, (int, float)) else None
+
+
+def _layout_problem(data: object) -> str:
+    """What is wrong with a peaks file's layout, {host: {device: {quantity: peak > 0}}} ("" if nothing)."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    for host, devices in data.items():
+        if not isinstance(devices, dict):
+            return f"{host}: not an object of devices"
+        for device, values in devices.items():
+            if not isinstance(values, dict):
+                return f"{host} / {device}: not an object of peaks"
+            for quantity, value in values.items():
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if not number or not math.isfinite(value) or value <= 0:
+                    return f"{host} / {device} / {quantity}: {value!r} is not a peak (a number > 0)"
+    return ""
 
     def save(self, device: str, values: dict[str, float]) -> None:
         """Merge ``values`` into the file under a lock (other jobs may be saving theirs)."""

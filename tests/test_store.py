@@ -7,6 +7,7 @@ import csv
 import json
 import multiprocessing as mp
 import os
+import re
 import stat
 import subprocess
 import time
@@ -343,3 +344,24 @@ def test_a_corrupt_peaks_file_only_read_costs_pct_of_peak_not_the_rows(cli, work
     assert (df["status"] == "ok").all() and "pct_of_peak" not in df
     assert "results.peaks=peaks.json: unreadable" in ran.out
     assert (work / "peaks.json").read_text() == "{broken"
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ('{"host": "x"}', "host: not an object of devices"),
+        ('{"host": {"CPU": [1, 2]}}', "host / CPU: not an object of peaks"),
+        ('{"host": {"CPU": {"matmul_float32": -1}}}', "host / CPU / matmul_float32: -1 is not a peak"),
+    ],
+)
+def test_a_peaks_file_of_the_wrong_layout_is_refused_to_its_writer_and_ignored_by_its_readers(
+    tmp_path, caplog, content, problem
+):
+    from perflab.peaks import Peaks
+
+    path = tmp_path / "peaks.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        Peaks.open(path, will_write=True)
+    assert Peaks.open(path, will_write=False).lookup("CPU", "matmul_float32") is None  # no pct_of_peak, no crash
+    assert problem in caplog.text and path.read_text() == content
