@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 from perflab import files, store
 from perflab.rows import RESULTS, SAMPLES, csv_text, fix_dtypes, read_csv
-from perflab.rundir import RunRecord, rows_of
+from perflab.rundir import RECORD, RunRecord, rows_of
 
 
 def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool = False):
@@ -74,6 +74,11 @@ def runs(top: Path) -> list[tuple[Path, RunRecord]]:
     return sorted(found, key=lambda dr: dr[1].started, reverse=True)
 
 
+def unreadable(top: Path) -> list[Path]:
+    """Run folders whose run.json is there but not a record perflab can read."""
+    return [d for d in store.run_dirs(top) if (d / RECORD).exists() and RunRecord.read(d) is None]
+
+
 def listing(top: Path, limit: int = 50) -> str:
     """One block per run, newest first: id, when, experiment, outcome and rows, the keys it set,
     and its headline figure."""
@@ -98,6 +103,10 @@ def listing(top: Path, limit: int = 50) -> str:
             lines.append(f"    {' '.join(keys)}")
         if shown or record.error:
             lines.append(f"    {shown}{'  ' if shown and record.error else ''}{record.error}")
+    bad = unreadable(top)
+    if bad:
+        shown = ", ".join(str(d) for d in bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
+        lines.append(f"left out, their run.json unreadable: {shown}")
     return "\n".join(lines) if lines else f"no runs under {top}"
 
 
@@ -121,7 +130,9 @@ def _set_keys(run_dir: Path) -> list[str]:
 
 
 def find_run(ref: str, top: Path) -> Path:
-    if Path(ref).is_dir():
+    if not ref:
+        raise LookupError("RUN is empty: give a run id (or its start) or a run folder")
+    if any((Path(ref) / name).is_file() for name in (RECORD, RESULTS)):
         return Path(ref)
     matches = [d for d, r in runs(top) if r.run_id.startswith(ref) or d.name == ref]
     if len(matches) != 1:
@@ -152,10 +163,16 @@ def export(target: Path, top: Path) -> int:
     return len(rows)
 
 
+def at_least_one(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 1")
+    return int(text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perflab.results", description=__doc__.split("\n\n")[0])
     parser.add_argument("words", nargs="*", help="[PATH] | show RUN [PATH] | reindex [PATH] | export FILE [PATH]")
-    parser.add_argument("-n", type=int, default=50, help="how many runs to list (default 50)")
+    parser.add_argument("-n", type=at_least_one, default=50, help="how many runs to list (default 50)")
     args = parser.parse_args(argv)
     words = args.words
     try:
@@ -163,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(show(find_run(words[1], Path(words[2]) if len(words) > 2 else Path("outputs"))))
         elif words and words[0] == "reindex":
             top = Path(words[1]) if len(words) > 1 else Path("outputs")
+            if not top.is_dir():
+                raise LookupError(f"{top}: no such folder (give the results tree)")
             for part in ("done", "index"):  # claims stay: they are sweeps running now, not derived
                 shutil.rmtree(store.meta(top) / part, ignore_errors=True)
             done = store.rebuild_done(top)
@@ -171,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif words and words[0] == "export" and len(words) >= 2:
             n = export(Path(words[1]), Path(words[2]) if len(words) > 2 else Path("outputs"))
             print(f"{n} rows -> {words[1]}")
+        elif words and words[0] in ("show", "export"):
+            raise LookupError(f"{words[0]}: needs {'RUN' if words[0] == 'show' else 'FILE'} (see --help)")
         elif len(words) <= 1:
             top = Path(words[0]) if words else Path("outputs")
             if not top.is_dir():

@@ -22,6 +22,11 @@ SAMPLES = "samples.csv"
 SAMPLE_COLUMNS = ("row_id", "run_id", "experiment", "measurement", "phase", "i", "seconds")
 STATUSES = ("ok", "skipped", "oom", "error", "timeout", "cancelled")
 # Read as text even when every value in a file is empty or looks like a number.
+# The measured figures: numbers, whatever a CSV cell holds.
+FIGURE_COLUMNS = (
+    *("median_s", "mean_s", "std_s", "min_s", "max_s", "iqr_s", "seconds"),
+    *("items_per_s", "tflops", "gbps", "bus_gbps", "mfu", "pct_of_peak", "intensity", "test_acc"),
+)
 TEXT_COLUMNS = (
     "row_id",
     "run_id",
@@ -242,6 +247,9 @@ def fix_dtypes(df):
     for col in ("job_num", "rank", "n", "warmup_n", "num_threads", "calls_per_sample", "epoch", "epochs"):
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+    for col in FIGURE_COLUMNS:  # a hand-edited or damaged cell reads as missing, not as text
+        if col in df and not pd.api.types.is_numeric_dtype(df[col]):
+            df[col] = pd.to_numeric(df[col], errors="coerce")
     for col in TEXT_COLUMNS:
         if col in df and df[col].dtype != "string":
             df[col] = df[col].astype("string")

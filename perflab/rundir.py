@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -28,6 +28,10 @@ OUTCOMES = ("ok", "done", "skipped", "refused", "error", "oom", "cancelled", "ti
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")  # runs in one second still sort
+
+
+# run.json's field types (the dataclass's annotations are strings under postponed evaluation).
+RECORD_TYPES = {"str": str, "int": int, "bool": bool, "dict[str, str]": dict}
 
 
 @dataclass
@@ -59,9 +63,11 @@ class RunRecord:
         try:
             data = json.loads((run_dir / RECORD).read_text())
             known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-            return cls(**known)
-        except (OSError, ValueError, TypeError):
+            record = cls(**known)
+        except (OSError, ValueError, TypeError, AttributeError):  # AttributeError: not an object
             return None
+        wrong = [f.name for f in fields(cls) if not isinstance(getattr(record, f.name), RECORD_TYPES[str(f.type)])]
+        return None if wrong else record
 
 
 class RunWriter:

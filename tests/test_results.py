@@ -4,7 +4,9 @@ and the terminal: a status line while measuring (on a terminal only), tables tha
 from __future__ import annotations
 
 import io
+import json
 
+import pandas as pd
 import pytest
 
 from perflab import context, results
@@ -39,6 +41,9 @@ def test_show_prints_one_runs_table_by_id_prefix(history, capsys):
     assert out.startswith(run_id) and "measurement" in out and "images/s" in out
     assert results.main(["show", "nope", str(history)]) == 2
     assert "nope: no run with that id" in capsys.readouterr().err
+    for ref in ("", "/etc"):  # not a run: refused, not an empty table
+        assert results.main(["show", ref, str(history)]) == 2
+    assert results.main(["show"]) == 2 and "show: needs RUN" in capsys.readouterr().err
 
 
 def test_reindex_and_export(history, capsys, work):
@@ -47,6 +52,24 @@ def test_reindex_and_export(history, capsys, work):
     assert results.main(["export", str(work / "all.csv"), str(history)]) == 0
     assert len(results.load(work / "all.csv")) == len(results.load(history))
     assert results.main([str(work / "nowhere")]) == 2
+    assert results.main(["reindex", str(work / "nowhere")]) == 2 and not (work / "nowhere").exists()
+    assert results.main(["export"]) == 2 and "export: needs FILE" in capsys.readouterr().err
+
+
+def test_a_damaged_run_is_left_out_and_said_and_damaged_cells_read_as_missing(history, capsys):
+    (first, _), (second, _), (third, _) = results.runs(history)[:3]
+    (first / "run.json").write_text("[1]")
+    record = json.loads((second / "run.json").read_text())
+    (second / "run.json").write_text(json.dumps({**record, "started": 5}))
+    assert results.main([str(history)]) == 0
+    out = capsys.readouterr().out
+    assert f"left out, their run.json unreadable: {first}, {second}" in out and third.name in out
+    missing = results.load(history)["median_s"].isna().sum()
+    table = pd.read_csv(third / "results.csv", dtype=str, keep_default_na=False)
+    table.loc[0, "median_s"] = "notanumber"
+    table.to_csv(third / "results.csv", index=False)
+    df = results.load(history)
+    assert pd.api.types.is_numeric_dtype(df["median_s"]) and df["median_s"].isna().sum() == missing + 1
 
 
 def test_notes_wrap_instead_of_being_cut():
