@@ -194,6 +194,10 @@ def compare(
     suspect figures). Each line's raw values of its metric are in its ``_samples`` column.
     """
     df = select(load(*paths) if rows is None else rows, experiment, where, metric)
+    if baseline and config_column(baseline.partition("=")[0]) not in df:
+        varying = [c for c in identity_columns(df) if df[c].astype("string").nunique(dropna=False) > 1]
+        known = ", ".join(sorted(c.removeprefix("cfg.") for c in varying)) or "none (no key varies here)"
+        raise CompareError(f"--baseline {baseline}: not a key of these results; allowed: a key that varies: {known}")
     if samples is None:
         samples = samples_by_row(paths) if rows is None else {}
     tables, notes = [], []
@@ -450,6 +454,17 @@ def to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def percent(text: str) -> float:
+    """A finite percentage >= 0 (nan would quietly turn a CI gate off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a number >= 0 (percent)")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perflab.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="one results tree (or run/sweep dir, or CSV), or BASE NEW")
@@ -458,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--metric", help="column to compare (default: each experiment's own)")
     parser.add_argument("--experiment", help="only this experiment")
     parser.add_argument("--where", action="append", default=[], help="KEY=VALUE: only these rows (repeatable)")
-    parser.add_argument("--fail-if-slower", type=float, metavar="PCT", help="BASE NEW: exit 1 on a regression")
+    parser.add_argument("--fail-if-slower", type=percent, metavar="PCT", help="BASE NEW: exit 1 on a regression")
     parser.add_argument("--any-device", action="store_true", help="BASE NEW: match points across devices")
     parser.add_argument("--plot", type=Path, help="write PNG plots into this folder")
     parser.add_argument("--format", choices=("md", "csv"), default="md")

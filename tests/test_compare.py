@@ -142,6 +142,12 @@ def test_filters_and_one_line_errors(tmp_path, capsys):
     assert "--metric tflop: no row has a value of it; allowed: a numeric column, e.g." in capsys.readouterr().err
     assert compare.main([str(tmp_path), str(tmp_path), "--metric", "tflop"]) == 2
     assert f"--metric tflop: no row of BASE ({tmp_path}) has a value of it" in capsys.readouterr().err
+    assert compare.main([str(tmp_path), "--baseline", "nosuch=1"]) == 2
+    assert "--baseline nosuch=1: not a key of these results; allowed: a key that varies:" in capsys.readouterr().err
+    for pct in ("nan", "-5", "inf"):  # a gate that could never fire is refused
+        with pytest.raises(SystemExit) as exit:
+            compare.main([str(tmp_path), str(tmp_path), "--fail-if-slower", pct])
+        assert exit.value.code == 2 and "allowed: a number >= 0 (percent)" in capsys.readouterr().err
 
 
 def test_two_trees_a_b_and_the_regression_gate(cli, work, monkeypatch, capsys):
