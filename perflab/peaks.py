@@ -51,6 +51,17 @@ class Peaks:
         value = self.data.get(socket.gethostname(), {}).get(device, {}).get(quantity)
         return float(value) if isinstance(value, (int, float)) else None
 
+    def save(self, device: str, values: dict[str, float]) -> None:
+        """Merge ``values`` into the file under a lock (other jobs may be saving theirs)."""
+        if self.path is None:
+            return
+        real = files.target(self.path)
+        with FileLock(str(real) + ".lock", timeout=60):
+            current = json.loads(real.read_text()) if real.exists() and real.stat().st_size else {}
+            current.setdefault(socket.gethostname(), {}).setdefault(device, {}).update(values)
+            files.write_atomic(real, json.dumps(current, indent=2, sort_keys=True) + "\n")
+        self.data = current
+
 
 def _layout_problem(data: object) -> str:
     """What is wrong with a peaks file's layout, {host: {device: {quantity: peak > 0}}} ("" if nothing)."""
@@ -67,14 +78,3 @@ def _layout_problem(data: object) -> str:
                 if not number or not math.isfinite(value) or value <= 0:
                     return f"{host} / {device} / {quantity}: {value!r} is not a peak (a number > 0)"
     return ""
-
-    def save(self, device: str, values: dict[str, float]) -> None:
-        """Merge ``values`` into the file under a lock (other jobs may be saving theirs)."""
-        if self.path is None:
-            return
-        real = files.target(self.path)
-        with FileLock(str(real) + ".lock", timeout=60):
-            current = json.loads(real.read_text()) if real.exists() and real.stat().st_size else {}
-            current.setdefault(socket.gethostname(), {}).setdefault(device, {}).update(values)
-            files.write_atomic(real, json.dumps(current, indent=2, sort_keys=True) + "\n")
-        self.data = current
