@@ -163,7 +163,7 @@ def _task(cfg) -> str:
         sweep_dir=Path(hc.sweep.dir) if multirun else None,
         job_num=hc.job.num if multirun else 0,
         parallel_jobs=int(hc.launcher.get("n_jobs", 1) or 1) if "joblib" in str(hc.launcher.get("_target_")) else 1,
-        overrides=tuple(hc.overrides.task),
+        overrides=tuple(str(o) for o in OmegaConf.to_container(hc.overrides.task, resolve=False) or ()),  # ${..} kept
         helper=slurm.helper_task(),
     )
     session = CURRENT.get()

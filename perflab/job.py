@@ -33,7 +33,7 @@ from perflab.errors import ConfigError
 from perflab.peaks import Peaks
 from perflab.rows import RESULTS, flatten
 from perflab.rundir import RunRecord, RunWriter, rows_of
-from perflab.schema import PerflabConfig, config_hash, validate
+from perflab.schema import PerflabConfig, config_hash, resolve_all, validate
 
 log = logging.getLogger("perflab")
 
@@ -88,7 +88,10 @@ def new_run_id() -> str:
 def execute(cfg: DictConfig, place: Place) -> Result:
     """Run one job (see the module docstring); never raises for a user mistake or a crash."""
     run_id = new_run_id()
-    resolved = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
+    try:
+        resolved, unresolved = resolve_all(cfg), None
+    except ConfigError as err:  # refused below, once there is a record to say so
+        resolved, unresolved = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False)), err
     record = RunRecord(
         run_id=run_id,
         experiment=place.experiment,
@@ -106,6 +109,8 @@ def execute(cfg: DictConfig, place: Place) -> Result:
         "run_dir": str(place.run_dir),
         **flatten(resolved),
     }
+    if unresolved is not None:
+        return refuse(unresolved, place, record, identity)
     try:
         settings, experiment, peaks = check(cfg)
     except ConfigError as err:

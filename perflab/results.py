@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 from perflab import files, store
 from perflab.rows import RESULTS, SAMPLES, csv_text, fix_dtypes, read_csv
-from perflab.rundir import RECORD, RunRecord, rows_of
+from perflab.rundir import RECORD, RunRecord, overrides_of, rows_of
 
 
 def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool = False):
@@ -119,14 +119,7 @@ def metric_of(rows: list[dict]) -> str:
 
 
 def _set_keys(run_dir: Path) -> list[str]:
-    path = run_dir / ".hydra" / "overrides.yaml"
-    try:
-        import yaml
-
-        items = yaml.safe_load(path.read_text()) or []
-    except (OSError, ValueError):
-        return []
-    return [str(o) for o in items if not str(o).startswith(("+experiment=", "hydra."))]
+    return [o for o in overrides_of(run_dir) if not o.startswith(("+experiment=", "hydra."))]
 
 
 def find_run(ref: str, top: Path) -> Path:

@@ -70,6 +70,18 @@ class RunRecord:
         return None if wrong else record
 
 
+def overrides_of(run_dir: Path) -> list[str]:
+    """The command line's overrides of a run (``.hydra/overrides.yaml``), as typed: read as
+    plain YAML, since OmegaConf would resolve a ``${...}`` in them."""
+    import yaml
+
+    try:
+        items = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()) or []
+    except (OSError, ValueError):
+        return []
+    return [str(o) for o in items] if isinstance(items, list) else []
+
+
 class RunWriter:
     """Writes one job's rows: each ``add`` rewrites ``results.csv`` atomically, appends the raw
     samples, and (if a ledger is set) appends the row there too.

@@ -16,11 +16,12 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, cast
 
 from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
-from perflab.errors import ConfigError, unknown_key
+from perflab.errors import ConfigError, first_line, unknown_key
 
 # Choice lists: the code that implements each choice checks against these (tests keep them in step).
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -269,7 +270,10 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
     known = {f.name: f for f in fields(PerflabConfig)}
     _refuse_unknown(cfg, known, "")
     for name in known:
-        node = cfg.get(name)
+        try:
+            node = cfg.get(name)
+        except InterpolationResolutionError as err:
+            raise unresolved(cfg, err) from None
         if not isinstance(node, DictConfig):
             sections[name] = node
             continue
@@ -280,9 +284,49 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
             sections[name] = OmegaConf.to_object(node)
         except ConfigError as err:
             raise err.under(name) from None
+        except InterpolationResolutionError as err:
+            raise unresolved(cfg, err) from None
     settings = PerflabConfig(**sections)
     _refuse_non_finite(settings)
     return settings
+
+
+def resolve_all(cfg: DictConfig) -> dict[str, Any]:
+    """The config as plain data with every ``${...}`` resolved; one that does not resolve
+    (``${oops}``, ``${oc.env:UNSET}``, a loop) is a one-line ConfigError, not a traceback."""
+    try:
+        return cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
+    except InterpolationResolutionError as err:
+        raise unresolved(cfg, err) from None
+
+
+def unresolved(cfg: DictConfig, err: InterpolationResolutionError) -> ConfigError:
+    """The ConfigError for an interpolation that does not resolve, naming its key."""
+    key = getattr(err, "full_key", None) or _first_unresolved(cfg)
+    return ConfigError(key, _raw(cfg, key), "a value, or a ${...} that resolves", problem=first_line(err))
+
+
+def _first_unresolved(cfg: DictConfig) -> str:
+    """The key of the first ``${...}`` that fails (OmegaConf does not always say which)."""
+    todo: list[tuple[str, Any]] = [("", OmegaConf.to_container(cfg, resolve=False))]
+    while todo:
+        prefix, node = todo.pop(0)
+        if isinstance(node, dict):
+            todo += [(f"{prefix}{k}.", v) for k, v in node.items() if k != "hydra"]
+        elif isinstance(node, str) and "${" in node:
+            try:
+                OmegaConf.select(cfg, prefix[:-1], throw_on_resolution_failure=True)
+            except InterpolationResolutionError:
+                return prefix[:-1]
+    return "config"
+
+
+def _raw(cfg: DictConfig, key: str) -> Any:
+    """The value at a dotted key as written (``${oops}``), without resolving it."""
+    node: Any = OmegaConf.to_container(cfg, resolve=False)
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def _refuse_non_finite(obj: Any, prefix: str = "") -> None:

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from perflab import files
 from perflab.results import metric_of
 from perflab.rows import csv_text
-from perflab.rundir import OUTCOMES, RunRecord, rows_of
+from perflab.rundir import OUTCOMES, RunRecord, overrides_of, rows_of
 from perflab.session import CURRENT
 from perflab.table import figure, flags, points_table
 
@@ -93,12 +93,7 @@ def summarize(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> 
 
 
 def _overrides(job: Path) -> dict[str, str]:
-    path = job / ".hydra" / "overrides.yaml"
-    try:
-        items = OmegaConf.load(path)
-    except (OSError, ValueError):
-        return {}
-    return dict(str(o).lstrip("+~").split("=", 1) for o in items if "=" in str(o))  # type: ignore[union-attr]
+    return dict(o.lstrip("+~").split("=", 1) for o in overrides_of(job) if "=" in o)
 
 
 def _varying(overrides: dict[str, dict[str, str]]) -> list[str]:

@@ -119,6 +119,15 @@ def test_async_compute_says_cpu_ops_are_synchronous(work):
             "bf16-mixed or fp16-mixed on this device",
         ),
         (
+            ["+experiment=quick/matmul", "experiment.size=${oops}"],
+            "experiment.size=${oops}: Interpolation key 'oops' not found; allowed: a value, or a ${...} that resolves",
+        ),
+        (
+            ["+experiment=quick/matmul", "bench.repeats=${oc.env:PERFLAB_TEST_UNSET}"],
+            "bench.repeats=${oc.env:PERFLAB_TEST_UNSET}: KeyError raised while resolving interpolation: "
+            "\"Environment variable 'PERFLAB_TEST_UNSET' not found\"; allowed: a value, or a ${...} that resolves",
+        ),
+        (
             ["+experiment=quick/train", "model.num_classes=1"],
             "model.num_classes=1: allowed: an integer >= 2 (a classifier)",
         ),

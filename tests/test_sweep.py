@@ -78,6 +78,12 @@ def test_a_bad_point_is_an_error_row_and_the_sweep_goes_on(cli, work):
     assert rows["status"].tolist() == ["ok", "error"]
 
 
+def test_a_point_whose_interpolation_does_not_resolve_is_refused_and_the_sweep_goes_on(cli, work):
+    ran = cli("-m", *MATMUL, "experiment.size=${oops},16")
+    assert "experiment.size=${oops}: Interpolation key 'oops' not found" in ran.out + ran.err
+    assert "sweep: 2 jobs: 1 ok, 1 refused" in ran.out
+
+
 def test_exit_codes_say_what_came_of_the_sweep(cli, work, monkeypatch):
     cli("-m", *MATMUL, "experiment.size=-1,-2", rc=2)  # only bad values
     monkeypatch.setattr(registry.get("matmul").module, "run", lambda ctx: 1 / 0)
