@@ -22,6 +22,7 @@ from perflab.schema import (
     one_of,
     positive,
     require,
+    some_of,
 )
 
 if TYPE_CHECKING:
@@ -50,8 +51,7 @@ class Config(ExperimentConfig):
     def __post_init__(self) -> None:
         require(self.model in ("mlp", *MODELS), "model", self.model, "mlp, " + ", ".join(MODELS))
         positive(self, "batch")
-        for mode in self.modes:
-            require(mode in MODES, "modes", list(self.modes), ", ".join(MODES))
+        some_of(self, "modes", MODES)
         require(self.atol > 0, "atol", self.atol, "a number > 0")
         one_of(self, "precision", PRECISIONS)
         require(

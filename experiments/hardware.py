@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import MISSING
 
-from perflab.schema import DTYPES, ExperimentConfig, positive, require
+from perflab.schema import DTYPES, ExperimentConfig, positive, some_of
 
 if TYPE_CHECKING:
     from perflab.context import Context
@@ -36,8 +36,7 @@ class Config(ExperimentConfig):
 
     def __post_init__(self) -> None:
         positive(self, "copy_mb", "transfer_mb", "launches", "matmul_size", "cpu_matmul_size")
-        for d in self.dtypes:
-            require(d in DTYPES, "dtypes", list(self.dtypes), ", ".join(DTYPES))
+        some_of(self, "dtypes", DTYPES)
 
 
 def run(ctx: Context) -> None:

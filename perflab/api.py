@@ -124,7 +124,7 @@ def run(experiment: str, overrides: Sequence[str] = ()):
     from perflab.rows import RESULTS
 
     cfg, run_dir, choice = compose(experiment, overrides)
-    place = Place(run_dir=run_dir, experiment=experiment_name(choice, cfg))
+    place = Place(run_dir=run_dir, experiment=experiment_name(choice, cfg), overrides=tuple(overrides))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -60,6 +60,9 @@ def one_line(exc: BaseException) -> str:
         if wrong_type:
             wanted = TYPE_WORDS.get(wrong_type.group(2), wrong_type.group(2).lower())
             return f"{key}={wrong_type.group(1)}: allowed: {wanted}"
+        if "is not a ListConfig, list or tuple" in message:
+            value = getattr(source, "value", None)
+            return f"{key}{'=' + str(value) if value is not None else ''}: allowed: a list, e.g. {key}=[a,b]"
         return f"{key}: {message}"
     return " ".join(first_line(part) for part in (text, str(cause or "")) if part).strip()
 

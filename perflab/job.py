@@ -89,9 +89,9 @@ def execute(cfg: DictConfig, place: Place) -> Result:
     """Run one job (see the module docstring); never raises for a user mistake or a crash."""
     run_id = new_run_id()
     try:
-        resolved, unresolved = resolve_all(cfg), None
+        resolved, refusal = resolve_all(cfg), None
     except ConfigError as err:  # refused below, once there is a record to say so
-        resolved, unresolved = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False)), err
+        resolved, refusal = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False)), err
     record = RunRecord(
         run_id=run_id,
         experiment=place.experiment,
@@ -109,8 +109,15 @@ def execute(cfg: DictConfig, place: Place) -> Result:
         "run_dir": str(place.run_dir),
         **flatten(resolved),
     }
-    if unresolved is not None:
-        return refuse(unresolved, place, record, identity)
+    renamed = next((o for o in place.overrides if o.lstrip("+~").startswith("experiment.name=")), None)
+    if renamed is not None:  # the preset's keys would then be checked against another experiment's
+        refusal = ConfigError(
+            "experiment.name",
+            renamed.partition("=")[2],
+            "the preset's own; choose the experiment with +experiment=NAME",
+        )
+    if refusal is not None:
+        return refuse(refusal, place, record, identity)
     try:
         settings, experiment, peaks = check(cfg)
     except ConfigError as err:

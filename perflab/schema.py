@@ -60,6 +60,13 @@ def one_of(obj: Any, name: str, choices: Iterable[str]) -> None:
     require(value in choices, name, value, ", ".join(choices))
 
 
+def some_of(obj: Any, name: str, choices: Iterable[str]) -> None:
+    """A non-empty list of ``choices`` (an empty one would measure nothing and say nothing)."""
+    choices = tuple(choices)
+    value = list(getattr(obj, name))
+    require(bool(value) and all(v in choices for v in value), name, value, f"a non-empty list of {', '.join(choices)}")
+
+
 @dataclass
 class ExperimentConfig:
     """Base of every experiment's parameters; ``name`` selects perflab/experiments/<name>.py."""

@@ -128,6 +128,19 @@ def test_async_compute_says_cpu_ops_are_synchronous(work):
             "\"Environment variable 'PERFLAB_TEST_UNSET' not found\"; allowed: a value, or a ${...} that resolves",
         ),
         (
+            ["+experiment=quick/compile", "experiment.modes=[]"],
+            "experiment.modes=[]: allowed: a non-empty list of eager, torchscript, compile-default, "
+            "compile-reduce-overhead, compile-max-autotune, compile-max-autotune-no-cudagraphs",
+        ),
+        (
+            ["+experiment=quick/compile", "experiment.modes=eager"],
+            "experiment.modes=eager: allowed: a list, e.g. experiment.modes=[a,b]",
+        ),
+        (
+            ["+experiment=quick/matmul", "experiment.name=train"],
+            "experiment.name=train: allowed: the preset's own; choose the experiment with +experiment=NAME",
+        ),
+        (
             ["+experiment=quick/train", "model.num_classes=1"],
             "model.num_classes=1: allowed: an integer >= 2 (a classifier)",
         ),
