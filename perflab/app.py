@@ -64,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
+        from perflab import sweep
         from perflab.api import raised_by_omegaconf, register
 
         register()
@@ -71,10 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             app()
         except (ConfigError, HydraException, OmegaConfBaseException) as err:
+            sweep.discard_if_empty(session.sweep_dir)
             return usage_error(_absent_section(args) or one_line(err))
         except AssertionError as err:  # OmegaConf's, on a key under a section this experiment lacks
             if not raised_by_omegaconf(err):
                 raise
+            sweep.discard_if_empty(session.sweep_dir)
             return usage_error(_absent_section(args) or one_line(err))
         except ValueError as err:
             if not _raised_by_hydra(err):
@@ -87,8 +90,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("perflab: interrupted; the rows already measured are saved", file=sys.stderr)
             if session.sweep_dir is not None and session.sweep_exit is None:
-                from perflab import sweep
-
                 sweep.finish(session.sweep_dir)
             return 130
         return session.exit_code()

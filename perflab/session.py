@@ -17,7 +17,7 @@ from pathlib import Path
 class Session:
     outcomes: list[str] = field(default_factory=list)  # each in-process job's outcome
     exit_codes: list[int] = field(default_factory=list)
-    sweep_dir: Path | None = None  # set by the first job of a sweep run in this process
+    sweep_dir: Path | None = None  # set when a sweep starts (and by its first job run in this process)
     sweep_exit: int | None = None  # set by the sweep's summary
 
     def exit_code(self) -> int:

@@ -9,6 +9,7 @@ crashed, was stopped or killed, 2 if every failure was a bad value.
 from __future__ import annotations
 
 import logging
+import shutil
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
@@ -109,6 +110,12 @@ def _headline_row(record: RunRecord, rows: list[dict[str, Any]], metric: str) ->
     return next((r for r in reversed(rows) if r.get("status") == "ok" and figure(r, metric)), None)
 
 
+def discard_if_empty(sweep_dir: Path | None) -> None:
+    """Remove a sweep folder no point ran in (it holds Hydra's multirun.yaml and nothing else)."""
+    if sweep_dir is not None and sweep_dir.is_dir() and not job_dirs(sweep_dir):
+        shutil.rmtree(sweep_dir, ignore_errors=True)
+
+
 def finish(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Summary:
     """Summarize, print the points and the summary line, and tell the session the exit code."""
     summary = summarize(sweep_dir, failures)
@@ -128,6 +135,11 @@ def finish(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Sum
 class SweepSummary(Callback):
     """Hydra callback (conf/config.yaml: hydra.callbacks) run once at the end of a ``-m`` sweep,
     in the process that launched it, whichever launcher ran the jobs."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        session = CURRENT.get()
+        if session is not None:  # so that a sweep refused before any point ran leaves no folder
+            session.sweep_dir = Path(config.hydra.sweep.dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)

@@ -84,6 +84,12 @@ def test_a_point_whose_interpolation_does_not_resolve_is_refused_and_the_sweep_g
     assert "sweep: 2 jobs: 1 ok, 1 refused" in ran.out
 
 
+def test_a_sweep_refused_before_any_point_ran_leaves_no_sweep_folder(cli, work):
+    ran = cli("-m", *MATMUL, "experiment.size=64,abc", rc=2)
+    assert ran.err.strip() == "perflab: error: experiment.size=abc: allowed: an integer"
+    assert not list(work.glob("outputs/sweeps/*"))
+
+
 def test_exit_codes_say_what_came_of_the_sweep(cli, work, monkeypatch):
     cli("-m", *MATMUL, "experiment.size=-1,-2", rc=2)  # only bad values
     monkeypatch.setattr(registry.get("matmul").module, "run", lambda ctx: 1 / 0)
