@@ -294,7 +294,7 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
         except InterpolationResolutionError as err:
             raise unresolved(cfg, err) from None
     settings = PerflabConfig(**sections)
-    _refuse_non_finite(settings)
+    _refuse_out_of_range(settings)
     return settings
 
 
@@ -336,14 +336,17 @@ def _raw(cfg: DictConfig, key: str) -> Any:
     return node
 
 
-def _refuse_non_finite(obj: Any, prefix: str = "") -> None:
-    """inf or nan passes ``x > 0``-style checks (inf) and means nothing for any knob here."""
+def _refuse_out_of_range(obj: Any, prefix: str = "") -> None:
+    """inf or nan passes ``x > 0``-style checks (inf) and means nothing for any knob here; an
+    integer torch cannot hold (>= 2**63) would crash the job instead of being refused."""
     for f in fields(obj):
         value = getattr(obj, f.name)
         if is_dataclass(value):
-            _refuse_non_finite(value, f"{prefix}{f.name}.")
+            _refuse_out_of_range(value, f"{prefix}{f.name}.")
         elif isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{prefix}{f.name}", value, "a finite number")
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+            raise ConfigError(f"{prefix}{f.name}", value, "an integer below 2**63")
 
 
 def _refuse_unknown(node: DictConfig, known: Mapping[str, Any], prefix: str) -> None:

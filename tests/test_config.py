@@ -55,6 +55,10 @@ def test_listing_names_every_experiment_with_an_example():
         ("experiment.dtype=int8", "experiment.dtype=int8: allowed: float32, float16, bfloat16, float64"),
         ("seed=-1", "seed=-1: allowed: an integer from 0 to 4294967295 (numpy's seed range)"),
         ("bench.min_time_s=inf", "bench.min_time_s=inf: allowed: a finite number"),
+        (
+            "experiment.size=99999999999999999999",
+            "experiment.size=99999999999999999999: allowed: an integer below 2**63",
+        ),
         ("bench.noise_threshold=nan", "bench.noise_threshold=nan: allowed: a number > 0"),
     ],
 )
