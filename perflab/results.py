@@ -149,7 +149,11 @@ def show(run_dir: Path) -> str:
 
 
 def export(target: Path, top: Path) -> int:
-    files.check_file("FILE", target, "a CSV file path (a regular file or a new one)")
+    allowed = "a new file, or an earlier export (replaced)"
+    if files.check_file("FILE", target, allowed):
+        with open(files.target(target), "rb") as f:
+            if not f.readline().startswith(b"row_id,"):  # not perflab's rows: not ours to replace
+                raise LookupError(f"FILE={target}: exists and is not a perflab export; allowed: {allowed}")
     df = load(top)
     rows = [{k: v for k, v in r.items() if v is not None} for r in df.to_dict("records")]
     files.write_atomic(target, csv_text(rows))

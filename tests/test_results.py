@@ -54,6 +54,10 @@ def test_reindex_and_export(history, capsys, work):
     assert results.main([str(work / "nowhere")]) == 2
     assert results.main(["reindex", str(work / "nowhere")]) == 2 and not (work / "nowhere").exists()
     assert results.main(["export"]) == 2 and "export: needs FILE" in capsys.readouterr().err
+    (work / "notes.txt").write_text("mine\n")
+    assert results.main(["export", str(work / "notes.txt"), str(history)]) == 2
+    assert (work / "notes.txt").read_text() == "mine\n", "a file that is not an export is never replaced"
+    assert results.main(["export", str(work / "all.csv"), str(history)]) == 0  # an earlier export is
 
 
 def test_a_damaged_run_is_left_out_and_said_and_damaged_cells_read_as_missing(history, capsys):
