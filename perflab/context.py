@@ -24,6 +24,7 @@ from perflab.peaks import Peaks
 from perflab.rows import STATUSES
 from perflab.rundir import RunWriter
 from perflab.schema import PerflabConfig
+from perflab.stop import raise_if_stopped
 from perflab.table import progress_line
 from perflab.watch import Machine, Memory
 
@@ -249,6 +250,8 @@ class Context:
         **fields: Any,
     ) -> dict[str, Any]:
         """Write one row (and its raw samples) now, so a later crash cannot lose it."""
+        if status == "ok":
+            raise_if_stopped()  # never an ok row after a stop signal, even one Python swallowed
         if status not in STATUSES:
             raise ValueError(f"status {status!r}: one of {', '.join(STATUSES)}")
         devices = self.devices if devices is None else list(devices)

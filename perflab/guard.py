@@ -23,7 +23,7 @@ from perflab.registry import Experiment
 from perflab.rows import RESULTS
 from perflab.rundir import RunRecord, RunWriter
 from perflab.schema import PerflabConfig
-from perflab.stop import Stopped, on_stop_signals
+from perflab.stop import Stopped, on_stop_signals, raise_if_stopped
 from perflab.table import job_table
 
 log = logging.getLogger("perflab")
@@ -83,6 +83,7 @@ def run(
             else:
                 seed_everything(settings.seed)
                 experiment.module.run(ctx)
+                raise_if_stopped()  # a stop whose own raise Python swallowed is still a stop
         except ConfigError as err:  # the experiment's check, or one only its run can make (batch vs data)
             return refuse(err, place, record, ctx.identity, writer)
         except Stopped as stop:

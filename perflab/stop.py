@@ -29,6 +29,12 @@ if hasattr(signal, "SIGUSR2"):
     SIGNALS[signal.SIGUSR2] = ("timeout", "stopped by SIGUSR2: SLURM's warning that the time limit is near")
 
 
+# The stop signals received in the current block. A signal can land while Python runs a
+# finalizer or a lock's release, where the raised Stopped is printed and ignored; the stop is
+# still here, and the next ok row raises it (raise_if_stopped).
+_received: list[Stopped] = []
+
+
 @contextlib.contextmanager
 def on_stop_signals() -> Iterator[None]:
     """Within the block, the stop signals raise :class:`Stopped` (main thread only)."""
@@ -38,11 +44,20 @@ def on_stop_signals() -> Iterator[None]:
 
     def handler(signum: int, frame: object) -> None:
         status, why = SIGNALS[signal.Signals(signum)]
-        raise Stopped(status, why)
+        _received.append(Stopped(status, why))
+        raise _received[-1]
 
+    _received.clear()
     previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
     try:
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        _received.clear()
+
+
+def raise_if_stopped() -> None:
+    """Raise the stop a signal asked for, if its own raise was swallowed."""
+    if _received:
+        raise _received[0]

@@ -154,3 +154,30 @@ def test_parallel_launcher_labels_rows_and_never_shares_a_gpu(cli, work):
     assert len(rows) == 2 and rows["beside"].str.contains("2 jobs at once").all()
     with pytest.raises(ConfigError, match="parallel local jobs would share the GPUs"):
         launchers.beside(SimpleNamespace(parallel_jobs=2), [Device("cuda:0", "cuda", 0)])
+
+
+def test_a_stop_signal_whose_raise_python_swallowed_still_stops_the_point(cli, work, monkeypatch):
+    """A SIGTERM landing in a finalizer or a lock's release has its exception printed and
+    dropped by Python; the job must still stop, with no ok row after it."""
+    import os
+    import signal
+    import time
+
+    from perflab.stop import Stopped
+
+    module = registry.get("matmul").module
+    real_run = module.run
+
+    def signal_swallowed_then_measure(ctx):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here
+        except Stopped:
+            pass  # what Python does to an exception raised inside a finalizer
+        real_run(ctx)
+
+    monkeypatch.setattr(module, "run", signal_swallowed_then_measure)
+    ran = cli("-m", *MATMUL, "experiment.size=16,32", rc=130)
+    assert "sweep: 1 jobs: 1 cancelled" in ran.out
+    rows = load(sweeps(work)[0] / SWEEP_CSV)
+    assert rows["status"].tolist() == ["cancelled"] and "SIGTERM" in rows["error"].iloc[0]
