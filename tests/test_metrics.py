@@ -80,3 +80,26 @@ def test_mfu_is_against_the_sum_of_the_devices_peaks():
 
     out = flops.utilization(312.0, ["NVIDIA A100-SXM4-80GB"] * 2, "bf16-mixed", measured_peak=300.0)
     assert out["mfu"] == pytest.approx(0.5) and out["pct_of_peak"] == pytest.approx(52.0)
+
+
+def test_the_roofline_places_a_matmul_under_the_roofs_the_hardware_job_measured(work):
+    from perflab import plots
+    from perflab.results import load
+
+    perflab.run("quick/hardware", FAST)
+    perflab.run("quick/matmul", FAST)
+    rows = load(work / "outputs")
+    matmul = rows[rows["experiment"] == "matmul"].iloc[0]
+    assert matmul["intensity"] == pytest.approx(2 * 256 / (3 * 4)), "2n^3 FLOPs over 3 n^2 float32s moved"
+    fig = plots.roofline(rows)
+    ax = fig.axes[0]
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+    assert "FLOP/byte" in ax.get_xlabel() and "TFLOP/s" in ax.get_ylabel() and ax.get_title().startswith("Roofline")
+    (roof,) = [line for line in ax.get_lines() if line.get_label().startswith("roof: ")]
+    x, y = roof.get_data()
+    hardware = rows[rows["experiment"] == "hardware"]
+    peak = hardware["peak_tflops"].max()
+    bandwidth = hardware[hardware["measurement"].str.contains("memory copy")]["gbps"].max()
+    assert y.max() == pytest.approx(peak) and y[0] == pytest.approx(min(peak, bandwidth * x[0] / 1e3))
+    (point,) = [c.get_offsets()[0] for c in ax.collections if "matmul" in c.get_label()]
+    assert tuple(point) == pytest.approx((matmul["intensity"], matmul["tflops"]))
