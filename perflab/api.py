@@ -73,7 +73,7 @@ def compose(experiment: str, overrides: Sequence[str] = ()):
 def absent_section(experiment: str, overrides: Sequence[str]) -> str | None:
     """The line for an override under ``model``/``data``/``strategy``/``trainer`` given to an
     experiment that has no such section (OmegaConf fails on it with a bare assertion or an
-    odd type error), or None when that is not what went wrong. Composes once more without
+    odd type error), or None when that is not what went wrong. Composes once more with
     nothing but the experiment to see which sections it really has (the other overrides may be
     a sweep's ``a,b`` lists, which a plain compose refuses): only on the error path."""
     from hydra.core.global_hydra import GlobalHydra

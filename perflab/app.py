@@ -71,13 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         app = hydra.main(config_path=str(registry.config_dir()), config_name="config", version_base="1.3")(_task)
         try:
             app()
-        except (ConfigError, HydraException, OmegaConfBaseException) as err:
-            sweep.discard_if_empty(session.sweep_dir)
-            return usage_error(_absent_section(args) or one_line(err))
-        except AssertionError as err:  # OmegaConf's, on a key under a section this experiment lacks
-            if not raised_by_omegaconf(err):
-                raise
-            sweep.discard_if_empty(session.sweep_dir)
+        except (ConfigError, HydraException, OmegaConfBaseException, AssertionError) as err:
+            if isinstance(err, AssertionError) and not raised_by_omegaconf(err):
+                raise  # ours or a plugin's: a bug, not a user mistake
+            sweep.discard_if_empty(session.sweep_dir)  # refused before any point ran
             return usage_error(_absent_section(args) or one_line(err))
         except ValueError as err:
             if not _raised_by_hydra(err):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from perflab.context import Context, Part
-from perflab.devices import Device, Inventory, Together, on_device
+from perflab.devices import Device, Together, on_device
 from perflab.errors import ConfigError
 from perflab.rows import number
 from perflab.schema import PerflabConfig
@@ -26,9 +26,10 @@ def split_cpu_if_fallback(ctx: Context, workers: int) -> None:
 def check_cpu_split(settings: PerflabConfig, devices: Sequence[Device], workers: int) -> None:
     """Refuse ``experiment.cpu_workers`` beyond the cores before the job starts: the split
     itself (:func:`split_cpu_if_fallback`) happens in ``run``."""
-    cores = Inventory.detect().cpu_threads
-    falls_back = settings.devices.spec == "auto" and len(devices) == 1 and devices[0].type == "cpu"
-    if falls_back and workers > cores:
+    if settings.devices.spec != "auto" or len(devices) != 1 or devices[0].type != "cpu":
+        return  # no fallback to the CPU, so no split
+    cores = devices[0].threads or 1  # the one CPU device holds all of torch's threads
+    if workers > cores:
         raise ConfigError(
             "experiment.cpu_workers",
             workers,

@@ -70,13 +70,20 @@ def run_dirs(top: Path) -> Iterator[Path]:
 
 
 def runs(top: Path) -> list[tuple[Path, RunRecord]]:
-    found = [(d, r) for d in store.run_dirs(top) if (r := RunRecord.read(d)) is not None]
-    return sorted(found, key=lambda dr: dr[1].started, reverse=True)
+    return scan(top)[0]
 
 
-def unreadable(top: Path) -> list[Path]:
-    """Run folders whose run.json is there but not a record perflab can read."""
-    return [d for d in store.run_dirs(top) if (d / RECORD).exists() and RunRecord.read(d) is None]
+def scan(top: Path) -> tuple[list[tuple[Path, RunRecord]], list[Path]]:
+    """(runs with their records, newest first; run folders whose run.json is there but not a
+    record perflab can read), in one pass over the tree."""
+    found, unreadable = [], []
+    for d in store.run_dirs(top):
+        record = RunRecord.read(d)
+        if record is not None:
+            found.append((d, record))
+        elif (d / RECORD).exists():
+            unreadable.append(d)
+    return sorted(found, key=lambda dr: dr[1].started, reverse=True), unreadable
 
 
 def listing(top: Path, limit: int = 50) -> str:
@@ -85,7 +92,8 @@ def listing(top: Path, limit: int = 50) -> str:
     from perflab.table import figure
 
     lines = []
-    for run_dir, record in runs(top)[:limit]:
+    found, bad = scan(top)
+    for run_dir, record in found[:limit]:
         rows = rows_of(run_dir).to_dict("records") if record.outcome != "done" else []
         counts: dict[str, int] = {}
         for row in rows:
@@ -103,7 +111,6 @@ def listing(top: Path, limit: int = 50) -> str:
             lines.append(f"    {' '.join(keys)}")
         if shown or record.error:
             lines.append(f"    {shown}{'  ' if shown and record.error else ''}{record.error}")
-    bad = unreadable(top)
     if bad:
         shown = ", ".join(str(d) for d in bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
         lines.append(f"left out, their run.json unreadable: {shown}")

@@ -21,12 +21,12 @@ RESULTS = "results.csv"
 SAMPLES = "samples.csv"
 SAMPLE_COLUMNS = ("row_id", "run_id", "experiment", "measurement", "phase", "i", "seconds")
 STATUSES = ("ok", "skipped", "oom", "error", "timeout", "cancelled")
-# Read as text even when every value in a file is empty or looks like a number.
 # The measured figures: numbers, whatever a CSV cell holds.
 FIGURE_COLUMNS = (
     *("median_s", "mean_s", "std_s", "min_s", "max_s", "iqr_s", "seconds"),
     *("items_per_s", "tflops", "gbps", "bus_gbps", "mfu", "pct_of_peak", "intensity", "test_acc"),
 )
+# Read as text even when every value in a file is empty or looks like a number.
 TEXT_COLUMNS = (
     "row_id",
     "run_id",

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, get_origin, get_type_hints
 
 from perflab import files
 from perflab.rows import RESULTS, SAMPLE_COLUMNS, SAMPLES, csv_text, read_csv
@@ -28,10 +28,6 @@ OUTCOMES = ("ok", "done", "skipped", "refused", "error", "oom", "cancelled", "ti
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")  # runs in one second still sort
-
-
-# run.json's field types (the dataclass's annotations are strings under postponed evaluation).
-RECORD_TYPES = {"str": str, "int": int, "bool": bool, "dict[str, str]": dict}
 
 
 @dataclass
@@ -66,7 +62,8 @@ class RunRecord:
             record = cls(**known)
         except (OSError, ValueError, TypeError, AttributeError):  # AttributeError: not an object
             return None
-        wrong = [f.name for f in fields(cls) if not isinstance(getattr(record, f.name), RECORD_TYPES[str(f.type)])]
+        types = get_type_hints(cls)
+        wrong = [k for k, t in types.items() if not isinstance(getattr(record, k), get_origin(t) or t)]
         return None if wrong else record
 
 

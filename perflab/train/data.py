@@ -31,6 +31,7 @@ class Splits:
     note: str = ""
 
 
+TRAIN_SIZE, TEST_SIZE = 60_000, 10_000  # Fashion-MNIST's, and the synthetic set's by default
 FASHION_ALLOWED = (
     "a folder with FashionMNIST/raw/*-ubyte files (torchvision's layout), "
     "data.download=true (needs internet), or data=synthetic"
@@ -40,8 +41,8 @@ FASHION_ALLOWED = (
 def load(cfg: DataConfig, seed: int) -> Splits:
     if cfg.name == "synthetic":
         return Splits(
-            synthetic(cfg.train_size or 60_000, seed, cfg.noise, split=0),
-            synthetic(cfg.test_size or 10_000, seed, cfg.noise, split=1),
+            synthetic(cfg.train_size or TRAIN_SIZE, seed, cfg.noise, split=0),
+            synthetic(cfg.test_size or TEST_SIZE, seed, cfg.noise, split=1),
             note=f"synthetic learnable data (noise {cfg.noise})",
         )
     train, test = fashion_mnist(cfg, train=True), fashion_mnist(cfg, train=False)
@@ -62,7 +63,7 @@ def check(cfg: DataConfig, batch_size: int, global_batch: int) -> None:
             raise ConfigError(
                 "data.root", str(Path(cfg.root).resolve()), FASHION_ALLOWED, problem="no Fashion-MNIST files there"
             )
-    train_size = cfg.train_size or 60_000  # a smaller file is still caught once loaded
+    train_size = cfg.train_size or TRAIN_SIZE  # a smaller file is still caught once loaded
     if global_batch > train_size:
         raise ConfigError(
             "trainer.batch_size", batch_size, f"a global batch ({global_batch} here) <= the training set ({train_size})"
@@ -74,14 +75,13 @@ def fashion_mnist(cfg: DataConfig, train: bool) -> Dataset:
     import torchvision
     from torchvision.transforms import ToTensor
 
-    allowed = FASHION_ALLOWED
     try:
         return torchvision.datasets.FashionMNIST(cfg.root, train=train, download=cfg.download, transform=ToTensor())
     except (RuntimeError, OSError) as err:
         problem = "no Fashion-MNIST files there" if "not found" in str(err) else f"cannot read it ({first_line(err)})"
         if cfg.download and "not found" not in str(err):
             problem = f"download failed ({first_line(err)})"
-        raise ConfigError("data.root", str(Path(cfg.root).resolve()), allowed, problem=problem) from None
+        raise ConfigError("data.root", str(Path(cfg.root).resolve()), FASHION_ALLOWED, problem=problem) from None
 
 
 def _first(ds: Dataset, n: int | None) -> Dataset:
