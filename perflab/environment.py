@@ -52,7 +52,12 @@ def _static() -> dict[str, object]:
     }
 
 
-SLURM = {"slurm_job_id": "SLURM_JOB_ID", "slurm_array_task_id": "SLURM_ARRAY_TASK_ID", "slurm_node": "SLURMD_NODENAME"}
+SLURM = {
+    "slurm_job_id": "SLURM_JOB_ID",
+    "slurm_array_task_id": "SLURM_ARRAY_TASK_ID",
+    "slurm_node": "SLURMD_NODENAME",  # where the row was written (rank 0's node) ...
+    "slurm_nodes": "SLURM_JOB_NODELIST",  # ... and every node of the job (a multi-node run: several)
+}
 
 
 def environment() -> dict[str, object]:

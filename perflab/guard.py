@@ -68,6 +68,15 @@ def run(
         metric=experiment.metric,
     )
     outcome, interrupted = "ok", None
+
+    def job_row(status: str, error: str) -> None:
+        """The job's own row. A helper node (no rank 0) writes nothing in the job dir it shares
+        with the node that has rank 0: what stopped it is in its own log."""
+        if place.helper:
+            log.error("helper node %s: %s: %s", identity.get("hostname", ""), status, error)
+        else:
+            ctx.record("job", status=status, error=error)
+
     with on_stop_signals():
         try:
             if not skip_reason:
@@ -88,18 +97,23 @@ def run(
             return refuse(err, place, record, ctx.identity, writer)
         except Stopped as stop:
             outcome = stop.status
-            ctx.record("job", status=stop.status, error=stop.why)
+            job_row(stop.status, stop.why)
             if not os.environ.get("SUBMITIT_EXECUTOR"):  # not a SLURM job of its own: the whole command stops
                 interrupted = KeyboardInterrupt()
         except KeyboardInterrupt as stop:
             outcome, interrupted = "cancelled", stop
-            ctx.record("job", status="cancelled", error="interrupted (Ctrl-C)")
+            job_row("cancelled", "interrupted (Ctrl-C)")
         except Exception as exc:  # a crash is a row, not a lost job
             outcome = "oom" if isinstance(exc, torch.OutOfMemoryError) else _stopped(exc) or "error"
-            (place.run_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
-            log.error("%s: %s (traceback: %s)", type(exc).__name__, first_line(exc), place.run_dir / "error.txt")
-            ctx.record("job", status=outcome, error=f"{type(exc).__name__}: {first_line(exc)}")
-    rows = writer.rows
+            if place.helper:
+                log.error("".join(traceback.format_exception(exc)))
+            else:
+                (place.run_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
+                log.error("%s: %s (traceback: %s)", type(exc).__name__, first_line(exc), place.run_dir / "error.txt")
+            job_row(outcome, f"{type(exc).__name__}: {first_line(exc)}")
+    # This run's rows: a job that SLURM requeued (preempted, its node lost) runs again in the
+    # same job dir, beside the rows its first run left there.
+    rows = [row for row in writer.rows if row.get("run_id") == record.run_id]
     if place.helper or (outcome == "ok" and not rows):
         # A node of a multi-node run whose workers hold no rank 0: the node with it records the
         # point (under SLURM, in this same job dir, which stays).
@@ -110,7 +124,8 @@ def run(
         return Result(outcome, place.run_dir)
     if outcome == "ok" and any(row.get("status") in ("error", "oom") for row in rows):
         outcome = "error"  # a part failed (a wrong compiled answer, a diverged run): not done
-    record.outcome, record.complete, record.rows, record.finished = outcome, outcome == "ok", len(rows), record_time()
+    record.outcome, record.complete, record.finished = outcome, outcome == "ok", record_time()
+    record.rows = len(writer.rows)
     record.error = next((str(row["error"]) for row in rows if row.get("status") not in ("ok", "skipped")), "")
     record.save(place.run_dir)
     if record.complete:

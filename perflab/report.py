@@ -100,6 +100,7 @@ ENV_DETAILS = (
     "others_cpu_pct",
     "slurm_job_id",
     "slurm_node",
+    "slurm_nodes",
 )
 FAILED = ("error", "oom", "timeout", "cancelled")
 
@@ -829,7 +830,7 @@ class Report:
 
 
 TRAIN_COLUMNS = {"model", "n_devices", "global_batch", "lr", "epochs"}
-TEXT_LIKE = ("devices", "device_name", "num_threads", "slurm_job_id", "slurm_node")
+TEXT_LIKE = ("devices", "device_name", "num_threads", "slurm_job_id", "slurm_node", "slurm_nodes")
 
 
 def _ok(rows: pd.DataFrame) -> pd.DataFrame:

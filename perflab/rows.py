@@ -51,6 +51,7 @@ TEXT_COLUMNS = (
     "slurm_job_id",
     "slurm_array_task_id",
     "slurm_node",
+    "slurm_nodes",
     "log",
     "trace",
     "checkpoint",

@@ -178,6 +178,35 @@ def test_two_nodes_of_one_ddp_run_match_single_device_training(work):
     assert_same(weights(single), weights(two))
 
 
+def test_a_stopped_helper_node_writes_nothing_in_the_job_dir_it_shares(work):
+    """The second task of a two-node SLURM job (SLURM_PROCID=1) shares its job dir with the
+    first, which records the point: stopped while it waits for the rendezvous, the helper
+    leaves no row, record or traceback there (they would stand beside rank 0's rows)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [*SMALL, "strategy=ddp", "devices.spec=cpu", "devices.count=1", "strategy.nnodes=2"]
+    helper = subprocess.Popen(
+        [sys.executable, "-m", "perflab", "+experiment=train", *args, f"strategy.rdzv_endpoint=localhost:{port}"],
+        cwd=work,
+        env={**os.environ, "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(work.glob("outputs/runs/*/workers")):
+        time.sleep(0.2)  # until it waits at the rendezvous
+    helper.send_signal(signal.SIGTERM)
+    out = helper.communicate(timeout=120)[0]
+    assert helper.returncode == 130, out
+    assert "helper node" in out and "cancelled" in out
+    (job_dir,) = (work / "outputs" / "runs").iterdir()
+    assert not {p.name for p in job_dir.iterdir()} & {"results.csv", "run.json", "error.txt"}
+
+
 @pytest.mark.slow
 def test_a_killed_run_resumes_to_the_same_weights(work):
     epochs = 10  # room to kill it part-way, however fast the machine
