@@ -6,7 +6,7 @@ if [ -n "$(squeue -h 2>/dev/null)" ]; then
   scancel --full $(squeue -h -o %A) 2>/dev/null
   for _ in $(seq 60); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 1; done
 fi
-for d in slurmd slurmctld slurmdbd mariadbd munged; do
+for d in slurmd-n1 slurmd-n2 slurmd slurmctld slurmdbd mariadbd munged; do
   f=$T/run/$d.pid
   [ -f "$f" ] || continue
   p=$(cat "$f")
@@ -18,3 +18,10 @@ for d in slurmd slurmctld slurmdbd mariadbd munged; do
   rm -f "$f"
   echo "stopped $d ($p)"
 done
+# the multi partition's network namespaces and bridge (what up.sh recorded making)
+if [ -f "$T/run/net" ]; then
+  tac "$T/run/net" | while read -r kind name; do
+    if [ "$kind" = netns ]; then ip netns del "$name"; else ip link del "$name"; fi 2>/dev/null && echo "removed $kind $name"
+  done
+  rm -f "$T/run/net"
+fi

@@ -9,9 +9,19 @@
 # FAKE_GPUS=N: the node advertises N GPUs (gres bound to tty devices: nothing real), so a test
 # can read what each job asked for in `sacct -X -o JobID,AllocTRES`. Cores and memory are
 # constrained by cgroups: a job sees only the CPUs it asked for, and is killed past its memory.
+#
+# Partitions: `debug` (the default; this machine), `urgent` (the same node, a higher priority
+# tier: a job there preempts, i.e. requeues, a `debug` job; a requeued job starts again after
+# cred_expire, 30 s here rather than SLURM's 120), and, unless MULTINODE=0, `multi`:
+# two more nodes n1 and n2, each a slurmd in its own network, UTS and mount namespace (own
+# address on a bridge, own hostname and /etc/hosts), so a multi-node job really spans two
+# hosts that reach each other by name, as on a cluster. Where namespaces cannot be made, up.sh
+# says so and the cluster has the one node.
 set -euo pipefail
 T=${T:-${TMPDIR:-/tmp}/perflab-slurm}
 FAKE_GPUS=${FAKE_GPUS:-0}
+MULTINODE=${MULTINODE:-1}
+NET=${NET:-10.77.0}  # the bridge's /24 for the multi partition: .1 this machine, .2 n1, .3 n2
 DBPORT=${DBPORT:-3306}
 PKGS="slurmctld slurmd slurm-client munge slurmdbd mariadb-server"
 dpkg -s $PKGS >/dev/null 2>&1 || { apt-get update -qq &&
@@ -71,6 +81,29 @@ chmod 600 "$T/etc/slurmdbd.conf"
 start slurmdbd /usr/sbin/slurmdbd -D
 until_ok grep -q "slurmdbd version .* started" "$T/log/slurmdbd.log"
 
+# the multi partition's network: a bridge here, a veth into each node's namespace
+CTLD_ADDR=127.0.0.1 MULTI_NODES=""
+multinode_net() {
+  ip link add plab0 type bridge && ip addr add "$NET.1/24" dev plab0 && ip link set plab0 up || return 1
+  echo "link plab0" > "$T/run/net"
+  local i
+  for i in 1 2; do
+    ip netns add "perflab-n$i" && echo "netns perflab-n$i" >> "$T/run/net" || return 1
+    ip link add "plab-n$i" type veth peer name eth0 netns "perflab-n$i" || return 1
+    ip link set "plab-n$i" master plab0 && ip link set "plab-n$i" up || return 1
+    nsenter --net="/run/netns/perflab-n$i" sh -c \
+      "ip addr add $NET.$((i + 1))/24 dev eth0 && ip link set eth0 up && ip link set lo up" || return 1
+  done
+  printf '127.0.0.1 localhost\n%s.1 %s\n%s.2 n1\n%s.3 n2\n' "$NET" "$H" "$NET" "$NET" > "$T/etc/hosts.multi"
+}
+if [ "$MULTINODE" = 1 ]; then
+  if [ -s "$T/run/net" ] || multinode_net 2> "$T/log/net.err"; then
+    CTLD_ADDR=$NET.1 MULTI_NODES=1
+  else
+    echo "up: no multi partition (cannot make network namespaces here: $(tail -1 "$T/log/net.err"))" >&2
+  fi
+fi
+
 # slurm.conf: this machine as the one node, cores and memory enforced by cgroups
 printf 'CgroupPlugin=autodetect\nConstrainCores=yes\nConstrainRAMSpace=yes\nConstrainDevices=no\n' > "$T/etc/cgroup.conf"
 GRES="" GRES_TYPES=""
@@ -79,22 +112,31 @@ if [ "$FAKE_GPUS" -gt 0 ]; then
   echo "NodeName=$H Name=gpu File=/dev/tty[0-$((FAKE_GPUS - 1))]" > "$T/etc/gres.conf"
 fi
 MEM=$(( $(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p') * 95 / 100 ))
+MULTI=""
+if [ -n "$MULTI_NODES" ]; then  # each of n1, n2: all the CPUs, a third of the memory (they share this machine)
+  MULTI="NodeName=n1 NodeAddr=$NET.2 CPUs=$(nproc) RealMemory=$((MEM / 3)) State=UNKNOWN
+NodeName=n2 NodeAddr=$NET.3 CPUs=$(nproc) RealMemory=$((MEM / 3)) State=UNKNOWN
+PartitionName=multi Nodes=n1,n2 MaxTime=INFINITE State=UP"
+fi
 cat > "$T/etc/slurm.conf" <<EOC
 ClusterName=perflab
-SlurmctldHost=$H(127.0.0.1)
+SlurmctldHost=$H($CTLD_ADDR)
 SlurmUser=root
 AuthType=auth/munge
+AuthInfo=cred_expire=30
 StateSaveLocation=$T/state
-SlurmdSpoolDir=$T/spool
+SlurmdSpoolDir=$T/spool/%n
 SlurmctldPidFile=$T/run/slurmctld.daemon.pid
-SlurmdPidFile=$T/run/slurmd.daemon.pid
+SlurmdPidFile=$T/run/slurmd.%n.daemon.pid
 SlurmctldLogFile=$T/log/slurmctld.log
-SlurmdLogFile=$T/log/slurmd.log
+SlurmdLogFile=$T/log/slurmd.%n.log
 ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup,task/affinity
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 SchedulerType=sched/backfill
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 ReturnToService=2
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
@@ -104,11 +146,20 @@ JobCompType=jobcomp/none
 MpiDefault=none
 $GRES_TYPES
 NodeName=$H NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=$MEM $GRES State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=$H Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=$H MaxTime=INFINITE State=UP PriorityTier=2
+$MULTI
 EOC
+mkdir -p "$T/spool/$H" "$T/spool/n1" "$T/spool/n2"
 start slurmctld /usr/sbin/slurmctld -D -i
 until_ok sh -c 'scontrol ping | grep -q UP'
 start slurmd /usr/sbin/slurmd -D
-for _ in $(seq 100); do sinfo -h -o %T | grep -qx idle && break; sleep 0.3; done
+if [ -n "$MULTI_NODES" ]; then
+  for n in n1 n2; do  # a slurmd in the node's namespaces, with its own hostname and hosts file
+    start "slurmd-$n" nsenter --net="/run/netns/perflab-$n" unshare --uts --mount sh -c \
+      "hostname $n && mount --bind $T/etc/hosts.multi /etc/hosts && exec /usr/sbin/slurmd -D"
+  done
+fi
+for _ in $(seq 100); do [ -z "$(sinfo -h -N -o %T | grep -vx idle)" ] && break; sleep 0.3; done
 sinfo
 echo "up: . $T/env.sh   (stop: T=$T bash tools/cluster/down.sh)"
