@@ -10,7 +10,8 @@ What perflab adds to it (hydra_plugins/perflab_slurm holds the Hydra-facing clas
 - **Failures are rows, and the sweep always ends.** A job that SLURM cancelled, timed out,
   killed for memory or lost with its node leaves an ``error``/``cancelled``/``timeout``/``oom``
   row naming its log file; the sweep prints its summary and writes sweep.csv. Ctrl-C cancels
-  every job it submitted, and says so.
+  every job it submitted, and says so. A job that SLURM preempts or loses with its node and
+  requeues is waited for: it runs again and resumes the point.
 - **Mistakes are one line:** sbatch refusing a submission (no such partition, GPUs a node
   does not have) is one line and exit code 2, before the sweep starts.
 - **Time limits leave room:** SLURM's warning signal comes ``signal_delay_s`` before the limit
@@ -266,16 +267,18 @@ NEVER = (
 
 
 def wait(points: list[Point], within_s: float | None = None) -> bool:
-    """Until every job has ended (or ``within_s`` passed: False). A job that SLURM says will
-    never start is cancelled, and its point gets the reason."""
+    """Until every job has ended (or ``within_s`` passed: False). A job has ended when SLURM no
+    longer holds it: a preempted or node-failed job that SLURM requeued runs again, though its
+    first run already left a result. A job that SLURM says will never start is cancelled, and
+    its point gets the reason."""
     pending = [p for p in points if p.job is not None]
     deadline = time.monotonic() + within_s if within_s is not None else math.inf
     while pending:
-        pending = [p for p in pending if not p.job.done()]
-        reasons = pending_reasons([p.job.job_id for p in pending])
+        queued = in_queue([p.job.job_id for p in pending])
+        pending = [p for p in pending if str(p.job.job_id) in queued or not p.job.done()]
         for p in pending:
-            reason = reasons.get(str(p.job.job_id), "")
-            if reason.startswith(NEVER):
+            state, reason = queued.get(str(p.job.job_id), ("", ""))
+            if state == "PD" and reason.startswith(NEVER):
                 p.never = f"SLURM will never start it here ({reason}): it asks for {p.need}"
                 p.job.cancel(check=False)
         if pending:
@@ -285,20 +288,25 @@ def wait(points: list[Point], within_s: float | None = None) -> bool:
     return True
 
 
-def pending_reasons(job_ids: Sequence[str]) -> dict[str, str]:
-    """Why each of these jobs is still pending (one squeue call for all of them)."""
+def in_queue(job_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """(state, reason) of each of these jobs that SLURM still holds (pending, running,
+    completing, requeued): one squeue call for all of them; {} if squeue cannot say."""
     if not job_ids:
         return {}
     try:
         out = subprocess.run(
-            ["squeue", "-h", "-t", "PD", "-j", ",".join(map(str, job_ids)), "-o", "%i %r"],
+            ["squeue", "-h", "-r", "-j", ",".join(map(str, job_ids)), "-o", "%i %t %r"],
             capture_output=True,
             text=True,
             timeout=30,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
-    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    held = {}
+    for line in out.splitlines():
+        job_id, state, reason = (line.split(" ", 2) + ["", ""])[:3]
+        held[job_id] = (state, reason)
+    return held
 
 
 def cancel(points: Sequence[Point]) -> None:
@@ -308,30 +316,49 @@ def cancel(points: Sequence[Point]) -> None:
                 p.job.cancel(check=False)
 
 
-def outcome(point: Point) -> tuple[str, str]:
-    """(status, words) of a job that did not come back with a result ("" if it did)."""
+# States where SLURM ended the job for a reason the job could not see: the SIGTERM that came
+# with it made the job write its own `cancelled` row, but SLURM's account is the telling one.
+SLURM_KNOWS_BETTER = ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED")
+
+
+def outcome(point: Point, last_run: Sequence[str] = ()) -> tuple[str, str]:
+    """(status, words) of a job that did not come back with a result, or that SLURM ended for
+    a reason the job could not see ("" if neither). ``last_run``: the states of its last run."""
     if point.never:
         return "skipped", point.never
+    state = next((s for s in STATES if s in last_run), "")
+    if state in SLURM_KNOWS_BETTER:
+        return STATES[state]
     try:
         point.job.result()
         return "", ""
     except Exception as err:
-        state = final_state(str(point.job.job_id)) or str(point.job.state).split()[0].upper()
+        state = state or str(point.job.state).split()[0].upper()
         status, words = STATES.get(state, ("error", f"the job ended {state}: {str(err).splitlines()[0][:200]}"))
         return status, words
 
 
-def final_state(job_id: str) -> str:
-    """The telling state among a job's steps (the job may say FAILED where its step says
-    OUT_OF_MEMORY), from sacct; "" if sacct cannot say."""
+def runs(job_id: str) -> list[list[str]]:
+    """The states of each run of a job, oldest first: the job's own, then its steps' (the job
+    may say FAILED where a step says OUT_OF_MEMORY). More than one run where SLURM requeued
+    it (preempted, its node failed); [] if sacct cannot say."""
     try:
         out = subprocess.run(
-            ["sacct", "-j", job_id, "-n", "-P", "-o", "State"], capture_output=True, text=True, timeout=30
+            ["sacct", "-j", job_id, "-D", "-n", "-P", "-o", "JobID,State"], capture_output=True, text=True, timeout=30
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return ""
-    states = {line.split()[0].rstrip("+").upper() for line in out.splitlines() if line.strip()}
-    return next((s for s in STATES if s in states), "")
+        return []
+    found: list[list[str]] = []
+    for line in out.splitlines():
+        step, _, state = line.partition("|")
+        if not state.strip():
+            continue
+        state = state.split()[0].rstrip("+").upper()
+        if "." not in step:
+            found.append([state])
+        elif found:
+            found[-1].append(state)
+    return found
 
 
 def settle(point: Point, identity: dict[str, Any]) -> str:
@@ -339,11 +366,16 @@ def settle(point: Point, identity: dict[str, Any]) -> str:
     from perflab.rundir import RunRecord, RunWriter
 
     record = RunRecord.read(point.job_dir)
-    status, words = outcome(point)
+    history = runs(str(point.job.job_id)) if point.job is not None else []
+    status, words = outcome(point, history[-1] if history else ())
     log_file = str(point.job.paths.stderr) if point.job is not None else ""
+    if len(history) > 1:
+        ended = "; ".join(STATES.get(run[0], ("", run[0].lower()))[1] for run in history[:-1])
+        print(f"perflab: point {point.label}: SLURM requeued it ({ended}) and ran it again", file=sys.stderr)
     if not status:
         return record.outcome if record else "error"
-    if record is not None and record.outcome not in ("running",):
+    slurm_knows_better = bool(history) and history[-1][0] in SLURM_KNOWS_BETTER
+    if record is not None and record.outcome != "running" and (record.outcome == "ok" or not slurm_knows_better):
         return record.outcome  # the job spoke for itself (e.g. its own timeout row)
     error = f"{words} (log: {log_file})" if log_file else words
     if not (point.job_dir / ".hydra" / "overrides.yaml").is_file():  # a point never submitted: say what it was
@@ -351,15 +383,14 @@ def settle(point: Point, identity: dict[str, Any]) -> str:
 
         (point.job_dir / ".hydra").mkdir(parents=True, exist_ok=True)
         OmegaConf.save(OmegaConf.create(point.overrides), point.job_dir / ".hydra" / "overrides.yaml")
-    RunWriter(point.job_dir, samples=False).add(
-        {**identity, "measurement": "job", "status": status, "error": error, "log": log_file}
-    )
+    writer = RunWriter(point.job_dir, samples=False)
+    writer.add({**identity, "measurement": "job", "status": status, "error": error, "log": log_file})
     new = record or RunRecord(
         run_id=identity["run_id"], experiment=identity["experiment"], config_hash=identity.get("config_hash", "")
     )
-    new.outcome, new.error, new.rows = status, error, 1
+    new.outcome, new.error, new.rows, new.complete = status, error, len(writer.rows), False
     if point.job is not None:
-        new.where = {"log": log_file, "slurm_job_id": str(point.job.job_id)}
+        new.where = {**new.where, "log": log_file, "slurm_job_id": str(point.job.job_id)}
     new.save(point.job_dir)
     print(
         f"perflab: point {point.label}: {status}: {words}" + (f" -- log: {log_file}" if log_file else ""),

@@ -24,7 +24,7 @@ class Stopped(BaseException):
         self.status, self.why = status, why
 
 
-SIGNALS = {signal.SIGTERM: ("cancelled", "stopped by SIGTERM (kill, scancel, or a shutdown)")}
+SIGNALS = {signal.SIGTERM: ("cancelled", "stopped by SIGTERM (kill, scancel, preemption, a lost node, or a shutdown)")}
 if hasattr(signal, "SIGUSR2"):
     SIGNALS[signal.SIGUSR2] = ("timeout", "stopped by SIGUSR2: SLURM's warning that the time limit is near")
 

@@ -148,6 +148,7 @@ class Holder:
     pid: int
     run_dir: str
     age_s: float  # seconds since its last heartbeat
+    slurm_job: str = ""  # the SLURM job it ran in, if any
 
     def __str__(self) -> str:
         return f"{self.host}:{self.pid} ({self.run_dir})"
@@ -176,14 +177,21 @@ class Claim:
 def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim | Holder:
     """Claim the point ``config_hash`` for this process, or say who holds it.
 
-    A claim is taken over when its holder is gone: a dead pid on this host, or no heartbeat
-    for ``stale_s`` (a holder on another node that was killed).
+    A claim is taken over when its holder is gone: a dead pid on this host, no heartbeat for
+    ``stale_s`` (a holder on another node that was killed), or an earlier run of this same
+    SLURM job (requeued after a preemption or a node failure: SLURM ended that run).
     """
     folder = meta(root) / "claims"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{config_hash}.json"
     body = json.dumps(
-        {"host": socket.gethostname(), "pid": os.getpid(), "run_dir": str(run_dir), "since": time.time()}
+        {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "run_dir": str(run_dir),
+            "since": time.time(),
+            "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
+        }
     ).encode()
     for _ in range(3):
         try:
@@ -200,17 +208,30 @@ def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim 
     return _holder(path) or Holder("?", 0, "?", 0.0)
 
 
+def requeued() -> bool:
+    """This is a SLURM job's second or later run (SLURM requeued it)."""
+    return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
+
+
 def _holder(path: Path) -> Holder | None:
     try:
         data = json.loads(path.read_text())
         age = time.time() - path.stat().st_mtime
     except (OSError, ValueError):
         return None
-    return Holder(str(data.get("host", "?")), int(data.get("pid", 0)), str(data.get("run_dir", "?")), age)
+    return Holder(
+        str(data.get("host", "?")),
+        int(data.get("pid", 0)),
+        str(data.get("run_dir", "?")),
+        age,
+        str(data.get("slurm_job", "")),
+    )
 
 
 def _gone(holder: Holder, stale_s: float) -> bool:
     if holder.age_s > stale_s:
+        return True
+    if holder.slurm_job and holder.slurm_job == os.environ.get("SLURM_JOB_ID") and requeued():
         return True
     if holder.host != socket.gethostname():
         return False

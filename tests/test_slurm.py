@@ -12,10 +12,16 @@ import sys
 import time
 
 import pytest
+import torch
 
+import perflab
+from perflab import slurm
 from perflab.results import load
 from perflab.rundir import RunRecord
 from perflab.sweep import SWEEP_CSV, job_dirs
+from perflab.train import checkpoint
+
+from conftest import FAST
 
 
 def _cluster_up() -> bool:
@@ -76,6 +82,11 @@ def alloc(job_id: str) -> str:
     return subprocess.run(
         ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "AllocTRES"], capture_output=True, text=True
     ).stdout.strip()
+
+
+def nodes_of(partition: str) -> list[str]:
+    out = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N"], capture_output=True, text=True).stdout
+    return sorted(set(out.split()))
 
 
 def largest_node_cpus() -> int:
@@ -203,3 +214,106 @@ def test_ctrl_c_or_kill_cancels_every_job_of_the_sweep_and_says_so(work, stop):
         time.sleep(0.5)
     assert not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip(), "jobs left behind"
     assert "sweep: 2 jobs" in out and (newest_sweep(work) / SWEEP_CSV).is_file()
+
+
+def test_a_two_node_point_spans_two_hosts_and_trains_like_one_device(work):
+    """strategy.nnodes=2 through SLURM: one job of two nodes (hosts with their own names and
+    addresses), one task each; the tasks meet at a rendezvous on the allocation's first node;
+    rank 0's node writes the rows. Same data, same global batch: the weights of one device."""
+    if len(nodes_of("multi")) < 2:
+        pytest.skip("needs the two-node `multi` partition (tools/cluster/up.sh makes it where namespaces can be made)")
+    small = [
+        "+experiment=train",
+        "data.train_size=512",
+        "data.test_size=256",
+        "trainer.batch_size=64",
+        "trainer.epochs=1",
+        "devices.spec=cpu",
+        "devices.count=1",
+        "results.table=false",
+        *FAST,
+    ]
+    proc = sweep(work, "hydra.launcher.partition=multi", *small, "strategy=ddp", "strategy.nnodes=2")
+    assert "asking for 2 nodes x 1 CPU" in proc.stdout + proc.stderr
+    rows = load(newest_sweep(work) / SWEEP_CSV)
+    assert rows["status"].eq("ok").all(), rows[["measurement", "status", "error"]]
+    train = rows[rows["measurement"] == "train"].iloc[0]
+    assert train["world_size"] == 2 and train["hostname"] == "n1" and train["slurm_nodes"] == "n[1-2]"
+    assert "node=2" in alloc(str(train["slurm_job_id"]))
+    single = perflab.run("train", small[1:])
+    two = checkpoint.load(rows["checkpoint"].dropna().iloc[-1])["model"]
+    for key, value in checkpoint.load(single["checkpoint"].dropna().iloc[-1])["model"].items():
+        torch.testing.assert_close(two[key], value, rtol=1e-4, atol=1e-5)
+
+
+def start_sweep(work, *args) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "perflab", "-m", "+launcher=slurm", *args],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def until_the_first_checkpoint(work) -> str:
+    """Wait until the sweep's one job has saved epoch 1; returns its SLURM job id."""
+    deadline = time.time() + SWEEP_TIMEOUT
+    while time.time() < deadline and not list((work / "outputs" / "checkpoints").glob("*/*.json")):
+        time.sleep(0.5)
+    return subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True, text=True).stdout.split()[0]
+
+
+def preempt(job_id: str) -> None:
+    """A job in the higher-priority partition that needs the whole node."""
+    subprocess.run(["sbatch", "-p", "urgent", "-c", str(largest_node_cpus()), "--wrap", "sleep 1"], check=True)
+
+
+def fail_node(job_id: str) -> None:
+    """The job's node goes down (as SLURM sees a node that died); it comes back by itself
+    when its slurmd registers again (ReturnToService=2)."""
+    node = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"], capture_output=True, text=True).stdout.strip()
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=perflab-test"], check=True)
+
+
+@pytest.mark.parametrize("cause, state", [(preempt, "PREEMPTED"), (fail_node, "NODE_FAIL")], ids=["preempted", "node"])
+def test_a_requeued_point_runs_again_from_its_checkpoint_and_the_sweep_waits_for_it(work, cause, state):
+    """SLURM requeues a batch job it preempted or whose node failed: the job runs again later,
+    though its first run already left a result. The sweep waits for the second run, which
+    resumes from the first run's checkpoint in the same job dir; the point ends ok."""
+    if cause is preempt and not nodes_of("urgent"):
+        pytest.skip("needs the `urgent` partition that preempts `debug` (tools/cluster/up.sh makes it)")
+    epochs = 20
+    proc = start_sweep(work, *TRAIN, f"trainer.epochs={epochs}")
+    job_id = until_the_first_checkpoint(work)
+    cause(job_id)
+    out, err = proc.communicate(timeout=SWEEP_TIMEOUT)
+    assert proc.returncode == 0, out + err
+    assert [run[0] for run in slurm.runs(job_id)] == [state, "COMPLETED"]
+    assert "SLURM requeued it" in err and "sweep: 1 jobs: 1 ok" in out
+    rows = load(newest_sweep(work) / SWEEP_CSV)
+    first_run, second_run = rows["run_id"].unique()
+    stopped = rows[rows["run_id"] == first_run].iloc[-1]
+    assert stopped["status"] == "cancelled" and "SIGTERM" in stopped["error"]
+    again = rows[rows["run_id"] == second_run]
+    assert again["status"].eq("ok").all()
+    train = again[again["measurement"] == "train"].iloc[0]
+    assert train["resumed_from_epoch"] >= 1 and again[again["measurement"] == "epoch"]["epoch"].min() > 1
+    assert set(rows[rows["measurement"] == "epoch"]["epoch"]) == set(range(1, epochs + 1))
+    record = RunRecord.read(job_dirs(newest_sweep(work))[0])
+    assert record.outcome == "ok" and record.complete and record.error == "" and record.rows == len(rows)
+
+
+def test_a_point_whose_node_fails_without_requeue_is_a_row_saying_so(work):
+    """With sbatch --no-requeue a node failure ends the job: the job wrote `cancelled` on the
+    SIGTERM it got, but SLURM knows why, and the point says so."""
+    proc = start_sweep(work, *TRAIN, "trainer.epochs=20", "+hydra.launcher.additional_parameters.no_requeue=true")
+    fail_node(until_the_first_checkpoint(work))
+    out, err = proc.communicate(timeout=SWEEP_TIMEOUT)
+    assert proc.returncode == 1, out + err
+    rows = load(newest_sweep(work) / SWEEP_CSV)
+    last = rows.iloc[-1]
+    assert last["status"] == "error" and "its node failed" in last["error"] and os.path.isfile(last["log"])
+    assert "its node failed -- log:" in err and "sweep: 1 jobs: 1 error" in out
+    record = RunRecord.read(job_dirs(newest_sweep(work))[0])
+    assert record.outcome == "error" and not record.complete

@@ -284,6 +284,26 @@ def test_a_claim_is_exclusive_until_released_and_a_dead_holders_is_taken_over(tm
     assert isinstance(store.claim(tmp_path, "h", tmp_path / "d", stale_s=60), store.Claim)
 
 
+def test_a_requeued_slurm_job_takes_over_the_claim_of_its_own_earlier_run(tmp_path, monkeypatch):
+    """After a preemption or a node failure SLURM runs the same job again, maybe on another
+    node: the claim its first run left (fresh heartbeat, a host we cannot check) is its own."""
+    path = tmp_path / ".perflab" / "claims" / "h.json"
+    path.parent.mkdir(parents=True)
+    first_run = {"host": "lost-node", "pid": 1, "run_dir": "x", "since": 0, "slurm_job": "42"}
+    path.write_text(json.dumps(first_run))
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    assert isinstance(store.claim(tmp_path, "h", tmp_path / "a", stale_s=60), store.Holder), "its first run: held"
+    monkeypatch.setenv("SLURM_JOB_ID", "43")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert isinstance(store.claim(tmp_path, "h", tmp_path / "a", stale_s=60), store.Holder), "another job's: held"
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    got = store.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+    assert isinstance(got, store.Claim)
+    assert json.loads(path.read_text())["slurm_job"] == "42"
+    got.release()
+
+
 # --- bad paths, refused before measuring --------------------------------------------------------
 
 
