@@ -77,6 +77,8 @@ def unknown_key(key: str, value: Any, known: Sequence[str]) -> ConfigError:
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {section + '.' if section else ''}{close[0]}?" if close else ""
     where = section or "the top level"
+    if not known:  # an empty mapping such as hydra.launcher.additional_parameters: keys are added
+        return ConfigError(key, value, f"a new key under {where}, added with a +: +{key}=...", problem="unknown key")
     return ConfigError(key, value, f"the keys under {where}: {', '.join(known)}", problem=f"unknown key{hint}")
 
 

@@ -101,6 +101,16 @@ def test_wrong_type_and_unknown_override_are_caught_while_composing(compose_cfg)
     )
 
 
+def test_a_key_under_an_empty_mapping_is_said_to_need_a_plus(cli):
+    ran = cli(
+        "-m", "+launcher=slurm", "+experiment=quick/matmul", "hydra.launcher.additional_parameters.exclusive=true", rc=2
+    )
+    assert ran.err.strip() == (
+        "perflab: error: hydra.launcher.additional_parameters.exclusive=true: unknown key; allowed: a new key under "
+        "hydra.launcher.additional_parameters, added with a +: +hydra.launcher.additional_parameters.exclusive=..."
+    )
+
+
 def test_unknown_experiment_lists_the_choices(compose_cfg):
     with pytest.raises(Exception) as err:
         compose_cfg("+experiment=nope")
