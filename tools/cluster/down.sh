@@ -18,10 +18,4 @@ for d in slurmd-n1 slurmd-n2 slurmd slurmctld slurmdbd mariadbd munged; do
   rm -f "$f"
   echo "stopped $d ($p)"
 done
-# the multi partition's network namespaces and bridge (what up.sh recorded making)
-if [ -f "$T/run/net" ]; then
-  tac "$T/run/net" | while read -r kind name; do
-    if [ "$kind" = netns ]; then ip netns del "$name"; else ip link del "$name"; fi 2>/dev/null && echo "removed $kind $name"
-  done
-  rm -f "$T/run/net"
-fi
+T=$T bash "$(dirname "$0")/net-down.sh"

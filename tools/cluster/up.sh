@@ -23,7 +23,7 @@ FAKE_GPUS=${FAKE_GPUS:-0}
 MULTINODE=${MULTINODE:-1}
 NET=${NET:-10.77.0}  # the bridge's /24 for the multi partition: .1 this machine, .2 n1, .3 n2
 DBPORT=${DBPORT:-3306}
-PKGS="slurmctld slurmd slurm-client munge slurmdbd mariadb-server"
+PKGS="slurmctld slurmd slurm-client munge slurmdbd mariadb-server iproute2"
 dpkg -s $PKGS >/dev/null 2>&1 || { apt-get update -qq &&
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $PKGS >/dev/null; }
 
@@ -97,9 +97,11 @@ multinode_net() {
   printf '127.0.0.1 localhost\n%s.1 %s\n%s.2 n1\n%s.3 n2\n' "$NET" "$H" "$NET" "$NET" > "$T/etc/hosts.multi"
 }
 if [ "$MULTINODE" = 1 ]; then
-  if [ -s "$T/run/net" ] || multinode_net 2> "$T/log/net.err"; then
+  if [ -f "$T/run/net.ok" ] || { T=$T bash "$(dirname "$0")/net-down.sh" >/dev/null; multinode_net 2> "$T/log/net.err"; }; then
+    touch "$T/run/net.ok"
     CTLD_ADDR=$NET.1 MULTI_NODES=1
   else
+    T=$T bash "$(dirname "$0")/net-down.sh" >/dev/null
     echo "up: no multi partition (cannot make network namespaces here: $(tail -1 "$T/log/net.err"))" >&2
   fi
 fi
