@@ -283,7 +283,7 @@ def test_a_requeued_point_runs_again_from_its_checkpoint_and_the_sweep_waits_for
     resumes from the first run's checkpoint in the same job dir; the point ends ok."""
     if cause is preempt and not nodes_of("urgent"):
         pytest.skip("needs the `urgent` partition that preempts `debug` (tools/cluster/up.sh makes it)")
-    epochs = 20
+    epochs = 12
     proc = start_sweep(work, *TRAIN, f"trainer.epochs={epochs}")
     job_id = until_the_first_checkpoint(work)
     cause(job_id)
