@@ -304,16 +304,23 @@ def test_a_requeued_point_runs_again_from_its_checkpoint_and_the_sweep_waits_for
     assert record.outcome == "ok" and record.complete and record.error == "" and record.rows == len(rows)
 
 
-def test_a_point_whose_node_fails_without_requeue_is_a_row_saying_so(work):
-    """With sbatch --no-requeue a node failure ends the job: the job wrote `cancelled` on the
-    SIGTERM it got, but SLURM knows why, and the point says so."""
+@pytest.mark.parametrize(
+    "cause, status, words",
+    [(preempt, "cancelled", "preempted by a higher-priority job"), (fail_node, "error", "its node failed")],
+    ids=["preempted", "node"],
+)
+def test_a_point_slurm_ends_without_requeue_is_a_row_saying_why(work, cause, status, words):
+    """With sbatch --no-requeue a preemption or a node failure ends the job: the job wrote
+    `cancelled` on the SIGTERM it got, but SLURM knows why, and the point says so."""
+    if cause is preempt and not nodes_of("urgent"):
+        pytest.skip("needs the `urgent` partition that preempts `debug` (tools/cluster/up.sh makes it)")
     proc = start_sweep(work, *TRAIN, "trainer.epochs=20", "+hydra.launcher.additional_parameters.no_requeue=true")
-    fail_node(until_the_first_checkpoint(work))
+    cause(until_the_first_checkpoint(work))
     out, err = proc.communicate(timeout=SWEEP_TIMEOUT)
     assert proc.returncode == 1, out + err
     rows = load(newest_sweep(work) / SWEEP_CSV)
     last = rows.iloc[-1]
-    assert last["status"] == "error" and "its node failed" in last["error"] and os.path.isfile(last["log"])
-    assert "its node failed -- log:" in err and "sweep: 1 jobs: 1 error" in out
+    assert last["status"] == status and words in last["error"] and os.path.isfile(last["log"])
+    assert f"{words} -- log:" in err and f"sweep: 1 jobs: 1 {status}" in out
     record = RunRecord.read(job_dirs(newest_sweep(work))[0])
-    assert record.outcome == "error" and not record.complete
+    assert record.outcome == status and not record.complete
