@@ -111,9 +111,7 @@ def run(
                 (place.run_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
                 log.error("%s: %s (traceback: %s)", type(exc).__name__, first_line(exc), place.run_dir / "error.txt")
             job_row(outcome, f"{type(exc).__name__}: {first_line(exc)}")
-    # This run's rows: a job that SLURM requeued (preempted, its node lost) runs again in the
-    # same job dir, beside the rows its first run left there.
-    rows = [row for row in writer.rows if row.get("run_id") == record.run_id]
+    rows = writer.rows
     if place.helper or (outcome == "ok" and not rows):
         # A node of a multi-node run whose workers hold no rank 0: the node with it records the
         # point (under SLURM, in this same job dir, which stays).
@@ -124,8 +122,7 @@ def run(
         return Result(outcome, place.run_dir)
     if outcome == "ok" and any(row.get("status") in ("error", "oom") for row in rows):
         outcome = "error"  # a part failed (a wrong compiled answer, a diverged run): not done
-    record.outcome, record.complete, record.finished = outcome, outcome == "ok", record_time()
-    record.rows = len(writer.rows)
+    record.outcome, record.complete, record.rows, record.finished = outcome, outcome == "ok", len(rows), record_time()
     record.error = next((str(row["error"]) for row in rows if row.get("status") not in ("ok", "skipped")), "")
     record.save(place.run_dir)
     if record.complete:

@@ -32,7 +32,7 @@ from perflab import files, registry, store
 from perflab.errors import ConfigError
 from perflab.peaks import Peaks
 from perflab.rows import RESULTS, flatten
-from perflab.rundir import RunRecord, RunWriter, rows_of
+from perflab.rundir import RunRecord, RunWriter, rows_of, set_aside_earlier_run
 from perflab.schema import PerflabConfig, config_hash, resolve_all, validate
 
 log = logging.getLogger("perflab")
@@ -116,6 +116,14 @@ def execute(cfg: DictConfig, place: Place) -> Result:
             renamed.partition("=")[2],
             "the preset's own; choose the experiment with +experiment=NAME",
         )
+    if store.requeued() and not place.helper:  # SLURM runs this job again: its earlier run wrote here
+        earlier = RunRecord.read(place.run_dir)
+        if earlier is not None and earlier.complete:  # it finished before SLURM requeued it
+            log.info("perflab: this point was complete before SLURM requeued it: %s", place.run_dir)
+            return Result(earlier.outcome, place.run_dir, rows_of(place.run_dir).to_dict("records"))
+        moved = set_aside_earlier_run(place.run_dir)
+        if moved is not None:
+            log.info("perflab: SLURM requeued this job; its earlier run is in %s", moved)
     if refusal is not None:
         return refuse(refusal, place, record, identity)
     try:

@@ -67,6 +67,24 @@ class RunRecord:
         return None if wrong else record
 
 
+EARLIER_RUNS = ".requeued"  # hidden: loaders skip it
+
+
+def set_aside_earlier_run(run_dir: Path) -> Path | None:
+    """SLURM runs a job it requeued (preempted, its node lost) again in the job dir its earlier
+    run wrote: move that run's files to ``<run dir>/.requeued/<its run id>/`` so the dir holds
+    one run, whose rows alone are the point's. Returns where they went (None: nothing there)."""
+    there = [run_dir / name for name in (RECORD, RESULTS, SAMPLES, "error.txt") if (run_dir / name).exists()]
+    if not there:
+        return None
+    record = RunRecord.read(run_dir)
+    dest = run_dir / EARLIER_RUNS / (record.run_id if record else f"unknown-{os.getpid()}")
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in there:
+        os.replace(path, dest / path.name)
+    return dest
+
+
 def overrides_of(run_dir: Path) -> list[str]:
     """The command line's overrides of a run (``.hydra/overrides.yaml``), as typed: read as
     plain YAML, since OmegaConf would resolve a ``${...}`` in them."""
