@@ -125,14 +125,9 @@ class Node:
 def largest_node(partition: str | None) -> Node | None:
     """From ``sinfo``: the most CPUs, memory and GPUs one node of the partition (default: the
     default partition) has; None if sinfo cannot say."""
-    try:
-        out = subprocess.run(
-            ["sinfo", "-h", "-N", "-o", "%c|%m|%G|%P"], capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
+    out = query(["sinfo", "-h", "-N", "-o", "%c|%m|%G|%P"])
     nodes = []
-    for line in out.splitlines():
+    for line in (out or "").splitlines():
         cpus, mem, gres, name = line.split("|")
         if (partition is None and name.endswith("*")) or name.rstrip("*") == partition:
             gpus = sum(int(m) for m in re.findall(r"gpu(?::[^:,(]+)?:(\d+)", gres))
@@ -177,6 +172,10 @@ class Point:
     job_dir: Path
     job: Any = None
     never: str = ""  # why it was not run: bigger than any node, or SLURM would never start it
+
+    @property
+    def job_id(self) -> str:
+        return str(self.job.job_id) if self.job is not None else ""
 
     @property
     def label(self) -> str:
@@ -266,20 +265,33 @@ NEVER = (
 )
 
 
+# Held jobs that nobody is going to release for a sweep: a requeued job whose launch failed,
+# an administrator's hold, a special exit. (A user's own `scontrol hold` is waited out.)
+HELD_STATES = ("RH", "SE")
+HELD_REASONS = ("launch failed requeued held", "JobHeldAdmin")
+BLIND_S = 300.0
+
+
 def wait(points: list[Point], within_s: float | None = None) -> bool:
     """Until every job has ended (or ``within_s`` passed: False). A job has ended when SLURM no
     longer holds it: a preempted or node-failed job that SLURM requeued runs again, though its
-    first run already left a result. A job that SLURM says will never start is cancelled, and
-    its point gets the reason."""
+    first run already left a result. A job that SLURM will never start, or holds for good, is
+    cancelled, and its point gets the reason. While squeue cannot answer, every job waits (for
+    BLIND_S at most; then submitit's word that a job is done is enough)."""
     pending = [p for p in points if p.job is not None]
+    blind_since: float | None = None
     deadline = time.monotonic() + within_s if within_s is not None else math.inf
     while pending:
-        queued = in_queue([p.job.job_id for p in pending])
-        pending = [p for p in pending if str(p.job.job_id) in queued or not p.job.done()]
+        queued = in_queue([p.job_id for p in pending])
+        blind_since = None if queued is not None else blind_since or time.monotonic()
+        if blind_since is None or time.monotonic() - blind_since > BLIND_S:
+            pending = [p for p in pending if p.job_id in (queued or {}) or not p.job.done()]
         for p in pending:
-            state, reason = queued.get(str(p.job.job_id), ("", ""))
-            if state == "PD" and reason.startswith(NEVER):
-                p.never = f"SLURM will never start it here ({reason}): it asks for {p.need}"
+            state, reason = (queued or {}).get(p.job_id, ("", ""))
+            never = state == "PD" and reason.startswith(NEVER)
+            if never or state in HELD_STATES or reason.startswith(HELD_REASONS):
+                held = "will never start" if never else "holds"
+                p.never = f"SLURM {held} it here ({reason or state}): it asks for {p.need}"
                 p.job.cancel(check=False)
         if pending:
             if time.monotonic() > deadline:
@@ -288,20 +300,27 @@ def wait(points: list[Point], within_s: float | None = None) -> bool:
     return True
 
 
-def in_queue(job_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+def query(args: list[str]) -> str | None:
+    """What a SLURM command printed (the user's SQUEUE_*/SACCT_*/SINFO_* format settings left
+    out); None if it could not run or failed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SQUEUE_", "SACCT_", "SINFO_"))}
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=30, env=env)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return "" if "Invalid job id" in done.stderr else None  # squeue: none of the ids is held
+    return done.stdout
+
+
+def in_queue(job_ids: Sequence[str]) -> dict[str, tuple[str, str]] | None:
     """(state, reason) of each of these jobs that SLURM still holds (pending, running,
-    completing, requeued): one squeue call for all of them; {} if squeue cannot say."""
+    completing, requeued): one squeue call for all of them; None if squeue cannot say."""
     if not job_ids:
         return {}
-    try:
-        out = subprocess.run(
-            ["squeue", "-h", "-r", "-j", ",".join(map(str, job_ids)), "-o", "%i %t %r"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
+    out = query(["squeue", "-h", "-r", "-j", ",".join(map(str, job_ids)), "-o", "%i %t %r"])
+    if out is None:
+        return None
     held = {}
     for line in out.splitlines():
         job_id, state, reason = (line.split(" ", 2) + ["", ""])[:3]
@@ -319,64 +338,77 @@ def cancel(points: Sequence[Point]) -> None:
 # States where SLURM ended the job for a reason the job could not see: the SIGTERM that came
 # with it made the job write its own `cancelled` row, but SLURM's account is the telling one.
 SLURM_KNOWS_BETTER = ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED")
+FINAL = (*STATES, "COMPLETED")
+SETTLE_S = 10.0  # how long sacct may lag behind squeue before its word is taken as it stands
 
 
-def outcome(point: Point, last_run: Sequence[str] = ()) -> tuple[str, str]:
+def final_state(run: Sequence[str]) -> str:
+    """The telling state of one run of a job (its own and its steps'), "" if none is final."""
+    return next((s for s in FINAL if s in run), "")
+
+
+def outcome(point: Point, state: str) -> tuple[str, str]:
     """(status, words) of a job that did not come back with a result, or that SLURM ended for
-    a reason the job could not see ("" if neither). ``last_run``: the states of its last run."""
+    a reason the job could not see ("" if neither). ``state``: the final state of its last run."""
     if point.never:
         return "skipped", point.never
-    state = next((s for s in STATES if s in last_run), "")
     if state in SLURM_KNOWS_BETTER:
         return STATES[state]
     try:
         point.job.result()
         return "", ""
     except Exception as err:
-        state = state or str(point.job.state).split()[0].upper()
+        state = state if state in STATES else str(point.job.state).split()[0].upper()
         status, words = STATES.get(state, ("error", f"the job ended {state}: {str(err).splitlines()[0][:200]}"))
         return status, words
 
 
-def runs(job_id: str) -> list[list[str]]:
-    """The states of each run of a job, oldest first: the job's own, then its steps' (the job
-    may say FAILED where a step says OUT_OF_MEMORY). More than one run where SLURM requeued
-    it (preempted, its node failed); [] if sacct cannot say."""
-    try:
-        out = subprocess.run(
-            ["sacct", "-j", job_id, "-D", "-n", "-P", "-o", "JobID,State"], capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    found: list[list[str]] = []
-    for line in out.splitlines():
-        step, _, state = line.partition("|")
-        if not state.strip():
-            continue
-        state = state.split()[0].rstrip("+").upper()
-        if "." not in step:
-            found.append([state])
-        elif found:
-            found[-1].append(state)
+def histories(job_ids: Sequence[str]) -> dict[str, list[list[str]]]:
+    """Per job id: the states of each run of the job, oldest first, each run its own state
+    then its steps' (a job may say FAILED where a step says OUT_OF_MEMORY); more than one run
+    where SLURM requeued it. One sacct call for all jobs, repeated for up to SETTLE_S while
+    some job's last run is not yet final there; {} for a job sacct cannot tell of."""
+    deadline = time.monotonic() + SETTLE_S
+    found: dict[str, list[list[str]]] = {}
+    while job_ids:
+        out = query(["sacct", "-D", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)])
+        found = {}
+        for line in (out or "").splitlines():
+            step, _, state = line.partition("|")
+            if not state.strip():
+                continue
+            job_id, dot, _ = step.partition(".")
+            state = state.split()[0].rstrip("+").upper()
+            if not dot:
+                found.setdefault(job_id, []).append([state])
+            elif found.get(job_id):
+                found[job_id][-1].append(state)
+        settled = all(final_state(found[j][-1]) for j in job_ids if found.get(j))
+        if out is None or settled or time.monotonic() > deadline:
+            break
+        time.sleep(POLL_S)
     return found
 
 
-def settle(point: Point, identity: dict[str, Any]) -> str:
-    """Make sure the point's job dir says what came of it; returns its outcome."""
+def settle(point: Point, identity: dict[str, Any], history: Sequence[Sequence[str]] = ()) -> str:
+    """Make sure the point's job dir says what came of it; returns its outcome. ``history``:
+    the states of each run of its job (``histories``)."""
     from perflab.rundir import RunRecord, RunWriter
 
     record = RunRecord.read(point.job_dir)
-    history = runs(str(point.job.job_id)) if point.job is not None else []
-    status, words = outcome(point, history[-1] if history else ())
+    state = final_state(history[-1]) if history else ""
+    status, words = outcome(point, state)
     log_file = str(point.job.paths.stderr) if point.job is not None else ""
     if len(history) > 1:
-        ended = "; ".join(STATES.get(run[0], ("", run[0].lower()))[1] for run in history[:-1])
+        ended = "; ".join(STATES.get(final_state(run), ("", run[0].lower()))[1] for run in history[:-1])
         print(f"perflab: point {point.label}: SLURM requeued it ({ended}) and ran it again", file=sys.stderr)
     if not status:
         return record.outcome if record else "error"
-    slurm_knows_better = bool(history) and history[-1][0] in SLURM_KNOWS_BETTER
-    if record is not None and record.outcome != "running" and (record.outcome == "ok" or not slurm_knows_better):
-        return record.outcome  # the job spoke for itself (e.g. its own timeout row)
+    # The job's own row stands (say, its own timeout), unless it only saw the SIGTERM of what
+    # SLURM knows better, or never wrote its end.
+    job_spoke = record is not None and record.outcome != "running"
+    if record is not None and job_spoke and (record.outcome != "cancelled" or state not in SLURM_KNOWS_BETTER):
+        return record.outcome
     error = f"{words} (log: {log_file})" if log_file else words
     if not (point.job_dir / ".hydra" / "overrides.yaml").is_file():  # a point never submitted: say what it was
         from omegaconf import OmegaConf
@@ -390,7 +422,7 @@ def settle(point: Point, identity: dict[str, Any]) -> str:
     )
     new.outcome, new.error, new.rows, new.complete = status, error, len(writer.rows), False
     if point.job is not None:
-        new.where = {**new.where, "log": log_file, "slurm_job_id": str(point.job.job_id)}
+        new.where = {**new.where, "log": log_file, "slurm_job_id": point.job_id}
     new.save(point.job_dir)
     print(
         f"perflab: point {point.label}: {status}: {words}" + (f" -- log: {log_file}" if log_file else ""),

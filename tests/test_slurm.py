@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 import torch
 
@@ -85,7 +86,10 @@ def alloc(job_id: str) -> str:
 
 
 def nodes_of(partition: str) -> list[str]:
-    out = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N"], capture_output=True, text=True).stdout
+    """The partition's nodes that can take a job now (not down or drained)."""
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-p", partition, "-t", "idle,mix,alloc", "-o", "%N"], capture_output=True, text=True
+    ).stdout
     return sorted(set(out.split()))
 
 
@@ -261,7 +265,9 @@ def until_the_first_checkpoint(work) -> str:
     deadline = time.time() + SWEEP_TIMEOUT
     while time.time() < deadline and not list((work / "outputs" / "checkpoints").glob("*/*.json")):
         time.sleep(0.5)
-    return subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True, text=True).stdout.split()[0]
+    queued = subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True, text=True).stdout.split()
+    assert queued, "the job ended before it could be stopped: give it more epochs"
+    return queued[0]
 
 
 def preempt(job_id: str) -> None:
@@ -269,38 +275,56 @@ def preempt(job_id: str) -> None:
     subprocess.run(["sbatch", "-p", "urgent", "-c", str(largest_node_cpus()), "--wrap", "sleep 1"], check=True)
 
 
-def fail_node(job_id: str) -> None:
+def fail_node(job_id: str) -> str:
     """The job's node goes down (as SLURM sees a node that died); it comes back by itself
     when its slurmd registers again (ReturnToService=2)."""
     node = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"], capture_output=True, text=True).stdout.strip()
     subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=perflab-test"], check=True)
+    return node
+
+
+@pytest.fixture
+def nodes_come_back():
+    """After a test that downs a node: it is resumed, whatever the test's end (a node that
+    registered again already is not down: SLURM refuses the resume, which is fine)."""
+    yield
+    for node in subprocess.run(
+        ["sinfo", "-h", "-N", "-t", "down", "-o", "%N"], capture_output=True, text=True
+    ).stdout.split():
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
 
 
 @pytest.mark.parametrize("cause, state", [(preempt, "PREEMPTED"), (fail_node, "NODE_FAIL")], ids=["preempted", "node"])
-def test_a_requeued_point_runs_again_from_its_checkpoint_and_the_sweep_waits_for_it(work, cause, state):
+def test_a_requeued_point_runs_again_from_its_checkpoint_and_the_sweep_waits_for_it(
+    work, cause, state, nodes_come_back
+):
     """SLURM requeues a batch job it preempted or whose node failed: the job runs again later,
     though its first run already left a result. The sweep waits for the second run, which
-    resumes from the first run's checkpoint in the same job dir; the point ends ok."""
+    resumes from the first run's checkpoint in the same job dir and sets the first run's files
+    aside; the point ends ok, its rows the second run's."""
     if cause is preempt and not nodes_of("urgent"):
         pytest.skip("needs the `urgent` partition that preempts `debug` (tools/cluster/up.sh makes it)")
-    epochs = 12
+    epochs = 20
     proc = start_sweep(work, *TRAIN, f"trainer.epochs={epochs}")
     job_id = until_the_first_checkpoint(work)
     cause(job_id)
     out, err = proc.communicate(timeout=SWEEP_TIMEOUT)
     assert proc.returncode == 0, out + err
-    assert [run[0] for run in slurm.runs(job_id)] == [state, "COMPLETED"]
+    assert [run[0] for run in slurm.histories([job_id])[job_id]] == [state, "COMPLETED"]
     assert "SLURM requeued it" in err and "sweep: 1 jobs: 1 ok" in out
     rows = load(newest_sweep(work) / SWEEP_CSV)
-    first_run, second_run = rows["run_id"].unique()
-    stopped = rows[rows["run_id"] == first_run].iloc[-1]
+    assert rows["run_id"].nunique() == 1 and rows["status"].eq("ok").all(), rows[["measurement", "status", "error"]]
+    train = rows[rows["measurement"] == "train"].iloc[0]
+    assert train["resumed_from_epoch"] >= 1 and rows[rows["measurement"] == "epoch"]["epoch"].min() > 1
+    job_dir = job_dirs(newest_sweep(work))[0]
+    (earlier,) = (job_dir / ".requeued").iterdir()
+    first_run = load(earlier / "results.csv")
+    assert first_run["run_id"].ne(train["run_id"]).all() and earlier.name == first_run["run_id"].iloc[0]
+    stopped = first_run.iloc[-1]
     assert stopped["status"] == "cancelled" and "SIGTERM" in stopped["error"]
-    again = rows[rows["run_id"] == second_run]
-    assert again["status"].eq("ok").all()
-    train = again[again["measurement"] == "train"].iloc[0]
-    assert train["resumed_from_epoch"] >= 1 and again[again["measurement"] == "epoch"]["epoch"].min() > 1
-    assert set(rows[rows["measurement"] == "epoch"]["epoch"]) == set(range(1, epochs + 1))
-    record = RunRecord.read(job_dirs(newest_sweep(work))[0])
+    epochs_run = pd.concat([first_run, rows])
+    assert set(epochs_run[epochs_run["measurement"] == "epoch"]["epoch"]) == set(range(1, epochs + 1))
+    record = RunRecord.read(job_dir)
     assert record.outcome == "ok" and record.complete and record.error == "" and record.rows == len(rows)
 
 
@@ -309,7 +333,7 @@ def test_a_requeued_point_runs_again_from_its_checkpoint_and_the_sweep_waits_for
     [(preempt, "cancelled", "preempted by a higher-priority job"), (fail_node, "error", "its node failed")],
     ids=["preempted", "node"],
 )
-def test_a_point_slurm_ends_without_requeue_is_a_row_saying_why(work, cause, status, words):
+def test_a_point_slurm_ends_without_requeue_is_a_row_saying_why(work, cause, status, words, nodes_come_back):
     """With sbatch --no-requeue a preemption or a node failure ends the job: the job wrote
     `cancelled` on the SIGTERM it got, but SLURM knows why, and the point says so."""
     if cause is preempt and not nodes_of("urgent"):

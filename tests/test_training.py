@@ -199,6 +199,7 @@ def test_a_stopped_helper_node_writes_nothing_in_the_job_dir_it_shares(work):
     deadline = time.time() + 120
     while time.time() < deadline and not list(work.glob("outputs/runs/*/workers")):
         time.sleep(0.2)  # until it waits at the rendezvous
+    assert list(work.glob("outputs/runs/*/workers")), "the helper never reached its rendezvous"
     helper.send_signal(signal.SIGTERM)
     out = helper.communicate(timeout=120)[0]
     assert helper.returncode == 130, out

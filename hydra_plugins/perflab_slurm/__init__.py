@@ -84,15 +84,17 @@ class PerflabSlurmLauncher(BaseSubmititLauncher):
             submitted = [point for point in points if point.job is not None]
             print(f"perflab: interrupted: cancelled the {len(submitted)} SLURM job(s) of this sweep", file=sys.stderr)
             slurm.wait(points, within_s=30)
+            history = slurm.histories([point.job_id for point in points if point.job is not None])
             for point in points:
                 point.job_dir.mkdir(parents=True, exist_ok=True)
-                slurm.settle(point, identities[point.num])
+                slurm.settle(point, identities[point.num], history.get(point.job_id, []))
             raise
         returns = []
+        history = slurm.histories([point.job_id for point in points if point.job is not None])
         for point in points:
             point.job_dir.mkdir(parents=True, exist_ok=True)
             result = JobReturn(overrides=point.overrides, status=JobStatus.COMPLETED)
-            result.return_value = slurm.settle(point, identities[point.num])
+            result.return_value = slurm.settle(point, identities[point.num], history.get(point.job_id, []))
             returns.append(result)
         return returns
 
