@@ -155,15 +155,22 @@ class Holder:
 
 
 class Claim:
-    """A held claim on a sweep point; a thread refreshes its mtime until ``release()``."""
+    """A held claim on a sweep point; a thread refreshes its mtime until ``release()``. A claim
+    that another process took over (it thought this one gone) is left to that process."""
 
-    def __init__(self, path: Path, beat_s: float) -> None:
-        self.path, self._stop = path, threading.Event()
+    def __init__(self, path: Path, body: bytes, beat_s: float) -> None:
+        self.path, self.body, self._stop = path, body, threading.Event()
         self._thread = threading.Thread(target=self._beat, args=(beat_s,), daemon=True, name="perflab-claim")
         self._thread.start()
 
+    def _mine(self) -> bool:
+        try:
+            return self.path.read_bytes() == self.body
+        except OSError:
+            return False
+
     def _beat(self, every: float) -> None:
-        while not self._stop.wait(every):
+        while not self._stop.wait(every) and self._mine():
             try:
                 os.utime(self.path)
             except OSError:
@@ -171,7 +178,8 @@ class Claim:
 
     def release(self) -> None:
         self._stop.set()
-        self.path.unlink(missing_ok=True)
+        if self._mine():
+            self.path.unlink(missing_ok=True)
 
 
 def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim | Holder:
@@ -204,7 +212,7 @@ def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim 
             continue
         with os.fdopen(fd, "wb") as f:
             f.write(body)
-        return Claim(path, beat_s=max(1.0, min(30.0, stale_s / 4)))
+        return Claim(path, body, beat_s=max(1.0, min(30.0, stale_s / 4)))
     return _holder(path) or Holder("?", 0, "?", 0.0)
 
 

@@ -385,3 +385,41 @@ def test_a_peaks_file_of_the_wrong_layout_is_refused_to_its_writer_and_ignored_b
         Peaks.open(path, will_write=True)
     assert Peaks.open(path, will_write=False).lookup("CPU", "matmul_float32") is None  # no pct_of_peak, no crash
     assert problem in caplog.text and path.read_text() == content
+
+
+def test_releasing_a_claim_that_was_taken_over_leaves_the_new_holders_claim(tmp_path):
+    """A holder thought gone (no heartbeat: a stalled node) comes back and finishes: the
+    process that took its claim over still holds the point."""
+    stalled = store.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+    path = tmp_path / ".perflab" / "claims" / "h.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "host": "elsewhere"}))  # not checkable here
+    os.utime(path, (time.time() - 120, time.time() - 120))  # silent for 2 min
+    taker = store.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
+    assert isinstance(stalled, store.Claim) and isinstance(taker, store.Claim)
+    stalled.release()
+    assert json.loads(path.read_text())["run_dir"] == str(tmp_path / "b")
+    taker.release()
+    assert not path.exists()
+
+
+def test_a_requeued_slurm_job_keeps_one_run_in_its_run_dir(cli, work, monkeypatch):
+    """SLURM runs a requeued job again in the run dir its earlier run wrote: an earlier run that
+    finished stands (nothing measured twice); one that did not is set aside in .requeued/."""
+    args = ("+experiment=quick/matmul", "bench.min_time_s=0", "hydra.run.dir=run")
+    cli(*args)
+    run_dir = work / "run"
+    first = RunRecord.read(run_dir)
+    first_rows = (run_dir / "results.csv").read_text()
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    cli(*args)
+    assert (run_dir / "results.csv").read_text() == first_rows and not (run_dir / ".requeued").exists()
+
+    first.outcome, first.complete = "cancelled", False  # as if SLURM had preempted it part-way
+    first.save(run_dir)
+    cli(*args)
+    earlier = run_dir / ".requeued" / first.run_id
+    assert (earlier / "results.csv").read_text() == first_rows and RunRecord.read(earlier).outcome == "cancelled"
+    again = RunRecord.read(run_dir)
+    assert again.complete and again.run_id != first.run_id
+    assert first.run_id not in (run_dir / "results.csv").read_text()
