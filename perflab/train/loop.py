@@ -209,9 +209,9 @@ class Trainer:
         for e in range(self.start, self.t.epochs):
             result = self.run_epoch(e)
             epochs.append(result)
-            self.save_checkpoint(e + 1)
-            if self.rank == 0:
+            if self.rank == 0:  # the row first: stopped before the checkpoint, the resumed run redoes the epoch
                 self.record_epoch(result)
+            self.save_checkpoint(e + 1)
             if result.first_bad_step is not None:
                 return  # diverged: the epoch's error row says where; no summary of a broken run
         if self.rank == 0:
