@@ -122,7 +122,7 @@ class RunWriter:
     def add(
         self, row: Mapping[str, Any], samples: Sequence[float] = (), warmup: Sequence[float] = ()
     ) -> dict[str, Any]:
-        """Store ``row``; its ``row_id`` is ``<run_id>#<n>``, n counting this job's rows."""
+        """Store ``row``; its ``row_id`` is ``<run_id>#<n>``, n counting the run dir's rows (unique in it)."""
         rows = self.rows
         row = {"row_id": f"{row['run_id']}#{len(rows) + 1}", **row}
         rows.append(row)
