@@ -45,7 +45,8 @@ def on_stop_signals() -> Iterator[None]:
     def handler(signum: int, frame: object) -> None:
         status, why = SIGNALS[signal.Signals(signum)]
         _received.append(Stopped(status, why))
-        raise _received[-1]
+        if len(_received) == 1:  # a second signal (SLURM may send two) must not cut the stop's own row
+            raise _received[-1]
 
     _received.clear()
     previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
