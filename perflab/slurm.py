@@ -277,15 +277,18 @@ def wait(points: list[Point], within_s: float | None = None) -> bool:
     longer holds it: a preempted or node-failed job that SLURM requeued runs again, though its
     first run already left a result. A job that SLURM will never start, or holds for good, is
     cancelled, and its point gets the reason. While squeue cannot answer, every job waits (for
-    BLIND_S at most; then submitit's word that a job is done is enough)."""
+    BLIND_S at most). submitit's own word is not asked: it takes PREEMPTED for "will run again"."""
     pending = [p for p in points if p.job is not None]
     blind_since: float | None = None
     deadline = time.monotonic() + within_s if within_s is not None else math.inf
     while pending:
         queued = in_queue([p.job_id for p in pending])
         blind_since = None if queued is not None else blind_since or time.monotonic()
-        if blind_since is None or time.monotonic() - blind_since > BLIND_S:
-            pending = [p for p in pending if p.job_id in (queued or {}) or not p.job.done()]
+        if blind_since is not None and time.monotonic() - blind_since > BLIND_S:
+            log.warning("squeue has not answered for %.0f s: the sweep ends with what sacct says", BLIND_S)
+            return True
+        if queued is not None:  # SLURM holds a job until it has ended for good
+            pending = [p for p in pending if p.job_id in queued]
         for p in pending:
             state, reason = (queued or {}).get(p.job_id, ("", ""))
             never = state == "PD" and reason.startswith(NEVER)
@@ -354,13 +357,15 @@ def outcome(point: Point, state: str) -> tuple[str, str]:
         return "skipped", point.never
     if state in SLURM_KNOWS_BETTER:
         return STATES[state]
-    try:
-        point.job.result()
-        return "", ""
-    except Exception as err:
-        state = state if state in STATES else str(point.job.state).split()[0].upper()
-        status, words = STATES.get(state, ("error", f"the job ended {state}: {str(err).splitlines()[0][:200]}"))
-        return status, words
+    detail = "it left no result"
+    if point.job.done():  # else result() would wait for ever
+        try:
+            point.job.result()
+            return "", ""
+        except Exception as err:
+            detail = str(err).splitlines()[0][:200]
+    state = state if state in STATES else state or str(point.job.state).split()[0].upper()
+    return STATES.get(state, ("error", f"the job ended {state}: {detail}"))
 
 
 def histories(job_ids: Sequence[str]) -> dict[str, list[list[str]]]:
