@@ -23,9 +23,11 @@ FAKE_GPUS=${FAKE_GPUS:-0}
 MULTINODE=${MULTINODE:-1}
 NET=${NET:-10.77.0}  # the bridge's /24 for the multi partition: .1 this machine, .2 n1, .3 n2
 DBPORT=${DBPORT:-3306}
-PKGS="slurmctld slurmd slurm-client munge slurmdbd mariadb-server iproute2"
+PKGS="slurmctld slurmd slurm-client munge slurmdbd mariadb-server"
 dpkg -s $PKGS >/dev/null 2>&1 || { apt-get update -qq &&
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $PKGS >/dev/null; }
+# iproute2 for the multi partition only: without it, one node and no multi partition
+command -v ip >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 >/dev/null || true
 
 mkdir -p "$T"/{etc,state,spool,run,log}
 chmod 755 "$T"  # mysql must be able to traverse it
@@ -84,8 +86,9 @@ until_ok grep -q "slurmdbd version .* started" "$T/log/slurmdbd.log"
 # the multi partition's network: a bridge here, a veth into each node's namespace
 CTLD_ADDR=127.0.0.1 MULTI_NODES=""
 multinode_net() {
-  ip link add plab0 type bridge && ip addr add "$NET.1/24" dev plab0 && ip link set plab0 up || return 1
+  ip link add plab0 type bridge || return 1
   echo "link plab0" > "$T/run/net"
+  ip addr add "$NET.1/24" dev plab0 && ip link set plab0 up || return 1
   local i
   for i in 1 2; do
     ip netns add "perflab-n$i" && echo "netns perflab-n$i" >> "$T/run/net" || return 1
@@ -97,7 +100,8 @@ multinode_net() {
   printf '127.0.0.1 localhost\n%s.1 %s\n%s.2 n1\n%s.3 n2\n' "$NET" "$H" "$NET" "$NET" > "$T/etc/hosts.multi"
 }
 if [ "$MULTINODE" = 1 ]; then
-  if [ -f "$T/run/net.ok" ] || { T=$T bash "$(dirname "$0")/net-down.sh" >/dev/null; multinode_net 2> "$T/log/net.err"; }; then
+  net_ok() { [ -f "$T/run/net.ok" ] && [ -e /run/netns/perflab-n1 ] && [ -e /run/netns/perflab-n2 ] && ip link show plab0 >/dev/null 2>&1; }
+  if net_ok || { T=$T bash "$(dirname "$0")/net-down.sh" >/dev/null; multinode_net 2> "$T/log/net.err"; }; then
     touch "$T/run/net.ok"
     CTLD_ADDR=$NET.1 MULTI_NODES=1
   else
@@ -162,6 +166,13 @@ if [ -n "$MULTI_NODES" ]; then
       "hostname $n && mount --bind $T/etc/hosts.multi /etc/hosts && exec /usr/sbin/slurmd -D"
   done
 fi
-for _ in $(seq 100); do [ -z "$(sinfo -h -N -o %T | grep -vx idle)" ] && break; sleep 0.3; done
+for _ in $(seq 100); do  # until every node is idle
+  states=$(sinfo -h -N -o %T)
+  [ -n "$states" ] && [ -z "$(echo "$states" | grep -vx idle)" ] && break
+  sleep 0.3
+done
 sinfo
+if [ -n "$MULTI_NODES" ] && [ "$(sinfo -h -N -p multi -t idle -o %N | sort -u | wc -l)" -lt 2 ]; then
+  echo "up: no multi partition (n1/n2 did not register: see $T/log/slurmd.n1.log)" >&2
+fi
 echo "up: . $T/env.sh   (stop: T=$T bash tools/cluster/down.sh)"
