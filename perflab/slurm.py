@@ -171,7 +171,7 @@ class Point:
     need: Resources
     job_dir: Path
     job: Any = None
-    never: str = ""  # why it was not run: bigger than any node, or SLURM would never start it
+    verdict: tuple[str, str] | None = None  # (status, why) of a point the sweep ended itself
 
     @property
     def job_id(self) -> str:
@@ -204,11 +204,20 @@ def submit(launcher: Any, points: list[Point], base: dict[str, Any], folder: str
     import submitit
     from hydra.core.singleton import Singleton
 
+    extra = base.get("slurm_additional_parameters") or {}
+    for key in ("clusters", "M"):
+        if key in extra:  # squeue and sacct would look on the default cluster, where the jobs are not
+            raise ConfigError(
+                f"hydra.launcher.additional_parameters.{key}",
+                extra[key],
+                "no other cluster: run the sweep on that cluster's own login node",
+                problem="perflab follows its jobs on the default cluster",
+            )
     shapes: dict[Resources, list[Point]] = {}
     node = largest_node(base.get("slurm_partition"))
     for p in points:
         if node is not None and not node.fits(p.need):
-            p.never = f"needs {p.need} per node; the partition's largest node has {node}"
+            p.verdict = ("skipped", f"needs {p.need} per node; the partition's largest node has {node}")
             continue
         shapes.setdefault(p.need, []).append(p)
     for need, group in shapes.items():
@@ -252,50 +261,59 @@ def refusal(err: Exception, base: dict[str, Any]) -> ConfigError:
 
 
 # Why a job pends that SLURM will never start: say so and cancel it rather than wait forever.
+# (A per-job QOS or association limit never clears; a per-user or per-account one does.)
 NEVER = (
     "PartitionConfig",
     "PartitionNodeLimit",
     "PartitionTimeLimit",
-    "QOSMax",
-    "AssocMax",
-    "MaxCpuPerAccount",
     "InvalidAccount",
     "InvalidQOS",
     "BadConstraints",
 )
 
 
-# Held jobs that nobody is going to release for a sweep: a requeued job whose launch failed,
-# an administrator's hold, a special exit. (A user's own `scontrol hold` is waited out.)
-HELD_STATES = ("RH", "SE")
-HELD_REASONS = ("launch failed requeued held", "JobHeldAdmin")
-BLIND_S = 300.0
+def never_starts(reason: str) -> bool:
+    return reason.startswith(NEVER) or (reason.startswith(("QOSMax", "AssocMax")) and "PerJob" in reason)
+
+
+# Held jobs that nobody is going to release: a requeued job whose launch failed, a special
+# exit. (A user's own `scontrol hold` and an administrator's are waited out.)
+HELD = ("RH", "SE")
+HELD_REASONS = ("launch failed requeued held",)
+BLIND_S = 300.0  # how long squeue may fail to answer before the sweep gives up its jobs
 
 
 def wait(points: list[Point], within_s: float | None = None) -> bool:
     """Until every job has ended (or ``within_s`` passed: False). A job has ended when SLURM no
     longer holds it: a preempted or node-failed job that SLURM requeued runs again, though its
-    first run already left a result. A job that SLURM will never start, or holds for good, is
-    cancelled, and its point gets the reason. While squeue cannot answer, every job waits (for
-    BLIND_S at most). submitit's own word is not asked: it takes PREEMPTED for "will run again"."""
+    first run already left a result (submitit's own word is not asked: it takes PREEMPTED for
+    "runs again" even where SLURM will not requeue). A job SLURM will never start or holds for
+    good, or all of them once squeue has not answered for BLIND_S, is cancelled, and its point
+    gets the reason."""
     pending = [p for p in points if p.job is not None]
     blind_since: float | None = None
     deadline = time.monotonic() + within_s if within_s is not None else math.inf
     while pending:
         queued = in_queue([p.job_id for p in pending])
-        blind_since = None if queued is not None else blind_since or time.monotonic()
-        if blind_since is not None and time.monotonic() - blind_since > BLIND_S:
-            log.warning("squeue has not answered for %.0f s: the sweep ends with what sacct says", BLIND_S)
-            return True
-        if queued is not None:  # SLURM holds a job until it has ended for good
-            pending = [p for p in pending if p.job_id in queued]
+        if queued is None:
+            blind_since = blind_since or time.monotonic()
+            if time.monotonic() - blind_since > BLIND_S:
+                for p in pending:
+                    p.verdict = ("error", f"squeue did not answer for {BLIND_S:.0f} s: the sweep cancelled it")
+                cancel(pending)
+                return True
+        else:
+            blind_since = None
+            pending = [p for p in pending if p.job_id in queued]  # SLURM holds a job until it has ended
         for p in pending:
             state, reason = (queued or {}).get(p.job_id, ("", ""))
-            never = state == "PD" and reason.startswith(NEVER)
-            if never or state in HELD_STATES or reason.startswith(HELD_REASONS):
-                held = "will never start" if never else "holds"
-                p.never = f"SLURM {held} it here ({reason or state}): it asks for {p.need}"
-                p.job.cancel(check=False)
+            if state == "PD" and never_starts(reason):
+                p.verdict = ("skipped", f"SLURM will never start it here ({reason}): it asks for {p.need}")
+            elif state in HELD or reason.startswith(HELD_REASONS):
+                p.verdict = ("error", f"SLURM held it ({reason or state}); the sweep cancelled it")
+            else:
+                continue
+            p.job.cancel(check=False)
         if pending:
             if time.monotonic() > deadline:
                 return False
@@ -350,49 +368,77 @@ def final_state(run: Sequence[str]) -> str:
     return next((s for s in FINAL if s in run), "")
 
 
-def outcome(point: Point, state: str) -> tuple[str, str]:
-    """(status, words) of a job that did not come back with a result, or that SLURM ended for
-    a reason the job could not see ("" if neither). ``state``: the final state of its last run."""
-    if point.never:
-        return "skipped", point.never
-    if state in SLURM_KNOWS_BETTER:
+def verdict(point: Point, state: str, spoke: str) -> tuple[str, str] | None:
+    """(status, why) for the row the sweep writes for a point, or None where the job's own
+    record stands. ``state``: the final state of its last run; ``spoke``: the outcome the job
+    recorded itself ("" if it never did: killed, or it ended without a word)."""
+    if point.verdict is not None:
+        return point.verdict
+    if state in SLURM_KNOWS_BETTER and spoke in ("", "cancelled"):
+        return STATES[state]  # its own `cancelled` row saw only the SIGTERM of it
+    if spoke:
+        return None
+    if state in STATES:
         return STATES[state]
-    detail = "it left no result"
-    if point.job.done():  # else result() would wait for ever
-        try:
-            point.job.result()
-            return "", ""
-        except Exception as err:
-            detail = str(err).splitlines()[0][:200]
-    state = state if state in STATES else state or str(point.job.state).split()[0].upper()
-    return STATES.get(state, ("error", f"the job ended {state}: {detail}"))
+    if state == "COMPLETED":
+        return "error", "the job ended without writing its result"
+    # sacct cannot say: ask submitit (a job that is not done would have result() wait for ever)
+    if not point.job.done():
+        return "error", f"the job had not ended when the sweep did ({point.job.state})"
+    try:
+        point.job.result()
+    except Exception as err:
+        return "error", f"the job failed: {str(err).splitlines()[0][:200]}"
+    return "error", "the job ended without writing its result"
 
 
 def histories(job_ids: Sequence[str]) -> dict[str, list[list[str]]]:
     """Per job id: the states of each run of the job, oldest first, each run its own state
     then its steps' (a job may say FAILED where a step says OUT_OF_MEMORY); more than one run
     where SLURM requeued it. One sacct call for all jobs, repeated for up to SETTLE_S while
-    some job's last run is not yet final there; {} for a job sacct cannot tell of."""
+    sacct (slurmdbd lags behind the controller) lacks a job or its last run is not final;
+    a job sacct cannot tell of is left out."""
     deadline = time.monotonic() + SETTLE_S
     found: dict[str, list[list[str]]] = {}
     while job_ids:
         out = query(["sacct", "-D", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)])
-        found = {}
-        for line in (out or "").splitlines():
-            step, _, state = line.partition("|")
-            if not state.strip():
-                continue
-            job_id, dot, _ = step.partition(".")
-            state = state.split()[0].rstrip("+").upper()
-            if not dot:
-                found.setdefault(job_id, []).append([state])
-            elif found.get(job_id):
-                found[job_id][-1].append(state)
-        settled = all(final_state(found[j][-1]) for j in job_ids if found.get(j))
-        if out is None or settled or time.monotonic() > deadline:
+        if out is not None:
+            found = parse_sacct(out)
+        settled = all(found.get(j) and final_state(found[j][-1]) for j in job_ids)
+        if settled or time.monotonic() > deadline:
             break
         time.sleep(POLL_S)
     return found
+
+
+def parse_sacct(out: str) -> dict[str, list[list[str]]]:
+    """``sacct -D -n -P -o JobID,State`` -> {job id: [[job state, step states...] per run]}.
+    Array tasks that never started come as one line for a range (``9_[2-5%2]``): each gets it."""
+    found: dict[str, list[list[str]]] = {}
+    for line in out.splitlines():
+        step, _, state = line.partition("|")
+        if not state.strip():
+            continue
+        job_id, dot, _ = step.partition(".")
+        state = state.split()[0].rstrip("+").upper()
+        for one in array_tasks(job_id):
+            if not dot:
+                found.setdefault(one, []).append([state])
+            elif found.get(one):
+                found[one][-1].append(state)
+    return found
+
+
+def array_tasks(job_id: str) -> list[str]:
+    """``9_[2-4,7%2]`` -> 9_2, 9_3, 9_4, 9_7; any other id as it is."""
+    ranged = re.fullmatch(r"(\d+)_\[([\d,-]+)(?:%\d+)?\]", job_id)
+    if not ranged:
+        return [job_id]
+    tasks = []
+    for part in ranged.group(2).split(","):
+        first, _, last = part.partition("-")
+        tasks += [f"{ranged.group(1)}_{i}" for i in range(int(first), int(last or first) + 1)]
+    return tasks
 
 
 def settle(point: Point, identity: dict[str, Any], history: Sequence[Sequence[str]] = ()) -> str:
@@ -401,19 +447,16 @@ def settle(point: Point, identity: dict[str, Any], history: Sequence[Sequence[st
     from perflab.rundir import RunRecord, RunWriter
 
     record = RunRecord.read(point.job_dir)
+    spoke = record.outcome if record is not None and record.outcome != "running" else ""
     state = final_state(history[-1]) if history else ""
-    status, words = outcome(point, state)
     log_file = str(point.job.paths.stderr) if point.job is not None else ""
     if len(history) > 1:
         ended = "; ".join(STATES.get(final_state(run), ("", run[0].lower()))[1] for run in history[:-1])
         print(f"perflab: point {point.label}: SLURM requeued it ({ended}) and ran it again", file=sys.stderr)
-    if not status:
-        return record.outcome if record else "error"
-    # The job's own row stands (say, its own timeout), unless it only saw the SIGTERM of what
-    # SLURM knows better, or never wrote its end.
-    job_spoke = record is not None and record.outcome != "running"
-    if record is not None and job_spoke and (record.outcome != "cancelled" or state not in SLURM_KNOWS_BETTER):
-        return record.outcome
+    said = verdict(point, state, spoke)
+    if said is None:
+        return spoke
+    status, words = said
     error = f"{words} (log: {log_file})" if log_file else words
     if not (point.job_dir / ".hydra" / "overrides.yaml").is_file():  # a point never submitted: say what it was
         from omegaconf import OmegaConf
