@@ -23,7 +23,7 @@ from perflab.registry import Experiment
 from perflab.rows import RESULTS
 from perflab.rundir import RunRecord, RunWriter
 from perflab.schema import PerflabConfig
-from perflab.stop import Stopped, on_stop_signals, raise_if_stopped
+from perflab.stop import Stopped, on_stop_signals, raise_if_stopped, stop_signals_held
 from perflab.table import job_table
 
 log = logging.getLogger("perflab")
@@ -70,12 +70,14 @@ def run(
     outcome, interrupted = "ok", None
 
     def job_row(status: str, error: str) -> None:
-        """The job's own row. A helper node (no rank 0) writes nothing in the job dir it shares
-        with the node that has rank 0: what stopped it is in its own log."""
-        if place.helper:
-            log.error("helper node %s: %s: %s", identity.get("hostname", ""), status, error)
-        else:
-            ctx.record("job", status=status, error=error)
+        """The job's own row, which a further stop signal does not cut short. A helper node (no
+        rank 0) writes nothing in the job dir it shares with the node that has rank 0: what
+        stopped it is in its own log."""
+        with stop_signals_held():
+            if place.helper:
+                log.error("helper node %s: %s: %s", identity.get("hostname", ""), status, error)
+            else:
+                ctx.record("job", status=status, error=error)
 
     with on_stop_signals():
         try:
@@ -111,7 +113,9 @@ def run(
                 (place.run_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
                 log.error("%s: %s (traceback: %s)", type(exc).__name__, first_line(exc), place.run_dir / "error.txt")
             job_row(outcome, f"{type(exc).__name__}: {first_line(exc)}")
-    rows = writer.rows
+    # This run's rows: not another writer's in the same dir (the sweep's own row for a job that
+    # it thought lost, the rows of a stalled earlier run of a requeued SLURM job).
+    rows = [row for row in writer.rows if row.get("run_id") == record.run_id]
     if place.helper or (outcome == "ok" and not rows):
         # A node of a multi-node run whose workers hold no rank 0: the node with it records the
         # point (under SLURM, in this same job dir, which stays).

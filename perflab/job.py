@@ -32,7 +32,7 @@ from perflab import files, registry, store
 from perflab.errors import ConfigError
 from perflab.peaks import Peaks
 from perflab.rows import RESULTS, flatten
-from perflab.rundir import RunRecord, RunWriter, rows_of, set_aside_earlier_run
+from perflab.rundir import EARLIER_RUNS, RunRecord, RunWriter, rows_of, set_aside_earlier_run
 from perflab.schema import PerflabConfig, config_hash, resolve_all, validate
 
 log = logging.getLogger("perflab")
@@ -221,9 +221,13 @@ def record_time() -> str:
 
 
 def discard(run_dir: Path, also_record: bool = False) -> None:
-    """Remove the folder of a job that wrote nothing, so no empty run misleads."""
+    """Remove the folder of a job that wrote nothing, so no empty run misleads (its record
+    alone where the folder also keeps the runs of a requeued SLURM job: .requeued/)."""
     nothing = not (run_dir / RESULTS).exists() and (also_record or not (run_dir / "run.json").exists())
-    if run_dir.is_dir() and nothing:
+    if (run_dir / EARLIER_RUNS).is_dir():
+        if nothing:
+            (run_dir / "run.json").unlink(missing_ok=True)
+    elif run_dir.is_dir() and nothing:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 

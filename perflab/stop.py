@@ -45,7 +45,7 @@ def on_stop_signals() -> Iterator[None]:
     def handler(signum: int, frame: object) -> None:
         status, why = SIGNALS[signal.Signals(signum)]
         _received.append(Stopped(status, why))
-        if len(_received) == 1:  # a second signal (SLURM may send two) must not cut the stop's own row
+        if not _held:
             raise _received[-1]
 
     _received.clear()
@@ -56,6 +56,20 @@ def on_stop_signals() -> Iterator[None]:
         for sig, old in previous.items():
             signal.signal(sig, old)
         _received.clear()
+
+
+_held: list[bool] = []
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Within the block (the stop's own row being written), a stop signal is kept, not raised:
+    SLURM may send a preempted job's SIGTERM twice."""
+    _held.append(True)
+    try:
+        yield
+    finally:
+        _held.pop()
 
 
 def raise_if_stopped() -> None:

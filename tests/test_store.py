@@ -423,3 +423,25 @@ def test_a_requeued_slurm_job_keeps_one_run_in_its_run_dir(cli, work, monkeypatc
     again = RunRecord.read(run_dir)
     assert again.complete and again.run_id != first.run_id
     assert first.run_id not in (run_dir / "results.csv").read_text()
+
+
+def test_a_run_judges_only_its_own_rows_in_a_run_dir_it_shares(cli, work):
+    """A run dir may hold another writer's rows (a re-run into a fixed hydra.run.dir, the sweep's
+    row for a job it thought lost): they do not make this run an error."""
+    RunWriter(work / "run", samples=False).add({"run_id": "older", "measurement": "job", "status": "error"})
+    cli("+experiment=quick/matmul", "bench.min_time_s=0", "hydra.run.dir=run")
+    record = RunRecord.read(work / "run")
+    assert record.outcome == "ok" and record.complete and record.error == ""
+    assert len(RunWriter(work / "run").rows) == record.rows + 1
+
+
+def test_discarding_an_empty_run_keeps_the_runs_a_requeued_job_set_aside(tmp_path):
+    from perflab.job import discard
+    from perflab.rundir import EARLIER_RUNS
+
+    earlier = tmp_path / EARLIER_RUNS / "first"
+    earlier.mkdir(parents=True)
+    (earlier / "results.csv").write_text("row_id\n")
+    RunRecord(run_id="second", experiment="matmul", config_hash="h").save(tmp_path)
+    discard(tmp_path, also_record=True)
+    assert (earlier / "results.csv").is_file() and RunRecord.read(tmp_path) is None
