@@ -87,7 +87,7 @@ until_ok grep -q "slurmdbd version .* started" "$T/log/slurmdbd.log"
 CTLD_ADDR=127.0.0.1 MULTI_NODES=""
 multinode_net() {
   ip link add plab0 type bridge || return 1
-  echo "link plab0" > "$T/run/net"
+  echo "link plab0" >> "$T/run/net"  # after what net-down.sh could not remove, if anything
   ip addr add "$NET.1/24" dev plab0 && ip link set plab0 up || return 1
   local i
   for i in 1 2; do
@@ -167,7 +167,7 @@ if [ -n "$MULTI_NODES" ]; then
   done
 fi
 for _ in $(seq 100); do  # until every node is idle
-  states=$(sinfo -h -N -o %T)
+  states=$(sinfo -h -N -o %T) || states=""
   [ -n "$states" ] && [ -z "$(echo "$states" | grep -vx idle)" ] && break
   sleep 0.3
 done
