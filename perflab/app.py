@@ -8,8 +8,11 @@ lists the experiments; neither that, ``--help`` nor a config mistake imports tor
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -43,6 +46,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args:
         print(registry.listing())
         return 0
+    if args[0] in ("--version", "-V"):
+        print(version_line())
+        return 0
+    if args[0] in SUBCOMMANDS:
+        return int(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]) or 0)
+    args = [_with_plus(a) for a in args]
+    mistake = front_door_mistake(args)
+    if mistake:
+        return usage_error(mistake)
     if "--help" in args or "-h" in args:
         return help_text([a for a in args if a not in ("--help", "-h")])
     multirun = any(a in ("-m", "--multirun") for a in args)
@@ -75,11 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if isinstance(err, AssertionError) and not raised_by_omegaconf(err):
                 raise  # ours or a plugin's: a bug, not a user mistake
             sweep.discard_if_empty(session.sweep_dir)  # refused before any point ran
-            return usage_error(_absent_section(args) or one_line(err))
+            return usage_error(_absent_section(args) or _sweep_without_m(err) or one_line(err))
         except ValueError as err:
             if not _raised_by_hydra(err):
                 raise
-            return usage_error(str(err))  # a misuse of Hydra's own flags
+            return usage_error(_sweep_without_m(err) or str(err))  # a misuse of Hydra's own flags
         except OSError as err:
             if not _raised_by_hydra(err, anywhere=True):
                 raise
@@ -193,6 +205,102 @@ def output_error(err: OSError, args: Sequence[str]) -> str:
     except ConfigError as found:
         return found.line()
     return f"{key}={value}: cannot create {err.filename} ({err.strerror}); allowed: a folder you can write to"
+
+
+# ``perflab NAME ...``: the commands beside running a job (each also ``python -m perflab.NAME``).
+SUBCOMMANDS = {
+    "compare": "perflab.compare",
+    "results": "perflab.results",
+    "report": "perflab.report",
+}
+# Hydra's own flags that take the next word as their value.
+FLAGS_WITH_VALUE = (
+    *("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--cfg", "-c"),
+    *("--package", "-p", "--info", "-i", "--experimental-rerun"),
+)
+
+
+def version_line() -> str:
+    """perflab's version and the torch beside it, read from package metadata (no torch import)."""
+    from importlib import metadata
+
+    from perflab import __version__
+
+    def of(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return f"perflab {__version__} (torch {of('torch')}, torchvision {of('torchvision')}, hydra {of('hydra-core')})"
+
+
+def _with_plus(arg: str) -> str:
+    """``experiment=NAME`` as lightning-hydra-template users type it: the same as ``+experiment=NAME``
+    (perflab's root config has no default experiment to override)."""
+    return "+" + arg if arg.startswith("experiment=") else arg
+
+
+def front_door_mistake(args: Sequence[str]) -> str | None:
+    """The line for what people type first and Hydra answers in its own words: a bare word (an
+    experiment's name, a command), ``+experiments=``, a misspelt preset."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in FLAGS_WITH_VALUE:
+            skip = True
+            continue
+        if arg.startswith("-") or "=" in arg:
+            continue
+        presets = preset_names()
+        if arg in presets:
+            return f"{arg}: an experiment is chosen with a key; allowed: perflab +experiment={arg}"
+        hint = _did_you_mean(arg, [*presets, *SUBCOMMANDS])
+        return (
+            f"{arg}: not a command or a key=value;{hint} allowed: perflab +experiment=NAME [key=value ...], "
+            f"perflab {'|'.join(SUBCOMMANDS)} ..., perflab --help"
+        )
+    keys = [arg.lstrip("+~").partition("=")[0] for arg in args if "=" in arg and not arg.startswith("-")]
+    for arg in args:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key == "experiment" and value and value not in preset_names():
+            hint, names = _did_you_mean(value, preset_names()), ", ".join(registry.presets())
+            return f"experiment={value}: unknown experiment;{hint} allowed: {names} (and quick/NAME)"
+    if "experiment" not in keys:
+        from dataclasses import fields
+
+        from perflab.errors import unknown_key
+        from perflab.schema import PerflabConfig
+
+        known = [f.name for f in fields(PerflabConfig)]
+        for arg in args:
+            key = arg.lstrip("+~").partition("=")[0]
+            if "=" in arg and not arg.startswith("-") and key.split(".")[0] not in (*known, "hydra", "launcher"):
+                return unknown_key(key, arg.partition("=")[2], known).line()
+        if any(k.split(".")[0] not in ("hydra", "launcher") for k in keys):
+            return "experiment: missing; allowed: +experiment=NAME before the other keys (perflab lists the names)"
+    return None
+
+
+def preset_names() -> list[str]:
+    """Every ``+experiment=`` choice: the presets and their ``quick/`` variants."""
+    quick = sorted(p.stem for p in (registry.config_dir() / "experiment" / "quick").glob("*.yaml"))
+    return [*registry.presets(), *(f"quick/{q}" for q in quick)]
+
+
+def _did_you_mean(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" did you mean {close[0]}?" if close else ""
+
+
+def _sweep_without_m(err: BaseException) -> str | None:
+    """``key=a,b`` without ``-m``: a sweep asked of a single run (Hydra: "Ambiguous value")."""
+    found = re.search(r"Ambiguous value for argument '([^']+)'", str(err))
+    if not found:
+        return None
+    return f"{found.group(1)}: several values make a sweep; allowed: add -m (perflab -m ...), or give one value"
 
 
 def usage_error(line: str) -> int:

@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from perflab import files, registry, store
+from perflab import files, install, registry, store
 from perflab.errors import ConfigError
 from perflab.peaks import Peaks
 from perflab.rows import RESULTS, flatten
@@ -149,6 +149,7 @@ def execute(cfg: DictConfig, place: Place) -> Result:
 
 def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
     """The typed config, its experiment, and every path the job will write: before any work."""
+    install.check_torch_pair()
     name = cfg.experiment.get("name") if "experiment" in cfg else None
     if name not in registry.names():
         raise ConfigError("experiment", name, ", ".join(registry.presets()), problem="unknown experiment")

@@ -96,7 +96,10 @@ def test_async_compute_says_cpu_ops_are_synchronous(work):
 @pytest.mark.parametrize(
     "args, line",
     [
-        (["+experiment=nope"], "experiment=nope: unknown experiment; allowed: " + ", ".join(registry.presets())),
+        (
+            ["+experiment=nope"],
+            "experiment=nope: unknown experiment; allowed: " + ", ".join(registry.presets()) + " (and quick/NAME)",
+        ),
         (["+experiment=matmul", "experiment.size=-5"], "experiment.size=-5: allowed: an integer >= 1"),
         (
             ["+experiment=matmul", "experiment.sise=5"],
@@ -279,3 +282,72 @@ def test_output_to_a_closed_pipe_is_clean(work):
 def test_library_warnings_stay_out_of_the_terminal(work):
     proc = run_subprocess("+experiment=quick/compile", "experiment.modes=[eager,torchscript]", *FAST, cwd=work)
     assert "Warning" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["quick/matmul"],
+            "quick/matmul: an experiment is chosen with a key; allowed: perflab +experiment=quick/matmul",
+        ),
+        (
+            ["comapre", "outputs"],
+            "comapre: not a command or a key=value; did you mean compare? allowed: perflab +experiment=NAME "
+            "[key=value ...], perflab compare|results|report ..., perflab --help",
+        ),
+        (
+            ["+experiment=quick/matmull"],
+            "experiment=quick/matmull: unknown experiment; did you mean quick/matmul? allowed: "
+            + ", ".join(registry.presets())
+            + " (and quick/NAME)",
+        ),
+        (
+            ["+experiments=matmul"],
+            "experiments=matmul: unknown key; did you mean experiment?; allowed: the keys under the top level: "
+            "experiment, devices, bench, results, seed, model, data, strategy, trainer",
+        ),
+        (
+            ["bench.repeats=3"],
+            "experiment: missing; allowed: +experiment=NAME before the other keys (perflab lists the names)",
+        ),
+        (
+            ["+experiment=quick/matmul", "experiment.size=64,128"],
+            "experiment.size=64,128: several values make a sweep; allowed: add -m (perflab -m ...), or give one value",
+        ),
+    ],
+)
+def test_what_people_type_first_gets_one_line_saying_what_to_type(cli, work, args, line):
+    ran = cli(*args, rc=2)
+    assert ran.err.strip().splitlines() == [f"perflab: error: {line}"]
+    assert not (work / "outputs").exists()
+
+
+def test_experiment_without_plus_subcommands_version_and_short_ids(cli, work):
+    ran = cli("experiment=quick/matmul", *FAST)
+    run_dir = run_dirs(work)[0]
+    assert str(run_dir) in ran.out  # the job names its run dir, whose short id ...
+    short = run_dir.name.rpartition("_")[2]
+    shown = cli("results", "show", short)  # ... `perflab results show` accepts
+    assert load(run_dir)["run_id"].iloc[0] in shown.out
+    assert "quick/matmul" not in cli("results").err
+    assert "| experiment |" in cli("compare", "outputs").out
+    assert cli("--version").out.startswith(f"perflab {perflab.__version__} (torch ")
+
+
+def test_a_torchvision_not_built_for_the_installed_torch_is_one_line(monkeypatch):
+    from importlib import metadata
+
+    from perflab import install
+    from perflab.errors import ConfigError
+
+    versions = {"torch": "2.13.0", "torchvision": "0.29.1"}
+    monkeypatch.setattr(metadata, "version", lambda name: versions[name])
+    with pytest.raises(ConfigError) as refused:
+        install.check_torch_pair()
+    assert refused.value.line() == (
+        "torchvision=0.29.1: not built for the installed torch 2.13.0; allowed: torchvision 0.28.* beside torch "
+        "2.13.0 (pip install 'torchvision==0.28.*'), or the torch its release pairs with"
+    )
+    versions.update(torch="2.14.1+cpu")
+    install.check_torch_pair()  # a matching pair, local build tags aside
