@@ -11,9 +11,11 @@ one line are said to be pooled (and which keys differ). ``--baseline KEY=VALUE``
 speedup over that point and a significance test on the raw samples; a device count among the
 keys adds S(n) = throughput(n) / throughput(1 device) and E(n) = S(n) / n.
 
-Two trees: points matched by config and device; per point the change and its significance.
-``--fail-if-slower PCT`` exits 1 when any point is significantly slower by more than PCT %:
-a regression gate for CI.
+Two trees: points matched by config and device; per point the change, its significance (false
+discovery rate over all points: ``--alpha``) and one verdict of ``perflab.verdicts``: PASS,
+FAIL, INCONCLUSIVE (how many more repeats would do) or INCOMPARABLE (which machine identity
+fields differ; ``--allow-mixed`` judges them anyway). ``--fail-if-slower PCT`` sets the gate
+(default 10 %). Exit codes: 0 pass, 1 fail, 2 usage error, 3 could not judge.
 
 Ratio, speedup and the significance words all come from the same metric in its own
 direction: higher is better for rates (tested on per-sample rates), lower for times.
@@ -33,7 +35,8 @@ import pandas as pd
 
 from perflab import registry, schema
 from perflab.results import load
-from perflab.stats import Verdict, compare_samples
+from perflab.stats import ALPHA, Difference, compare_samples, detectable_change, fdr, repeats_needed
+from perflab.verdicts import DEFAULT_GATE_PCT, PASS_EXIT, UNJUDGED_EXIT, USAGE_EXIT, Verdict, exit_code, meaning
 
 RATES = {"items_per_s", "per_device_items_per_s", "tflops", "gbps", "bus_gbps"}  # work / median time
 HIGHER_IS_BETTER = RATES | {
@@ -315,9 +318,9 @@ def _against_baseline(out: pd.DataFrame, keys: list[str], metric: str, baseline:
     return out.assign(speedup_vs_baseline=speedups, significance=words)
 
 
-def _verdict(base: np.ndarray, new: np.ndarray, higher: bool, metric: str) -> Verdict:
+def _verdict(base: np.ndarray, new: np.ndarray, higher: bool, metric: str) -> Difference:
     if not len(base) or not len(new):
-        return Verdict(math.nan, math.nan, math.nan, math.nan, f"no raw samples of {metric} to test")
+        return Difference(math.nan, math.nan, math.nan, math.nan, f"no raw samples of {metric} to test")
     return compare_samples(base, new, higher_is_better=higher)
 
 
@@ -358,20 +361,27 @@ def ab(
     experiment: str | None = None,
     where: Sequence[str] = (),
     any_device: bool = False,
+    gate_pct: float = DEFAULT_GATE_PCT,
+    alpha: float = ALPHA,
+    allow_mixed: bool = False,
 ) -> pd.DataFrame:
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
-    of ``base``: metric, change, significance. ``df.attrs["notes"]`` lists unmatched points."""
+    of ``base``, with one verdict each (``perflab.verdicts``): PASS, FAIL, INCONCLUSIVE (with the
+    repeats that would do), INCOMPARABLE (the machine identity fields that differ; judged anyway
+    with ``allow_mixed``). ``gate_pct``: the slowdown a FAIL must exceed; ``alpha``: the false
+    discovery rate over all points (Benjamini-Hochberg). Points in one tree only are rows too,
+    ``change`` saying which. ``df.attrs["notes"]`` holds the lines worth showing."""
     a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
     b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
     samples = {**samples_by_row([base]), **samples_by_row([new])}
-    entries, notes = [], []
+    entries, notes, pooled = [], [], []
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
         pa = summary_rows(name, a[a["experiment"].astype("string") == name])
         pb = summary_rows(name, b[b["experiment"].astype("string") == name])
         m, note = metric_for(name, pd.concat([pa, pb]), metric)
         notes += [note] if note else []
         key_cols = sorted(set(identity_columns(pa)) | set(identity_columns(pb)))
-        match_on = ["measurement", *key_cols, *([] if any_device else ["device_name"])]
+        match_on = ["measurement", *key_cols, *([] if any_device else ["device"])]
         ga, gb = _points(pa, match_on), _points(pb, match_on)
         varying = [c for c in key_cols if pd.concat([pa, pb])[c].astype("string").nunique(dropna=False) > 1]
         for point in sorted(set(ga) | set(gb)):
@@ -383,7 +393,7 @@ def ab(
                 "metric": m,
             }
             if not any_device:
-                entry["device_name"] = label["device_name"]
+                entry["device"] = label["device"]
             if point not in ga or point not in gb:
                 entry["change"] = "only in " + ("new" if point not in ga else "base")
                 entries.append(entry)
@@ -391,31 +401,141 @@ def ab(
             ra, rb = ga[point], gb[point]
             va, vb = float(pd.to_numeric(ra[m]).median()), float(pd.to_numeric(rb[m]).median())
             higher = higher_is_better(m)
-            entry.update(base=va, new=vb)
-            verdict = _verdict(_pool(samples, ra, m), _pool(samples, rb, m), higher, m)
             speedup = (vb / va) if higher else (va / vb)
+            differ, unknown = identity_differences(ra, rb)
+            sa, sb = _pool(samples, ra, m), _pool(samples, rb, m)
+            test = _verdict(sa, sb, higher, m)
             entry.update(
+                base=va,
+                new=vb,
                 speedup=speedup,
                 change_pct=100 * (speedup - 1),
-                p_value=verdict.p_value,
-                significance=verdict.words,
-                significant=verdict.significant,
+                p_value=test.p_value,
+                identity="; ".join(differ),
+                _base_samples=sa,
+                _new_samples=sb,
+                _test=test,
             )
+            if unknown:
+                notes.append(f"{name} {label['measurement']}: identity not checked for {', '.join(unknown)}")
+            pooled.append(entry)
             entries.append(entry)
+    judge(pooled, gate_pct, alpha, allow_mixed)
     out = pd.DataFrame(entries)
-    if not out.empty and "base" not in out:
+    first = [c for c in AB_FIRST if c in out] + [c for c in out if c.startswith("cfg.")]
+    out = out[first + [c for c in out if c not in first]]
+    if out.empty or "verdict" not in out:
         others = "" if any_device else " (points matched on device too: --any-device compares across devices)"
         notes.append(f"no point is in both trees{others}")
-    out.attrs["notes"] = notes
+    out.attrs["notes"] = list(dict.fromkeys(notes))
+    out.attrs["gate_pct"], out.attrs["alpha"] = gate_pct, alpha
     return out
 
 
+AB_FIRST = ("experiment", "measurement", "device", "metric", "base", "new", "change_pct", "verdict", "why", "change")
+
+
+def identity_differences(base: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(``field: base vs new`` for each machine identity field (``environment.IDENTITY``) whose
+    values differ between the two sides' rows; fields one side did not record, unchecked)."""
+    from perflab.environment import IDENTITY
+
+    differ, unknown = [], []
+    for field in IDENTITY:
+        va, vb = _values(base, field), _values(new, field)
+        if not va and not vb:
+            continue
+        if not va or not vb:
+            unknown.append(field)
+        elif va != vb:
+            differ.append(f"{field}: {', '.join(sorted(va))} vs {', '.join(sorted(vb))}")
+    return differ, unknown
+
+
+def _values(rows: pd.DataFrame, column: str) -> set[str]:
+    if column not in rows:
+        return set()
+    return {_plain_text(v) for v in rows[column].dropna() if _plain_text(v)}
+
+
+def _plain_text(v: object) -> str:
+    """A cell as text, integers without '.0' (a column read as float in one tree, int in the other)."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v).strip()
+
+
+def judge(points: list[dict[str, Any]], gate_pct: float, alpha: float, allow_mixed: bool) -> None:
+    """Each matched point's verdict, in place (see perflab.verdicts): significance adjusted over
+    every judged point (Benjamini-Hochberg); detectability at the level a lone changed point must
+    meet under that adjustment, alpha / (number of points judged)."""
+    judged = [p for p in points if allow_mixed or not p["identity"]]
+    adjusted = fdr([p["p_value"] for p in judged])
+    level = alpha / max(1, len(judged))
+    for p, p_adj in zip(judged, adjusted):
+        test: Difference = p["_test"]
+        a, b = p["_base_samples"], p["_new_samples"]
+        p["p_adjusted"] = p_adj
+        p["detectable_pct"] = detectable_change(a, b, alpha=level) if len(a) and len(b) else math.inf
+        significant = not math.isnan(p_adj) and p_adj < alpha
+        p["significant"] = significant
+        size = _size(p["speedup"])
+        if math.isnan(p_adj):
+            p["significance"] = test.words
+        elif significant:
+            p["significance"] = f"significant: {size} than the base (adjusted p={p_adj:.2g})"
+        else:
+            p["significance"] = f"no significant difference (adjusted p={p_adj:.2g})"
+        if significant and p["change_pct"] < -gate_pct:
+            verdict, why = Verdict.FAIL, f"{size}: beyond the {gate_pct:g} % gate (adjusted p={p_adj:.2g})"
+        elif p["detectable_pct"] <= gate_pct:
+            verdict = Verdict.PASS
+            seen = size if significant else "no significant change"
+            why = f"{seen}; a {p['detectable_pct']:.2g} % change was detectable"
+        else:
+            verdict, why = Verdict.INCONCLUSIVE, _inconclusive(p, gate_pct, level)
+        if p["identity"]:
+            why += f"; compared across identities on purpose (--allow-mixed): {p['identity']}"
+        p["verdict"], p["why"] = verdict.value, why
+    for p in points:
+        if not (allow_mixed or not p["identity"]):
+            p["verdict"], p["why"] = Verdict.INCOMPARABLE.value, f"machine identity differs: {p['identity']}"
+            p["significance"] = p["_test"].words
+    for p in points:
+        for key in ("_base_samples", "_new_samples", "_test"):
+            p.pop(key, None)
+
+
+def _size(speedup: float) -> str:
+    if math.isnan(speedup):
+        return "change unknown"
+    return f"{speedup:.3g}x faster" if speedup >= 1 else f"{1 / speedup:.3g}x slower"
+
+
+def _inconclusive(p: dict[str, Any], gate_pct: float, level: float) -> str:
+    a, b = p["_base_samples"], p["_new_samples"]
+    if not len(a) or not len(b):
+        return f"no raw samples of {p['metric']} to test (results.samples=false?)"
+    have = f"have {len(a)} and {len(b)}"
+    need = repeats_needed(a, b, gate_pct, alpha=level)
+    if math.isinf(need):
+        return f"no number of samples shows a change of {gate_pct:g} % ({have})"
+    shown = p["detectable_pct"]
+    could = "no change at all" if math.isinf(shown) else f"only changes above {shown:.2g} %"
+    more = max(0, int(need) - min(len(a), len(b)))
+    return (
+        f"these samples could show {could}, not {gate_pct:g} % ({have}): about {int(need)} a side would do "
+        f"({more} more repeats, bench.repeats={int(need)})"
+    )
+
+
 def _points(df: pd.DataFrame, columns: list[str]) -> dict[tuple, pd.DataFrame]:
-    present = [c for c in columns if c in df]
-    frame = df.reindex(columns=list(dict.fromkeys([*df.columns, *columns])))
+    frame = df.assign(device=df["device_name"].map(device_family)) if "device_name" in df else df
+    present = [c for c in columns if c in frame]
+    frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *columns])))
     return (
         {
-            tuple(str(v) for v in (k if isinstance(k, tuple) else (k,))): g
+            tuple(_plain_text(v) if not pd.isna(v) else "" for v in (k if isinstance(k, tuple) else (k,))): g
             for k, g in frame.groupby(columns, dropna=False, sort=True)
         }
         if present
@@ -428,12 +548,19 @@ def _pool(samples: dict[str, np.ndarray], rows: pd.DataFrame, metric: str) -> np
     return np.concatenate(parts) if parts else np.array([])
 
 
-def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
-    """The points significantly slower than the base by more than ``pct`` percent."""
-    if table.empty or "significant" not in table:
+def regressions(table: pd.DataFrame, pct: float | None = None) -> pd.DataFrame:
+    """The points judged FAIL (significantly slower than the base by more than the gate)."""
+    if table.empty or "verdict" not in table:
         return table.iloc[:0]
-    slower = table["significant"].fillna(False).astype(bool) & (table["change_pct"] < -pct)
-    return table[slower]
+    return table[table["verdict"] == Verdict.FAIL.value]
+
+
+def verdict_of(table: pd.DataFrame) -> int:
+    """The exit code of an A/B table: its points' verdicts, and any point the new tree lost."""
+    verdicts = [Verdict(v) for v in table.get("verdict", pd.Series(dtype=str)).dropna()]
+    code = exit_code(verdicts)
+    lost = "change" in table and (table["change"] == "only in base").any()
+    return UNJUDGED_EXIT if code == PASS_EXIT and lost else code
 
 
 # --- output -------------------------------------------------------------------------------------
@@ -465,7 +592,87 @@ def percent(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    """A level strictly between 0 and 1 (``--alpha``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a number between 0 and 1, e.g. 0.05")
+    return value
+
+
+def to_json(table: pd.DataFrame, *, two_trees: bool, code: int | None = None, gate: bool = False) -> str:
+    """The table as JSON for CI dashboards: ``{"rows": [...], "notes": [...]}`` for one tree;
+    for two, ``{"verdict", "exit_code", "gate_pct", "gate_given", "alpha", "meaning", "points",
+    "only_in_base", "only_in_new", "notes"}``, each point with its verdict and why."""
+    import json
+
+    visible = table.drop(columns=[c for c in table.columns if c.startswith("_")])
+    records = [
+        {k: _json_value(v) for k, v in r.items() if _json_value(v) is not None} for r in visible.to_dict("records")
+    ]
+    notes = table.attrs.get("notes", [])
+    if not two_trees:
+        return json.dumps({"rows": records, "notes": notes}, indent=1)
+    judged = [r for r in records if "verdict" in r]
+    gate_pct, alpha = table.attrs.get("gate_pct", DEFAULT_GATE_PCT), table.attrs.get("alpha", ALPHA)
+    exit_ = verdict_of(table) if code is None else code
+    out = {
+        "verdict": {0: "PASS", 1: "FAIL"}.get(exit_, "COULD NOT JUDGE"),
+        "exit_code": exit_,
+        "gate_pct": gate_pct,
+        "gate_given": gate,
+        "alpha": alpha,
+        "meaning": meaning(gate_pct, alpha, gate),
+        "points": judged,
+        "only_in_base": [r for r in records if r.get("change") == "only in base"],
+        "only_in_new": [r for r in records if r.get("change") == "only in new"],
+        "notes": notes,
+    }
+    return json.dumps(out, indent=1)
+
+
+def _json_value(v: object) -> object:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return None
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    if isinstance(v, (np.integer, np.floating, np.bool_)):
+        return v.item()
+    return v if isinstance(v, (int, float, bool, str)) else str(v)
+
+
+def to_github(table: pd.DataFrame) -> str:
+    """The values (NEW's, for two trees) in github-action-benchmark's shape: one list for
+    ``tool: customBiggerIsBetter`` and one for ``customSmallerIsBetter``, under those keys (each
+    list goes to its own file: ``jq .customBiggerIsBetter``). ``range`` is the IQR of the raw
+    samples; ``extra`` the verdict and why, for two trees."""
+    import json
+
+    out: dict[str, list[dict[str, Any]]] = {"customBiggerIsBetter": [], "customSmallerIsBetter": []}
+    for _, r in table.iterrows():
+        metric = str(r.get("metric"))
+        value = r.get("new") if "new" in table else r.get(metric)
+        if value is None or pd.isna(value):
+            continue
+        parts = [str(r["experiment"]), str(r["measurement"])]
+        parts += [f"{c.removeprefix('cfg.')}={_plain_text(r[c])}" for c in table.columns if c.startswith("cfg.")]
+        parts += [str(r["device"])] if "device" in table and not pd.isna(r.get("device")) else []
+        entry: dict[str, Any] = {"name": " / ".join(parts), "unit": UNITS.get(metric, metric), "value": float(value)}
+        samples = r.get("_samples")
+        if isinstance(samples, np.ndarray) and len(samples) >= 3:
+            q1, q3 = np.percentile(samples, [25, 75])
+            entry["range"] = f"{q1:.4g} to {q3:.4g}"
+        if "verdict" in table and isinstance(r.get("verdict"), str):
+            entry["extra"] = f"{r['verdict']}: {r.get('why', '')}"
+        out["customBiggerIsBetter" if higher_is_better(metric) else "customSmallerIsBetter"].append(entry)
+    return json.dumps(out, indent=1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; exit codes are perflab.verdicts' (0 pass, 1 fail, 2 usage, 3 not judged)."""
     parser = argparse.ArgumentParser(prog="python -m perflab.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="one results tree (or run/sweep dir, or CSV), or BASE NEW")
     parser.add_argument("--by", nargs="+", help="config keys to compare over (default: the ones that vary)")
@@ -473,25 +680,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--metric", help="column to compare (default: each experiment's own)")
     parser.add_argument("--experiment", help="only this experiment")
     parser.add_argument("--where", action="append", default=[], help="KEY=VALUE: only these rows (repeatable)")
-    parser.add_argument("--fail-if-slower", type=percent, metavar="PCT", help="BASE NEW: exit 1 on a regression")
+    parser.add_argument(
+        "--fail-if-slower",
+        type=percent,
+        metavar="PCT",
+        help=f"BASE NEW: the gate: FAIL beyond PCT %% slower (default {DEFAULT_GATE_PCT:g})",
+    )
+    parser.add_argument("--alpha", type=probability, default=ALPHA, help="BASE NEW: false discovery rate (0.05)")
     parser.add_argument("--any-device", action="store_true", help="BASE NEW: match points across devices")
+    parser.add_argument(
+        "--allow-mixed", action="store_true", help="BASE NEW: judge points whose machine identity differs"
+    )
     parser.add_argument("--plot", type=Path, help="write PNG plots into this folder")
-    parser.add_argument("--format", choices=("md", "csv"), default="md")
+    parser.add_argument("--format", choices=("md", "csv", "json", "github"), default="md")
     args = parser.parse_args(argv)
     if len(args.paths) > 2:
         parser.error("give one results tree, or two (BASE NEW)")
+    two = len(args.paths) == 2
+    gate = args.fail_if_slower if args.fail_if_slower is not None else DEFAULT_GATE_PCT
     try:
-        if len(args.paths) == 2:
+        if two:
             table = ab(
                 *args.paths,
                 metric=args.metric,
                 experiment=args.experiment,
                 where=args.where,
                 any_device=args.any_device,
+                gate_pct=gate,
+                alpha=args.alpha,
+                allow_mixed=args.allow_mixed,
             )
         else:
-            if args.fail_if_slower is not None:
-                raise CompareError("--fail-if-slower compares two trees: BASE NEW")
+            for flag, given in (
+                ("--fail-if-slower", args.fail_if_slower is not None),
+                ("--allow-mixed", args.allow_mixed),
+            ):
+                if given:
+                    raise CompareError(f"{flag} compares two trees: BASE NEW")
             table = compare(
                 args.paths[0],
                 by=args.by,
@@ -502,30 +727,52 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     except (CompareError, FileNotFoundError) as err:
         print(f"perflab.compare: error: {err}", file=sys.stderr)
-        return 2
-    print(
-        to_markdown(table)
-        if args.format == "md"
-        else table.drop(columns=[c for c in table.columns if c.startswith("_")]).to_csv(index=False),
-        end="\n",
-    )
-    for note in table.attrs.get("notes", []):
-        print(f"note: {note}")
+        return USAGE_EXIT
+    code = verdict_of(table) if two else PASS_EXIT
+    if args.format == "json":
+        print(to_json(table, two_trees=two, code=code, gate=args.fail_if_slower is not None))
+    elif args.format == "github":
+        print(to_github(table))
+    else:
+        print(
+            to_markdown(table)
+            if args.format == "md"
+            else table.drop(columns=[c for c in table.columns if c.startswith("_")]).to_csv(index=False),
+            end="\n",
+        )
+        for note in table.attrs.get("notes", []):
+            print(f"note: {note}")
     if args.plot:
         from perflab import plots
 
         for line in plots.write_all(table, args.plot, rows=load(args.paths[-1])):
-            print(line)
-    if args.fail_if_slower is not None:
-        slow = regressions(table, args.fail_if_slower)
+            print(line, file=sys.stderr if args.format in ("json", "github") else sys.stdout)
+    if two:
+        say = sys.stderr if args.format in ("json", "github", "csv") else sys.stdout
+        print(meaning(gate, args.alpha, args.fail_if_slower is not None), file=say)
+        print(f"perflab.compare: {summary(table)} -> exit {code}", file=sys.stderr)
+        slow = regressions(table)
         if len(slow):
             print(
-                f"perflab.compare: {len(slow)} point(s) significantly slower than the base by more than "
-                f"{args.fail_if_slower:g}%",
+                f"perflab.compare: {len(slow)} point(s) significantly slower than the base by more than {gate:g}%",
                 file=sys.stderr,
             )
-            return 1
-    return 0
+    return code
+
+
+def summary(table: pd.DataFrame) -> str:
+    """``3 points: 2 PASS, 1 INCONCLUSIVE; 1 only in base``: what an A/B comparison found."""
+    counts = table["verdict"].value_counts() if "verdict" in table else pd.Series(dtype=int)
+    parts = [f"{int(counts[v.value])} {v.value}" for v in Verdict if v.value in counts]
+    judged = int(counts.sum())
+    text = f"{judged} point{'s' if judged != 1 else ''} in both trees" + (f": {', '.join(parts)}" if parts else "")
+    if "change" in table:
+        for side in ("base", "new"):
+            n = int((table["change"] == f"only in {side}").sum())
+            if n:
+                lost = " (not judged: no ok row of it in NEW)" if side == "base" else ""
+                text += f"; {n} only in {side}{lost}"
+    return text
 
 
 if __name__ == "__main__":

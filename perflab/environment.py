@@ -1,4 +1,17 @@
-"""The environment columns every row carries, gathered once per job."""
+"""The environment columns every row carries, gathered once per job: versions, host, the
+machine's identity (what it is, as the kernel describes it), and the code under test.
+
+The **identity** is the subset of those columns that changes what a measurement gives:
+``IDENTITY`` below (the CPU model, its cores, the threads a measurement used, frequency
+governor and boost, the memory, torch and the libraries under it, the GPU model and CUDA
+versions). ``compare`` and ``history`` judge only rows whose identities agree and name the
+fields that differ; the hostname, kernel and Python are recorded but do not split a series (two
+CI runners of one kind are the same machine). Fields a machine cannot tell (no cpufreq in a
+VM) are left empty, never guessed.
+
+Cost: about 1 ms once per process on a CPU (``python benchmarks/environment_cost.py``);
+cuDNN's version is asked only where CUDA is available (loading cuDNN alone takes ~8 ms).
+"""
 
 from __future__ import annotations
 
@@ -6,46 +19,139 @@ import contextlib
 import functools
 import os
 import platform
+import re
 import socket
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-
-import torch
+from typing import Any
 
 import perflab
+
+# The columns that change what a measurement gives: rows that differ in one are not compared
+# (INCOMPARABLE names it) unless the user says so (compare --allow-mixed). num_threads is each
+# row's own (the threads its measurement ran with); the rest come from environment().
+IDENTITY = (
+    "cpu_model",
+    "cpu_physical_cores",
+    "cpu_logical_cores",
+    "num_threads",
+    "cpu_governor",
+    "cpu_boost",
+    "memory_gb",
+    "torch",
+    "mkl",
+    "onednn",
+    "cuda",
+    "cudnn",
+    "cuda_driver",
+    "gpu_model",
+)
+_CPU = Path("/sys/devices/system/cpu")
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+
+
+def commit_of(where: Path) -> tuple[str, str]:
+    """(``<12-hex commit>`` with ``+dirty`` for local edits to tracked files, its commit time
+    in ISO 8601) of the git checkout holding ``where``; ("", "") outside one."""
+    try:
+        sha, _, when = _git(["show", "-s", "--format=%h %cI", "--abbrev=12", "HEAD"], where).partition(" ")
+        dirty = _git(["status", "--porcelain", "--untracked-files=no"], where)
+    except (OSError, subprocess.SubprocessError):
+        return "", ""
+    return sha + ("+dirty" if dirty else ""), when
 
 
 @functools.cache
 def git_sha() -> str:
-    """The project's commit (with ``+dirty`` for local edits), or ``unknown`` outside a checkout."""
+    """perflab's own commit (with ``+dirty``), or ``unknown`` outside a checkout of perflab."""
     root = Path(perflab.__file__).resolve().parent.parent
     if not (root / ".git").exists():  # an installed copy: site-packages is no checkout of ours
         return "unknown"
+    return commit_of(root)[0] or "unknown"
+
+
+def subject(tag: str | None) -> dict[str, str]:
+    """What is being measured: ``tag`` as given, else the commit of the git repository in the
+    current working directory (the user's code, not perflab's own checkout), else empty.
+    ``subject_time`` (the commit's time) lets ``history`` order subjects when git cannot."""
+    if tag:
+        return {"subject": str(tag), "subject_time": ""}
+    sha, when = commit_of(Path.cwd())
+    return {"subject": sha, "subject_time": when}
+
+
+def _read(path: Path) -> str:
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return sha + ("+dirty" if dirty else "")
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it (``/proc/cpuinfo``), else the platform's word."""
+    text = _read(Path("/proc/cpuinfo"))
+    found = re.search(r"^(?:model name|Model|cpu model|Processor)\s*:\s*(.+)$", text, flags=re.M)
+    return found.group(1).strip() if found else (platform.processor() or platform.machine())
+
+
+def boost() -> str:
+    """``on`` / ``off`` where the kernel tells (cpufreq/boost, intel_pstate/no_turbo), else empty."""
+    value = _read(_CPU / "cpufreq" / "boost")
+    if value in ("0", "1"):
+        return "on" if value == "1" else "off"
+    value = _read(_CPU / "intel_pstate" / "no_turbo")
+    return {"0": "on", "1": "off"}.get(value, "")
+
+
+def _libraries(torch: Any) -> dict[str, str]:
+    """MKL and oneDNN versions as torch was built with them (its own build summary)."""
+    info = torch.__config__.show()
+    mkl = re.search(r"Math Kernel Library Version ([\d.]+)", info)
+    dnn = re.search(r"(?:MKL-DNN|oneDNN) v([\d.]+)", info)
+    return {"mkl": mkl.group(1) if mkl else "", "onednn": dnn.group(1) if dnn else ""}
+
+
+def _gpu(torch: Any) -> dict[str, Any]:
+    """cuDNN, the CUDA driver and the GPU model, where CUDA is available (empty otherwise)."""
+    if not torch.cuda.is_available():
+        return {}
+    out: dict[str, Any] = {"cudnn": str(torch.backends.cudnn.version() or ""), "gpu_model": ""}
+    with contextlib.suppress(Exception):
+        out["gpu_model"] = " + ".join(
+            dict.fromkeys(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        )
+    with contextlib.suppress(Exception):  # nvidia-ml-py (perflab[gpu]): the driver's own version
+        import pynvml
+
+        pynvml.nvmlInit()
+        out["cuda_driver"] = str(pynvml.nvmlSystemGetDriverVersion())
+    return out
 
 
 @functools.cache
 def _static() -> dict[str, object]:
+    import psutil
+    import torch
+
     return {
         "torch": torch.__version__,
         "cuda": torch.version.cuda or "",
         "cuda_available": torch.cuda.is_available(),
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_physical_cores": psutil.cpu_count(logical=False) or "",
+        "cpu_logical_cores": psutil.cpu_count() or "",
+        "cpu_governor": _read(_CPU / "cpu0" / "cpufreq" / "scaling_governor"),
+        "cpu_boost": boost(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "kernel": platform.release(),
+        **_libraries(torch),
+        **_gpu(torch),
         "hostname": socket.gethostname(),
         "git_sha": git_sha(),
         "perflab_version": perflab.__version__,
@@ -61,7 +167,8 @@ SLURM = {
 
 
 def environment() -> dict[str, object]:
-    """Versions, host, time and (under SLURM) where the job ran; device names are per row."""
+    """Versions, host, machine identity, time and (under SLURM) where the job ran; device
+    names and thread counts are per row."""
     where = {col: os.environ[var] for col, var in SLURM.items() if os.environ.get(var)}
     if where and os.environ.get("SUBMITIT_EXECUTOR"):  # a job of perflab's SLURM launcher: its log file
         with contextlib.suppress(Exception):

@@ -15,7 +15,7 @@ from typing import Any
 from perflab import launchers, store
 from perflab.context import Context
 from perflab.devices import resolve
-from perflab.environment import environment
+from perflab.environment import environment, subject
 from perflab.errors import ConfigError, MissingDevice, first_line
 from perflab.job import Place, Result, discard, record_time, refuse, seed_everything
 from perflab.peaks import Peaks
@@ -42,7 +42,8 @@ def run(
     quiet_library_logs()
     r = settings.results
     writer = RunWriter(place.run_dir, ledger=Path(r.ledger) if r.ledger else None, samples=r.samples)
-    identity = {**identity, **environment()}
+    identity = {**identity, **environment(), **subject(r.subject)}
+    record.subject, record.perflab_version = str(identity["subject"]), str(identity["perflab_version"])
     record.where = {k: str(v) for k, v in identity.items() if k.startswith("slurm_") or k == "log"}
     try:
         resolved = resolve(settings.devices)

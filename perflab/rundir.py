@@ -49,6 +49,8 @@ class RunRecord:
     error: str = ""
     same_as: str = ""  # outcome "done": the run dir whose rows this point reuses
     where: dict[str, str] = field(default_factory=dict)  # e.g. SLURM job id, node, log file
+    subject: str = ""  # the code under test (results.subject: a tag, or the working directory's git commit)
+    perflab_version: str = ""
 
     def save(self, run_dir: Path) -> None:
         files.write_atomic(run_dir / RECORD, json.dumps(asdict(self), indent=1) + "\n")

@@ -134,6 +134,7 @@ class ResultsConfig:
     table: bool = True  # print the job's table at the end
     redo: bool = False  # a sweep re-runs points that are already done (same config hash, complete)
     claim_stale_s: float = 900.0  # a sweep point's claim whose holder was silent this long may be taken over
+    subject: Optional[str] = None  # the code under test (any tag); null: the git commit of the working directory
 
     def __post_init__(self) -> None:
         require(bool(self.store), "store", self.store, "a directory path")

@@ -1,12 +1,19 @@
 """Is a difference real? scipy.stats does the statistics: a two-sided Mann-Whitney U test on
 the raw per-sample values of the metric being compared, and a bootstrap interval for the
 ratio of their medians. Ratio, speedup and the words all come from that one metric, in its
-own direction (higher is better for rates, lower for times), so they cannot disagree."""
+own direction (higher is better for rates, lower for times), so they cannot disagree.
+
+And could it have been seen? ``detectable_change`` is the smallest change the samples could
+show (their spread, their number, the Mann-Whitney test's smallest attainable p-value), and
+``repeats_needed`` how many samples a side would show a given change; ``fdr`` adjusts many
+p-values together (Benjamini-Hochberg), so 40 unchanged points do not yield two "significant"
+ones by chance."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
@@ -14,19 +21,23 @@ import numpy as np
 ALPHA = 0.05
 MIN_SAMPLES = 3  # per side; with 3 a side the smallest possible p-value is 0.1
 EXACT_UP_TO = 60  # samples in all
+POWER = 0.8  # the chance a change of the detectable size is found (the usual 80 %)
+MW_EFFICIENCY = 3 / math.pi  # Mann-Whitney's efficiency relative to the t-test on normal data (0.955)
+IQR_TO_SIGMA = 1.349  # IQR / 1.349 estimates a normal distribution's standard deviation
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Difference:
     p_value: float
     speedup: float  # > 1: better than the baseline, in the metric's own direction
     ci_low: float  # 95% interval of the speedup
     ci_high: float
     words: str
+    alpha: float = ALPHA
 
     @property
     def significant(self) -> bool:
-        return not math.isnan(self.p_value) and self.p_value < ALPHA
+        return not math.isnan(self.p_value) and self.p_value < self.alpha
 
 
 def compare_samples(
@@ -36,7 +47,7 @@ def compare_samples(
     higher_is_better: bool,
     seed: int = 0,
     resamples: int = 2000,
-) -> Verdict:
+) -> Difference:
     """``new`` against ``base`` (raw samples of one metric): speedup, p-value, interval, words."""
     from scipy import stats
 
@@ -44,7 +55,7 @@ def compare_samples(
     ratio = float(np.median(b) / np.median(a))
     speedup = ratio if higher_is_better else 1 / ratio
     if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
-        return Verdict(
+        return Difference(
             math.nan,
             speedup,
             math.nan,
@@ -65,11 +76,94 @@ def compare_samples(
     ).confidence_interval
     low, high = (ci.low, ci.high) if higher_is_better else (1 / ci.high, 1 / ci.low)
     if p >= ALPHA:
-        return Verdict(p, speedup, low, high, f"no significant difference (p={p:.2g})")
+        return Difference(p, speedup, low, high, f"no significant difference (p={p:.2g})")
     size = f"{speedup:.3g}x faster" if speedup >= 1 else f"{1 / speedup:.3g}x slower"
     words = f"significant: {size} than the baseline (p={p:.2g}, 95% CI of the speedup {low:.3g}-{high:.3g})"
-    return Verdict(p, speedup, low, high, words)
+    return Difference(p, speedup, low, high, words)
 
 
 def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.median(b, axis=axis) / np.median(a, axis=axis)
+
+
+def smallest_p(m: int, n: int) -> float:
+    """The smallest two-sided p-value a Mann-Whitney test of m against n samples can give:
+    every sample of one side beyond every sample of the other, 2 / C(m+n, m) (3 a side: 0.1)."""
+    return min(1.0, 2 / math.comb(m + n, m)) if m and n else 1.0
+
+
+def _log_spread(a: np.ndarray, b: np.ndarray) -> float:
+    """The pooled spread of both sides on a log scale (so a change is a ratio): each side's
+    IQR / 1.349, robust to a stray sample, then the root mean square of the two."""
+
+    def one(x: np.ndarray) -> float:
+        q1, q3 = np.percentile(np.log(x), [25, 75])
+        return float(q3 - q1) / IQR_TO_SIGMA
+
+    return math.sqrt((one(a) ** 2 + one(b) ** 2) / 2)
+
+
+def detectable_change(
+    base: Sequence[float] | np.ndarray,
+    new: Sequence[float] | np.ndarray,
+    *,
+    alpha: float = ALPHA,
+    power: float = POWER,
+) -> float:
+    """The minimal detectable change, in percent: the smallest shift of the median (as a
+    ratio) that a two-sided Mann-Whitney test at level ``alpha`` finds with probability
+    ``power`` in samples of this size and spread.
+
+        MDC = 100 * (exp(d) - 1),   d = (z[1 - alpha/2] + z[power]) * s * sqrt(1/m + 1/n) / sqrt(3/pi)
+
+    where m, n are the sample counts, s the pooled spread of the log samples (each side's
+    IQR / 1.349), and 3/pi the test's efficiency relative to the t-test (the normal-theory
+    formula, then corrected for ranks). Infinite when no outcome could be significant at all:
+    the test's smallest attainable p-value (``smallest_p``; 0.1 for 3 against 3) is above
+    ``alpha``. An estimate from the samples at hand: with few samples their spread is itself
+    uncertain.
+    """
+    a, b = np.asarray(base, float), np.asarray(new, float)
+    if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES or smallest_p(len(a), len(b)) > alpha:
+        return math.inf
+    if (a <= 0).any() or (b <= 0).any():
+        return math.inf
+    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+    d = z * _log_spread(a, b) * math.sqrt(1 / len(a) + 1 / len(b)) / math.sqrt(MW_EFFICIENCY)
+    return 100 * math.expm1(d)
+
+
+def repeats_needed(
+    base: Sequence[float] | np.ndarray,
+    new: Sequence[float] | np.ndarray,
+    pct: float,
+    *,
+    alpha: float = ALPHA,
+    power: float = POWER,
+) -> float:
+    """Samples a side that would make a ``pct`` % change detectable (``detectable_change``
+    <= pct), at the spread these samples show: the formula above solved for m = n, and at least
+    the smallest count whose attainable p-value is below ``alpha``. Infinite for pct <= 0."""
+    a, b = np.asarray(base, float), np.asarray(new, float)
+    if pct <= 0 or len(a) < 2 or len(b) < 2 or (a <= 0).any() or (b <= 0).any():
+        return math.inf
+    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+    spread = _log_spread(a, b)
+    n = math.ceil(2 * (z * spread / math.log1p(pct / 100)) ** 2 / MW_EFFICIENCY) if spread else 1
+    n = max(n, MIN_SAMPLES)
+    while smallest_p(n, n) > alpha:
+        n += 1
+    return n
+
+
+def fdr(p_values: Sequence[float]) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (``scipy.stats.false_discovery_control``) over all
+    the tests of one comparison; NaN (no test) stays NaN and does not count."""
+    from scipy import stats
+
+    p = np.asarray(p_values, float)
+    out = np.full(len(p), math.nan)
+    tested = ~np.isnan(p)
+    if tested.any():
+        out[tested] = stats.false_discovery_control(p[tested], method="bh")
+    return out
