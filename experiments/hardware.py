@@ -202,6 +202,7 @@ def peak_matmul(ctx: Context, d: Any, n: int, dtypes: list[str]) -> dict[str, fl
                     note=f"{n}x{n}; the peak is the best sample",
                 )
             found[f"matmul_{key}"] = 2 * n**3 / stats.min / 1e12
+            found[f"matmul_{key}_n"] = n  # the size it was measured at (perflab.peaks)
     return found
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import shutil
 import sys
 import time
@@ -26,7 +25,7 @@ from perflab.rundir import RunWriter
 from perflab.schema import PerflabConfig
 from perflab.stop import raise_if_stopped
 from perflab.table import progress_line
-from perflab.watch import Machine, Memory
+from perflab.watch import GpuState, Machine, Memory
 
 log = logging.getLogger("perflab")
 
@@ -166,12 +165,14 @@ class Context:
         devices = {name: self.devices if p.devices is None else list(p.devices) for name, p in parts.items()}
         everything = list({d.name: d for ds in devices.values() for d in ds}.values())
         memory = Memory(everything)
+        gpu = GpuState(everything)
         status = Status(", ".join(parts))
 
         @contextlib.contextmanager
         def around(name: str) -> Iterator[None]:
             with memory.sample(name), watch(name) if watch else contextlib.nullcontext():
                 yield
+            gpu.sample()
             status.sampled()
 
         with Machine() as machine, status:
@@ -193,10 +194,10 @@ class Context:
                 **related.get(name, {}),
                 **memory.columns(name),
                 **machine.columns(),
+                **gpu.columns(),
             }
-            row["suspect"] = "; ".join(
-                x for x in (s.suspect, self._busy(machine.others_share()), row.get("suspect", "")) if x
-            )
+            busy = machine.busy(self.settings.bench.busy_threshold)
+            row["suspect"] = "; ".join(x for x in (s.suspect, busy, row.get("suspect", "")) if x)
             if self.settings.bench.profile:
                 row["trace"] = self._profile(name, part.fn, devices[name])
             self.record(name, s, devices=devices[name], **row)
@@ -211,28 +212,34 @@ class Context:
         if part.bytes is not None:
             out["gbps"] = part.bytes / s.median / 1e9
         if part.flops is not None and part.dtype and devices:
-            out.update(self.utilization(out["tflops"], devices, part.dtype))
+            per_item = part.flops / part.items if part.items else None
+            out.update(self.utilization(out["tflops"], devices, part.dtype, per_item))
         if part.derive is not None:
             out.update(part.derive(s))
         return out
 
-    def utilization(self, tflops: float, devices: Sequence[Device], dtype: str) -> dict[str, Any]:
-        """``pct_of_peak`` and ``mfu`` of an achieved TFLOP/s on these devices (perflab.flops)."""
+    def utilization(
+        self, tflops: float, devices: Sequence[Device], dtype: str, flops_per_item: float | None = None
+    ) -> dict[str, Any]:
+        """``pct_of_peak`` and ``mfu`` of an achieved TFLOP/s on these devices (perflab.flops).
+
+        A measured peak from a smaller matmul than one item of this job's work (``flops_per_item``:
+        one matmul of the matmul job) is no peak for it: not taken, and the row says why in
+        ``peak_not_taken`` (a quick/hardware run's 256² "peak" under a 1024² job gave 127 %)."""
         from perflab import flops
 
         names = [d.description() for d in devices]
-        measured = (
-            self.peaks.lookup(names[0], f"matmul_{flops.PRECISION_DTYPE.get(dtype, dtype)}")
-            if len(set(names)) == 1
-            else None
-        )
+        quantity = f"matmul_{flops.PRECISION_DTYPE.get(dtype, dtype)}"
+        measured = self.peaks.lookup(names[0], quantity) if len(set(names)) == 1 else None
+        size = self.peaks.measured_at(names[0], quantity) if measured else None
+        if size and flops_per_item and 2 * size**3 < flops_per_item:
+            out = flops.utilization(tflops, names, dtype, None)
+            out["peak_not_taken"] = (
+                f"the measured {quantity} peak comes from a {size}x{size} matmul, smaller than this job's "
+                f"{flops_per_item:.3g} FLOPs per item: not a peak for it (run +experiment=hardware larger)"
+            )
+            return out
         return flops.utilization(tflops, names, dtype, measured)
-
-    def _busy(self, share: float) -> str:
-        limit = self.settings.bench.busy_threshold
-        if math.isnan(share) or share <= limit:
-            return ""
-        return f"the machine was busy: other processes used {share:.0%} of the CPUs meanwhile"
 
     def _profile(self, name: str, fn: Callable[[], object], devices: list[Device]) -> str:
         from perflab import profile
@@ -255,6 +262,7 @@ class Context:
         if status not in STATUSES:
             raise ValueError(f"status {status!r}: one of {', '.join(STATUSES)}")
         devices = self.devices if devices is None else list(devices)
+        fields = {**fields, "suspect": "; ".join(x for x in (fields.get("suspect", ""), beyond_peak(fields)) if x)}
         row = {
             **self.identity,
             "measurement": name,
@@ -273,3 +281,16 @@ class Context:
     def skip(self, name: str, reason: str, devices: Sequence[Device] | None = None) -> None:
         """A part that cannot run here (e.g. needs a GPU): say so in a ``skipped`` row."""
         self.record(name, status="skipped", error=reason, devices=devices)
+
+
+def beyond_peak(fields: Mapping[str, Any]) -> str:
+    """Why a figure above 100 % of the measured peak is suspect ("" if it is not above)."""
+    from perflab.rows import number
+
+    pct = number(fields.get("pct_of_peak"))
+    if pct is None or pct <= 100:
+        return ""
+    return (
+        f"{pct:.1f} % of the measured peak: above 100 %, so that peak (results.peaks) was no peak "
+        "for this work (measured smaller, or on a busy machine): run +experiment=hardware again"
+    )

@@ -1,5 +1,7 @@
 """Measured peaks of this machine (written by the ``hardware`` experiment) as the denominators
-of ``pct_of_peak`` in other experiments' rows: ``{hostname: {device: {quantity: value}}}``.
+of ``pct_of_peak`` in other experiments' rows: ``{hostname: {device: {quantity: value}}}``;
+a matmul peak records the size it was measured at beside it (``matmul_float32_n``), so a job
+with larger matmuls does not take it as its peak, and a smaller run does not replace it.
 
 A job opens the file once, before measuring: one that cannot be read as such is refused (exit
 2) by a job that would rewrite it, and only warned about by a job that merely reads it (its
@@ -20,6 +22,7 @@ from perflab import files
 from perflab.errors import ConfigError
 
 log = logging.getLogger("perflab")
+SIZE = "_n"  # <quantity>_n: the matrix size n a matmul peak was measured at (a smaller run is no peak)
 ALLOWED = "a peaks file written by +experiment=hardware, a new file path, or null"
 
 
@@ -51,14 +54,37 @@ class Peaks:
         value = self.data.get(socket.gethostname(), {}).get(device, {}).get(quantity)
         return float(value) if isinstance(value, (int, float)) else None
 
+    def measured_at(self, device: str, quantity: str) -> int | None:
+        """The size n (an n x n matmul) a peak was measured at, where the file records it."""
+        value = self.lookup(device, quantity + SIZE)
+        return int(value) if value else None
+
     def save(self, device: str, values: dict[str, float]) -> None:
-        """Merge ``values`` into the file under a lock (other jobs may be saving theirs)."""
+        """Merge ``values`` into the file under a lock (other jobs may be saving theirs). A peak
+        measured at a size (``<quantity>_n``) smaller than the one on file does not replace it:
+        a quick run never lowers the peak a full run measured."""
         if self.path is None:
             return
         real = files.target(self.path)
         with FileLock(str(real) + ".lock", timeout=60):
             current = json.loads(real.read_text()) if real.exists() and real.stat().st_size else {}
-            current.setdefault(socket.gethostname(), {}).setdefault(device, {}).update(values)
+            here = current.setdefault(socket.gethostname(), {}).setdefault(device, {})
+            for quantity, value in values.items():
+                if quantity.endswith(SIZE):
+                    continue
+                size, kept = values.get(quantity + SIZE), here.get(quantity + SIZE)
+                if size is not None and isinstance(kept, (int, float)) and kept > size:
+                    log.info(
+                        "%s: kept the %s peak measured at n=%d (this run's n=%d is smaller)",
+                        device,
+                        quantity,
+                        kept,
+                        size,
+                    )
+                    continue
+                here[quantity] = value
+                if size is not None:
+                    here[quantity + SIZE] = size
             files.write_atomic(real, json.dumps(current, indent=2, sort_keys=True) + "\n")
         self.data = current
 

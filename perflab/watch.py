@@ -5,8 +5,11 @@ that peak (VmHWM) and lets a process reset it (``/proc/self/clear_refs``), so it
 costs two tiny file operations per sample, outside the clock; elsewhere a psutil thread
 samples RSS every 10 ms. CUDA: ``max_memory_allocated`` / ``max_memory_reserved`` after
 ``reset_peak_memory_stats``, per device. Machine: other processes' share of all CPUs during
-the measurement (from the kernel's CPU time counters) and the load average before and after.
-Unknown values are NaN (empty cells), never 0.
+the measurement (from the kernel's CPU time counters) and the load average before and after;
+and, known for a measurement however short, how long our own threads waited in the run queue
+for a CPU (the kernel's per-thread schedstat, in nanoseconds) and the CPU pressure (PSI) of
+the window. GPUs, where ``nvidia-ml-py`` is installed: clocks, temperature, power and throttle
+reasons read after the samples. Unknown values are NaN (empty cells), never 0.
 """
 
 from __future__ import annotations
@@ -124,10 +127,17 @@ class Memory:
 
 
 class Machine:
-    """``with Machine() as m: ...`` then ``m.columns()``: how busy the rest of the machine was."""
+    """``with Machine() as m: ...`` then ``m.columns()``: how busy the rest of the machine was.
+
+    Three views, read before and after (no sampler that a short window could slip through):
+    other processes' share of all CPUs from the CPU-time counters (whole ticks: NaN below 25 of
+    them), the time our threads waited in the run queue against the time they ran (nanoseconds:
+    any window), and the kernel's CPU pressure (PSI ``some``: the share of the window in which
+    a runnable task waited for a CPU)."""
 
     def __enter__(self) -> "Machine":
         self.load_before = _load()
+        self._waits, self._pressure = run_queue(), cpu_pressure_us()
         self._cpu, self._own, self._t0 = psutil.cpu_times(), own_cpu_s(), time.monotonic()
         return self
 
@@ -135,7 +145,16 @@ class Machine:
         self.wall_s = time.monotonic() - self._t0
         self.busy_s = _busy_s(psutil.cpu_times()) - _busy_s(self._cpu)
         self.own_s = own_cpu_s() - self._own
+        waits, pressure = run_queue(), cpu_pressure_us()
         self.load_after = _load()
+        ran = sum(w[0] - self._waits.get(t, (0, 0))[0] for t, w in waits.items())
+        waited = sum(w[1] - self._waits.get(t, (0, 0))[1] for t, w in waits.items())
+        self.waited_share = waited / ran if ran > 0 else math.nan
+        self.pressure = (
+            (pressure - self._pressure) / 1e6 / self.wall_s
+            if pressure is not None and self._pressure is not None and self.wall_s > 0
+            else math.nan
+        )
 
     def others_share(self, own_s: float | None = None) -> float:
         """Other processes' share of all CPUs, 0..1; ``own_s`` replaces ours (e.g. summed over
@@ -148,9 +167,143 @@ class Machine:
     def columns(self, own_s: float | None = None) -> dict[str, Any]:
         return {
             "others_cpu_pct": 100 * self.others_share(own_s),
+            "waited_pct": 100 * self.waited_share,
+            "cpu_pressure_pct": 100 * min(1.0, self.pressure),
             "load_before": self.load_before,
             "load_after": self.load_after,
             "cpus": psutil.cpu_count(),
+        }
+
+    def busy(self, limit: float, own_s: float | None = None) -> str:
+        """Why the machine was too busy for a clean figure ("" if it was not, or nobody can tell):
+        other processes above ``limit`` of the CPUs, or our threads waiting for a CPU more than
+        ``limit`` of the time they ran (a short measurement's only sure sign)."""
+        reasons = []
+        share = self.others_share(own_s)
+        if not math.isnan(share) and share > limit:
+            reasons.append(f"other processes used {share:.0%} of the CPUs meanwhile")
+        if not math.isnan(self.waited_share) and self.waited_share > limit:
+            reasons.append(
+                f"its threads waited for a CPU {self.waited_share:.0%} as long as they ran "
+                "(other busy processes, or more threads than cores)"
+            )
+        return "the machine was busy: " + "; ".join(reasons) if reasons else ""
+
+
+def run_queue() -> dict[int, tuple[int, int]]:
+    """Per thread of this process and its live descendants: (ns run on a CPU, ns waited in the
+    run queue for one), from ``/proc/<pid>/task/<tid>/schedstat``; {} where the kernel has none."""
+    out: dict[int, tuple[int, int]] = {}
+    me = psutil.Process()
+    try:
+        pids = [me.pid, *(c.pid for c in me.children(recursive=True))]
+    except psutil.Error:
+        pids = [me.pid]
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    ran, waited, _ = f.read().split()
+            except (OSError, ValueError):
+                continue
+            out[int(tid)] = (int(ran), int(waited))
+    return out
+
+
+def cpu_pressure_us() -> int | None:
+    """The kernel's cumulative CPU pressure (PSI ``some total``, microseconds), or None."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            first = f.readline()
+    except OSError:
+        return None
+    found = re.search(r"total=(\d+)", first)
+    return int(found.group(1)) if found else None
+
+
+# NVML's clock event (throttle) reasons, by bit (nvml.h: nvmlClocksEventReason*).
+THROTTLE_REASONS = {
+    0x1: "gpu idle",
+    0x2: "application clocks setting",
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x10: "sync boost",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake",
+    0x100: "display clock setting",
+}
+
+
+def throttle_words(mask: int) -> str:
+    """NVML's throttle-reason bits as words ("none" for 0; idle is not a throttle under load)."""
+    words = [w for bit, w in THROTTLE_REASONS.items() if mask & bit and bit != 0x1]
+    return ", ".join(words) or "none"
+
+
+class GpuState:
+    """A GPU's clocks, temperature, power and throttle reasons while it is measured, read through
+    NVML (``pip install 'perflab[gpu]'``: nvidia-ml-py) after samples, at most ten times a second,
+    outside the clock. Without NVML or a CUDA device it reads nothing and adds no column."""
+
+    def __init__(self, devices: Sequence[Any] = ()) -> None:
+        self.handles: list[Any] = []
+        self.reads: list[tuple[float, float, float, float, int]] = []
+        self._last = 0.0
+        cuda = [d for d in devices if getattr(d, "type", "") == "cuda"]
+        if not cuda:
+            return
+        try:
+            import pynvml
+            import torch
+
+            pynvml.nvmlInit()
+            for d in cuda:
+                props = torch.cuda.get_device_properties(d.index)
+                bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+                self.handles.append(pynvml.nvmlDeviceGetHandleByPciBusId(bus))
+            self._nvml = pynvml
+        except Exception:  # no nvidia-ml-py, no driver: the columns stay out, never guessed
+            self.handles = []
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        if not self.handles or now - self._last < 0.1:
+            return
+        self._last = now
+        nv = self._nvml
+        reasons = (
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
+        for h in self.handles:
+            with contextlib.suppress(Exception):
+                self.reads.append(
+                    (
+                        nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+                        nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
+                        nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+                        nv.nvmlDeviceGetPowerUsage(h) / 1000,
+                        int(reasons(h)),
+                    )
+                )
+
+    def columns(self) -> dict[str, Any]:
+        """Lowest clocks, highest temperature and power, and every throttle reason seen."""
+        if not self.reads:
+            return {}
+        mask = 0
+        for *_, m in self.reads:
+            mask |= m
+        return {
+            "gpu_sm_clock_mhz": min(r[0] for r in self.reads),
+            "gpu_mem_clock_mhz": min(r[1] for r in self.reads),
+            "gpu_temp_c": max(r[2] for r in self.reads),
+            "gpu_power_w": max(r[3] for r in self.reads),
+            "gpu_throttle": throttle_words(mask),
         }
 
 
