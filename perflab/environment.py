@@ -175,4 +175,4 @@ def environment() -> dict[str, object]:
             import submitit
 
             where["log"] = str(submitit.JobEnvironment().paths.stderr)
-    return {**_static(), **where, "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {**_static(), **where, "timestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}

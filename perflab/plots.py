@@ -413,3 +413,51 @@ def timings(rows: pd.DataFrame, title: str) -> Any:
     ax.set(xlabel="median time per call (s)", title=title)
     fig.tight_layout()
     return fig
+
+
+# --- history (perflab.history) ----------------------------------------------------------------
+
+CHANGE_COLORS = {"regression": "tab:red", "improvement": "tab:green", "suspicious": "tab:orange"}
+MAX_TRENDS = 8  # series in one figure; more would hide each other
+
+
+def trend(series: list[Any], changes: list[Any]) -> Any:
+    """Each series' metric against the subject (the code under test, in order), its change points
+    marked between the two subjects that bracket them, coloured by label; one panel per metric."""
+    from perflab.compare import UNITS
+
+    plt = _plt()
+    shown = series[:MAX_TRENDS]
+    metrics = list(dict.fromkeys(s.metric for s in shown))
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 3.2 * len(metrics)), squeeze=False)
+    for ax, metric in zip(axes[:, 0], metrics):
+        names: list[str] = []
+        for s in (s for s in shown if s.metric == metric):
+            for sub in s.subjects:
+                if sub.name not in names:
+                    names.append(sub.name)
+        for s in (s for s in shown if s.metric == metric):
+            x = [names.index(sub.name) for sub in s.subjects]
+            ax.plot(x, [sub.value for sub in s.subjects], marker="o", label=s.label)
+            for c in (c for c in changes if c.series is s):
+                where = (names.index(s.subjects[c.at - 1].name) + names.index(s.subjects[c.at].name)) / 2
+                color = CHANGE_COLORS.get(c.label, "tab:gray")
+                ax.axvline(where, color=color, linestyle="--", zorder=3)
+                ax.annotate(
+                    f"{c.label} {c.change_pct:+.0f} %",
+                    (where, 1.0),
+                    xycoords=("data", "axes fraction"),
+                    color=color,
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
+        unit = UNITS.get(metric, "")
+        ax.set_ylabel(f"{metric} ({unit})" if unit else metric)
+        ax.set_xticks(range(len(names)), [n[:14] for n in names], rotation=30, ha="right", fontsize=8)
+        ax.set_xlabel("subject (results.subject: the code under test, in order)")
+        ax.set_title(f"Trend of {metric} over the code under test", pad=16)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    return fig

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 
 from perflab import files, registry
+from perflab.history import report_section as trend_section  # the trend over subjects, where there is a history
 from perflab.rows import number
 from perflab.table import flags, human_time, rate, spread
 
@@ -822,7 +823,7 @@ class Report:
             guard=GUARD_JS,
             top="".join(top),
             toc=toc,
-            sections="\n".join(sections),
+            sections="\n".join([*sections, trend_section(self.df, self.samples)]),
             environment=env,
             warnings=warnings,
             script=CHECK_JS,

@@ -1,0 +1,414 @@
+"""History: every (experiment, point, machine identity) series lined up by the code under test,
+its change points found and labelled.
+
+    python -m perflab.history PATH... [--experiment NAME] [--metric M] [--threshold PCT]
+                                      [--min-segment N] [--alpha A] [--format md|json]
+
+A series is one point (measurement and the config keys that say what is measured, on one kind
+of device) on one machine identity (``perflab.environment.IDENTITY``): rows of another machine
+never join it. Its x axis is the subject (``results.subject``: a commit by default), in commit
+order where git can tell (the repository in the working directory knows every commit), else by
+the subject's commit time, else by when it was first measured; its value per subject is the
+median of the experiment's metric over that subject's rows.
+
+Change points: ``ruptures``' PELT (exact, linear time) with the L1 cost (medians, not means) on
+the log of the values, with a minimum segment length (``--min-segment``, 3): a lone spike can
+be no segment of its own, and an L1 segment's median ignores it, so a spike is no change.
+(Apache Otava's E-Divisive was the other choice: it needs permutation tests per change and
+marks single spikes as changes, which is what this guards against.) The penalty is
+``2 log(n)`` times the series' noise (the median absolute difference of neighbouring subjects),
+at least 0.5 %.
+
+Each change is judged locally, as a step: the median of the ``--min-segment`` subjects just after
+it against those just before (so a slow drift of small steps is many small changes, not one big
+one), and a two-sided Mann-Whitney test on their raw samples (or on the subjects' values where
+no samples were kept), Benjamini-Hochberg over all changes. Labels: ``regression`` (worse by at
+least ``--threshold`` %, 5 by default, and significant), ``improvement`` (the same, better),
+``suspicious`` (a change point that is smaller or not significant). ``change_pct`` is the change
+of the metric itself (negative: the metric fell; for a time that is faster).
+
+Exit codes (``perflab.verdicts``): 1 if any regression, 0 if none, 2 usage error, 3 if no series
+has the ``2 x --min-segment`` subjects a change needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from perflab.stats import ALPHA, compare_samples, fdr
+from perflab.verdicts import DEFAULT_STEP_PCT, USAGE_EXIT, Change, history_exit_code
+
+MIN_SEGMENT = 3
+NOISE_FLOOR = 0.005  # relative: a noiseless synthetic series still needs a penalty
+COMMIT = re.compile(r"^([0-9a-f]{7,40})(\+dirty)?$")
+
+
+class HistoryError(ValueError):
+    """A user mistake: one line, exit 2."""
+
+
+@dataclass
+class Subject:
+    """One subject of a series: its value (the median of the metric over its rows), raw samples
+    as values of the metric, the run dirs that measured it, and when it was first measured."""
+
+    name: str
+    value: float
+    samples: np.ndarray
+    run_dirs: list[str]
+    time: str
+    commit_time: str = ""
+
+
+@dataclass
+class Series:
+    experiment: str
+    measurement: str
+    point: dict[str, str]  # the config keys that vary between points of this experiment
+    identity: dict[str, str]
+    metric: str
+    higher_is_better: bool
+    subjects: list[Subject] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        keys = ", ".join(f"{k}={v}" for k, v in self.point.items())
+        return f"{self.experiment} {self.measurement}" + (f" ({keys})" if keys else "")
+
+
+@dataclass
+class ChangePoint:
+    series: Series
+    at: int  # index of the first subject after the change
+    before: float
+    after: float
+    p_value: float
+    label: str = ""
+
+    @property
+    def change_pct(self) -> float:
+        return 100 * (self.after / self.before - 1)
+
+    def as_json(self) -> dict[str, Any]:
+        s, b, a = self.series, self.series.subjects[self.at - 1], self.series.subjects[self.at]
+        return {
+            "experiment": s.experiment,
+            "measurement": s.measurement,
+            "metric": s.metric,
+            "before": {"subject": b.name, "value": self.before, "time": b.time},
+            "after": {"subject": a.name, "value": self.after, "time": a.time},
+            "change_pct": self.change_pct,
+            "label": self.label,
+            "run_dirs": {"before": b.run_dirs, "after": a.run_dirs},
+            "point": s.point,
+        }
+
+
+# --- series -------------------------------------------------------------------------------------
+
+
+def build_series(rows: pd.DataFrame, samples: Mapping[str, np.ndarray], metric: str | None = None) -> list[Series]:
+    """Every (experiment, point, identity) series of ``rows`` (ok rows only), subjects in order."""
+    from perflab.compare import (
+        device_family,
+        higher_is_better,
+        identity_columns,
+        metric_for,
+        sample_values,
+        summary_rows,
+    )
+    from perflab.environment import IDENTITY
+
+    if rows.empty or "status" not in rows:
+        return []
+    rows = rows[rows["status"].astype("string") == "ok"]
+    out = []
+    for name, part in rows.groupby(rows["experiment"].astype("string"), sort=True):
+        part = summary_rows(str(name), part)
+        m, _ = metric_for(str(name), part, metric)
+        part = part.assign(
+            device=part["device_name"].map(device_family) if "device_name" in part else "",
+            _subject=_subjects(part),
+        )
+        keys = identity_columns(part)
+        varying = [c for c in keys if part[c].astype("string").nunique(dropna=False) > 1]
+        ident = [c for c in IDENTITY if c in part and part[c].notna().any()]
+        group = ["measurement", *keys, "device", *ident]
+        frame = part.reindex(columns=list(dict.fromkeys([*part.columns, *group])))
+        for values, g in frame.groupby(group, dropna=False, sort=True, observed=True):
+            label = dict(zip(group, values if isinstance(values, tuple) else (values,)))
+            series = Series(
+                str(name),
+                str(label["measurement"]),
+                {c.removeprefix("cfg."): _text(label[c]) for c in varying},
+                {c: _text(label[c]) for c in ident},
+                m,
+                higher_is_better(m),
+            )
+            for subject, rs in g.groupby("_subject", sort=False):
+                values_ = pd.to_numeric(rs[m], errors="coerce").dropna()
+                if values_.empty:
+                    continue
+                pooled = [sample_values(dict(samples), r, m) for _, r in rs.iterrows()] if samples else []
+                series.subjects.append(
+                    Subject(
+                        str(subject),
+                        float(values_.median()),
+                        np.concatenate(pooled) if pooled else np.array([]),
+                        sorted({str(d) for d in rs.get("run_dir", pd.Series(dtype=str)).dropna()}),
+                        _first(rs, "timestamp"),
+                        _first(rs, "subject_time"),
+                    )
+                )
+            if series.subjects:
+                series.subjects = order_subjects(series.subjects)
+                out.append(series)
+    return out
+
+
+def _text(v: object) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return ""
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def _subjects(rows: pd.DataFrame) -> pd.Series:
+    """Each row's subject; a row of a run that recorded none stands for itself (its run id)."""
+    subject = rows["subject"].astype("string") if "subject" in rows else pd.Series(pd.NA, index=rows.index)
+    fallback = "run " + rows["run_id"].astype("string") if "run_id" in rows else pd.Series("run ?", index=rows.index)
+    return subject.where(subject.notna() & (subject != ""), fallback).astype(str)
+
+
+def _first(rows: pd.DataFrame, column: str) -> str:
+    if column not in rows:
+        return ""
+    values = sorted(str(v) for v in rows[column].dropna() if str(v))
+    return values[0] if values else ""
+
+
+def order_subjects(subjects: list[Subject]) -> list[Subject]:
+    """In commit order where the git repository in the working directory knows every commit,
+    else by commit time where every subject has one, else by when each was first measured."""
+    position = _git_order([s.name for s in subjects])
+    if position is not None:
+        return sorted(subjects, key=lambda s: (position[s.name], s.name.endswith("+dirty"), s.time))
+    if all(s.commit_time for s in subjects):
+        return sorted(subjects, key=lambda s: (pd.Timestamp(s.commit_time), s.time))
+    return sorted(subjects, key=lambda s: s.time)
+
+
+def _git_order(names: list[str]) -> dict[str, int] | None:
+    found = [COMMIT.match(n) for n in names]
+    if not names or not all(found):
+        return None
+    try:
+        listed = subprocess.run(
+            ["git", "rev-list", "--all", "--topo-order", "--reverse"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = {}
+    for name, match in zip(names, found):
+        assert match is not None
+        where = next((i for i, sha in enumerate(listed) if sha.startswith(match.group(1))), None)
+        if where is None:
+            return None
+        out[name] = where
+    return out
+
+
+# --- change points ------------------------------------------------------------------------------
+
+
+def change_points(series: Series, min_segment: int = MIN_SEGMENT) -> list[int]:
+    """Indexes of the first subject after each change (ruptures' PELT, L1 cost on log values)."""
+    import ruptures
+
+    values = np.array([s.value for s in series.subjects], float)
+    if len(values) < 2 * min_segment or (values <= 0).any():
+        return []
+    signal = np.log(values)
+    noise = float(np.median(np.abs(np.diff(signal)))) if len(signal) > 1 else 0.0
+    penalty = 2 * math.log(len(signal)) * max(noise, NOISE_FLOOR)
+    breaks = ruptures.Pelt(model="l1", min_size=min_segment, jump=1).fit(signal.reshape(-1, 1)).predict(pen=penalty)
+    return [b for b in breaks if b < len(values)]
+
+
+def judge(
+    series: list[Series],
+    *,
+    threshold_pct: float = DEFAULT_STEP_PCT,
+    min_segment: int = MIN_SEGMENT,
+    alpha: float = ALPHA,
+) -> list[ChangePoint]:
+    """Every change point of every series, labelled (see the module docstring)."""
+    changes = []
+    for s in series:
+        breaks = change_points(s, min_segment)
+        edges = [0, *breaks, len(s.subjects)]
+        for i, at in enumerate(breaks):
+            lo, hi = max(edges[i], at - min_segment), min(edges[i + 2], at + min_segment)
+            before, after = s.subjects[lo:at], s.subjects[at:hi]
+            a = np.concatenate([x.samples for x in before])
+            b = np.concatenate([x.samples for x in after])
+            if len(a) < 3 or len(b) < 3:  # no raw samples: the subjects' own values, segment against segment
+                a = np.array([x.value for x in s.subjects[edges[i] : at]])
+                b = np.array([x.value for x in s.subjects[at : edges[i + 2]]])
+            p = compare_samples(a, b, higher_is_better=s.higher_is_better, resamples=100).p_value
+            changes.append(
+                ChangePoint(
+                    s, at, float(np.median([x.value for x in before])), float(np.median([x.value for x in after])), p
+                )
+            )
+    for c, p_adj in zip(changes, fdr([c.p_value for c in changes])):
+        big = abs(c.change_pct) >= threshold_pct
+        worse = (c.after < c.before) if c.series.higher_is_better else (c.after > c.before)
+        if big and not math.isnan(p_adj) and p_adj < alpha:
+            c.label = (Change.REGRESSION if worse else Change.IMPROVEMENT).value
+        else:
+            c.label = Change.SUSPICIOUS.value
+        c.p_value = p_adj
+    return changes
+
+
+def judgeable(series: list[Series], min_segment: int = MIN_SEGMENT) -> bool:
+    return any(len(s.subjects) >= 2 * min_segment for s in series)
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def to_json(changes: list[ChangePoint]) -> str:
+    return json.dumps({"changes": [c.as_json() for c in changes]}, indent=1)
+
+
+def to_text(series: list[Series], changes: list[ChangePoint]) -> str:
+    lines = ["| series | machine | metric | subjects | first | last |", "|---|---|---|---|---|---|"]
+    for s in series:
+        machine = s.identity.get("cpu_model", "") or s.identity.get("gpu_model", "")
+        threads = s.identity.get("num_threads")
+        machine += f", {threads} threads" if threads else ""
+        first, last = s.subjects[0], s.subjects[-1]
+        lines.append(
+            f"| {s.label} | {machine} | {s.metric} | {len(s.subjects)} | {first.value:.4g} ({first.name}) | "
+            f"{last.value:.4g} ({last.name}) |"
+        )
+    if changes:
+        lines += [
+            "",
+            "| change | series | between | change_pct | adjusted p | run dirs (after) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for c in changes:
+            b, a = c.series.subjects[c.at - 1], c.series.subjects[c.at]
+            lines.append(
+                f"| {c.label} | {c.series.label} | {b.name} -> {a.name} | {c.change_pct:+.1f} % | "
+                f"{c.p_value:.2g} | {', '.join(a.run_dirs)} |"
+            )
+    return "\n".join(lines)
+
+
+def report_section(rows: pd.DataFrame, samples: Mapping[str, Any] | None = None) -> str:
+    """The report's trend section (HTML): each series of two or more subjects, its metric
+    against the subject with its changes marked; "" when the rows hold no history."""
+    from perflab import plots
+
+    series = [s for s in build_series(rows, samples or {}) if len(s.subjects) >= 2]
+    if not series:
+        return ""
+    changes = judge(series)
+    try:
+        figure = plots.svg(plots.trend(series, changes))
+    except ImportError:
+        figure = f'<p class="noplot">{html.escape(plots.MISSING_MATPLOTLIB)}</p>'
+    items = "".join(
+        f"<li>{html.escape(c.label)}: {html.escape(c.series.label)}, "
+        f"{html.escape(c.series.subjects[c.at - 1].name)} &rarr; {html.escape(c.series.subjects[c.at].name)}: "
+        f"{c.change_pct:+.1f} %</li>"
+        for c in changes
+    )
+    return (
+        '<section id="trends"><h2>Trends over the code under test</h2>'
+        f"<p>{len(series)} series of the same point on the same machine over {max(len(s.subjects) for s in series)} "
+        "subjects (results.subject); change points from ruptures' PELT, each judged as a step "
+        "(python -m perflab.history).</p>"
+        f"{figure}<ul>{items or '<li>no change point</li>'}</ul></section>"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perflab.history", description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", help="results trees, run or sweep dirs, CSV files")
+    parser.add_argument("--experiment", help="only this experiment")
+    parser.add_argument("--metric", help="column to follow (default: each experiment's own)")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_STEP_PCT, metavar="PCT", help="regression size")
+    parser.add_argument("--min-segment", type=int, default=MIN_SEGMENT, metavar="N", help="subjects a side (3)")
+    parser.add_argument("--alpha", type=float, default=ALPHA, help="false discovery rate over all changes (0.05)")
+    parser.add_argument("--format", choices=("md", "json"), default="md")
+    args = parser.parse_args(argv)
+    try:
+        if not 0 < args.alpha < 1:
+            raise HistoryError(f"--alpha {args.alpha}: allowed: a number between 0 and 1")
+        if args.min_segment < 2:
+            raise HistoryError(
+                f"--min-segment {args.min_segment}: allowed: an integer >= 2 (1 would make a spike a change)"
+            )
+        if not math.isfinite(args.threshold) or args.threshold < 0:
+            raise HistoryError(f"--threshold {args.threshold}: allowed: a number >= 0 (percent)")
+        series = load_series(args.paths, args.experiment, args.metric)
+    except (HistoryError, FileNotFoundError) as err:
+        print(f"perflab.history: error: {err}", file=sys.stderr)
+        return USAGE_EXIT
+    changes = judge(series, threshold_pct=args.threshold, min_segment=args.min_segment, alpha=args.alpha)
+    judged = judgeable(series, args.min_segment)
+    code = history_exit_code([Change(c.label) for c in changes], judged)
+    print(to_json(changes) if args.format == "json" else to_text(series, changes))
+    if not judged:
+        longest = max((len(s.subjects) for s in series), default=0)
+        print(
+            f"perflab.history: too little history: the longest series has {longest} subject(s); a change needs "
+            f"{args.min_segment} on each side ({2 * args.min_segment})",
+            file=sys.stderr,
+        )
+    counts = {label.value: sum(c.label == label.value for c in changes) for label in Change}
+    said = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no change point"
+    print(f"perflab.history: {len(series)} series, {said} -> exit {code}", file=sys.stderr)
+    return code
+
+
+def load_series(paths: Sequence[str], experiment: str | None = None, metric: str | None = None) -> list[Series]:
+    """The series of the rows under ``paths`` (one line for a path that holds none)."""
+    from perflab.compare import samples_by_row
+    from perflab.results import load
+
+    for p in paths:
+        if not Path(p).exists():
+            raise HistoryError(f"{p}: no such file or folder")
+    rows = load(*paths, experiment=experiment)
+    if rows.empty:
+        raise HistoryError(
+            f"no result rows under {', '.join(map(str, paths))}" + (f" of {experiment}" if experiment else "")
+        )
+    if metric is not None and (metric not in rows or pd.to_numeric(rows[metric], errors="coerce").isna().all()):
+        raise HistoryError(f"--metric {metric}: no row has a value of it")
+    return build_series(rows, samples_by_row(list(paths)), metric)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""History you can trust: series by subject per machine, a lone spike and a slow staircase are
+no regression, a step is, and a real job whose code became 2x slower is caught between the
+two subjects that bracket the change."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from perflab import history, parallel
+from perflab.rundir import RunWriter
+
+from conftest import FAST
+
+IDENTITY = {"cpu_model": "Test CPU", "num_threads": 2, "torch": "2.14.1"}
+
+
+def write_history(root, name, medians, *, seed, identity=IDENTITY, spread=0.01, size=256):
+    """One run dir per subject (s00, s01, ...), as a matmul job writes it: raw sample times
+    around each median, the rate the job reports, the subject's commit time in order."""
+    rng = np.random.default_rng(seed)
+    for i, median in enumerate(medians):
+        times = median * (1 + rng.normal(0, spread, 12))
+        run = f"{name}-{i:02d}"
+        RunWriter(root / run).add(
+            {
+                "run_id": run,
+                "experiment": "matmul",
+                "measurement": "cpu alone",
+                "status": "ok",
+                "n": len(times),
+                "median_s": float(np.median(times)),
+                "tflops": 1.0 / float(np.median(times)),
+                "device_name": "CPU (2 threads)",
+                "subject": f"{name}-s{i:02d}",
+                "subject_time": f"2026-01-{i + 1:02d}T00:00:00+00:00",
+                "timestamp": f"2026-02-01T00:00:{i:02d}+00:00",
+                "run_dir": str(root / run),
+                "cfg.experiment.size": size,
+                **identity,
+            },
+            samples=list(times),
+        )
+
+
+def test_only_the_step_is_a_regression_not_a_spike_nor_a_staircase(tmp_path, capsys):
+    write_history(tmp_path / "spike", "spike", [1.0] * 5 + [1.8] + [1.0] * 6, seed=1)  # one bad run
+    stairs = list(np.repeat(1.03 ** np.arange(4), 3))  # +3 % every third subject
+    write_history(tmp_path / "stairs", "stairs", stairs, seed=2, size=512)
+    write_history(tmp_path / "step", "step", [1.0] * 6 + [1.1] * 6, seed=3, size=1024)  # 10 % slower from s06
+    for name in ("spike", "stairs"):
+        changes = history.judge(history.load_series([str(tmp_path / name)]))
+        assert all(c.label != "regression" for c in changes), [(c.label, c.change_pct) for c in changes]
+        assert history.main([str(tmp_path / name)]) == 0
+    capsys.readouterr()
+    (change,) = history.judge(history.load_series([str(tmp_path / "step")]))
+    assert change.label == "regression" and change.change_pct == pytest.approx(-9.1, abs=1.5)  # tflops fell
+    assert history.main([str(tmp_path / "step"), "--format", "json"]) == 1
+    (out,) = json.loads(capsys.readouterr().out)["changes"]
+    assert set(out) >= {"experiment", "measurement", "metric", "before", "after", "change_pct", "label", "run_dirs"}
+    assert (out["before"]["subject"], out["after"]["subject"]) == ("step-s05", "step-s06")
+    assert out["run_dirs"]["after"] == [str(tmp_path / "step" / "step-06")]
+    # All three histories at once (three points: three series): the step alone is a regression.
+    series = history.load_series([str(tmp_path)])
+    assert sorted(s.point["experiment.size"] for s in series) == ["1024", "256", "512"]
+    changes = history.judge(series)
+    assert [c.series.point["experiment.size"] for c in changes if c.label == "regression"] == ["1024"]
+
+
+def test_another_machine_is_another_series_and_too_little_history_is_exit_3(tmp_path, capsys):
+    write_history(tmp_path / "a", "a", [1.0] * 3, seed=4)
+    write_history(tmp_path / "b", "b", [2.0] * 3, seed=5, identity={**IDENTITY, "cpu_model": "Other CPU"})
+    series = history.load_series([str(tmp_path)])
+    assert sorted((s.identity["cpu_model"], len(s.subjects)) for s in series) == [("Other CPU", 3), ("Test CPU", 3)]
+    assert history.main([str(tmp_path)]) == 3
+    assert "too little history: the longest series has 3 subject(s); a change needs 3 on each side" in (
+        capsys.readouterr().err
+    )
+    assert history.main([str(tmp_path / "nope")]) == 2
+    assert history.main([str(tmp_path), "--min-segment", "1"]) == 2
+
+
+@pytest.mark.slow
+def test_eight_subjects_of_a_real_job_that_became_2x_slower(cli, work, monkeypatch, capsys):
+    """Eight subjects of quick/matmul, results.subject set per run; from the fifth on the code
+    under test does its matmuls twice (the same config: only the code changed)."""
+    original = parallel.alone_then_together
+    args = ["+experiment=quick/matmul", "experiment.size=384", *FAST, "bench.repeats=9", "results.table=false"]
+    for i in range(8):
+        if i == 4:
+            monkeypatch.setattr(
+                parallel, "alone_then_together", lambda ctx, work, **kw: original(ctx, lambda d: (work(d), work(d)), **kw)
+            )
+        cli(*args, f"results.subject=v{i + 1}")
+    assert history.main(["outputs", "--format", "json"]) == 1
+    changes = json.loads(capsys.readouterr().out)["changes"]
+    regressions = [c for c in changes if c["label"] == "regression"]
+    assert len(regressions) == 1, changes
+    (r,) = regressions
+    assert (r["before"]["subject"], r["after"]["subject"]) == ("v4", "v5")
+    assert r["metric"] == "tflops" and r["change_pct"] < -30
+    assert len(r["run_dirs"]["before"]) == 1 and "outputs/runs/" in r["run_dirs"]["after"][0]
