@@ -386,11 +386,14 @@ def ab(
         varying = [c for c in key_cols if pd.concat([pa, pb])[c].astype("string").nunique(dropna=False) > 1]
         for point in sorted(set(ga) | set(gb)):
             label = dict(zip(match_on, point))
+            rows = ga.get(point, gb.get(point))
+            assert rows is not None
             entry: dict[str, Any] = {
                 "experiment": name,
                 "measurement": label["measurement"],
-                **{k: label[k] for k in varying},
+                **{k: _native(rows[k]) for k in varying},
                 "metric": m,
+                "_name": dashboard_name(name, label, varying),
             }
             if not any_device:
                 entry["device"] = label["device"]
@@ -414,6 +417,7 @@ def ab(
                 identity="; ".join(differ),
                 _base_samples=sa,
                 _new_samples=sb,
+                _samples=sb,
                 _test=test,
             )
             if unknown:
@@ -433,6 +437,23 @@ def ab(
 
 
 AB_FIRST = ("experiment", "measurement", "device", "metric", "base", "new", "change_pct", "verdict", "why", "change")
+
+
+def _native(column: pd.Series) -> object:
+    """A key's value as the rows hold it (an integer stays one), for the table."""
+    values = column.dropna()
+    if values.empty:
+        return None
+    v = values.iloc[0]
+    return int(v) if isinstance(v, float) and v.is_integer() else v.item() if hasattr(v, "item") else v
+
+
+def dashboard_name(experiment: str, label: dict[str, str], varying: list[str]) -> str:
+    """A point's stable name for a dashboard: the experiment's own keys always (so a point's
+    name does not change when another point joins), other keys where they vary, the device."""
+    keys = [k for k in label if k.startswith("cfg.experiment.") or k in varying]
+    parts = [experiment, label["measurement"], *(f"{k.removeprefix('cfg.')}={label[k]}" for k in keys)]
+    return " / ".join(parts + ([label["device"]] if label.get("device") else []))
 
 
 def identity_differences(base: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
@@ -657,10 +678,12 @@ def to_github(table: pd.DataFrame) -> str:
         value = r.get("new") if "new" in table else r.get(metric)
         if value is None or pd.isna(value):
             continue
-        parts = [str(r["experiment"]), str(r["measurement"])]
-        parts += [f"{c.removeprefix('cfg.')}={_plain_text(r[c])}" for c in table.columns if c.startswith("cfg.")]
-        parts += [str(r["device"])] if "device" in table and not pd.isna(r.get("device")) else []
-        entry: dict[str, Any] = {"name": " / ".join(parts), "unit": UNITS.get(metric, metric), "value": float(value)}
+        name = r.get("_name")
+        if not isinstance(name, str):
+            parts = [str(r["experiment"]), str(r["measurement"])]
+            parts += [f"{c.removeprefix('cfg.')}={_plain_text(r[c])}" for c in table.columns if c.startswith("cfg.")]
+            name = " / ".join(parts)
+        entry: dict[str, Any] = {"name": name, "unit": UNITS.get(metric, metric), "value": float(value)}
         samples = r.get("_samples")
         if isinstance(samples, np.ndarray) and len(samples) >= 3:
             q1, q3 = np.percentile(samples, [25, 75])

@@ -3,7 +3,7 @@
 python -m perflab.results [PATH]            the runs under PATH (default outputs/), newest first
 python -m perflab.results show RUN          one run's table (RUN: a run id, a prefix, or a path)
 python -m perflab.results reindex [PATH]    rebuild the derived index (done points, row segments)
-python -m perflab.results export FILE [PATH]   every row under PATH in one CSV file
+python -m perflab.results export FILE [PATH] [--parquet]   every row under PATH in one CSV (or Parquet) file
 """
 
 from __future__ import annotations
@@ -162,16 +162,36 @@ def show(run_dir: Path) -> str:
     )
 
 
-def export(target: Path, top: Path) -> int:
+def export(target: Path, top: Path, parquet: bool = False) -> int:
     allowed = "a new file, or an earlier export (replaced)"
     if files.check_file("FILE", target, allowed):
         with open(files.target(target), "rb") as f:
-            if not f.readline().startswith(b"row_id,"):  # not perflab's rows: not ours to replace
+            ours = _parquet_export(target) if parquet else f.readline().startswith(b"row_id,")
+            if not ours:  # not perflab's rows: not ours to replace
                 raise LookupError(f"FILE={target}: exists and is not a perflab export; allowed: {allowed}")
     df = load(top)
+    if parquet:
+        return export_parquet(df, target)
     rows = [{k: v for k, v in r.items() if v is not None} for r in df.to_dict("records")]
     files.write_atomic(target, csv_text(rows))
     return len(rows)
+
+
+def _parquet_export(path: Path) -> bool:
+    """An earlier Parquet export of ours: a Parquet file with perflab's row ids."""
+    import pyarrow.parquet as pq
+
+    try:
+        return "row_id" in pq.read_schema(files.target(path)).names
+    except (OSError, ValueError):
+        return False
+
+
+def export_parquet(df, target: Path) -> int:
+    """Every current row (what ``load`` returns: not the index's superseded rows of run dirs
+    that changed since, not a row twice) as one Parquet file, typed as ``load`` types them."""
+    files.write_atomic(target, store._to_parquet(df))
+    return len(df)
 
 
 def at_least_one(text: str) -> int:
@@ -184,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perflab.results", description=__doc__.split("\n\n")[0])
     parser.add_argument("words", nargs="*", help="[PATH] | show RUN [PATH] | reindex [PATH] | export FILE [PATH]")
     parser.add_argument("-n", type=at_least_one, default=50, help="how many runs to list (default 50)")
+    parser.add_argument("--parquet", action="store_true", help="export: write Parquet instead of CSV")
     args = parser.parse_args(argv)
     words = args.words
     try:
@@ -199,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = len(store.load_tree(top))
             print(f"reindexed {top}: {done} complete runs, {rows} rows")
         elif words and words[0] == "export" and len(words) >= 2:
-            n = export(Path(words[1]), Path(words[2]) if len(words) > 2 else Path("outputs"))
+            n = export(Path(words[1]), Path(words[2]) if len(words) > 2 else Path("outputs"), args.parquet)
             print(f"{n} rows -> {words[1]}")
         elif words and words[0] in ("show", "export"):
             raise LookupError(f"{words[0]}: needs {'RUN' if words[0] == 'show' else 'FILE'} (see --help)")

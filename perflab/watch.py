@@ -263,9 +263,10 @@ class GpuState:
 
             pynvml.nvmlInit()
             for d in cuda:
-                props = torch.cuda.get_device_properties(d.index)
-                bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-                self.handles.append(pynvml.nvmlDeviceGetHandleByPciBusId(bus))
+                uuid = str(torch.cuda.get_device_properties(d.index).uuid)  # NVML's own order may differ
+                self.handles.append(
+                    pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+                )
             self._nvml = pynvml
         except Exception:  # no nvidia-ml-py, no driver: the columns stay out, never guessed
             self.handles = []

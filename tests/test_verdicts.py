@@ -1,0 +1,267 @@
+"""Verdicts you can trust: four of them and never a silent pass, multiplicity control, machine
+identity in every row, the code under test, flags without holes, exports for dashboards."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perflab import compare, history, results, stats, verdicts
+from perflab.peaks import Peaks
+from perflab.rundir import RunWriter
+from perflab.watch import Machine, throttle_words
+
+from conftest import FAST, run_subprocess
+
+ONE_THREAD = {"device_name": "CPU (1 thread)", "num_threads": 1}
+
+
+def point(root, run, times, *, size=256, measurement="cpu alone", **columns):
+    """One matmul row with its raw sample times, as a job writes it (numbers chosen by hand)."""
+    median = float(np.median(times))
+    RunWriter(root / run).add(
+        {
+            "run_id": run,
+            "experiment": "matmul",
+            "measurement": measurement,
+            "status": "ok",
+            "n": len(times),
+            "median_s": median,
+            "tflops": 2 * size**3 / median / 1e12,
+            "device_name": "CPU (2 threads)",
+            "num_threads": 2,
+            "cpu_model": "Test CPU",
+            "cfg.experiment.size": size,
+            **columns,
+        },
+        samples=list(times),
+    )
+
+
+def noisy(rng, median, n, spread=0.01):
+    return median * (1 + rng.normal(0, spread, n))
+
+
+def test_two_threads_against_one_is_incomparable_not_a_pass(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    point(tmp_path / "base", "a", noisy(rng, 1.0, 20))
+    point(tmp_path / "new", "b", noisy(rng, 2.0, 20), **ONE_THREAD)  # half the threads: half the speed
+    assert compare.main([str(tmp_path / "base"), str(tmp_path / "new"), "--fail-if-slower", "10"]) == 3
+    out = capsys.readouterr()
+    assert "INCOMPARABLE" in out.out and "machine identity differs: num_threads: 2 vs 1" in out.out
+    assert "1 point in both trees: 1 INCOMPARABLE -> exit 3" in out.err
+    # On purpose, across identities: judged, and said so.
+    assert compare.main([str(tmp_path / "base"), str(tmp_path / "new"), "--allow-mixed", "--format", "json"]) == 1
+    (p,) = json.loads(capsys.readouterr().out)["points"]
+    assert p["verdict"] == "FAIL" and "compared across identities on purpose" in p["why"]
+
+
+def test_three_samples_a_side_at_a_1_percent_gate_cannot_judge(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    point(tmp_path / "base", "a", noisy(rng, 1.0, 3, 0.02))
+    point(tmp_path / "new", "b", noisy(rng, 1.0, 3, 0.02))
+    assert compare.main([str(tmp_path / "base"), str(tmp_path / "new"), "--fail-if-slower", "1"]) == 3
+    (row,) = compare.ab(tmp_path / "base", tmp_path / "new", gate_pct=1).to_dict("records")
+    assert row["verdict"] == "INCONCLUSIVE" and math.isinf(row["detectable_pct"])
+    need = int(row["why"].split("about ")[1].split(" a side")[0])
+    assert need > 3 and f"({need - 3} more repeats, bench.repeats={need})" in row["why"]
+    # ... and that many would do: samples of the same spread at that count detect a 1 % change.
+    a, b = noisy(rng, 1.0, need, 0.02), noisy(rng, 1.0, need, 0.02)
+    assert stats.detectable_change(a, b) < 1.5
+    assert "PASS means: not significantly slower by more than 1 %" in capsys.readouterr().out
+
+
+def test_the_smallest_attainable_p_and_the_detectable_change():
+    assert stats.smallest_p(3, 3) == pytest.approx(0.1) and stats.smallest_p(4, 4) == pytest.approx(2 / 70)
+    rng = np.random.default_rng(2)
+    wide, narrow = noisy(rng, 1.0, 30, 0.10), noisy(rng, 1.0, 30, 0.01)
+    assert stats.detectable_change(wide, wide) > 5 * stats.detectable_change(narrow, narrow)
+    assert math.isinf(stats.detectable_change(narrow[:3], narrow[3:6]))  # no outcome could be significant
+    assert math.isinf(stats.repeats_needed(narrow, narrow, 0))
+
+
+def test_pass_fail_and_a_small_real_change_within_the_gate(tmp_path):
+    rng = np.random.default_rng(3)
+    for size, slower in ((64, 1.0), (128, 1.03), (256, 1.5)):  # unchanged, 3 % slower, 50 % slower
+        point(tmp_path / "base", f"a{size}", noisy(rng, 1.0, 30), size=size)
+        point(tmp_path / "new", f"b{size}", noisy(rng, slower, 30), size=size)
+    table = compare.ab(tmp_path / "base", tmp_path / "new", gate_pct=10).set_index("cfg.experiment.size")
+    assert table["verdict"].to_dict() == {64: "PASS", 128: "PASS", 256: "FAIL"}
+    assert table.loc[128, "significant"] and "1.03x slower" in table.loc[128, "why"]  # real, but within the gate
+    assert compare.verdict_of(table.reset_index()) == 1
+
+
+def test_forty_unchanged_points_give_no_significant_one(tmp_path):
+    """Without multiplicity control about two of 40 unchanged points come out 'significant'."""
+    rng = np.random.default_rng(4)
+    for size in range(1, 41):
+        point(tmp_path / "base", f"a{size}", noisy(rng, 1.0, 8, 0.05), size=size)
+        point(tmp_path / "new", f"b{size}", noisy(rng, 1.0, 8, 0.05), size=size)
+    table = compare.ab(tmp_path / "base", tmp_path / "new")
+    assert (table["p_value"] < 0.05).sum() >= 1, "the raw tests do find 'significant' noise"
+    assert not table["significant"].any() and "FAIL" not in set(table["verdict"])
+
+
+def test_points_in_one_tree_only_are_listed_and_a_lost_one_is_not_a_pass(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    base, new = tmp_path / "base", tmp_path / "new"
+    point(base, "a", noisy(rng, 1.0, 30))
+    point(new, "b", noisy(rng, 1.0, 30))
+    point(base, "c", noisy(rng, 1.0, 30), measurement="crashed in new")
+    point(new, "d", noisy(rng, 1.0, 30), measurement="new in new")
+    assert compare.main([str(base), str(new)]) == 3
+    err = capsys.readouterr().err
+    assert "1 PASS; 1 only in base (not judged: no ok row of it in NEW); 1 only in new" in err
+    assert compare.main([str(base), str(new), "--where", "measurement=cpu alone"]) == 0
+    capsys.readouterr()
+    # Nothing in both trees: could not judge.
+    point(tmp_path / "gpu", "e", noisy(rng, 1.0, 30), device_name="NVIDIA H100 80GB HBM3")
+    assert compare.main([str(base), str(tmp_path / "gpu")]) == 3
+    assert "no point is in both trees" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as usage:
+        compare.main([str(base), str(new), "--alpha", "2"])
+    assert usage.value.code == verdicts.USAGE_EXIT
+
+
+def test_json_and_github_action_benchmark_formats(tmp_path, capsys):
+    rng = np.random.default_rng(6)
+    point(tmp_path / "base", "a", noisy(rng, 1.0, 30))
+    point(tmp_path / "new", "b", noisy(rng, 1.0, 30))
+    assert compare.main([str(tmp_path / "base"), str(tmp_path / "new"), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["verdict"], out["exit_code"], out["gate_pct"], out["gate_given"]) == ("PASS", 0, 10.0, False)
+    assert out["points"][0]["verdict"] == "PASS" and out["only_in_base"] == []
+    assert compare.main([str(tmp_path / "base"), str(tmp_path / "new"), "--format", "github"]) == 0
+    shaped = json.loads(capsys.readouterr().out)
+    (entry,) = shaped["customBiggerIsBetter"]  # TFLOP/s: bigger is better
+    assert shaped["customSmallerIsBetter"] == []
+    assert set(entry) == {"name", "unit", "value", "range", "extra"} and entry["unit"] == "TFLOP/s"
+    assert entry["name"] == "matmul / cpu alone / experiment.size=256 / CPU" and entry["extra"].startswith("PASS")
+
+
+def test_rows_carry_the_machine_identity_and_the_code_under_test(cli, work):
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    (work / "model.py").write_text("WORK = 1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "model.py"], cwd=work, check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], cwd=work, check=True)
+    sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=work, text=True, capture_output=True).stdout
+    cli("+experiment=quick/matmul", *FAST, "results.table=false")
+    (work / "model.py").write_text("WORK = 2\n")  # an edit not committed: the subject says so
+    cli("+experiment=quick/matmul", *FAST, "results.table=false")
+    cli("+experiment=quick/matmul", *FAST, "results.table=false", "results.subject=v2.1")
+    df = results.load("outputs").sort_values("timestamp")
+    assert df["subject"].tolist() == [sha.strip(), sha.strip() + "+dirty", "v2.1"]
+    lines = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    assert set(df["cpu_model"]) == {model}  # as the kernel reports it
+    for column in ("cpu_physical_cores", "cpu_logical_cores", "num_threads", "memory_gb", "kernel", "torch", "mkl"):
+        assert df[column].notna().all(), column
+    records = [json.loads(p.read_text()) for p in sorted((work / "outputs" / "runs").glob("*/run.json"))]
+    assert sorted(r["subject"] for r in records) == sorted(df["subject"]) and records[0]["perflab_version"]
+
+
+@pytest.mark.slow
+def test_a_gate_across_thread_counts_does_not_exit_0_for_real(tmp_path):
+    """The issue's case as a CI user meets it: the base with 2 threads, the new run with
+    OMP_NUM_THREADS=1, gated at 10 %: never exit 0."""
+    args = ["+experiment=quick/matmul", "bench.repeats=10", "results.table=false"]
+    run_subprocess(*args, "results.store=base", cwd=tmp_path)
+    run_subprocess(*args, "results.store=new", cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+    gate = subprocess.run(
+        [sys.executable, "-m", "perflab.compare", "base", "new", "--fail-if-slower", "10"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert gate.returncode == 3 and "num_threads: 2 vs 1" in gate.stdout, gate.stdout + gate.stderr
+
+
+def test_a_short_measurement_among_busy_processes_says_so(tmp_path):
+    import torch
+
+    a = torch.randn(256, 256)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.3)  # let them start spinning
+        with Machine() as busy:
+            for _ in range(100):
+                a @ a
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    assert busy.wall_s < 2
+    assert "its threads waited for a CPU" in busy.busy(0.25), busy.columns()
+    assert busy.columns()["waited_pct"] > 25
+
+
+def test_a_peak_above_100_percent_or_from_a_smaller_run_is_not_trusted(cli, work):
+    host = socket.gethostname()
+    device = "CPU (2 threads)" if __import__("torch").get_num_threads() == 2 else None
+    if device is None:
+        pytest.skip("the device description depends on the thread count")
+    peaks = work / "peaks.json"
+    peaks.write_text(json.dumps({host: {device: {"matmul_float32": 1e-6}}}))  # a "peak" no job stays under
+    cli("+experiment=quick/matmul", *FAST, "results.table=false", f"results.peaks={peaks}", "results.store=old")
+    row = results.load("old").iloc[0]
+    assert row["pct_of_peak"] > 100 and "above 100 %, so that peak (results.peaks) was no peak" in row["suspect"]
+    # A peak measured at 16x16 is no peak for 256x256 matmuls: not taken, and the row says why.
+    Peaks(peaks, {}).save(device, {"matmul_float32": 1e-6, "matmul_float32_n": 16})
+    cli("+experiment=quick/matmul", *FAST, "results.table=false", f"results.peaks={peaks}", "results.store=sized")
+    row = results.load("sized").iloc[0]
+    assert pd.isna(row.get("pct_of_peak")) and "comes from a 16x16 matmul" in row["peak_not_taken"]
+    # A smaller run does not replace a larger run's peak.
+    Peaks(peaks, {}).save(device, {"matmul_float32": 5.0, "matmul_float32_n": 1024})
+    Peaks(peaks, {}).save(device, {"matmul_float32": 0.1, "matmul_float32_n": 256})
+    assert Peaks.open(peaks, will_write=False).lookup(device, "matmul_float32") == 5.0
+
+
+def test_throttle_reasons_in_words():
+    assert throttle_words(0) == "none" and throttle_words(0x1) == "none"  # idle is no throttle
+    assert throttle_words(0x4 | 0x40) == "software power cap, hardware thermal slowdown"
+
+
+def test_parquet_export_holds_the_current_rows_only(tmp_path, capsys):
+    tree = tmp_path / "outputs"
+    run = tree / "runs" / "r1"
+    writer = RunWriter(run)
+    writer.add({"run_id": "r1", "experiment": "matmul", "measurement": "a", "status": "ok", "median_s": 1.0})
+    assert len(results.load(tree)) == 1  # indexed now
+    time.sleep(0.01)
+    writer.add({"run_id": "r1", "experiment": "matmul", "measurement": "b", "status": "ok", "median_s": 2.0})
+    assert len(results.load(tree)) == 2  # a second segment; the first one's row of r1 is superseded
+    assert len(list((tree / ".perflab" / "index").glob("*.parquet"))) == 2
+    out = tmp_path / "all.parquet"
+    assert results.main(["export", str(out), str(tree), "--parquet"]) == 0
+    df = pd.read_parquet(out)
+    assert sorted(df["row_id"]) == ["r1#1", "r1#2"] and sorted(df["measurement"]) == ["a", "b"]
+    assert results.main(["export", str(out), str(tree), "--parquet"]) == 0  # an earlier export: replaced
+    foreign = tmp_path / "mine.parquet"
+    pd.DataFrame({"x": [1]}).to_parquet(foreign)
+    assert results.main(["export", str(foreign), str(tree), "--parquet"]) == 2
+    assert "exists and is not a perflab export" in capsys.readouterr().err
+
+
+def test_subjects_follow_commit_order_where_git_can_tell(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q"], check=True)
+    shas = []
+    for i in range(3):
+        Path("f").write_text(str(i))
+        subprocess.run(["git", "add", "f"], check=True)
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", str(i)], check=True)
+        shas.append(subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout)
+    shas = [s.strip() for s in shas]
+    measured = [shas[2], shas[0], shas[1]]  # measured out of order (a bisect, say)
+    subjects = [history.Subject(s, 1.0, np.array([]), [], f"2026-01-01T00:00:0{i}") for i, s in enumerate(measured)]
+    assert [s.name for s in history.order_subjects(subjects)] == shas
