@@ -1,0 +1,104 @@
+"""What OMP_NUM_THREADS does to a CPU measurement, on a quiet and on a busy machine.
+
+One ``perflab +experiment=matmul`` job per (threads, machine) case, ``--rounds`` rounds, the
+cases interleaved within each round: OMP_NUM_THREADS=1 and =2 (perflab's default on this
+machine: every core), each on the machine as it is ("quiet": on a shared machine, as quiet as
+it gets) and with two other processes spinning on the CPUs ("busy": ``while True: pass``, as
+many as cores). The job: 512 x 512 float32 matmuls, 4 per call, ``bench.repeats=10``,
+``bench.min_time_s=0.3``. Per case: the median over rounds of the job's median time and
+TFLOP/s, how long its threads waited for a CPU (``waited_pct``), and how many of its rows
+perflab flagged as suspect.
+
+    python benchmarks/omp_threads.py [--rounds 3] [--out benchmarks/results/omp_threads.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ["+experiment=matmul", "experiment.size=512", "experiment.iterations=4", "bench.repeats=10"]
+JOB += ["bench.min_time_s=0.3", "results.table=false"]
+
+
+def one(threads: int, busy: bool, store: Path) -> dict:
+    spinners = []
+    if busy:
+        spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+        time.sleep(0.5)
+    try:
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        subprocess.run(
+            [sys.executable, "-m", "perflab", *JOB, f"results.store={store}"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    from perflab.results import load
+
+    row = load(store).iloc[-1]
+    return {
+        "median_s": float(row["median_s"]),
+        "tflops": float(row["tflops"]),
+        "waited_pct": float(row.get("waited_pct", float("nan"))),
+        "suspect": bool(str(row.get("suspect", "")).strip() not in ("", "<NA>", "nan")),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "omp_threads.csv")
+    args = parser.parse_args()
+    cases = [(t, b) for b in (False, True) for t in (1, 2)]
+    got: dict[tuple[int, bool], list[dict]] = {c: [] for c in cases}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for i, (threads, busy) in enumerate(cases[r % len(cases) :] + cases[: r % len(cases)]):
+                got[(threads, busy)].append(one(threads, busy, Path(tmp) / f"{threads}-{busy}-{r}-{i}"))
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    rows = []
+    for (threads, busy), runs in got.items():
+        rows.append(
+            {
+                "when": when,
+                "host": platform.node(),
+                "cpus": os.cpu_count(),
+                "omp_num_threads": threads,
+                "machine": "busy (2 spinning processes)" if busy else "quiet (shared)",
+                "rounds": len(runs),
+                "median_ms": round(1e3 * float(np.median([x["median_s"] for x in runs])), 3),
+                "tflops": round(float(np.median([x["tflops"] for x in runs])), 4),
+                "waited_pct": round(float(np.median([x["waited_pct"] for x in runs])), 1),
+                "suspect_runs": sum(x["suspect"] for x in runs),
+                "job": " ".join(JOB),
+            }
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    new_file = not args.out.exists()
+    with args.out.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        if new_file:
+            writer.writeheader()
+        writer.writerows(rows)
+    print(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
