@@ -420,6 +420,8 @@ def ab(
                 _samples=sb,
                 _test=test,
             )
+            flagged = {side: _suspects(r) for side, r in (("base", ra), ("new", rb))}
+            entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
             if unknown:
                 notes.append(f"{name} {label['measurement']}: identity not checked for {', '.join(unknown)}")
             pooled.append(entry)
@@ -437,6 +439,13 @@ def ab(
 
 
 AB_FIRST = ("experiment", "measurement", "device", "metric", "base", "new", "change_pct", "verdict", "why", "change")
+# (the suspect column follows: a verdict on measurements taken on a busy machine says so)
+
+
+def _suspects(rows: pd.DataFrame) -> str:
+    """The distinct suspect reasons of a point's rows ("" if none)."""
+    found = rows.get("suspect", pd.Series(dtype="string")).dropna().astype(str)
+    return "; ".join(sorted({s for s in found if s.strip()}))
 
 
 def _native(column: pd.Series) -> object:
@@ -517,6 +526,8 @@ def judge(points: list[dict[str, Any]], gate_pct: float, alpha: float, allow_mix
             verdict, why = Verdict.INCONCLUSIVE, _inconclusive(p, gate_pct, level)
         if p["identity"]:
             why += f"; compared across identities on purpose (--allow-mixed): {p['identity']}"
+        if p.get("suspect"):
+            why += " (its measurements were flagged suspect: see suspect)"
         p["verdict"], p["why"] = verdict.value, why
     for p in points:
         if not (allow_mixed or not p["identity"]):
