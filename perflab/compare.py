@@ -518,10 +518,12 @@ def judge(points: list[dict[str, Any]], gate_pct: float, alpha: float, allow_mix
             p["significance"] = f"no significant difference (adjusted p={p_adj:.2g})"
         if significant and p["change_pct"] < -gate_pct:
             verdict, why = Verdict.FAIL, f"{size}: beyond the {gate_pct:g} % gate (adjusted p={p_adj:.2g})"
-        elif p["detectable_pct"] <= gate_pct:
-            verdict = Verdict.PASS
+        elif p["detectable_pct"] <= gate_pct or (significant and p["speedup"] >= 1):
+            verdict = Verdict.PASS  # a change of the gate's size was detectable, or it got significantly faster
             seen = size if significant else "no significant change"
             why = f"{seen}; a {p['detectable_pct']:.2g} % change was detectable"
+            if p["detectable_pct"] > gate_pct:
+                why = f"{size}, significantly (adjusted p={p_adj:.2g})"
         else:
             verdict, why = Verdict.INCONCLUSIVE, _inconclusive(p, gate_pct, level)
         if p["identity"]:

@@ -3,11 +3,11 @@ machine's identity (what it is, as the kernel describes it), and the code under 
 
 The **identity** is the subset of those columns that changes what a measurement gives:
 ``IDENTITY`` below (the CPU model, its cores, the threads a measurement used, frequency
-governor and boost, the memory, torch and the libraries under it, the GPU model and CUDA
-versions). ``compare`` and ``history`` judge only rows whose identities agree and name the
-fields that differ; the hostname, kernel and Python are recorded but do not split a series (two
-CI runners of one kind are the same machine). Fields a machine cannot tell (no cpufreq in a
-VM) are left empty, never guessed.
+governor and boost, torch and the libraries under it, the GPU model and CUDA versions).
+``compare`` and ``history`` judge only rows whose identities agree and name the fields that
+differ; the hostname, kernel, memory size and Python are recorded but do not split a series
+(two CI runners of one kind are the same machine, whatever memory the VM reports). Fields a
+machine cannot tell (no cpufreq in a VM) are left empty, never guessed.
 
 Cost: about 1 ms once per process on a CPU (``python benchmarks/environment_cost.py``);
 cuDNN's version is asked only where CUDA is available (loading cuDNN alone takes ~8 ms).
@@ -38,7 +38,6 @@ IDENTITY = (
     "num_threads",
     "cpu_governor",
     "cpu_boost",
-    "memory_gb",
     "torch",
     "mkl",
     "onednn",

@@ -136,7 +136,7 @@ def build_series(rows: pd.DataFrame, samples: Mapping[str, np.ndarray], metric: 
     rows = rows[rows["status"].astype("string") == "ok"]
     out = []
     for name, part in rows.groupby(rows["experiment"].astype("string"), sort=True):
-        part = summary_rows(str(name), part)
+        part = summary_rows(str(name), part).copy()  # one block per dtype again: a loaded tree is fragmented
         m, _ = metric_for(str(name), part, metric)
         part = part.assign(
             device=part["device_name"].map(device_family) if "device_name" in part else "",

@@ -4,7 +4,7 @@ compare, per point of NEW against the same point of BASE:
 
   PASS          not significantly slower by more than the gate, and the samples could have
                 shown a change of the gate's size (the smallest change they could show, at
-                this spread and count, is within the gate)
+                this spread and count, is within the gate); or significantly faster
   FAIL          significantly slower (Benjamini-Hochberg over all points) by more than the gate
   INCONCLUSIVE  neither: the smallest change the samples could show exceeds the gate; the
                 verdict says how many more repeats would do

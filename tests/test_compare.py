@@ -17,6 +17,17 @@ from perflab.stats import compare_samples
 from conftest import FAST
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for a real A/B: with two, a shared 2-core machine swings 20x between runs."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def fake_run(root, name, count, batch, items_per_s, samples=(), test_acc=0.9, **cfg):
     """A results dir as a training job writes it, with numbers chosen by hand."""
     w = RunWriter(root / name)
@@ -150,7 +161,7 @@ def test_filters_and_one_line_errors(tmp_path, capsys):
         assert exit.value.code == 2 and "allowed: a number >= 0 (percent)" in capsys.readouterr().err
 
 
-def test_two_trees_a_b_and_the_regression_gate(cli, work, monkeypatch, capsys):
+def test_two_trees_a_b_and_the_regression_gate(cli, work, monkeypatch, capsys, one_thread):
     args = ["+experiment=quick/matmul", "bench.repeats=8", "bench.min_time_s=0", "results.table=false"]
     cli(*args, "results.store=base")
     cli(*args, "results.store=same")

@@ -17,6 +17,17 @@ from conftest import FAST
 IDENTITY = {"cpu_model": "Test CPU", "num_threads": 2, "torch": "2.14.1"}
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for a real A/B: with two, a shared 2-core machine swings 20x between runs."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def write_history(root, name, medians, *, seed, identity=IDENTITY, spread=0.01, size=256):
     """One run dir per subject (s00, s01, ...), as a matmul job writes it: raw sample times
     around each median, the rate the job reports, the subject's commit time in order."""
@@ -83,7 +94,7 @@ def test_another_machine_is_another_series_and_too_little_history_is_exit_3(tmp_
 
 
 @pytest.mark.slow
-def test_eight_subjects_of_a_real_job_that_became_2x_slower(cli, work, monkeypatch, capsys):
+def test_eight_subjects_of_a_real_job_that_became_2x_slower(cli, work, monkeypatch, capsys, one_thread):
     """Eight subjects of quick/matmul, results.subject set per run; from the fifth on the code
     under test does its matmuls twice (the same config: only the code changed)."""
     original = parallel.alone_then_together
