@@ -131,9 +131,9 @@ class Machine:
 
     Three views, read before and after (no sampler that a short window could slip through):
     other processes' share of all CPUs from the CPU-time counters (whole ticks: NaN below 25 of
-    them), the time our threads waited in the run queue against the time they ran (nanoseconds:
-    any window), and the kernel's CPU pressure (PSI ``some``: the share of the window in which
-    a runnable task waited for a CPU)."""
+    them), the share of our threads' runnable time spent waiting in the run queue for a CPU
+    (``waited_pct``, from nanosecond counters: any window), and the kernel's CPU pressure (PSI
+    ``some``: the share of the window in which a runnable task waited for a CPU)."""
 
     def __enter__(self) -> "Machine":
         self.load_before = _load()
@@ -149,7 +149,7 @@ class Machine:
         self.load_after = _load()
         ran = sum(w[0] - self._waits.get(t, (0, 0))[0] for t, w in waits.items())
         waited = sum(w[1] - self._waits.get(t, (0, 0))[1] for t, w in waits.items())
-        self.waited_share = waited / ran if ran > 0 else math.nan
+        self.waited_share = waited / (ran + waited) if ran + waited > 0 else math.nan
         self.pressure = (
             (pressure - self._pressure) / 1e6 / self.wall_s
             if pressure is not None and self._pressure is not None and self.wall_s > 0
@@ -177,14 +177,14 @@ class Machine:
     def busy(self, limit: float, own_s: float | None = None) -> str:
         """Why the machine was too busy for a clean figure ("" if it was not, or nobody can tell):
         other processes above ``limit`` of the CPUs, or our threads waiting for a CPU more than
-        ``limit`` of the time they ran (a short measurement's only sure sign)."""
+        ``limit`` of their runnable time (a short measurement's only sure sign)."""
         reasons = []
         share = self.others_share(own_s)
         if not math.isnan(share) and share > limit:
             reasons.append(f"other processes used {share:.0%} of the CPUs meanwhile")
         if not math.isnan(self.waited_share) and self.waited_share > limit:
             reasons.append(
-                f"its threads waited for a CPU {self.waited_share:.0%} as long as they ran "
+                f"its threads spent {self.waited_share:.0%} of their runnable time waiting for a CPU "
                 "(other busy processes, or more threads than cores)"
             )
         return "the machine was busy: " + "; ".join(reasons) if reasons else ""

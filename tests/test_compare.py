@@ -177,7 +177,8 @@ def test_two_trees_a_b_and_the_regression_gate(cli, work, monkeypatch, capsys, o
     assert row["significant"] and row["change_pct"] < -50 and "slower" in row["significance"]
     assert compare.main([str(work / "base"), str(work / "slow"), "--fail-if-slower", "10"]) == 1
     assert "significantly slower than the base by more than 10%" in capsys.readouterr().err
-    assert compare.main([str(work / "base"), str(work / "same"), "--fail-if-slower", "60"]) == 0
+    # The same code: never a FAIL; a PASS where the samples could show 60 %, else INCONCLUSIVE (3)
+    assert compare.main([str(work / "base"), str(work / "same"), "--fail-if-slower", "60"]) in (0, 3)
 
 
 def test_a_b_matches_points_by_device_too(tmp_path):

@@ -200,7 +200,7 @@ def test_a_short_measurement_among_busy_processes_says_so(tmp_path):
         for p in spinners:
             p.kill()
             p.wait()
-    assert "its threads waited for a CPU" in busy.busy(0.25), busy.columns()
+    assert "of their runnable time waiting for a CPU" in busy.busy(0.25), busy.columns()
     assert busy.columns()["waited_pct"] > 25
 
 
