@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -43,11 +44,15 @@ def test_the_readme_comparison_examples_run_as_written(work):
             assert "significan" in proc.stdout and "efficiency" in proc.stdout
             continue
         for argv in shell_lines(body):
+            env = dict(os.environ)
+            while argv and re.match(r"^[A-Z_]+=", argv[0]):  # VAR=value perflab ...: as a shell runs it
+                key, _, value = argv.pop(0).partition("=")
+                env[key] = value
             if argv[0] == "perflab":
                 argv = [sys.executable, "-m", "perflab", *argv[1:]]
             elif argv[:2] == ["python", "-m"]:
                 argv = [sys.executable, *argv[1:]]
-            proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=600, env=env)
             assert proc.returncode == 0, f"{' '.join(argv)}\n{proc.stdout}\n{proc.stderr}"
             assert "Traceback" not in proc.stdout + proc.stderr
     assert (work / "plots" / "scaling.png").is_file()
