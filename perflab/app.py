@@ -212,6 +212,7 @@ SUBCOMMANDS = {
     "compare": "perflab.compare",
     "results": "perflab.results",
     "report": "perflab.report",
+    "history": "perflab.history",
 }
 # Hydra's own flags that take the next word as their value.
 FLAGS_WITH_VALUE = (
