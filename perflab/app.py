@@ -43,20 +43,24 @@ def cli() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args:
-        print(registry.listing())
-        return 0
-    if args[0] in ("--version", "-V"):
-        print(version_line())
-        return 0
-    if args[0] in SUBCOMMANDS:
-        return int(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]) or 0)
-    args = [_with_plus(a) for a in args]
-    mistake = front_door_mistake(args)
-    if mistake:
-        return usage_error(mistake)
-    if "--help" in args or "-h" in args:
-        return help_text([a for a in args if a not in ("--help", "-h")])
+    try:
+        if not args:
+            print(registry.listing())
+            return 0
+        if args[0] in ("--version", "-V"):
+            print(version_line())
+            return 0
+        if args[0] in SUBCOMMANDS:
+            return int(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]) or 0)
+        args = [_with_plus(a) for a in args]
+        mistake = front_door_mistake(args)
+        if mistake:
+            return usage_error(mistake)
+        if "--help" in args or "-h" in args:
+            return help_text([a for a in args if a not in ("--help", "-h")])
+        registry.discover()  # every experiment imports and fits the contract, or one line and nothing runs
+    except registry.ExperimentError as err:
+        return usage_error(err.line())
     multirun = any(a in ("-m", "--multirun") for a in args)
     if not multirun and any(a.lstrip("+").startswith("launcher=") for a in args):
         launcher = next(a for a in args if a.lstrip("+").startswith("launcher="))

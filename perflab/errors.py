@@ -45,6 +45,13 @@ def one_line(exc: BaseException) -> str:
         options = [o for o in re.findall(r"^\t(\S+)$", text, flags=re.M) if not o.startswith("_")]
         hint = "; pip install 'perflab[launchers]' adds joblib and submitit_slurm" if group == "hydra/launcher" else ""
         return f"{group}={name}: unknown {group}; allowed: {', '.join(options) or 'see conf/' + group}{hint}"
+    shadow = re.search(r"'experiment/([^']+)' is validated against ConfigStore schema with the same name", text)
+    if shadow:  # a user's preset named like an experiment that has no preset of its own
+        name = shadow.group(1)
+        return (
+            f"experiment/{name}.yaml: a preset named like the experiment {name}, whose defaults are its Config's; "
+            f"allowed: a preset of another name (experiment/{name}_big.yaml, its defaults list starting with - {name})"
+        )
     override = re.search(r"Could not override '([^']+)'.*?use \+\S+?=(.*)$", text, flags=re.S)
     parent = getattr(cause, "parent_node", None)
     if override and parent is not None and hasattr(parent, "keys"):

@@ -65,7 +65,7 @@ def run(
         writer,
         {**identity, "fallback": fallback, "beside": beside},
         peaks,
-        progress=getattr(experiment.module, "progress", None),
+        progress=experiment.progress,
         metric=experiment.metric,
     )
     outcome, interrupted = "ok", None
@@ -94,7 +94,7 @@ def run(
                 outcome = "skipped"
             else:
                 seed_everything(settings.seed)
-                experiment.module.run(ctx)
+                experiment.run(ctx)
                 raise_if_stopped()  # a stop whose own raise Python swallowed is still a stop
         except ConfigError as err:  # the experiment's check, or one only its run can make (batch vs data)
             return refuse(err, place, record, ctx.identity, writer)
@@ -135,7 +135,12 @@ def run(
     if rows and settings.results.table:
         log.info(
             "\n%s\n\nrows: %s",
-            job_table(rows, experiment.headline(rows), experiment.metric, experiment.label),
+            job_table(
+                rows,
+                [*experiment.headline(rows), *experiment.beside_reference(rows)],
+                experiment.metric,
+                experiment.label,
+            ),
             place.run_dir / RESULTS,
         )
     if interrupted is not None:

@@ -152,9 +152,9 @@ def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
     install.check_torch_pair()
     name = cfg.experiment.get("name") if "experiment" in cfg else None
     if name not in registry.names():
-        raise ConfigError("experiment", name, ", ".join(registry.presets()), problem="unknown experiment")
+        raise ConfigError("experiment", name, ", ".join(registry.choices()), problem="unknown experiment")
     experiment = registry.get(str(name))
-    settings = validate(cfg, experiment.module.Config)
+    settings = validate(cfg, experiment.hooks.Config)
     store.check(Path(settings.results.store))
     if settings.results.ledger:
         from perflab import ledger
