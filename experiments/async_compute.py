@@ -8,9 +8,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import MISSING
 
+from perflab.contract import Figure, Samples, Section, Setup
 from perflab.schema import ExperimentConfig, positive
 
 if TYPE_CHECKING:
+    from pandas import DataFrame
+
     from perflab.context import Context
 
 METRIC = "median_s"
@@ -165,3 +168,41 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if "numpy (CPU)" in by:
         lines.append(f"numpy: {human_time(by['numpy (CPU)']['median_s'])}")
     return lines
+
+
+def report(rows: DataFrame, samples: Samples) -> Section:
+    """13.2: the book's work per timed block beside ours; host dispatch vs device time."""
+    from functools import partial
+
+    from perflab import plots
+    from perflab.experiments import _book
+    from perflab.frames import per_run, with_samples
+
+    def work(r: Sequence[Mapping[str, Any]]) -> str:
+        n = r[-1].get("cfg.experiment.size", "?")
+        return f"{r[-1].get('cfg.experiment.steps', '?')} x ({n} x {n})"
+
+    def where(r: Sequence[Mapping[str, Any]]) -> str:
+        return ", ".join(sorted({str(x["device_name"]) for x in r if x.get("device_name")}))
+
+    return Section(
+        number="13.2",
+        title="Asynchronous computation",
+        reference=_book.REFERENCE,
+        notes=[_book.SETUP_ONLY],
+        setup=[
+            Setup(
+                "work per timed block", "10 x (a random 1000 x 1000 matrix, multiplied by itself)", per_run(rows, work)
+            ),
+            Setup("where", "NumPy on the CPU vs PyTorch on a GPU, without and with a sync", per_run(rows, where)),
+        ],
+        figures=[
+            Figure(
+                "timings",
+                partial(plots.timings, title="Host dispatch vs device time"),
+                with_samples(rows, samples, "median_s"),
+                caption="Error bars: interquartile range of the raw samples.",
+                why_none="timings: no ok rows",
+            )
+        ],
+    )

@@ -7,9 +7,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import MISSING
 
+from perflab.contract import Figure, Samples, Section, Setup
 from perflab.schema import ExperimentConfig, PerflabConfig, positive
 
 if TYPE_CHECKING:
+    from pandas import DataFrame
+
     from perflab.context import Context
     from perflab.devices import Device
 
@@ -142,3 +145,34 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                 f"compute + copy: overlapped {number(r.get('overlap_speedup')) or 0:.2f}x faster than their sum"
             )
     return lines
+
+
+def report(rows: DataFrame, samples: Samples) -> Section:
+    """13.3: the book's work per device beside ours; each device alone, then all together."""
+    from perflab import plots
+    from perflab.experiments import _book
+    from perflab.frames import per_run, with_samples
+
+    def work(r: Sequence[Mapping[str, Any]]) -> str:
+        alone = {str(x.get("devices")) for x in r if str(x.get("measurement", "")).endswith(" alone")}
+        gpus = bool(alone) and all(d.startswith("cuda") for d in alone)
+        n, k = ("size", "matmuls") if gpus else ("cpu_size", "cpu_matmuls")
+        size = r[-1].get(f"cfg.experiment.{n}", "?")
+        return f"{r[-1].get(f'cfg.experiment.{k}', '?')} matmuls of {size} x {size} on each of {len(alone)} device(s)"
+
+    return Section(
+        number="13.3",
+        title="Automatic parallelism",
+        reference=_book.REFERENCE,
+        notes=[_book.SETUP_ONLY],
+        setup=[Setup("work per device", "50 matmuls of 4000 x 4000 on each of 2 GPUs", per_run(rows, work))],
+        figures=[
+            Figure(
+                "alone_together",
+                plots.alone_together,
+                with_samples(rows, samples, "tflops" if "tflops" in rows else "median_s"),
+                caption="Error bars: interquartile range of the raw samples.",
+                why_none="alone vs together: no ok alone/together rows",
+            )
+        ],
+    )

@@ -8,14 +8,18 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from omegaconf import MISSING
 
 from perflab import costmodel
+from perflab.contract import Figure, Samples, Section, Table
 from perflab.errors import ConfigError
 from perflab.schema import BACKENDS, ExperimentConfig, PerflabConfig, one_of, positive, require
 
 if TYPE_CHECKING:
+    from pandas import DataFrame
+
     from perflab.context import Context
     from perflab.devices import Device
 
 METRIC = "bus_gbps"
+SIZES = ["cfg.experiment.min_bytes", "cfg.experiment.max_bytes"]  # the message sizes a run spans
 
 
 @dataclass
@@ -155,3 +159,55 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         f"{number(best.get('bus_gbps')) or 0:.3g} GB/s ({best['measurement'].removeprefix('allreduce ')} messages)",
         "cost model: book 13.7's worked example reproduced (model: rows; 60 / 80 / 15 ms; ring ~6 ms)",
     ]
+
+
+def report(rows: DataFrame, samples: Samples) -> Section:
+    """13.7: the book's worked example beside the cost model; measured allreduce beside the ring model."""
+    from perflab import plots
+    from perflab.experiments import _book
+    from perflab.frames import measured, records, text
+    from perflab.table import human_time
+
+    seen, book = set(), []
+    for r in records(measured(rows, prefix="model: ")):
+        key = (r.get("measurement"), r.get("model_s"), r.get("book_s"))
+        if key not in seen:
+            seen.add(key)
+            case = str(r["measurement"]).removeprefix("model: ")
+            book.append([case, human_time(r.get("book_s")), human_time(r.get("model_s"))])
+    ring = []
+    for r in records(measured(rows, prefix="allreduce ")):
+        if r.get("model_ring_s") is not None:
+            link = text(r.get("cfg.experiment.link_gbps"))
+            ring.append(
+                [
+                    str(r["measurement"]),
+                    f"{r.get('world_size', '')} x {r.get('backend', '')}",
+                    human_time(r.get("median_s")),
+                    human_time(r.get("model_ring_s")) + (f" at {link} GB/s" if link else ""),
+                ]
+            )
+    tables = []
+    if book:
+        intro = (
+            "Book 13.7's worked example (160 MB of gradients; PCIe at 16 GB/s; NVLink at 18 GB/s a link, V100s): "
+            "its figures beside the cost model's."
+        )
+        tables.append(Table(["case", "the book", "the cost model"], book, intro))
+    if ring:
+        intro = "Measured here beside the ring model at the configured link (experiment.link_gbps):"
+        tables.append(Table(["allreduce", "workers", "measured (median)", "ring model"], ring, intro))
+    return Section(
+        number="13.7",
+        title="Parameter servers",
+        reference=_book.REFERENCE,
+        tables=tables,
+        figures=[
+            Figure(
+                "allreduce",
+                plots.allreduce,
+                measured(rows, prefix="allreduce ").drop(columns=SIZES, errors="ignore"),  # the x axis
+                why_none="allreduce: no ok allreduce rows (it needs 2 or more workers: devices.count=2)",
+            )
+        ],
+    )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from omegaconf import MISSING
 
+from perflab.contract import Figure, Samples, Section, Setup
 from perflab.schema import (
     COMPILE_MODES,
     MODELS,
@@ -26,6 +27,8 @@ from perflab.schema import (
 )
 
 if TYPE_CHECKING:
+    from pandas import DataFrame
+
     from perflab.context import Context
     from perflab.devices import Device
 
@@ -338,3 +341,30 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             line += "; " + ", ".join(f"{k.replace('_', ' ')} {v:.0f}" for k, v in counts.items() if v is not None)
         lines.append(line)
     return lines
+
+
+def report(rows: DataFrame, samples: Samples) -> Section:
+    """13.1: the book's network beside ours; when compiling pays off."""
+    from perflab import plots
+    from perflab.experiments import _book
+    from perflab.frames import per_run, with_samples
+
+    def ours(r: Sequence[Mapping[str, Any]]) -> str:
+        return f"{r[-1].get('cfg.experiment.model', '?')}, batch {r[-1].get('cfg.experiment.batch', '?')}"
+
+    return Section(
+        number="13.1",
+        title="Compilers",
+        reference=_book.REFERENCE,
+        notes=[_book.SETUP_ONLY],
+        setup=[Setup("network", "MLP 512-256-128-2, one input of 512 values per call", per_run(rows, ours))],
+        figures=[
+            Figure(
+                "compile_break_even",
+                plots.compile_break_even,
+                with_samples(rows, samples, "median_s"),
+                caption="Dots: the call after which compiling has paid for itself.",
+                why_none="compile break-even: needs an ok eager row and a compiled mode with its first call",
+            )
+        ],
+    )

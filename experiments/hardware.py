@@ -7,10 +7,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import MISSING
 
+from perflab.contract import Figure, Samples, Section, Table
 from perflab.schema import DTYPES, ExperimentConfig, positive, some_of
 
 if TYPE_CHECKING:
+    from pandas import DataFrame
+
     from perflab.context import Context
+    from perflab.plots import Roof
 
 METRIC = "median_s"
 WRITES_PEAKS = True  # results.peaks: later rows on the same device get pct_of_peak
@@ -222,3 +226,66 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         elif number(r.get("peak_tflops")) is not None:
             lines.append(f"{r['measurement']}: {float(r['peak_tflops']):.3g} TFLOP/s")
     return lines
+
+
+def report(rows: DataFrame, samples: Samples) -> Section:
+    """13.4: the book's figures beside this machine's, and the roofline of every point in the
+    report under the roofs measured here (for the precision of the points drawn)."""
+    from functools import partial
+
+    from perflab import plots
+    from perflab.experiments import _book
+    from perflab.frames import ok, records, text
+    from perflab.rows import number
+
+    body = []
+    for r in records(ok(rows)):
+        ref, value, unit = number(r.get("book_reference")), number(r.get("gbps")), "GB/s"
+        if value is None or "latency" in str(r.get("measurement")):
+            value, unit = number(r.get("latency_us")), "us"
+        if ref is not None and value is not None:
+            where = text(r.get("device_name")) or "this machine"
+            body.append(
+                [str(r["measurement"]), where, f"{value:.3g} {unit}", f"{ref:g} {unit}", text(r.get("book_note"))]
+            )
+    header = ["measurement", "this machine", "here", "the book", "the book's hardware and where it says so"]
+    return Section(
+        number="13.4",
+        title="Hardware",
+        reference=_book.REFERENCE,
+        tables=[Table(header, body, "The book's figures beside this machine's.")] if body else [],
+        figures=[
+            Figure(
+                "roofline",
+                partial(plots.roofline, roofs=roofs(rows)),
+                None,  # every point of the report, under this machine's roofs
+                caption="Every measured op or training step of the report on a device whose roofs were measured here.",
+                why_none="roofline: no ok rows with an arithmetic intensity on a device and precision measured here",
+            )
+        ],
+    )
+
+
+def roofs(rows: DataFrame) -> list[Roof]:
+    """Per device and precision: the memory copy bandwidth and the peak matmul measured here."""
+    from perflab.frames import ok
+    from perflab.plots import Roof
+
+    found = ok(rows)
+    if not {"device_name", "measurement", "gbps", "peak_tflops"} <= set(found.columns):
+        return []
+    out = []
+    for device, part in found.groupby("device_name", observed=True):
+        copy = part[part["measurement"].astype("string").str.endswith(" memory copy").fillna(False)]
+        peaks = part.dropna(subset=["peak_tflops"])
+        if copy["gbps"].isna().all() or peaks.empty:
+            continue
+        for dtype, group in peaks.groupby(peak_dtype(peaks)):
+            out.append(Roof(str(device), str(dtype), float(copy["gbps"].max()), float(group["peak_tflops"].max())))
+    return out
+
+
+def peak_dtype(peaks: DataFrame) -> Any:
+    """The precision of each peak matmul row: its flops_dtype, else its name ("... peak matmul tf32")."""
+    named = peaks["measurement"].astype("string").str.extract(r"peak matmul (\w+)", expand=False)
+    return peaks["flops_dtype"].astype("string").fillna(named) if "flops_dtype" in peaks else named

@@ -7,9 +7,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import MISSING
 
+from perflab.contract import Figure, Samples, Section
 from perflab.schema import DTYPES, ExperimentConfig, one_of, positive
 
 if TYPE_CHECKING:
+    from pandas import DataFrame
+
     from perflab.context import Context
 
 METRIC = "tflops"
@@ -62,3 +65,24 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     from perflab.parallel import concurrency_headline
 
     return concurrency_headline(rows, "TFLOP/s", "tflops")
+
+
+def report(rows: DataFrame, samples: Samples) -> Section:
+    """Beside 13.3: the same alone-vs-together question on plain matmuls, in TFLOP/s."""
+    from perflab import plots
+    from perflab.frames import with_samples
+
+    return Section(
+        number="13.3",
+        title="Automatic parallelism: matmul throughput",
+        figures=[
+            Figure(
+                "alone_together",
+                plots.alone_together,
+                with_samples(rows, samples, "tflops" if "tflops" in rows else "median_s"),
+                caption="Error bars: interquartile range of the raw samples.",
+                why_none="alone vs together: no ok alone/together rows",
+            )
+        ],
+        notes=["Its points are drawn on the roofline of the hardware section (13.4) when the tree holds its rows."],
+    )

@@ -4,18 +4,52 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from perflab.contract import Figure, Samples, Section, Setup, Table
 from perflab.errors import ConfigError
 from perflab.schema import ExperimentConfig, PerflabConfig
 
 if TYPE_CHECKING:
+    from pandas import DataFrame
+
     from perflab.context import Context
     from perflab.devices import Device
 
 METRIC = "items_per_s"  # compare: global images/s ...
 SUMMARY_ROWS = ("train",)  # ... of the one summary row per run, not of every epoch ...
 BESIDE = ("test_acc",)  # ... with the final test accuracy beside it: "faster but worse" shows
+
+# The book's sections of its training presets (rows' experiment column), and their setups:
+# (what, the book's, the summary row's column that holds ours).
+LENET = [
+    ("model", "LeNet, data parallelism from scratch", "model"),
+    ("devices", "1 GPU, then 2 GPUs", "n_devices"),
+    ("global batch", "256 on 1 and on 2 GPUs", "global_batch"),
+    ("learning rate", "0.2", "lr"),
+    ("epochs", "10", "epochs"),
+]
+BOOK = {
+    "lenet_scratch": ("13.5", "Training on multiple GPUs", "", LENET),
+    "train": (
+        "13.5",
+        "Training on multiple GPUs",
+        "This preset is the generic trainer: compare the settings before the figures.",
+        LENET,
+    ),
+    "resnet18_concise": (
+        "13.6",
+        "Concise multi-GPU",
+        "",
+        [
+            ("model", "ResNet-18 (the book's small-input variant), nn.DataParallel", "model"),
+            ("devices", "1 GPU, then 2 GPUs", "n_devices"),
+            ("global batch", "256 on 1 GPU, 512 on 2", "global_batch"),
+            ("learning rate", "0.1 on 1 GPU, 0.2 on 2", "lr"),
+            ("epochs", "10", "epochs"),
+        ],
+    ),
+}
 
 
 @dataclass
@@ -149,5 +183,138 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if wait is not None:
         lines.append(
             f"input pipeline: {wait:.0%} of the step time waiting for data" + (" (input-bound)" if wait >= 0.5 else "")
+        )
+    return lines
+
+
+def report(rows: DataFrame, samples: Samples) -> Section:
+    """13.5 / 13.6 (by preset): the book's setup beside ours; the runs compared point by point,
+    with their scaling and batch-size plots."""
+    from perflab import plots
+    from perflab.experiments import _book
+    from perflab.frames import per_run, text
+
+    names = rows["experiment"].dropna() if "experiment" in rows else []
+    number_, title, words, setup = BOOK.get(text(names.iloc[0]) if len(names) else "", ("", "Training", "", []))
+
+    def ours(column: str) -> Callable[[Sequence[Mapping[str, Any]]], str]:
+        def value(r: Sequence[Mapping[str, Any]]) -> str:
+            summary = [x for x in r if x.get("measurement") == "train"]
+            return text(summary[-1].get(column)) if summary else ""
+
+        return value
+
+    table, notes = compared(rows, samples)
+    figures = [
+        Figure(
+            "scaling",
+            plots.scaling,
+            table,
+            caption="Dashed: ideal linear scaling. Error bars (3 or more timed epochs): interquartile range "
+            "of the epoch rates.",
+            why_none="scaling: needs runs over devices.count (a sweep: devices.count=1,2)",
+        ),
+        Figure(
+            "batch_size",
+            plots.batch_size,
+            table,
+            why_none="speed and accuracy vs batch size: needs runs over trainer.batch_size",
+        ),
+    ]
+    return Section(
+        number=number_,
+        title=title,
+        headline=fastest(table) if table is not None and len(table) > 1 else (),
+        reference=_book.REFERENCE,
+        notes=[x for x in (words, _book.SETUP_ONLY if setup else "") if x],
+        setup=[Setup(what, theirs, per_run(rows, ours(column))) for what, theirs, column in setup],
+        tables=[points(table, notes)] if (table is not None and len(table) > 1) or notes else [],
+        figures=figures if table is not None else [],
+    )
+
+
+def compared(rows: DataFrame, samples: Samples) -> tuple[DataFrame | None, list[str]]:
+    """compare()'s table of the runs (S(n), E(n) when the device count varies), each point with
+    its raw values for error bars, and what compare says about it."""
+    from perflab import compare
+    from perflab.frames import ok
+
+    found = ok(rows)
+    if found.empty:
+        return None, []
+    try:
+        table = compare.compare(rows=found, samples=dict(samples))
+    except compare.CompareError as err:
+        return None, [str(err)]
+    notes = list(table.attrs.get("notes", []))
+    if table.empty:
+        return None, notes
+    unit = found["items_unit"].dropna() if "items_unit" in found else []
+    return table.assign(items_unit=str(unit.iloc[0]) if len(unit) else "images"), notes
+
+
+def _point(e: Mapping[str, Any], count: str | None) -> str:
+    from perflab.frames import label
+
+    return label([c for c in e if str(c).startswith("cfg.") and c != count], e) or str(e.get("measurement", ""))
+
+
+def points(table: DataFrame | None, notes: Sequence[str]) -> Table:
+    """The compared points: throughput, per device, S(n), E(n), test accuracy."""
+    from perflab.frames import text
+    from perflab.rows import number
+
+    intro = "Compared point by point (perflab compare)" + (": " + " ".join(notes) if notes else ".")
+    if table is None:
+        return Table([], [], intro)
+    count = next((c for c in ("cfg.devices.count", "n_devices") if c in table), None)
+    metric = str(table["metric"].iloc[0])
+    unit = f"{table['items_unit'].iloc[0]}/s" if metric == "items_per_s" else metric
+    body = []
+    for e in table.to_dict("records"):
+
+        def fmt(column: str, pattern: str = "{:.4g}", e: Mapping[str, Any] = e) -> str:
+            x = number(e.get(column))
+            return pattern.format(x) if x is not None else ""
+
+        body.append(
+            [
+                _point(e, count),
+                text(e.get(count)) if count else "",
+                fmt(metric),
+                fmt("per_device_items_per_s"),
+                fmt("speedup", "{:.2f}x"),
+                fmt("efficiency", "{:.0%}"),
+                fmt("test_acc", "{:.3f}"),
+                text(e.get("runs")),
+                text(e.get("suspect")),
+            ]
+        )
+    header = ["point", "devices", unit, "per device", "S(n)", "E(n)", "test acc", "runs", "suspect"]
+    return Table(header, body, intro)
+
+
+def fastest(table: DataFrame) -> list[str]:
+    """A sweep's headline: its fastest point, and how far the device count scaled."""
+    from perflab.rows import number
+
+    metric = str(table["metric"].iloc[0])
+    count = next((c for c in ("cfg.devices.count", "n_devices") if c in table), None)
+    rows = table.dropna(subset=[metric]).to_dict("records")
+    if not rows:
+        return []
+    top = max(rows, key=lambda e: float(e[metric]))
+    unit = f"{table['items_unit'].iloc[0]}/s" if metric == "items_per_s" else metric
+    where = ", ".join(x for x in (_point(top, count), f"{number(top.get(count)) or 0:g} devices" if count else "") if x)
+    acc = number(top.get("test_acc"))
+    lines = [
+        f"fastest: {where}: {float(top[metric]):.4g} {unit}" + (f", test acc {acc:.3f}" if acc is not None else "")
+    ]
+    scaled = [e for e in rows if number(e.get("speedup")) is not None and count and (number(e.get(count)) or 0) > 1]
+    if scaled:
+        far = max(scaled, key=lambda e: (number(e.get(count)) or 0, float(e[metric])))
+        lines.append(
+            f"on {number(far.get(count)) or 0:g} devices ({_point(far, count)}): {float(far['speedup']):.2f}x one "
+            f"device, efficiency {float(far['efficiency']):.0%}"
         )
     return lines

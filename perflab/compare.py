@@ -120,13 +120,19 @@ def select(
 
 
 def module_of(rows: pd.DataFrame) -> registry.Experiment | None:
-    """The experiment module behind rows of a preset (lenet_scratch -> train): cfg.experiment.name,
-    else the experiment column itself."""
-    for column in ("cfg.experiment.name", "experiment"):
-        names = rows[column].dropna().astype("string").unique() if column in rows else []
-        if len(names) == 1 and names[0] in registry.names():
-            return registry.get(str(names[0]))
-    return None
+    """The experiment behind rows of a preset (lenet_scratch -> train); see registry.of_rows."""
+    return registry.of_rows(rows)
+
+
+def figures(rows: pd.DataFrame, samples: dict[str, np.ndarray]) -> list[tuple[str, Any]]:
+    """(experiment, figure) for every figure the experiments' report hooks draw from these rows:
+    ``--plot`` writes the figures the HTML report shows."""
+    out = []
+    for name, part in rows.groupby(rows["experiment"].astype("string"), sort=True, observed=True):
+        experiment = registry.of_rows(part)
+        if experiment is not None:
+            out += [(str(name), f) for f in experiment.section(part, samples).figures]
+    return out
 
 
 def device_family(name: object) -> str:
@@ -150,7 +156,7 @@ def metric_for(experiment: str, rows: pd.DataFrame, asked: str | None) -> tuple[
 def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
     """The rows an experiment compares by default (training: its summary row, not every epoch)."""
     module = module_of(rows)
-    keep = getattr(module.module, "SUMMARY_ROWS", None) if module else None
+    keep = module.summary_rows if module else None
     return rows[rows["measurement"].astype("string").isin(keep)] if keep else rows
 
 
@@ -223,7 +229,7 @@ def _one_experiment(
 ) -> tuple[pd.DataFrame, list[str]]:
     metric, note = metric_for(name, df, asked)
     module = module_of(df)
-    beside = getattr(module.module, "BESIDE", ()) if module else ()
+    beside = module.beside if module else ()
     notes = [note] if note else []
     identity = identity_columns(df)
     if by:
@@ -781,7 +787,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.plot:
         from perflab import plots
 
-        for line in plots.write_all(table, args.plot, rows=load(args.paths[-1])):
+        rows = select(load(args.paths[-1]), args.experiment, args.where)
+        for line in plots.write(figures(rows, samples_by_row(args.paths[-1:])), rows, args.plot):
             print(line, file=sys.stderr if args.format in ("json", "github") else sys.stdout)
     if two:
         say = sys.stderr if args.format in ("json", "github", "csv") else sys.stdout

@@ -212,6 +212,9 @@ class Context:
         if part.bytes is not None:
             out["gbps"] = part.bytes / s.median / 1e9
         if part.flops is not None and part.dtype and devices:
+            from perflab.flops import PRECISION_DTYPE
+
+            out["flops_dtype"] = PRECISION_DTYPE.get(part.dtype, part.dtype)  # whose peak bounds it (roofline)
             per_item = part.flops / part.items if part.items else None
             out.update(self.utilization(out["tflops"], devices, part.dtype, per_item))
         if part.derive is not None:

@@ -1,19 +1,31 @@
 """Figures a person reads: titled, axes with units, integer device counts, the ideal line on
-top, error bars from the raw samples (interquartile range). Used by ``compare --plot`` (PNG)
-and by the HTML report (inline SVG). Each builder returns a matplotlib Figure, or None when
-the results hold nothing it could draw."""
+top and matching what is drawn, error bars from the raw samples (interquartile range), runs
+named by what differs between them ("4 devices, batch 512"), and legends beside the axes where
+they never cover a point. Each builder takes rows (or a comparison table) and returns a
+matplotlib Figure, or None when the rows hold nothing it could draw.
+
+Which figures an experiment has is its own business (its ``report`` hook lists them, with
+their rows); the HTML report inlines them as SVG (:func:`svg`) and ``compare --plot`` writes
+them as PNG (:func:`write`). This module names no experiment."""
 
 from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 
+from perflab import frames
+
+if TYPE_CHECKING:
+    from perflab.contract import Figure
+
 MISSING_MATPLOTLIB = "plots: matplotlib is not installed (pip install 'perflab[compare]'): no plots written"
+COUNT_KEYS = ("cfg.devices.count", "n_devices")
 
 
 def _plt() -> Any:
@@ -25,17 +37,35 @@ def _plt() -> Any:
     return plt
 
 
-def _label(keys: list[str], values: object) -> str:
-    values = values if isinstance(values, tuple) else (values,)
-    return ", ".join(f"{k.removeprefix('cfg.')}={v}" for k, v in zip(keys, values)) or "all"
+def _figure(width: float, height: float, ncols: int = 1) -> tuple[Any, Any]:
+    """A figure whose layout makes room for a legend outside its axes (constrained layout)."""
+    return _plt().subplots(1, ncols, figsize=(width, height), layout="constrained")
+
+
+def _legend(fig: Any, ax: Any) -> None:
+    """The legend outside the axes, never over the data: to their right, or under them when its
+    labels are long. None when nothing is labelled."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles or labels == ["measured"]:  # one series needs no key
+        return
+    long = max(map(len, labels)) > 32
+    where = "outside lower center" if long else "outside right upper"
+    fig.legend(handles, labels, loc=where, fontsize=7, frameon=False, ncols=1)
 
 
 def _groups(df: pd.DataFrame, exclude: set[str]) -> list[tuple[str, pd.DataFrame]]:
-    rest = [c for c in df.columns if c.startswith("cfg.") and c not in exclude and df[c].astype("string").nunique() > 1]
-    rest += [c for c in ("measurement", "device_name") if c in df and df[c].astype("string").nunique() > 1]
-    if not rest:
+    """The rows by the config keys (and device, measurement) that vary, except ``exclude``,
+    each named by their values."""
+    keys = [c for c in df.columns if c.startswith("cfg.") and c not in exclude and df[c].astype("string").nunique() > 1]
+    keys += [c for c in ("measurement", "device") if c in df and df[c].astype("string").nunique() > 1]
+    if not keys:
         return [("", df)]
-    return [(_label(rest, k), g) for k, g in df.groupby(rest, dropna=False, sort=True)]
+    out = []
+    for _, g in df.groupby(keys, dropna=False, sort=True):
+        first = g.iloc[0]
+        named = [frames.label([k], first) if k.startswith("cfg.") else frames.text(first[k]) for k in keys]
+        out.append((", ".join(n for n in named if n), g))
+    return out
 
 
 def _iqr_bars(part: pd.DataFrame, value: pd.Series) -> np.ndarray | None:
@@ -54,14 +84,27 @@ def _iqr_bars(part: pd.DataFrame, value: pd.Series) -> np.ndarray | None:
     return np.abs(np.array([lows, highs]))
 
 
+def _unit(table: pd.DataFrame) -> str:
+    """What one item is (images, tokens ...), as the rows say."""
+    if "items_unit" in table and table["items_unit"].notna().any():
+        return str(table["items_unit"].dropna().iloc[0])
+    return "items"
+
+
+# --- comparison tables (perflab.compare) ---------------------------------------------------------
+
+
 def scaling(table: pd.DataFrame) -> Any:
-    """S(n) against the device count, per group of the other keys, with the ideal line."""
-    count = next((k for k in ("cfg.devices.count", "n_devices") if k in table and "speedup" in table), None)
+    """S(n) against the device count, per group of the other keys, under the ideal S(n) = n over
+    the counts drawn."""
+    count = next((k for k in COUNT_KEYS if k in table and "speedup" in table), None)
     if count is None:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    for label, part in _groups(table.dropna(subset=["speedup"]), {count}):
+    drawn = table.dropna(subset=["speedup"])
+    if drawn.empty:
+        return None
+    fig, ax = _figure(6.5, 4.2)
+    for label, part in _groups(drawn, {count}):
         part = part.sort_values(count)
         ax.errorbar(
             part[count],
@@ -71,7 +114,7 @@ def scaling(table: pd.DataFrame) -> Any:
             capsize=3,
             label=label or "measured",
         )
-    n = np.sort(pd.to_numeric(table[count]).unique())
+    n = np.sort(pd.to_numeric(drawn[count]).unique())
     ax.plot(n, n, "--", color="black", linewidth=1.5, zorder=10, label="ideal (linear)")
     ax.set_xticks(n, [str(int(v)) for v in n])
     ax.minorticks_off()
@@ -80,8 +123,7 @@ def scaling(table: pd.DataFrame) -> Any:
         ylabel="speedup S(n) over one device (x)",
         title="Scaling: throughput(n) / throughput(1 device)",
     )
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    _legend(fig, ax)
     return fig
 
 
@@ -91,8 +133,8 @@ def batch_size(table: pd.DataFrame) -> Any:
     if batch not in table or table[batch].nunique() < 2:
         return None
     metric = str(table["metric"].iloc[0]) if "metric" in table else "items_per_s"
-    plt = _plt()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    unit = _unit(table)
+    fig, (left, right) = _figure(10, 4.2, ncols=2)
     for label, part in _groups(table, {batch}):
         part = part.sort_values(batch)
         left.errorbar(
@@ -105,173 +147,122 @@ def batch_size(table: pd.DataFrame) -> Any:
         )
         if "test_acc" in part:
             right.plot(part[batch], part["test_acc"], "o-", label=label or "measured")
-    sizes = sorted(int(b) for b in table[batch].unique())
+    sizes = sorted(int(b) for b in table[batch].dropna().unique())
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(b) for b in sizes])
         ax.minorticks_off()
-    unit = {"items_per_s": "images/s", "median_s": "s"}.get(metric, metric)
-    left.set(xlabel="global batch size (images)", ylabel=f"{metric} ({unit})", title="Speed vs batch size")
+    words = {"items_per_s": f"throughput ({unit}/s)", "median_s": "median time (s)"}.get(metric, metric)
+    left.set(xlabel=f"global batch size ({unit})", ylabel=words, title="Speed vs batch size")
     right.set(
-        xlabel="global batch size (images)", ylabel="final test accuracy (fraction)", title="Accuracy vs batch size"
+        xlabel=f"global batch size ({unit})", ylabel="final test accuracy (fraction)", title="Accuracy vs batch size"
     )
-    left.legend(fontsize=7)
-    fig.tight_layout()
+    _legend(fig, right)
     return fig
 
 
-def roofline(rows: pd.DataFrame) -> Any:
-    """Each measured op or training step at its (estimated) arithmetic intensity, under the
-    roofs ``+experiment=hardware`` measured on its device: memory bandwidth x intensity, and
-    the peak matmul TFLOP/s."""
-    if rows.empty or "intensity" not in rows or "tflops" not in rows:
+# --- rows ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Roof:
+    """A device's ceilings for one precision: memory bandwidth and peak, and where they come from."""
+
+    device: str  # the rows' device_name
+    dtype: str  # the precision whose points it bounds: float32, bfloat16, tf32 ...
+    gbps: float
+    tflops: float
+    source: str = "measured"
+
+
+def point_dtype(rows: pd.DataFrame) -> pd.Series:
+    """The precision that bounds each row's FLOPs: ``flops_dtype``, else its ``precision``
+    (bf16-mixed -> bfloat16), else float32 (torch's default)."""
+    from perflab.flops import PRECISION_DTYPE
+
+    found = pd.Series("float32", index=rows.index, dtype="string")
+    if "precision" in rows:
+        mapped = rows["precision"].astype("string").map(lambda p: PRECISION_DTYPE.get(str(p), pd.NA))
+        found = mapped.fillna(found).astype("string")
+    if "flops_dtype" in rows:
+        found = rows["flops_dtype"].astype("string").fillna(found)
+    return found
+
+
+def roofline(rows: pd.DataFrame, roofs: Sequence[Roof]) -> Any:
+    """Each measured op or training step at its (estimated) arithmetic intensity, under the roof
+    of its own device *and precision* (bandwidth x intensity, capped by the peak); a colour per
+    experiment, and only the roofs some point is drawn under."""
+    if rows.empty or not {"intensity", "tflops", "device_name"} <= set(rows.columns) or not roofs:
         return None
-    roofs = _roofs(rows)
-    points = rows.dropna(subset=["intensity", "tflops"])
-    points = points[(points["status"].astype("string") == "ok") & points["device_name"].isin(roofs)]
+    points = frames.ok(rows).dropna(subset=["intensity", "tflops"])
+    dtypes = point_dtype(points)
+    by = {(r.device, r.dtype): r for r in roofs}
+    under = [(str(d), str(t)) in by for d, t in zip(points["device_name"], dtypes)]
+    points, dtypes = points[under], dtypes[under]
     if points.empty:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, ax = _figure(7, 5)
     lo = max(1e-2, float(points["intensity"].min()) / 4)
     hi = float(points["intensity"].max()) * 4
     x = np.logspace(math.log10(lo), math.log10(hi), 200)
-    for device, (gbps, peak) in roofs.items():
-        ax.plot(x, np.minimum(peak, gbps * x / 1e3), "-", linewidth=2, label=f"roof: {device}")
-        on = points[points["device_name"] == device]
-        for label, part in _groups(on, set()):
-            ax.scatter(
-                part["intensity"], part["tflops"], s=25, zorder=5, label=f"{part['experiment'].iloc[0]} {label}".strip()
-            )
+    used = sorted({(str(d), str(t)) for d, t in zip(points["device_name"], dtypes)})
+    for key in used:
+        r = by[key]
+        ax.plot(
+            x,
+            np.minimum(r.tflops, r.gbps * x / 1e3),
+            "-",
+            linewidth=2,
+            color="black" if len(used) == 1 else None,
+            label=f"{r.source} roof, {r.device} {r.dtype}: {r.gbps:.3g} GB/s, {r.tflops:.3g} TFLOP/s",
+        )
+    names = points["experiment"].astype("string").fillna("?") if "experiment" in points else pd.Series("rows")
+    for name in sorted(set(names)):
+        part = points[names == name]
+        ax.scatter(part["intensity"], part["tflops"], s=28, zorder=5, label=f"{name} ({len(part)} points)")
     ax.set(
         xscale="log",
         yscale="log",
         xlabel="arithmetic intensity (FLOP/byte, estimated)",
         ylabel="achieved TFLOP/s",
-        title="Roofline: measured bandwidth and peak of each device",
+        title="Roofline: each point under its device's roof for its precision",
     )
-    ax.legend(fontsize=6)
-    fig.tight_layout()
+    _legend(fig, ax)
     return fig
 
 
-def _roofs(rows: pd.DataFrame) -> dict[str, tuple[float, float]]:
-    """Per device: (memory bandwidth GB/s, peak TFLOP/s), from the hardware experiment's rows."""
-    hw = rows[(rows["experiment"].astype("string") == "hardware") & (rows["status"].astype("string") == "ok")]
-    roofs = {}
-    for device, part in hw.groupby("device_name"):
-        copy = part[part["measurement"].astype("string").str.contains("memory copy")]
-        peak = part["peak_tflops"] if "peak_tflops" in part else pd.Series(dtype=float)
-        if len(copy) and peak.notna().any():
-            roofs[str(device)] = (float(copy["gbps"].max()), float(peak.max()))
-    return roofs
-
-
 def allreduce(rows: pd.DataFrame) -> Any:
-    """Bus bandwidth against message size (comm experiment)."""
+    """Bus bandwidth against message size, one line per configuration."""
     if rows.empty or "bus_gbps" not in rows:
         return None
     part = rows.dropna(subset=["bus_gbps", "bytes_per_rank"])
     if part.empty:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, g in _groups(part, {"cfg.experiment.min_bytes", "cfg.experiment.max_bytes"}):
+    fig, ax = _figure(6.5, 4)
+    for label, g in _groups(part.drop(columns=["measurement"]), set()):  # a message size each: one line
         g = g.sort_values("bytes_per_rank")
         ax.plot(g["bytes_per_rank"], g["bus_gbps"], "o-", label=label or "measured")
+    sizes = sorted(int(b) for b in part["bytes_per_rank"].unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [_bytes(b) for b in sizes])
+    ax.minorticks_off()
     ax.set(
-        xscale="log",
-        xlabel="message size per rank (bytes)",
+        xlabel="message size per rank",
         ylabel="bus bandwidth (GB/s)",
         title="Allreduce bandwidth vs message size",
     )
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    _legend(fig, ax)
     return fig
 
 
-def write_all(table: pd.DataFrame, out_dir: Path, rows: pd.DataFrame | None = None) -> list[str]:
-    """PNG files for what the results allow; returns the lines to print (what was written, or why not)."""
-    try:
-        plt = _plt()
-    except ImportError:
-        return [MISSING_MATPLOTLIB]
-    figures = {"scaling.png": scaling(table), "batch_size.png": batch_size(table)}
-    if rows is not None:
-        figures["roofline.png"] = roofline(rows)
-        figures["allreduce.png"] = allreduce(rows)
-    lines = []
-    for name, fig in figures.items():
-        if fig is None:
-            continue
-        out_dir.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out_dir / name, dpi=120)
-        plt.close(fig)
-        lines.append(f"plot: {out_dir / name}")
-    if not lines:
-        lines.append(
-            "plots: nothing to plot here (scaling needs a device count among the compared keys, "
-            "batch_size a sweep over trainer.batch_size, roofline hardware rows and ops with an intensity)"
-        )
-    return lines
-
-
-def svg(fig: Any) -> str:
-    """A figure as inline SVG text (for the self-contained HTML report)."""
-    plt = _plt()
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg")
-    plt.close(fig)
-    text = buf.getvalue()
-    return text[text.index("<svg") :]
-
-
-# --- builders for the HTML report (perflab.report) -------------------------------------------
-
-
-def _runs(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """The rows one run each (one point of a sweep), labelled by the config keys that vary
-    between runs, and by the device where runs differ in it (a run's own mix of devices is in
-    its measurement names); repeats of one point get #2, #3 ..."""
-    if "run_id" not in rows or rows["run_id"].nunique() <= 1:
-        return [("", rows)]
-    keys = [
-        c
-        for c in rows.columns
-        if c.startswith("cfg.") and not c.startswith("cfg.results.") and rows[c].astype("string").nunique() > 1
-    ]
-    parts = [g for _, g in rows.groupby("run_id", sort=False, observed=True)]
-    devices = [tuple(g["device_name"].astype("string").unique()) if "device_name" in g else () for g in parts]
-    by_device = len(set(devices)) > 1 and all(len(d) == 1 for d in devices)
-    labelled: dict[str, list[pd.DataFrame]] = {}
-    order: dict[str, tuple] = {}
-    for part, device in zip(parts, devices):
-        first = part.iloc[0]
-        words = [f"{k.removeprefix('cfg.')}={_plain(first[k])}" for k in keys]
-        words += [str(device[0])] if by_device else []
-        label = ", ".join(words)
-        labelled.setdefault(label, []).append(part)
-        order[label] = tuple(_order(first[k]) for k in keys) + ((str(device[0]),) if by_device else ())
-    out = []
-    for label in sorted(labelled, key=lambda x: order[x]):
-        found = labelled[label]
-        out += [(label + (f" #{i + 1}" if len(found) > 1 else ""), part) for i, part in enumerate(found)]
-    return out
-
-
-def _order(v: object) -> tuple[int, float, str]:
-    """Numbers in numeric order, before text."""
-    try:
-        return (0, float(v), "")  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return (1, 0.0, str(v))
-
-
-def _plain(v: object) -> str:
-    """A config value as typed (32, not the 32.0 a column with empty cells reads back as)."""
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return str(v)
+def _bytes(n: float) -> str:
+    """4096 -> "4 KiB"."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} GiB"
 
 
 def _cell(row: pd.Series, column: str) -> float:
@@ -282,19 +273,15 @@ def _cell(row: pd.Series, column: str) -> float:
         return math.nan
 
 
-def _ok(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows[rows["status"].astype("string") == "ok"] if "status" in rows else rows
-
-
 def compile_break_even(rows: pd.DataFrame) -> Any:
-    """Compilers (13.1): per mode, the cumulative time of k calls, first_call_s + (k-1) x
-    median_s, against eager's k x median_s; the call at which compiling has paid for itself
-    (break_even_calls) marked. Log-log: a first call of seconds beside calls of microseconds."""
+    """Per mode, the cumulative time of k calls, first_call_s + (k-1) x median_s, against
+    eager's k x median_s; the call at which compiling has paid for itself (break_even_calls)
+    marked. Log-log: a first call of seconds beside calls of microseconds."""
     if rows.empty or not {"measurement", "median_s", "first_call_s"} <= set(rows.columns):
         return None
-    ok = _ok(rows).dropna(subset=["median_s", "first_call_s"])
+    ok = frames.ok(rows).dropna(subset=["median_s", "first_call_s"])
     curves = []  # (label, eager median, [(mode, first, median, break_even)])
-    for label, run in _runs(ok):
+    for label, run in frames.runs(ok):
         names = run["measurement"].astype("string")
         eager = run[names == "eager"]
         modes = run[names != "eager"]
@@ -312,8 +299,7 @@ def compile_break_even(rows: pd.DataFrame) -> Any:
     catch_up = [first / e for _, e, found in curves for _, first, _, _ in found if e > 0]
     k_max = min(1e9, max([100.0, *(10 * be for be in finite), *(3 * c for c in catch_up)]))
     k = np.unique(np.round(np.logspace(0, math.log10(k_max), 300)))
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, ax = _figure(7, 5)
     for label, e, found in curves:
         prefix = f"{label}: " if label else ""
         ax.plot(k, k * e, "--", color="black", linewidth=1.2, label=f"{prefix}eager (k x {e:.3g} s)")
@@ -331,25 +317,23 @@ def compile_break_even(rows: pd.DataFrame) -> Any:
         ylabel="cumulative time of k calls (s)",
         title="Compile break-even: first call + (k-1) x median vs eager",
     )
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    _legend(fig, ax)
     return fig
 
 
 def alone_together(rows: pd.DataFrame) -> Any:
-    """Automatic parallelism (13.3): each "... alone" and "... together" measurement as a bar
-    (TFLOP/s where the rows have it, else the median time), the together bar with its achieved
-    concurrency and, as a black tick, where it would be at the ideal concurrency (one per device)."""
+    """Each "... alone" and "... together" measurement as a bar (TFLOP/s where the rows have it,
+    else the median time), the together bar with its achieved concurrency and, as a black tick,
+    where it would be at the ideal concurrency (one per device)."""
     if rows.empty or "measurement" not in rows:
         return None
-    names = rows["measurement"].astype("string")
-    part = _ok(rows[names.str.endswith(" alone") | names.str.endswith(" together")])
+    part = pd.concat([frames.measured(rows, suffix=" alone"), frames.measured(rows, suffix=" together")])
     if part.empty:
         return None
     rate = "tflops" in part and bool(part["tflops"].notna().all())
     metric = "tflops" if rate else "median_s"
     labels, values, errors, ideals, notes = [], [], [], [], []
-    for label, run in _runs(part):
+    for label, run in frames.runs(part.sort_index()):
         together = run["measurement"].astype("string").str.endswith(" together")
         run = pd.concat([run[~together], run[together]])
         bars = run[metric].astype(float)
@@ -365,14 +349,13 @@ def alone_together(rows: pd.DataFrame) -> Any:
             else:
                 ideals.append(math.nan)
                 notes.append("")
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 1.6 + 0.45 * len(labels)))
+    fig, ax = _figure(7.5, 1.6 + 0.45 * len(labels))
     y = np.arange(len(labels))[::-1]
     ax.barh(y, values, xerr=np.array(errors).T, capsize=3, color="#4c72b0")
     ax.set_yticks(y, labels, fontsize=8)
     marks = [(ideal, yi) for yi, ideal in zip(y, ideals) if math.isfinite(ideal)]
     if marks:
-        ax.plot(*zip(*marks), "|", color="black", markersize=18, mew=2, label="ideal concurrency")
+        ax.plot(*zip(*marks), "|", color="black", markersize=18, mew=2, label="at the ideal concurrency")
     for yi, v, note in zip(y, values, notes):
         if note:
             ax.annotate(note, (v, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=7)
@@ -381,37 +364,33 @@ def alone_together(rows: pd.DataFrame) -> Any:
         xlabel="achieved TFLOP/s (higher is better)" if rate else "median time per call (s, lower is better)",
         title="Each device alone, then all devices together",
     )
-    if marks:
-        ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    _legend(fig, ax)
     return fig
 
 
-def timings(rows: pd.DataFrame, title: str) -> Any:
+def timings(rows: pd.DataFrame, title: str = "Median time per call") -> Any:
     """Median time per call of each ok measurement (error bars: IQR of the raw samples);
     a log axis when the times span more than 100x."""
     if rows.empty or "median_s" not in rows:
         return None
-    part = _ok(rows).dropna(subset=["median_s"])
+    part = frames.ok(rows).dropna(subset=["median_s"])
     if part.empty:
         return None
     labels, values, errors = [], [], []
-    for label, run in _runs(part):
+    for label, run in frames.runs(part):
         med = run["median_s"].astype(float)
         err = _iqr_bars(run, med)
         for i, (_, r) in enumerate(run.iterrows()):
             labels.append(f"{label}: {r['measurement']}" if label else str(r["measurement"]))
             values.append(float(r["median_s"]))
             errors.append(err[:, i] if err is not None else (0.0, 0.0))
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 1.6 + 0.4 * len(labels)))
+    fig, ax = _figure(7.5, 1.6 + 0.4 * len(labels))
     y = np.arange(len(labels))[::-1]
     ax.barh(y, values, xerr=np.array(errors).T, capsize=3, color="#55a868")
     ax.set_yticks(y, labels, fontsize=8)
     if min(values) > 0 and max(values) / min(values) > 100:
         ax.set_xscale("log")
     ax.set(xlabel="median time per call (s)", title=title)
-    fig.tight_layout()
     return fig
 
 
@@ -461,3 +440,44 @@ def trend(series: list[Any], changes: list[Any]) -> Any:
         ax.set_ylim(bottom=0)
     fig.tight_layout()
     return fig
+
+
+# --- output --------------------------------------------------------------------------------------
+
+
+def svg(fig: Any) -> str:
+    """A figure as inline SVG text (for the self-contained HTML report)."""
+    plt = _plt()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg") :]
+
+
+def write(figures: Sequence[tuple[str, Figure]], everything: pd.DataFrame, out_dir: Path) -> list[str]:
+    """``compare --plot``: each (experiment, figure) that draws as ``NAME.png`` (``EXPERIMENT-NAME.png``
+    where two experiments draw a figure of one name); a figure without rows of its own draws from
+    ``everything``. Returns the lines to print: what was written, or why nothing was."""
+    try:
+        plt = _plt()
+    except ImportError:
+        return [MISSING_MATPLOTLIB]
+    drawn, why = [], []
+    for experiment, f in figures:
+        fig = f.plot(everything if f.rows is None else f.rows)
+        if fig is None:
+            why.append(f.why_none or f"{f.name}: nothing to draw")
+        else:
+            drawn.append((experiment, f.name, fig))
+    names = pd.Series([name for _, name, _ in drawn], dtype="string").value_counts()
+    lines = []
+    for experiment, name, fig in drawn:
+        path = out_dir / (f"{name}.png" if names[name] == 1 else f"{experiment}-{name}.png")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        lines.append(f"plot: {path}")
+    if not lines:
+        lines.append("plots: nothing to plot here" + (f" ({'; '.join(dict.fromkeys(why))})" if why else ""))
+    return lines

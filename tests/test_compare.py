@@ -189,7 +189,7 @@ def test_a_b_matches_points_by_device_too(tmp_path):
     assert compare.ab(tmp_path / "a", tmp_path / "b", any_device=True)["speedup"].tolist() == [1.0]
 
 
-def test_plots_have_titles_units_integer_counts_and_error_bars(tmp_path):
+def test_plots_have_titles_units_integer_counts_and_error_bars(tmp_path, capsys):
     rng = np.random.default_rng(0)
     for count, thr in ((1, 100.0), (2, 180.0), (4, 300.0)):
         fake_run(tmp_path / "runs", f"n{count}", count, 256, thr, samples=rng.normal(1.0, 0.05, 5))
@@ -201,16 +201,18 @@ def test_plots_have_titles_units_integer_counts_and_error_bars(tmp_path):
     ideal = [line for line in ax.get_lines() if line.get_label() == "ideal (linear)"][0]
     assert ideal.get_zorder() > max(c.get_zorder() for c in ax.collections), "the ideal line is on top"
     assert ax.containers and len(ax.containers[0].lines[2][0].get_segments()) == 3, "error bars from the samples"
-    lines = plots.write_all(table, tmp_path / "plots")
-    assert lines == [f"plot: {tmp_path / 'plots' / 'scaling.png'}"]
+    assert compare.main([str(tmp_path / "runs"), "--plot", str(tmp_path / "plots")]) == 0
+    assert f"plot: {tmp_path / 'plots' / 'scaling.png'}" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["scaling.png"]  # the training section's
 
 
-def test_nothing_to_plot_and_no_matplotlib_are_said(tmp_path, monkeypatch):
+def test_nothing_to_plot_and_no_matplotlib_are_said(tmp_path, monkeypatch, capsys):
     fake_run(tmp_path, "a", 1, 256, 100.0)
-    table = compare.compare(tmp_path)
-    assert plots.write_all(table, tmp_path / "plots")[0].startswith("plots: nothing to plot here")
+    assert compare.main([str(tmp_path), "--plot", str(tmp_path / "plots")]) == 0
+    assert "plots: nothing to plot here (scaling: needs runs over devices.count" in capsys.readouterr().out
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    assert plots.write_all(table, tmp_path / "plots") == [plots.MISSING_MATPLOTLIB]
+    assert compare.main([str(tmp_path), "--plot", str(tmp_path / "plots")]) == 0
+    assert plots.MISSING_MATPLOTLIB in capsys.readouterr().out
 
 
 def test_the_spread_is_of_the_times_for_a_rate_metric_too(tmp_path):

@@ -91,15 +91,19 @@ def test_the_roofline_places_a_matmul_under_the_roofs_the_hardware_job_measured(
     rows = load(work / "outputs")
     matmul = rows[rows["experiment"] == "matmul"].iloc[0]
     assert matmul["intensity"] == pytest.approx(2 * 256 / (3 * 4)), "2n^3 FLOPs over 3 n^2 float32s moved"
-    fig = plots.roofline(rows)
+    hardware = rows[rows["experiment"] == "hardware"]
+    (figure,) = registry.get("hardware").section(hardware, {}).figures  # the roofline, drawn over every row
+    fig = figure.plot(rows)
     ax = fig.axes[0]
     assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
     assert "FLOP/byte" in ax.get_xlabel() and "TFLOP/s" in ax.get_ylabel() and ax.get_title().startswith("Roofline")
-    (roof,) = [line for line in ax.get_lines() if line.get_label().startswith("roof: ")]
+    (roof,) = [line for line in ax.get_lines() if "roof" in line.get_label()]  # only the float32 points' roof
+    assert "float32" in roof.get_label()
     x, y = roof.get_data()
-    hardware = rows[rows["experiment"] == "hardware"]
-    peak = hardware["peak_tflops"].max()
+    peaks = hardware.dropna(subset=["peak_tflops"]).set_index("flops_dtype")["peak_tflops"]
+    assert len(peaks) > 1 and peaks["bfloat16"] != peaks["float32"]  # a roof per precision was measured ...
     bandwidth = hardware[hardware["measurement"].str.contains("memory copy")]["gbps"].max()
+    peak = peaks["float32"]  # ... and the float32 matmul sits under the float32 one
     assert y.max() == pytest.approx(peak) and y[0] == pytest.approx(min(peak, bandwidth * x[0] / 1e3))
     (point,) = [c.get_offsets()[0] for c in ax.collections if "matmul" in c.get_label()]
     assert tuple(point) == pytest.approx((matmul["intensity"], matmul["tflops"]))

@@ -1,0 +1,105 @@
+"""One self-contained HTML report of any results tree: ``python -m perflab.report PATH... -o report.html``.
+
+A section per experiment, in the order of its own section number (the book's chapter 13 for
+perflab's: 13.1 compilers ... 13.7 parameter servers; a user's experiment where its report hook
+puts it): its headline, its reference values beside ours (the book's, and on which hardware),
+its plots and a table of its rows. Then the machines the rows came from, and every warning:
+noisy or suspect figures, CPU fall-backs, skipped parts and why, errors.
+
+What a section holds is the experiment's own ``report`` hook (:mod:`perflab.contract`); this
+package only draws it: ``page`` (the page, sections, environment, warnings), ``html`` (tables,
+inline figures), and the page template, CSS and scripts as files beside them.
+
+Plots: matplotlib figures inlined as SVG (``plots.svg``). No JavaScript library and no network:
+the file opens anywhere, offline, forever (a CDN-loaded plotting library would not); vector
+figures stay crisp at any zoom and in print; and matplotlib is already what ``compare --plot``
+draws with (the ``compare``/``report`` extras), so the figures here and there are the same
+builders. Without matplotlib the report still renders (headlines, tables, warnings) and says
+that plots need it. The one inline script only counts what rendered (sections, drawn plots,
+script errors, fetched resources) into ``data-*`` attributes of ``<body>``, for the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from perflab import files
+from perflab.report.html import MATPLOTLIB_LINE
+from perflab.report.page import Report
+
+__all__ = ["MATPLOTLIB_LINE", "Report", "ReportError", "build", "check_output", "load_samples", "main", "write"]
+
+
+class ReportError(ValueError):
+    """A path or output the report cannot use: one line."""
+
+
+def load_samples(paths: Sequence[str | Path]) -> dict:
+    """Each row's raw sample seconds (not its warm-up), by row_id."""
+    from perflab.compare import samples_by_row
+    from perflab.rows import RESULTS, SAMPLES
+
+    places = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            places.append(p)
+        elif p.name == RESULTS and (p.parent / SAMPLES).is_file():
+            places.append(p.parent / SAMPLES)  # a run's rows given as its CSV file: its samples beside it
+    return samples_by_row(places) if places else {}
+
+
+def build(*paths: str | Path) -> str:
+    """The report's HTML for the results under ``paths`` (run dirs, sweep dirs, trees, CSV files)."""
+    from perflab.results import load
+
+    if not paths:
+        raise ReportError("give one or more results paths (a results tree, a run or sweep dir, a CSV file)")
+    for p in paths:
+        if not Path(p).exists():
+            raise ReportError(f"{p}: no such file or folder")
+    try:
+        df = load(*paths)
+    except FileNotFoundError as err:
+        raise ReportError(str(err)) from None
+    if df.empty:
+        raise ReportError(f"no result rows under {', '.join(map(str, paths))}")
+    return Report(df, [str(p) for p in paths], load_samples(paths)).render()
+
+
+def check_output(out: Path) -> None:
+    """``out`` can be written (a regular file or a new one in a writable folder): checked before
+    anything is loaded, so a bad -o costs nothing."""
+    from perflab.errors import ConfigError
+
+    try:
+        files.check_file("-o", out, "an HTML file path (a regular file or a new one)")
+    except ConfigError as err:
+        raise ReportError(err.line()) from None
+
+
+def write(html_text: str, out: Path) -> Path:
+    """The report into ``out`` at once (a temp file renamed): a reader never sees half of it."""
+    check_output(out)
+    try:
+        files.write_atomic(out, html_text)
+    except OSError as err:
+        raise ReportError(f"{out}: {err.strerror or err}") from None
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perflab.report", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="results trees, run or sweep dirs, or CSV files")
+    parser.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="default: report.html")
+    args = parser.parse_args(argv)
+    try:
+        check_output(args.output)
+        write(build(*args.paths), args.output)
+    except ReportError as err:
+        print(f"perflab.report: error: {err}", file=sys.stderr)
+        return 2
+    print(args.output)
+    return 0
