@@ -194,8 +194,8 @@ def report(rows: DataFrame, samples: Samples) -> Section:
     from perflab.experiments import _book
     from perflab.frames import per_run, text
 
-    names = rows["experiment"].dropna() if "experiment" in rows else []
-    number_, title, words, setup = BOOK.get(text(names.iloc[0]) if len(names) else "", ("", "Training", "", []))
+    names = rows["experiment"].dropna().unique() if "experiment" in rows else []
+    number_, title, words, setup = BOOK.get(text(names[0]) if len(names) else "", ("", "Training", "", []))
 
     def ours(column: str) -> Callable[[Sequence[Mapping[str, Any]]], str]:
         def value(r: Sequence[Mapping[str, Any]]) -> str:
@@ -249,8 +249,8 @@ def compared(rows: DataFrame, samples: Samples) -> tuple[DataFrame | None, list[
     notes = list(table.attrs.get("notes", []))
     if table.empty:
         return None, notes
-    unit = found["items_unit"].dropna() if "items_unit" in found else []
-    return table.assign(items_unit=str(unit.iloc[0]) if len(unit) else "images"), notes
+    units = found["items_unit"].dropna().unique() if "items_unit" in found else []
+    return table.assign(items_unit=str(units[0]) if len(units) else "images"), notes
 
 
 def _point(e: Mapping[str, Any], count: str | None) -> str:

@@ -41,7 +41,7 @@ def missing(v: Any) -> bool:
 
 def whole(v: Any) -> Any:
     """A float that is a whole number as an int (a column with empty cells reads back as floats)."""
-    if isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(v) < 2**53:
+    if isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(float(v)) < 2**53:
         return int(v)
     return v
 

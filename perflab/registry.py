@@ -85,6 +85,8 @@ def declared() -> dict[str, Declared]:
             )
         other = found.get(ep.name)
         if other is not None and other.module != d.module:
+            if d.builtin:  # the name was perflab's first: the other package is the one to rename
+                d, other = other, d
             raise ExperimentError(
                 ep.name,
                 str(d),

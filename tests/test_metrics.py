@@ -83,7 +83,6 @@ def test_mfu_is_against_the_sum_of_the_devices_peaks():
 
 
 def test_the_roofline_places_a_matmul_under_the_roofs_the_hardware_job_measured(work):
-    from perflab import plots
     from perflab.results import load
 
     perflab.run("quick/hardware", FAST)

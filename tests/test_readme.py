@@ -1,22 +1,44 @@
-"""The README's comparison examples run as written: every fenced block after a
-``<!-- tested`` marker, shell lines as commands, Python as a script, in one scratch folder."""
+"""The README's and the docs pages' examples run as written: every fenced block after a
+``<!-- tested`` marker, shell lines as commands, Python as a script, in one scratch folder per
+page (with the repository's ``examples/`` beside it, as in a clone). A marker may say what the
+block must print: ``<!-- tested: prints "a" "b" -->``. ``pip install`` lines install into a
+folder of the scratch one (on the PYTHONPATH of the page's later commands), never into the
+environment running the tests."""
 
 from __future__ import annotations
 
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
 
 import pytest
 
 from conftest import ROOT
 
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@dataclass
+class Block:
+    lang: str
+    body: str
+    prints: list[str]
+
+
+def marked_blocks(page: Path) -> list[Block]:
+    text = page.read_text()
+    found = re.findall(r"<!-- tested([^>]*)-->\s*```(\w+)\n(.*?)```", text, flags=re.S)
+    return [Block(lang, body, re.findall(r'"([^"]+)"', marker)) for marker, lang, body in found]
+
 
 def readme_blocks() -> list[tuple[str, str]]:
-    text = (ROOT / "README.md").read_text()
-    return [(lang, body) for lang, body in re.findall(r"<!-- tested[^>]*-->\s*```(\w+)\n(.*?)```", text, flags=re.S)]
+    return [(b.lang, b.body) for b in marked_blocks(ROOT / "README.md")]
 
 
 def shell_lines(body: str) -> list[list[str]]:
@@ -30,9 +52,70 @@ def shell_lines(body: str) -> list[list[str]]:
     return lines
 
 
+def shell_env(argv: list[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """``VAR=value perflab ...``: the words before the command set its environment, as a shell does."""
+    argv, env = list(argv), dict(env)
+    while argv and re.match(r"^[A-Z_]+=", argv[0]):
+        key, _, value = argv.pop(0).partition("=")
+        env[key] = value
+    return argv, env
+
+
+def as_run_here(argv: list[str], site: Path) -> list[str]:
+    """A documented command as this test runs it: with this interpreter, and pip installing
+    into ``site`` (no dependencies: they are the ones running the tests)."""
+    if argv[0] == "perflab":
+        return [sys.executable, "-m", "perflab", *argv[1:]]
+    if argv[:2] == ["python", "-m"]:
+        return [sys.executable, *argv[1:]]
+    if argv[:2] == ["pip", "install"]:
+        paths = [a for a in argv[2:] if not a.startswith("-")]
+        return [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), *paths]
+    return argv
+
+
+def run_page(page: Path, work: Path) -> str:
+    """Every tested block of ``page`` in ``work``; returns everything they printed."""
+    if (ROOT / "examples").is_dir():
+        shutil.copytree(ROOT / "examples", work / "examples")
+    site = work / ".site"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (str(site), os.environ.get("PYTHONPATH")) if x)}
+    printed = []
+    for block in marked_blocks(page):
+        out = ""
+        if block.lang == "python":
+            proc = subprocess.run(
+                [sys.executable, "-c", block.body], cwd=work, capture_output=True, text=True, timeout=300, env=env
+            )
+            assert proc.returncode == 0, proc.stderr
+            out = proc.stdout
+        else:
+            for line in shell_lines(block.body):
+                words, line_env = shell_env(line, env)
+                argv = as_run_here(words, site)
+                proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=600, env=line_env)
+                assert proc.returncode == 0, f"{' '.join(argv)}\n{proc.stdout}\n{proc.stderr}"
+                assert "Traceback" not in proc.stdout + proc.stderr
+                out += proc.stdout + proc.stderr
+        for expected in block.prints:
+            assert expected in out, f"{page.name}: {expected!r} not printed by\n{block.body}\n---\n{out[-3000:]}"
+        printed.append(out)
+    return "\n".join(printed)
+
+
 def test_the_readme_marks_its_comparison_examples():
     kinds = [lang for lang, _ in readme_blocks()]
     assert kinds.count("bash") >= 2 and kinds.count("python") >= 1
+
+
+def test_the_bring_your_own_page_marks_examples_that_exist():
+    """Cheap: the page's tested blocks are there, and every path they name is in the repository."""
+    blocks = marked_blocks(ROOT / "docs" / "bring-your-own.md")
+    assert [b.lang for b in blocks] == ["bash", "python"] and all(b.prints for b in blocks)
+    commands = shell_lines(blocks[0].body)
+    assert [a[:2] for a in commands][0] == ["pip", "install"]
+    for path in re.findall(r"examples/[\w/.-]+", "\n".join(b.body for b in blocks)):
+        assert (ROOT / path.removeprefix("file://")).exists(), path
 
 
 @pytest.mark.slow
@@ -44,15 +127,25 @@ def test_the_readme_comparison_examples_run_as_written(work):
             assert "significan" in proc.stdout and "efficiency" in proc.stdout
             continue
         for argv in shell_lines(body):
-            env = dict(os.environ)
-            while argv and re.match(r"^[A-Z_]+=", argv[0]):  # VAR=value perflab ...: as a shell runs it
-                key, _, value = argv.pop(0).partition("=")
-                env[key] = value
-            if argv[0] == "perflab":
-                argv = [sys.executable, "-m", "perflab", *argv[1:]]
-            elif argv[:2] == ["python", "-m"]:
-                argv = [sys.executable, *argv[1:]]
-            proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=600, env=env)
+            argv, env = shell_env(argv, os.environ)
+            proc = subprocess.run(
+                as_run_here(argv, work), cwd=work, capture_output=True, text=True, timeout=600, env=env
+            )
             assert proc.returncode == 0, f"{' '.join(argv)}\n{proc.stdout}\n{proc.stderr}"
             assert "Traceback" not in proc.stdout + proc.stderr
     assert (work / "plots" / "scaling.png").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if p.parent.name == "docs" and marked_blocks(p)], ids=lambda p: p.name
+)
+def test_the_docs_examples_run_as_written(page, work):
+    run_page(page, work)
+    if page.name == "bring-your-own.md":  # the user's experiment got what a built-in gets
+        report = (work / "report.html").read_text()
+        assert 'data-experiment="rmsnorm"' in report and 'data-experiment="rmsnorm_llm"' in report
+        assert "RMSNorm: mine against torch" in report and 'data-plot="rmsnorm_bandwidth"' in report
+        assert (work / "plots" / "rmsnorm_bandwidth.png").is_file()
+        sweeps = list((work / "outputs" / "sweeps").glob("*/sweep.csv"))
+        assert len(sweeps) == 1 and sweeps[0].read_text().count("\n") >= 5  # both points, each with its rows

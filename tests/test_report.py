@@ -160,7 +160,9 @@ def test_a_section_per_experiment_in_the_books_order(written):
 def test_the_books_numbers_beside_ours(written):
     hardware, comm = section(written.html, "sec-hardware"), section(written.html, "sec-comm")
     assert "book 13.4: main memory up to 100 GB/s (a server CPU)" in hardware
-    assert re.search(r"<td>cpu host memory copy</td><td>CPU \(2 threads\)</td><td>[\d.]+ GB/s</td><td>100 GB/s</td>", hardware)
+    assert re.search(
+        r"<td>cpu host memory copy</td><td>CPU \(2 threads\)</td><td>[\d.]+ GB/s</td><td>100 GB/s</td>", hardware
+    )
     assert "4 GPUs: aggregate on one GPU, then broadcast</td><td>60 ms</td><td>60 ms" in comm
     train = section(written.html, "sec-train")
     assert "<td>global batch</td><td>256 on 1 and on 2 GPUs</td><td>256</td>" in train  # the book's setup beside ours

@@ -120,20 +120,17 @@ class Report:
         for t in d.tables:
             intro = f"<p>{esc(t.intro)}</p>" if t.intro else ""
             parts.append(intro + table_html(t.header, [[esc(c) for c in row] for row in t.rows], "book"))
-        figures = [
-            self.figures.figure(
-                f.name,
-                lambda f=f: f.plot(self.df if f.rows is None else f.rows),
-                f.why_none,
-                f.caption,
-            )
-            for f in d.figures
-        ]
+        figures = [self.figure(f) for f in d.figures]
         if any(figures):
             parts.append(f'<div class="plots">{"".join(figures)}</div>')
         parts.append("<h3>Rows</h3>" + self.rows_table(s))
         parts.append("</section>")
         return "\n".join(p for p in parts if p)
+
+    def figure(self, f: contract.Figure) -> str:
+        """A figure of the section, drawn from its rows (or, without rows of its own, every row here)."""
+        rows = self.df if f.rows is None else f.rows
+        return self.figures.figure(f.name, lambda: f.plot(rows), f.why_none, f.caption)
 
     def about(self, rows: pd.DataFrame) -> str:
         n_runs = rows["run_id"].nunique() if "run_id" in rows else 1

@@ -1,0 +1,1 @@
+"""An example package of your own, measured with perflab: see docs/bring-your-own.md."""

@@ -1,0 +1,1 @@
+"""The package's perflab experiments (declared in pyproject.toml, group perflab.experiments)."""

@@ -1,0 +1,211 @@
+"""The experiment contract and its door: experiments come from installed packages through the
+entry-point group ``perflab.experiments`` (perflab's own too), each hook is checked when its
+module is registered, and a user's experiment gets what a built-in gets (the listing, runs,
+sweeps, the report's section, compare). Installed packages are made here as a distribution's
+metadata folder on ``sys.path`` (what pip leaves), so these tests stay in-process and cheap;
+``tests/test_readme.py`` pip-installs the example package itself."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import tomllib
+import types
+from pathlib import Path
+
+import pytest
+
+import perflab
+from perflab import compare, contract, registry, report
+from perflab.errors import Refused
+
+from conftest import FAST, ROOT
+
+SHARED = [
+    *(ROOT / "perflab" / "report").glob("*.py"),
+    *(ROOT / "perflab" / name for name in ("plots.py", "compare.py", "frames.py", "table.py", "contract.py")),
+    ROOT / "perflab" / "registry.py",
+]
+
+
+def forget() -> None:
+    """Discovery again from what is installed now, as a new process would."""
+    registry.declared.cache_clear()
+    registry.get.cache_clear()
+
+
+@pytest.fixture
+def install(tmp_path, monkeypatch):
+    """``install(dist, {name: module}, {path: source})``: a package as pip leaves it, on sys.path."""
+    site = tmp_path / "site"
+    monkeypatch.syspath_prepend(str(site))
+    added: list[str] = []
+
+    def _install(dist: str, entries: dict[str, str], sources: dict[str, str] | None = None) -> None:
+        meta = site / f"{dist}-0.1.0.dist-info"
+        meta.mkdir(parents=True)
+        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n")
+        lines = [f"{name} = {module}" for name, module in entries.items()]
+        (meta / "entry_points.txt").write_text("[perflab.experiments]\n" + "\n".join(lines) + "\n")
+        for path, text in (sources or {}).items():
+            (site / path).parent.mkdir(parents=True, exist_ok=True)
+            (site / path).write_text(text)
+        added.extend(entries)
+        forget()
+
+    _install.site = site  # type: ignore[attr-defined]
+    yield _install
+    forget()
+    from hydra.core.config_store import ConfigStore
+
+    repo = ConfigStore.instance().repo
+    for name in added:  # this process's ConfigStore forgets them too
+        for group in (repo.get("experiment", {}), repo.get("schema", {}).get("experiment", {})):
+            group.pop(f"{name}.yaml", None)
+    for module in [m for m in sys.modules if m.split(".")[0] in ("userpkg", "brokenpkg", "oddpkg")]:
+        del sys.modules[module]
+
+
+@pytest.fixture
+def userpkg(install, monkeypatch):
+    """The example package of docs/bring-your-own.md, installed."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "userpkg"))
+    install("userpkg", {"rmsnorm": "userpkg.experiments.rmsnorm"})
+
+
+# --- the contract ---------------------------------------------------------------------------------
+
+
+def module(**attrs) -> types.ModuleType:
+    m = types.ModuleType("mine")
+    m.__dict__.update(attrs)
+    return m
+
+
+def test_every_hook_is_checked_against_its_declared_type():
+    from perflab.experiments.matmul import Config
+
+    good = {"Config": Config, "run": lambda ctx: None}
+    assert contract.check(module(**good)).METRIC == "median_s"  # the defaults of what it leaves out
+    cases = [
+        ({}, "defines no Config; allowed: a dataclass subclassing perflab.schema.ExperimentConfig"),
+        ({"Config": int, "run": good["run"]}, "Config is the class int, not a dataclass"),
+        ({**good, "run": lambda: None}, "run cannot be called with 1 argument"),
+        ({**good, "headline": "x"}, "headline is 'x' (str); allowed: a function of 1 argument"),
+        ({**good, "report": lambda rows: None}, "report cannot be called with 2 arguments"),
+        ({**good, "METRIC": 3}, "METRIC is 3 (int); allowed: a column name"),
+        ({**good, "WRITES_PEAKS": "yes"}, "WRITES_PEAKS is 'yes' (str); allowed: True or False"),
+        ({**good, "SUMMARY_ROWS": "train"}, "SUMMARY_ROWS is 'train' (str); allowed: a tuple"),
+    ]
+    for attrs, line in cases:
+        with pytest.raises(contract.Malformed) as found:
+            contract.check(module(**attrs))
+        assert str(found.value).startswith(line), str(found.value)
+
+
+def test_perflab_declares_its_own_experiments_as_a_user_package_would():
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["perflab.experiments"]
+    modules = sorted(p.stem for p in (ROOT / "experiments").glob("*.py") if not p.stem.startswith("_"))
+    assert sorted(declared) == modules and all(v == f"perflab.experiments.{k}" for k, v in declared.items())
+    found = registry.declared()
+    assert {n: d.module for n, d in found.items() if d.builtin} == declared  # what the installed metadata says
+    for name in modules:
+        assert registry.get(name).hooks.Config.__module__ == f"perflab.experiments.{name}"
+
+
+def test_no_shared_module_names_an_experiment():
+    """What is special about an experiment lives in it: report, plots and compare name none."""
+    names = set(registry.choices())
+    for path in SHARED:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert node.value not in names, f"{path.relative_to(ROOT)}:{node.lineno} names {node.value!r}"
+    for path in (ROOT / "perflab" / "report").glob("*.*[!y]"):  # the page, its CSS and scripts
+        words = set(re.findall(r"\w+", path.read_text()))
+        assert not words & names, f"{path.name} names {words & names}"
+
+
+# --- the door -------------------------------------------------------------------------------------
+
+
+def test_a_users_experiment_is_listed_run_swept_reported_and_compared(userpkg, cli, work):
+    listed = cli().out
+    assert re.search(
+        r"rmsnorm +RMSNorm: my hand-written .*\[userpkg\.experiments\.rmsnorm, from userpkg 0\.1\.0\]", listed
+    )
+    assert "perflab's own (perflab " in listed
+    swept = cli("-m", "+experiment=rmsnorm", "experiment.rows=64,128", "experiment.features=256", *FAST)
+    assert "sweep: 2 jobs: 2 ok" in swept.out + swept.err
+    tree = work / "outputs"
+    page = report.build(tree)
+    section = page[page.index('id="sec-rmsnorm"') :]
+    section = section[: section.index("</section>")]
+    assert "RMSNorm: mine against torch" in section and 'data-plot="rmsnorm_bandwidth"' in section
+    assert "<td>kernel</td><td>F.rms_norm: one fused op</td>" in section  # its reference beside this tree
+    assert re.search(r"<td>rows 64</td><td>cpu mine: [\d.]+ GB/s, torch&#x27;s", section)  # each run's headline
+    table = compare.compare(tree, experiment="rmsnorm")
+    assert set(table["metric"]) == {"gbps"} and len(table) == 4  # its METRIC; mine and torch's at 2 sizes
+
+
+def test_a_users_experiment_runs_on_its_configs_defaults_and_presets_from_its_config_dir(userpkg, work):
+    df = perflab.run("rmsnorm", [*FAST, "experiment.rows=32"])
+    assert df.attrs["outcome"] == "ok" and set(df["cfg.experiment.features"]) == {1024}  # Config's default
+    terminal = (Path(df.attrs["run_dir"]) / "perflab.log").read_text()  # what the job printed
+    assert "kernel: userpkg.ops.rms_norm: pow, mean, add, rsqrt, 2 muls here; torch's: F.rms_norm" in terminal
+    conf = f"hydra.searchpath=[file://{ROOT / 'examples' / 'userpkg' / 'conf'}]"
+    df = perflab.run("rmsnorm_llm", [*FAST, conf, "experiment.rows=16", "experiment.features=64"])
+    assert set(df["experiment"]) == {"rmsnorm_llm"} and set(df["cfg.experiment.dtype"]) == {"bfloat16"}
+    (work / "conf" / "experiment").mkdir(parents=True)
+    (work / "conf" / "experiment" / "rmsnorm.yaml").write_text("# @package _global_\nexperiment:\n  rows: 3\n")
+    with pytest.raises(Refused, match=r"^experiment/rmsnorm.yaml: a preset named like the experiment rmsnorm"):
+        perflab.run("rmsnorm", [f"hydra.searchpath=[file://{work / 'conf'}]"])
+
+
+def test_a_module_that_does_not_import_is_one_line_and_nothing_runs(install, cli, work):
+    install(
+        "brokenpkg", {"broken": "brokenpkg.exp"}, {"brokenpkg/__init__.py": "", "brokenpkg/exp.py": "import nothere\n"}
+    )
+    line = (
+        "perflab: error: experiment broken (brokenpkg.exp, from brokenpkg 0.1.0): cannot import it: "
+        "ModuleNotFoundError: No module named 'nothere'; allowed: a module that imports (fix it, or pip uninstall "
+        "brokenpkg)\n"
+    )
+    for args in ((), ("+experiment=quick/matmul", *FAST)):  # the listing, and any job
+        ran = cli(*args, rc=2)
+        assert ran.err == line and ran.out == ""
+    assert not (work / "outputs").exists()
+
+
+def test_a_malformed_hook_or_a_taken_name_is_refused_at_registration(install, cli):
+    source = "from perflab.experiments.matmul import Config\ndef run(ctx): pass\nheadline = 'fast'\n"
+    install("oddpkg", {"odd": "oddpkg.exp"}, {"oddpkg/__init__.py": "", "oddpkg/exp.py": source})
+    assert cli(rc=2).err == (
+        "perflab: error: experiment odd (oddpkg.exp, from oddpkg 0.1.0): headline is 'fast' (str); "
+        "allowed: a function of 1 argument (perflab.contract.Hooks.headline)\n"
+    )
+    install("userpkg", {"matmul": "userpkg.mine"})
+    assert cli(rc=2).err.startswith(
+        "perflab: error: experiment matmul (userpkg.mine, from userpkg 0.1.0): perflab declares an experiment of "
+        "that name too (perflab.experiments.matmul); allowed: one package per name"
+    )
+
+
+def test_registering_a_users_experiment_imports_no_torch(install, tmp_path):
+    """The contract's promise: every experiment is imported to check a config, none imports torch."""
+    install("userpkg", {"rmsnorm": "userpkg.experiments.rmsnorm"})
+    code = (
+        "import sys; from perflab import registry; registry.discover(); print(registry.listing(), sorted(sys.modules))"
+    )
+    path = os.pathsep.join([str(install.site), str(ROOT / "examples" / "userpkg")])
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0 and "userpkg.experiments.rmsnorm, from userpkg" in proc.stdout, proc.stderr
+    assert "'torch'" not in proc.stdout and "'pandas'" not in proc.stdout
