@@ -146,7 +146,7 @@ def help_text(args: Sequence[str]) -> int:
         for g in ("model", "data", "strategy", "launcher")
     }
     try:
-        cfg, _, _ = compose(experiment, [a for a in args if not a.lstrip("+").startswith("experiment=")])
+        cfg, _, _ = compose(experiment, [a for a in searchpath(args) if not a.lstrip("+").startswith("experiment=")])
     except ValueError as err:
         return usage_error(str(err))
     groups = {g: c for g, c in groups.items() if g == "launcher" or cfg.get(g) is not None}  # what it has
@@ -154,6 +154,22 @@ def help_text(args: Sequence[str]) -> int:
     print("Keys and defaults: perflab/schema.py. Hydra's own flags: --hydra-help.\n")
     print(OmegaConf.to_yaml(cfg, resolve=False), end="")
     return 0
+
+
+def searchpath(args: Sequence[str]) -> list[str]:
+    """``--config-dir DIR`` (Hydra's flag, which composing a config alone does not take) as the
+    override that says the same: ``hydra.searchpath=[file://DIR]``."""
+    out, dirs, rest = [], [], iter(args)
+    for a in rest:
+        if a in ("--config-dir", "-cd"):
+            dirs.append(next(rest, ""))
+        elif a.startswith("--config-dir="):
+            dirs.append(a.partition("=")[2])
+        else:
+            out.append(a)
+    if dirs:
+        out.append("hydra.searchpath=[" + ",".join(f"file://{Path(d).resolve()}" for d in dirs) + "]")
+    return out
 
 
 def _task(cfg) -> str:
@@ -168,7 +184,9 @@ def _task(cfg) -> str:
     out_dir = Path(hc.runtime.output_dir)
     if OmegaConf.is_missing(cfg.experiment, "name"):
         discard(out_dir)
-        print(registry.listing())
+        mine = str(registry.config_dir())
+        theirs = [Path(s.path) for s in hc.runtime.config_sources if s.schema == "file" and s.path != mine]
+        print(registry.listing(theirs))
         return "listed"
     multirun = str(hc.mode) == "RunMode.MULTIRUN"
     place = Place(

@@ -770,6 +770,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CompareError, FileNotFoundError) as err:
         print(f"perflab.compare: error: {err}", file=sys.stderr)
         return USAGE_EXIT
+    except registry.ExperimentError as err:  # an experiment of the tree whose module does not import here
+        print(f"perflab.compare: error: {err.line()}", file=sys.stderr)
+        return USAGE_EXIT
     code = verdict_of(table) if two else PASS_EXIT
     if args.format == "json":
         print(to_json(table, two_trees=two, code=code, gate=args.fail_if_slower is not None))

@@ -223,10 +223,11 @@ def config_dir() -> Path:
     return Path(str(resources.files("perflab.conf")))
 
 
-def presets() -> dict[str, str]:
-    """perflab's ``+experiment=`` presets (conf/experiment/*.yaml) with the first line of their comment."""
+def presets(folder: Path | None = None) -> dict[str, str]:
+    """The ``+experiment=`` presets of a config dir (default: perflab's, conf/experiment/*.yaml),
+    each with the first line of its comment."""
     found = {}
-    for path in sorted((config_dir() / "experiment").glob("*.yaml")):
+    for path in sorted(((folder or config_dir()) / "experiment").glob("*.yaml")):
         comments = [line.lstrip("# ").strip() for line in path.read_text().splitlines() if line.startswith("#")]
         found[path.stem] = next((c for c in comments if c and not c.startswith("@package")), "")
     return found
@@ -259,9 +260,10 @@ def register_configs() -> None:
             )
 
 
-def listing() -> str:
+def listing(config_dirs: Sequence[Path] = ()) -> str:
     """``perflab`` alone: perflab's presets, then the experiments other packages declare (imported
-    to read their docstrings: one that does not import is an ExperimentError)."""
+    to read their docstrings: one that does not import is an ExperimentError), then the presets of
+    the user's own config dirs (``--config-dir``, ``hydra.searchpath``)."""
     choices = presets()
     theirs = [get(name) for name, d in declared().items() if not d.builtin]
     width = max(map(len, [*choices, *(e.name for e in theirs)]), default=0)
@@ -276,6 +278,11 @@ def listing() -> str:
     if theirs:
         lines += ["", "From other packages (entry points perflab.experiments; run on their Config's defaults):"]
         lines += [f"  {e.name.ljust(width)}  {e.summary} [{e.declared}]" for e in theirs]
+    for folder in config_dirs:
+        found = presets(folder)
+        if found:
+            lines += ["", f"Presets in {folder}:"]
+            lines += [f"  {name.ljust(width)}  {summary}" for name, summary in found.items()]
     lines += [
         "",
         "Each of perflab's own has a quick/ variant, small enough for a first look (seconds): +experiment=quick/NAME",

@@ -150,12 +150,15 @@ def test_a_users_experiment_is_listed_run_swept_reported_and_compared(userpkg, c
     assert set(table["metric"]) == {"gbps"} and len(table) == 4  # its METRIC; mine and torch's at 2 sizes
 
 
-def test_a_users_experiment_runs_on_its_configs_defaults_and_presets_from_its_config_dir(userpkg, work):
+def test_a_users_experiment_runs_on_its_configs_defaults_and_presets_from_its_config_dir(userpkg, work, cli):
     df = perflab.run("rmsnorm", [*FAST, "experiment.rows=32"])
     assert df.attrs["outcome"] == "ok" and set(df["cfg.experiment.features"]) == {1024}  # Config's default
     terminal = (Path(df.attrs["run_dir"]) / "perflab.log").read_text()  # what the job printed
     assert "kernel: userpkg.ops.rms_norm: pow, mean, add, rsqrt, 2 muls here; torch's: F.rms_norm" in terminal
-    conf = f"hydra.searchpath=[file://{ROOT / 'examples' / 'userpkg' / 'conf'}]"
+    folder = ROOT / "examples" / "userpkg" / "conf"
+    listed = cli("--config-dir", str(folder)).out  # the listing names the presets of the user's config dir
+    assert f"Presets in {folder}:\n  rmsnorm_llm" in re.sub(r"rmsnorm_llm +", "rmsnorm_llm", listed)
+    conf = f"hydra.searchpath=[file://{folder}]"
     df = perflab.run("rmsnorm_llm", [*FAST, conf, "experiment.rows=16", "experiment.features=64"])
     assert set(df["experiment"]) == {"rmsnorm_llm"} and set(df["cfg.experiment.dtype"]) == {"bfloat16"}
     (work / "conf" / "experiment").mkdir(parents=True)

@@ -40,6 +40,10 @@ def test_installed_wheel_runs_from_any_directory(tmp_path):
         "perflab/experiments/matmul.py",
         "perflab/app.py",
         "perflab/train/loop.py",
+        "perflab/report/page.html",  # the report's page, style and scripts are files, shipped as package data
+        "perflab/report/style.css",
+        "perflab/report/guard.js",
+        "perflab/report/check.js",
     ):
         assert expected in names
     assert not any(n.startswith("experiments/") for n in names), "no top-level package to clash with users' own"
@@ -79,4 +83,9 @@ def test_installed_wheel_runs_from_any_directory(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert len(list((work / "outputs" / "runs").glob("*/results.csv"))) == 1
+    report = subprocess.run(
+        [sys.executable, "-m", "perflab.report", "outputs"], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert report.returncode == 0, report.stderr
+    assert 'data-experiment="matmul"' in (work / "report.html").read_text()  # found through the wheel's entry points
     assert list((site / "bin").glob("perflab")), "the console script is installed"

@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 
 import perflab
-from perflab import plots, report
+from perflab import frames, plots, report
 from perflab.rundir import RunWriter
 
 from conftest import FAST
@@ -308,3 +308,52 @@ def test_warnings_section_lists_suspect_and_skipped_rows(browsed):
     assert "needs 2 or more workers (devices.count=2)" in warnings
     glance = re.search(r'<p class="glance">Warnings: <a href="#warnings">([^<]*)</a>', browsed.dom)
     assert glance and "suspect" in glance.group(1) and "skipped" in glance.group(1)
+
+
+# --- a report people read ------------------------------------------------------------------------
+
+
+def test_runs_are_named_by_the_values_that_vary_and_an_absent_key_is_left_out():
+    rows = pd.DataFrame(
+        {
+            "run_id": ["a", "b", "c", "d"],
+            "cfg.devices.count": [4, 1, None, 1],  # read back as floats, with an empty cell
+            "cfg.trainer.batch_size": [512.0, 512.0, 256.0, 512.0],
+            "cfg.trainer.compile": ["True", "False", "False", "False"],
+            "cfg.results.store": ["x", "y", "z", "w"],  # where results were kept: not what was measured
+        }
+    )
+    labels = [label for label, _ in frames.runs(rows)]
+    assert labels == [
+        "1 device, batch 512, no compile #1",
+        "1 device, batch 512, no compile #2",
+        "4 devices, batch 512, compile",
+        "batch 256, no compile",
+    ]
+    assert frames.words("cfg.strategy.name", "ddp") == "ddp" and frames.words("experiment.size", 1024.0) == "size 1024"
+
+
+def test_legends_sit_outside_the_axes_and_the_roof_matches_the_points_precision():
+    """A bfloat16 point is drawn under the bfloat16 roof of its device, not the float32 one (and
+    never under a higher peak it cannot reach); the key is beside the axes, not on the data."""
+    rows = pd.DataFrame(
+        {
+            "experiment": ["mine", "mine"],
+            "status": ["ok", "ok"],
+            "device_name": ["CPU", "CPU"],
+            "intensity": [10.0, 20.0],
+            "tflops": [0.1, 0.2],
+            "flops_dtype": ["bfloat16", "bfloat16"],
+        }
+    )
+    roofs = [plots.Roof("CPU", "float32", 50.0, 0.3), plots.Roof("CPU", "bfloat16", 50.0, 0.6)]
+    fig = plots.roofline(rows, roofs)
+    ax = fig.axes[0]
+    (roof,) = [line for line in ax.get_lines() if "roof" in line.get_label()]
+    assert "bfloat16" in roof.get_label() and roof.get_data()[1].max() == pytest.approx(0.6)
+    assert ax.get_legend() is None and len(fig.legends) == 1  # a figure legend, laid out beside the axes
+    fig.canvas.draw()
+    frame = ax.get_window_extent()
+    key = fig.legends[0].get_window_extent()
+    assert not frame.overlaps(key), "the legend covers the axes"
+    assert plots.roofline(rows.assign(flops_dtype="float16"), roofs) is None  # no roof of its precision: not drawn
