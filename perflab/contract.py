@@ -5,8 +5,8 @@ terminal render alike for perflab's own experiments and a user's.
 
 An experiment is a module, found through the entry-point group ``perflab.experiments``
 (name -> module), that imports no torch at its top. Everything perflab reads from it is a
-field of :class:`Hooks`; nothing else of the module is read. Imports neither torch nor pandas:
-registering an experiment is on the path of every config check.
+field of :class:`Hooks` (and its docstring, for the listing); nothing else. This module imports
+neither torch nor pandas: registering an experiment is on the path of every config check.
 """
 
 from __future__ import annotations

@@ -169,6 +169,11 @@ class Experiment:
             found = contract.Section()
         return found
 
+    def claims(self, rows: DataFrame, tree: Any) -> list[Any]:
+        """Its checkable statements with verdicts (none without a claims hook)."""
+        fn = self.hooks.claims
+        return list(fn(rows, tree)) if fn else []
+
     def beside_reference(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
         """The terminal's lines of its report section: each setup line, this run's beside the
         reference's (nothing when its hook has none, or fails: the job's own table stands)."""
