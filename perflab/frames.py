@@ -15,7 +15,7 @@ from perflab.rows import number
 
 # How a config key reads beside its value; any other key reads "<its last part> <value>"
 # ("size 256"), a ``.name`` key as its value alone ("ddp"), a true/false one as "compile" /
-# "no compile".
+# "no compile", one in seconds (``_s``) with its unit ("min time 0.5 s").
 WORDS: dict[str, Callable[[Any], str]] = {
     "devices.count": lambda v: f"{v} device{'' if v == 1 else 's'}",
     "devices.spec": str,
@@ -93,6 +93,8 @@ def words(key: str, value: Any) -> str:
         return last.replace("_", " ") if value else f"no {last.replace('_', ' ')}"
     if last == "name":
         return text(value)
+    if last.endswith("_s"):  # seconds: min_time_s 0.5 -> "min time 0.5 s"
+        return f"{last.removesuffix('_s').replace('_', ' ')} {text(value)} s"
     return f"{last.replace('_', ' ')} {text(value)}"
 
 
