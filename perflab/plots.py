@@ -207,20 +207,25 @@ def roofline(rows: pd.DataFrame, roofs: Sequence[Roof]) -> Any:
     hi = float(points["intensity"].max()) * 4
     x = np.logspace(math.log10(lo), math.log10(hi), 200)
     used = sorted({(str(d), str(t)) for d, t in zip(points["device_name"], dtypes)})
+    precisions = sorted({t for _, t in used})  # a line style and a marker each: roofs that coincide stay apart
+    style = {t: ("-", "--", ":", "-.")[i % 4] for i, t in enumerate(precisions)}
+    marker = {t: "o^sD"[i % 4] for i, t in enumerate(precisions)}
     for key in used:
         r = by[key]
         ax.plot(
             x,
             np.minimum(r.tflops, r.gbps * x / 1e3),
-            "-",
+            style[r.dtype],
             linewidth=2,
             color="black" if len(used) == 1 else None,
             label=f"{r.source} roof, {r.device} {r.dtype}: {r.gbps:.3g} GB/s, {r.tflops:.3g} TFLOP/s",
         )
     names = points["experiment"].astype("string").fillna("?") if "experiment" in points else pd.Series("rows")
-    for name in sorted(set(names)):
-        part = points[names == name]
-        ax.scatter(part["intensity"], part["tflops"], s=28, zorder=5, label=f"{name} ({len(part)} points)")
+    for (name, dtype), part in points.groupby([names, dtypes], sort=True):
+        words = f"{name}, {dtype}" if len(precisions) > 1 else str(name)
+        ax.scatter(
+            part["intensity"], part["tflops"], s=28, zorder=5, marker=marker[str(dtype)], label=f"{words} ({len(part)})"
+        )
     ax.set(
         xscale="log",
         yscale="log",
