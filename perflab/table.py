@@ -21,7 +21,7 @@ def human_time(s: Any) -> str:
     if s == 0:
         return "0 s"
     for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(s) >= scale:
+        if abs(s) >= scale * 0.9995:  # 999.6 us reads "1 ms", never "1e+03 us"
             return f"{s / scale:.3g} {unit}"
     return f"{s / 1e-9:.3g} ns"
 
