@@ -27,6 +27,7 @@ import pytest
 import perflab
 from perflab import frames, plots, report
 from perflab.rundir import RunWriter
+from perflab.table import human_time
 
 from conftest import FAST
 
@@ -331,6 +332,8 @@ def test_runs_are_named_by_the_values_that_vary_and_an_absent_key_is_left_out():
         "batch 256, no compile",
     ]
     assert frames.words("cfg.strategy.name", "ddp") == "ddp" and frames.words("experiment.size", 1024.0) == "size 1024"
+    assert frames.words("bench.min_time_s", 0.5) == "min time 0.5 s"
+    assert [human_time(s) for s in (0.0009996, 0.000999)] == ["1 ms", "999 us"]  # never "1e+03 us"
 
 
 def test_legends_sit_outside_the_axes_and_the_roof_matches_the_points_precision():
