@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args[0] in SUBCOMMANDS:
             return int(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]) or 0)
-        args = [_with_plus(a) for a in args]
+        args = flags_first([_with_plus(a) for a in args])
         mistake = front_door_mistake(args)
         if mistake:
             return usage_error(mistake)
@@ -288,8 +288,9 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
     keys = [arg.lstrip("+~").partition("=")[0] for arg in args if "=" in arg and not arg.startswith("-")]
     for arg in args:
         key, _, value = arg.lstrip("+~").partition("=")
-        if key == "experiment" and value and value not in preset_names():
-            hint, names = _did_you_mean(value, preset_names()), ", ".join(registry.presets())
+        dirs = user_config_dirs(args)
+        if key == "experiment" and value and dirs is not None and value not in preset_names(dirs):
+            hint, names = _did_you_mean(value, preset_names(dirs)), ", ".join(registry.choices())
             return f"experiment={value}: unknown experiment;{hint} allowed: {names} (and quick/NAME)"
     if "experiment" not in keys:
         from dataclasses import fields
@@ -307,10 +308,41 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
     return None
 
 
-def preset_names() -> list[str]:
-    """Every ``+experiment=`` choice: the presets and their ``quick/`` variants."""
+def preset_names(config_dirs: Sequence[Path] = ()) -> list[str]:
+    """Every ``+experiment=`` choice: perflab's presets and their ``quick/`` variants, every
+    declared experiment (a user's runs on its Config's defaults), and the presets of the user's
+    own config dirs."""
     quick = sorted(p.stem for p in (registry.config_dir() / "experiment" / "quick").glob("*.yaml"))
-    return [*registry.presets(), *(f"quick/{q}" for q in quick)]
+    theirs = [name for folder in config_dirs for name in registry.presets(folder)]
+    return [*registry.choices(), *(f"quick/{q}" for q in quick), *theirs]
+
+
+def flags_first(args: Sequence[str]) -> list[str]:
+    """Hydra's flags (and their values) before the overrides: its parser takes no override after
+    a flag's value (``--config-dir DIR key=value`` would be "unrecognized arguments")."""
+    flags, rest, it = [], [], iter(args)
+    for arg in it:
+        if arg in FLAGS_WITH_VALUE:
+            flags += [arg, next(it, "")]
+        elif arg.startswith("-"):
+            flags.append(arg)
+        else:
+            rest.append(arg)
+    return [*flags, *rest]
+
+
+def user_config_dirs(args: Sequence[str]) -> list[Path] | None:
+    """The folders of ``--config-dir`` and ``hydra.searchpath=[file://...]``; None when the search
+    path holds what this cannot list (``pkg://``): then Hydra alone says what is unknown."""
+    found = []
+    for arg in searchpath(args):
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key == "hydra.searchpath":
+            for entry in value.strip("[]").split(","):
+                if not entry.strip().startswith("file://"):
+                    return None
+                found.append(Path(entry.strip().removeprefix("file://")))
+    return found
 
 
 def _did_you_mean(word: str, choices: Sequence[str]) -> str:

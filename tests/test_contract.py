@@ -158,6 +158,13 @@ def test_a_users_experiment_runs_on_its_configs_defaults_and_presets_from_its_co
     folder = ROOT / "examples" / "userpkg" / "conf"
     listed = cli("--config-dir", str(folder)).out  # the listing names the presets of the user's config dir
     assert f"Presets in {folder}:\n  rmsnorm_llm" in re.sub(r"rmsnorm_llm +", "rmsnorm_llm", listed)
+    ran = cli(
+        "experiment=rmsnorm_llm", "--config-dir", str(folder), "experiment.rows=16", "experiment.features=64", *FAST
+    )
+    assert "cpu mine: " in ran.out  # the preset ran, its keys after Hydra's flag taken too
+    assert cli("+experiment=rmsnorm_lm", "--config-dir", str(folder), rc=2).err.startswith(
+        "perflab: error: experiment=rmsnorm_lm: unknown experiment; did you mean rmsnorm_llm?"
+    )
     conf = f"hydra.searchpath=[file://{folder}]"
     df = perflab.run("rmsnorm_llm", [*FAST, conf, "experiment.rows=16", "experiment.features=64"])
     assert set(df["experiment"]) == {"rmsnorm_llm"} and set(df["cfg.experiment.dtype"]) == {"bfloat16"}
