@@ -33,7 +33,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab import registry, schema
+from perflab import files, registry, schema
+from perflab.errors import ConfigError
 from perflab.results import load
 from perflab.stats import ALPHA, Difference, compare_samples, detectable_change, fdr, repeats_needed
 from perflab.verdicts import DEFAULT_GATE_PCT, PASS_EXIT, UNJUDGED_EXIT, USAGE_EXIT, Verdict, exit_code, meaning
@@ -203,10 +204,8 @@ def compare(
     suspect figures). Each line's raw values of its metric are in its ``_samples`` column.
     """
     df = select(load(*paths) if rows is None else rows, experiment, where, metric)
-    if baseline and config_column(baseline.partition("=")[0]) not in df:
-        varying = [c for c in identity_columns(df) if df[c].astype("string").nunique(dropna=False) > 1]
-        known = ", ".join(sorted(c.removeprefix("cfg.") for c in varying)) or "none (no key varies here)"
-        raise CompareError(f"--baseline {baseline}: not a key of these results; allowed: a key that varies: {known}")
+    if baseline:
+        _check_baseline(df, baseline)
     if samples is None:
         samples = samples_by_row(paths) if rows is None else {}
     tables, notes = [], []
@@ -217,6 +216,40 @@ def compare(
     out = pd.concat(tables, ignore_index=True, sort=False) if tables else pd.DataFrame()
     out.attrs["notes"] = notes
     return out
+
+
+def _check_baseline(df: pd.DataFrame, baseline: str) -> None:
+    """``KEY=VALUE`` names a key of these rows and a value some ok row has (in any experiment:
+    each experiment finds its baseline among its own rows that have the key)."""
+    key, sep, value = baseline.partition("=")
+    column = config_column(key)
+    varying = [c for c in identity_columns(df) if df[c].astype("string").nunique(dropna=True) > 1]
+    known = ", ".join(sorted(c.removeprefix("cfg.") for c in varying)) or "none (no key varies here)"
+    if not sep or not key:
+        raise CompareError(f"--baseline {baseline}: allowed: KEY=VALUE with KEY a key that varies: {known}")
+    if column not in df or df[column].isna().all():
+        raise CompareError(f"--baseline {baseline}: not a key of these results; allowed: a key that varies: {known}")
+    if not is_value(df[column], value).any():
+        have = ", ".join(sorted({str(v) for v in df[column].dropna()}, key=_natural))
+        raise CompareError(f"--baseline {baseline}: no ok row has {key}={value}; allowed: {key}= one of {have}")
+
+
+def _natural(text: str) -> tuple[float, str]:
+    try:
+        return (float(text), "")
+    except ValueError:
+        return (math.inf, text)
+
+
+def is_value(column: pd.Series, value: str) -> pd.Series:
+    """Which cells of ``column`` equal ``value`` as typed on a command line (``1`` matches an
+    integer key 1, ``0.10`` a float 0.1; text compares as text)."""
+    if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+        try:
+            return (column == float(value)).fillna(False).astype(bool)
+        except ValueError:
+            return pd.Series(False, index=column.index)
+    return (column.astype("string") == value).fillna(False).astype(bool)
 
 
 def _one_experiment(
@@ -279,7 +312,7 @@ def _one_experiment(
         entries.append(entry)
     out = pd.DataFrame(entries)
     if baseline:
-        out = _against_baseline(out, keys, metric, baseline, name)
+        out = _against_baseline(out, keys, metric, baseline, name, notes)
     count = next((k for k in keys if k in COUNT_KEYS), None)
     if count and higher_is_better(metric):
         out = _scaling(out, keys, metric, count, df)
@@ -294,18 +327,16 @@ def _matches(out: pd.DataFrame, row: pd.Series, columns: list[str]) -> pd.Series
     return (out[columns].astype("string") == row[columns].astype("string")).all(axis=1)
 
 
-def _against_baseline(out: pd.DataFrame, keys: list[str], metric: str, baseline: str, name: str) -> pd.DataFrame:
-    key, sep, value = baseline.partition("=")
+def _against_baseline(
+    out: pd.DataFrame, keys: list[str], metric: str, baseline: str, name: str, notes: list[str]
+) -> pd.DataFrame:
+    key, _, value = baseline.partition("=")
     key = config_column(key)
-    if not sep:
-        raise CompareError(f"--baseline {baseline}: allowed: KEY=VALUE, e.g. devices.count=1")
-    if key not in out:
-        out = out.assign(speedup_vs_baseline=math.nan, significance=f"no baseline: {key} is not among the keys")
+    is_base = is_value(out[key], value) if key in out else pd.Series(False, index=out.index)
+    if not is_base.any():  # another experiment's key or value: this one has no baseline
+        notes.append(f"{name}: no baseline: none of its points has {baseline}")
         return out
     others = ["measurement", *(k for k in keys if k != key)]
-    is_base = out[key].astype("string") == value
-    if not is_base.any():
-        raise CompareError(f"--baseline {baseline}: no {name} results with {key}={value}")
     higher = higher_is_better(metric)
     speedups, words = [], []
     for _, row in out.iterrows():
@@ -741,6 +772,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     two = len(args.paths) == 2
     gate = args.fail_if_slower if args.fail_if_slower is not None else DEFAULT_GATE_PCT
     try:
+        if args.plot is not None:  # before any work: a file or a device there is refused in one line
+            files.check_dir("--plot", args.plot)
         if two:
             table = ab(
                 *args.paths,
@@ -767,7 +800,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 experiment=args.experiment,
                 where=args.where,
             )
-    except (CompareError, FileNotFoundError) as err:
+    except (CompareError, FileNotFoundError, ConfigError) as err:
         print(f"perflab.compare: error: {err}", file=sys.stderr)
         return USAGE_EXIT
     except registry.ExperimentError as err:  # an experiment of the tree whose module does not import here
@@ -791,7 +824,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from perflab import plots
 
         rows = select(load(args.paths[-1]), args.experiment, args.where)
-        for line in plots.write(figures(rows, samples_by_row(args.paths[-1:])), rows, args.plot):
+        try:
+            written = plots.write(figures(rows, samples_by_row(args.paths[-1:])), rows, args.plot)
+        except ConfigError as err:
+            print(f"perflab.compare: error: {err}", file=sys.stderr)
+            return USAGE_EXIT
+        for line in written:
             print(line, file=sys.stderr if args.format in ("json", "github") else sys.stdout)
     if two:
         say = sys.stderr if args.format in ("json", "github", "csv") else sys.stdout

@@ -3,7 +3,9 @@ group, appends that always start on a fresh line, and up-front checks of every o
 
 Rules: never replace what is not a regular file (a device, a FIFO, a directory); write
 *through* a symlink to its target; a new file gets the usual 0666 & ~umask; a rewritten file
-keeps the mode and group it had.
+keeps the mode and group it had. A file a command is told to write (``results export FILE``,
+``report -o FILE``, ``compare --plot DIR``'s images) replaces only a file perflab wrote
+(:func:`check_replace`): never one of the user's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from typing import Callable, Iterable
 
 from perflab.errors import ConfigError
 
@@ -137,3 +140,30 @@ def check_file(key: str, path: Path, allowed: str) -> bool:
         raise ConfigError(key, str(path), allowed, problem=f"cannot write it ({err.strerror})") from None
     check_dir(key, real.parent, shown=str(path))  # an atomic rewrite needs a temp file beside it
     return True
+
+
+def check_replace(key: str, path: Path, is_ours: Callable[[Path], bool], allowed: str) -> bool:
+    """The rule for every output file a command names: a new file in a writable place, or a
+    file perflab wrote earlier (``is_ours`` judges what a symlink points to), replaced whole.
+    A user's file, a device, a folder: one line, nothing touched. Returns whether it exists."""
+    if not check_file(key, path, allowed):
+        return False
+    try:
+        ours = is_ours(target(path))
+    except OSError:
+        ours = False
+    if not ours:
+        raise ConfigError(key, str(path), allowed, problem="exists and is not a file perflab wrote")
+    return True
+
+
+def holds(path: Path, marks: Iterable[bytes], head: int = 4096, tail: int = 0) -> bool:
+    """Whether any of ``marks`` is in the first ``head`` (or last ``tail``) bytes of ``path``."""
+    with open(path, "rb") as f:
+        start = f.read(head)
+        end = b""
+        if tail:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - tail))
+            end = f.read(tail)
+    return any(m in start or m in end for m in marks)

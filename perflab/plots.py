@@ -19,10 +19,17 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab import frames
+from perflab import files, frames
 
 if TYPE_CHECKING:
     from perflab.contract import Figure
+
+SOFTWARE = "perflab plots"  # in each PNG's metadata: what says a file is one of ours
+
+
+def is_plot(path: Path) -> bool:
+    return files.holds(path, [SOFTWARE.encode()])
+
 
 MISSING_MATPLOTLIB = "plots: matplotlib is not installed (pip install 'perflab[compare]'): no plots written"
 COUNT_KEYS = ("cfg.devices.count", "n_devices")
@@ -100,7 +107,7 @@ def scaling(table: pd.DataFrame) -> Any:
     count = next((k for k in COUNT_KEYS if k in table and "speedup" in table), None)
     if count is None:
         return None
-    drawn = table.dropna(subset=["speedup"])
+    drawn = table.dropna(subset=["speedup", count])  # not the rows of experiments without a device count
     if drawn.empty:
         return None
     fig, ax = _figure(6.5, 4.2)
@@ -476,12 +483,19 @@ def write(figures: Sequence[tuple[str, Figure]], everything: pd.DataFrame, out_d
         else:
             drawn.append((experiment, f.name, fig))
     names = pd.Series([name for _, name, _ in drawn], dtype="string").value_counts()
-    lines = []
+    images = {}
     for experiment, name, fig in drawn:
         path = out_dir / (f"{name}.png" if names[name] == 1 else f"{experiment}-{name}.png")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=120, bbox_inches="tight", metadata={"Software": SOFTWARE})
         plt.close(fig)
+        images[path] = buf.getvalue()
+    allowed = "a folder for perflab's plots (a new file, or a plot perflab wrote, at each name)"
+    for path in images:  # all checked before any is written: a refusal leaves nothing half done
+        files.check_replace("--plot", path, is_plot, allowed)
+    lines = []
+    for path, data in images.items():
+        files.write_atomic(path, data)
         lines.append(f"plot: {path}")
     if not lines:
         lines.append("plots: nothing to plot here" + (f" ({'; '.join(dict.fromkeys(why))})" if why else ""))

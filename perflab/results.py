@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from perflab import files, store
-from perflab.rows import RESULTS, SAMPLES, csv_text, fix_dtypes, read_csv
+from perflab.rows import OWN_HEADER, RESULTS, SAMPLES, Notes, concat, csv_text, fix_dtypes, read_csv
 from perflab.rundir import RECORD, RunRecord, overrides_of, rows_of
 
 
@@ -26,39 +26,55 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
     A results tree (``outputs/``) is read through its index (fast at a million rows); other
     folders are read run dir by run dir, following a re-run sweep's references to the runs
     that measured its points earlier. A row found twice is kept once (by ``row_id``, unique
-    across machines), so any mix of trees loads without losing or doubling rows. Torn lines
-    are skipped with a warning. ``samples=True`` loads the raw per-sample times instead.
+    across machines), so any mix of trees loads without losing or doubling rows. A config key
+    some runs lack stays empty there, and an integer key stays integer. Only perflab's own files
+    are read; what was skipped or rebuilt (torn lines, foreign files, a damaged index) is said
+    in one line per kind (a warning; also ``df.attrs["notes"]``). Rows read from run dirs carry
+    ``run_outcome``, their run's outcome from its run.json: ``running`` marks the rows of a run
+    that was killed (or has not ended yet). ``samples=True`` loads the raw per-sample times.
     """
     import pandas as pd
 
+    notes = Notes()
     frames = []
     for path in map(Path, paths or ("outputs",)):
         if path.is_file():
-            frames.append(read_csv(path, ("row_id", "seconds") if samples else ("row_id",)))
+            frames.append(read_csv(path, ("row_id", "seconds") if samples else OWN_HEADER, notes=notes))
         elif not path.is_dir():
             raise FileNotFoundError(f"no results at {path}")
         elif samples:
-            frames += [read_csv(d / SAMPLES, ("row_id", "seconds")) for d in run_dirs(path) if (d / SAMPLES).is_file()]
+            frames += [
+                read_csv(d / SAMPLES, ("row_id", "seconds"), notes=notes)
+                for d in run_dirs(path, notes)
+                if (d / SAMPLES).is_file() and not (d / SAMPLES).is_symlink()
+            ]
         elif store.is_store(path):
-            frames.append(store.load_tree(path, experiment))
+            frames.append(store.load_tree(path, experiment, notes))
         else:
-            frames += [rows_of(d).assign(run_dir=str(d.resolve())) for d in run_dirs(path) if (d / RESULTS).is_file()]
+            for d in run_dirs(path, notes):
+                if (d / RESULTS).is_file() and not (d / RESULTS).is_symlink():
+                    record = RunRecord.read(d)
+                    part = read_csv(d / RESULTS, notes=notes)
+                    frames.append(part.assign(run_dir=str(d.resolve()), run_outcome=record.outcome if record else ""))
+    notes.say()
     frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame()
-    df = pd.concat(frames, ignore_index=True, sort=False)
+    df = concat(frames)
     key = ["row_id", "phase", "i"] if samples else ["row_id"]
     if all(k in df for k in key):
         df = df.drop_duplicates(subset=key, keep="first", ignore_index=True)
     if experiment is not None and "experiment" in df:
         df = df[df["experiment"].astype("string") == experiment].reset_index(drop=True)
-    return fix_dtypes(df)
+    df = fix_dtypes(df)
+    df.attrs["notes"] = notes.lines()
+    return df
 
 
-def run_dirs(top: Path) -> Iterator[Path]:
+def run_dirs(top: Path, notes: Notes | None = None) -> Iterator[Path]:
     """Run dirs under ``top``, and the earlier runs its "done" points stand for."""
     seen: set[Path] = set()
-    for d in store.run_dirs(top):
+    for d in store.run_dirs(top, notes):
         record = RunRecord.read(d)
         target = Path(record.same_as) if record and record.outcome == "done" and record.same_as else d
         if target.resolve() not in seen:
@@ -162,13 +178,16 @@ def show(run_dir: Path) -> str:
     )
 
 
+def is_export(path: Path) -> bool:
+    """A CSV of rows perflab wrote (an earlier export): its header starts with perflab's columns."""
+    from perflab.rows import header_of, is_ours
+
+    return is_ours(header_of(path))
+
+
 def export(target: Path, top: Path, parquet: bool = False) -> int:
     allowed = "a new file, or an earlier export (replaced)"
-    if files.check_file("FILE", target, allowed):
-        with open(files.target(target), "rb") as f:
-            ours = _parquet_export(target) if parquet else f.readline().startswith(b"row_id,")
-            if not ours:  # not perflab's rows: not ours to replace
-                raise LookupError(f"FILE={target}: exists and is not a perflab export; allowed: {allowed}")
+    files.check_replace("FILE", target, _parquet_export if parquet else is_export, allowed)
     df = load(top)
     if parquet:
         return export_parquet(df, target)

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import socket
 import threading
 import time
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Iterator
 
 from perflab import files
-from perflab.rows import RESULTS, fix_dtypes, read_many
+from perflab.rows import RESULTS, Notes, concat, fix_dtypes, read_many
 from perflab.rundir import RECORD, RunRecord
 
 log = logging.getLogger("perflab")
@@ -53,25 +54,56 @@ def check(root: Path) -> None:
 
 
 # --- finding runs ---------------------------------------------------------------------------
+#
+# Symlinked folders are followed, by readers as by writers. A symlinked ``runs/`` (or
+# ``.perflab/index``) is how people put results on another disk; the writers (Hydra making run
+# dirs, the index writing segments) already go through it, so the readers go too: a reader that
+# refused would hide every run written there. Each real folder is visited once (a link loop
+# ends). A ``results.csv`` that is itself a symlink is never read: perflab writes real files, so
+# a linked one is someone else's data (it could point anywhere, a password file included).
+
+RESULTS_LINK = "skipped {n} symlinked results.csv (perflab writes real files; a link is not followed)"
 
 
-def run_dirs(top: Path) -> Iterator[Path]:
-    """Every run dir under ``top`` (a dir holding run.json or results.csv); hidden dirs skipped."""
-    stack = [Path(top)]
+def _walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[str, dict[str, os.DirEntry]]]:
+    """(run dir, its entries by name) for every run dir under ``top``: a folder holding run.json
+    or results.csv. Hidden folders are skipped; a run dir's subfolders hold no runs."""
+    stack, seen = [os.fspath(top)], set()
     while stack:
         here = stack.pop()
         try:
-            entries = list(os.scandir(here))
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            st = os.stat(here)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            entries = {e.name: e for e in os.scandir(here)}
+        except OSError:
             continue
-        names = {e.name for e in entries}
-        if RECORD in names or RESULTS in names:
-            yield here
-            continue  # a run dir's subfolders (.hydra, workers, traces) hold no runs
+        if RECORD in entries or RESULTS in entries:
+            results = entries.get(RESULTS)
+            if results is not None and results.is_symlink():
+                if notes is not None:
+                    notes.add(RESULTS_LINK, results.path)
+                entries.pop(RESULTS)
+            yield here, entries
+            continue
         stack += sorted(
-            (Path(e.path) for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")),
+            (e.path for e in entries.values() if not e.name.startswith(".") and _is_dir(e)),
             reverse=True,
         )
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # through a symlink too
+    except OSError:
+        return False
+
+
+def run_dirs(top: Path, notes: Notes | None = None) -> Iterator[Path]:
+    """Every run dir under ``top`` (see _walk), symlinked folders followed."""
+    for here, _ in _walk(top, notes):
+        yield Path(here)
 
 
 def is_store(path: Path) -> bool:
@@ -273,46 +305,68 @@ def _take_over(path: Path, holder: Holder) -> None:
 # --- the index ------------------------------------------------------------------------------
 
 
-def _sources(root: Path) -> dict[str, list[int]]:
-    """Run dir (relative to ``root``) -> [mtime_ns, size] of its results.csv: the same walk as
-    run_dirs(), on plain strings and DirEntry stats (10k run dirs in a fraction of a second)."""
-    top = os.path.abspath(root)
+FORMAT = 2  # of an index segment; a segment of another format (another perflab version) is rebuilt
+OTHER_FORMAT = "rebuilt {n} index segment{s} written by another perflab version"
+DAMAGED = "rebuilt {n} damaged index segment{s}"
+
+
+def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
+    """Run dir (relative to ``root``) -> stamp: [mtime_ns, size] of its results.csv and of its
+    run.json (0, 0 when it has none), so that a run that ends (run.json: running -> ok) is read
+    again. The same walk as run_dirs(), on DirEntry stats (10k run dirs in a fraction of a second)."""
+    top = os.fspath(root)
     found: dict[str, list[int]] = {}
-    stack = [top]
-    while stack:
-        here = stack.pop()
+    for here, entries in _walk(top, notes):
+        results = entries.get(RESULTS)
+        if results is None:
+            continue
         try:
-            entries = list(os.scandir(here))
+            st = results.stat()
+            rec = entries[RECORD].stat() if RECORD in entries else None
         except OSError:
             continue
-        results = next((e for e in entries if e.name == RESULTS), None)
-        if results is not None or any(e.name == RECORD for e in entries):
-            if results is not None:
-                st = results.stat()
-                found[os.path.relpath(here, top)] = [st.st_mtime_ns, st.st_size]
-            continue
-        stack += [e.path for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+        stamp = [st.st_mtime_ns, st.st_size, rec.st_mtime_ns if rec else 0, rec.st_size if rec else 0]
+        found[os.path.relpath(here, top)] = stamp
     return found
 
 
-def load_tree(root: Path, experiment: str | None = None):
+def _manifest(path: Path) -> dict[str, list[int]] | None:
+    """The sources a segment's manifest lists; None if it is not of this format (or damaged:
+    ValueError, OSError); FileNotFoundError if it went meanwhile (a concurrent compaction)."""
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("sources"), dict):
+        return None
+    return data["sources"]
+
+
+def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = None):
     """Every row under the store ``root`` (optionally of one experiment), through the index.
 
-    Run dirs whose results.csv has not changed since they were indexed come from the Parquet
-    segments; new or changed ones are read from CSV and added as a new segment. If the index
-    cannot be written (a read-only tree), loading still works, only slower.
+    Run dirs whose results.csv (and run.json) have not changed since they were indexed come
+    from the Parquet segments; new or changed ones are read from CSV and added as a new
+    segment. A segment that is damaged or of another format is rebuilt from its run dirs and
+    removed (``notes`` says so). If the index cannot be written (a read-only tree), loading
+    still works, only slower. Every row gets ``run_outcome``: what its run's run.json says
+    (``running``: killed, or not ended yet; empty: no run.json).
     """
     import pandas as pd
 
+    notes = notes if notes is not None else Notes()
     root = Path(root)
     index = meta(root) / "index"
-    sources = _sources(root)
+    sources = _sources(root, notes)
     indexed: dict[str, str] = {}  # source -> segment holding its current rows
+    dropped: dict[str, str] = {}  # segment -> why it is rebuilt
     segments = sorted(index.glob("*.json")) if index.is_dir() else []
     for manifest in segments:
         try:
-            stamps = json.loads(manifest.read_text())
+            stamps = _manifest(manifest)
+        except FileNotFoundError:
+            continue
         except (OSError, ValueError):
+            stamps, dropped[manifest.stem] = None, DAMAGED
+        if stamps is None:
+            dropped.setdefault(manifest.stem, OTHER_FORMAT)
             continue
         for source, stamp in stamps.items():
             if sources.get(source) == stamp:
@@ -326,33 +380,48 @@ def load_tree(root: Path, experiment: str | None = None):
             part = pd.read_parquet(
                 index / f"{segment}.parquet", filters=[("experiment", "==", experiment)] if experiment else None
             )
-        except (OSError, ValueError) as err:  # a segment removed by a concurrent compaction, or damaged
+            if "_source" not in part:
+                raise ValueError("no _source column")
+        except FileNotFoundError:  # removed by a concurrent compaction: read its run dirs
+            part = None
+        except Exception as err:  # damaged: pyarrow raises its own kinds
             log.debug("index segment %s unreadable (%s): reading its run dirs", segment, err)
+            part, dropped[segment] = None, DAMAGED
+        if part is None:
             for source in wanted:
                 indexed.pop(source, None)
             continue
         frames.append(part[part["_source"].isin(wanted)])
     fresh = [s for s in sources if s not in indexed]
     if fresh:
-        new = _read_sources(root, fresh)
+        new = _read_sources(root, fresh, notes)
         if not new.empty:
             _write_segment(index, new, {s: sources[s] for s in fresh})
             frames.append(new[new["experiment"] == experiment] if experiment and "experiment" in new else new)
-    if not experiment and len(segments) + bool(fresh) > MAX_SEGMENTS and frames:
-        _compact(index, pd.concat(frames, ignore_index=True, sort=False), sources)
+    for segment, why in dropped.items():
+        notes.add(why, index / f"{segment}.parquet")
+        _remove_segment(index, segment)
+    if not experiment and len(segments) - len(dropped) + bool(fresh) > MAX_SEGMENTS and frames:
+        _compact(index, concat(frames), sources)
     if not frames:
         return pd.DataFrame()
-    df = pd.concat([f for f in frames if not f.empty] or frames, ignore_index=True, sort=False)
+    df = concat([f for f in frames if not f.empty] or frames)
     base = root.resolve()
     where = {s: str(Path(s) if Path(s).is_absolute() else base / s) for s in df["_source"].unique()}
     moved = df["_source"].map(where).rename("run_dir")  # where each run dir is now (trees move)
     return fix_dtypes(pd.concat([df.drop(columns=["_source", "run_dir"], errors="ignore"), moved], axis=1))
 
 
-def _read_sources(root: Path, sources: list[str]):
-    """Rows of many run dirs, with a ``_source`` column; see rows.read_many."""
-    paths = [(Path(s) if Path(s).is_absolute() else root / s) / RESULTS for s in sources]
-    return read_many(paths, labels=sources, column="_source")
+def _read_sources(root: Path, sources: list[str], notes: Notes | None = None):
+    """Rows of many run dirs, with a ``_source`` column (see rows.read_many) and each row's
+    ``run_outcome`` from its run dir's run.json."""
+    dirs = [Path(s) if Path(s).is_absolute() else root / s for s in sources]
+    df = read_many([d / RESULTS for d in dirs], labels=sources, column="_source", notes=notes)
+    if not df.empty:
+        records = {s: RunRecord.read(d) for s, d in zip(sources, dirs)}
+        outcomes = {s: r.outcome if r else "" for s, r in records.items()}
+        df["run_outcome"] = df["_source"].map(outcomes).astype("string")
+    return df
 
 
 def _write_segment(index: Path, df, stamps: dict[str, list[int]]) -> None:
@@ -361,18 +430,28 @@ def _write_segment(index: Path, df, stamps: dict[str, list[int]]) -> None:
     try:
         index.mkdir(parents=True, exist_ok=True)
         files.write_atomic(index / f"{name}.parquet", _to_parquet(df))
-        files.write_atomic(index / f"{name}.json", json.dumps(stamps))
+        files.write_atomic(index / f"{name}.json", json.dumps({"format": FORMAT, "sources": stamps}))
     except (OSError, ValueError, ImportError) as err:
         log.debug("results index not updated (%s); loading still works", err)
+
+
+def _remove_segment(index: Path, segment: str) -> None:
+    """A segment's files (or whatever sits where they belong: it is derived, and ours)."""
+    for path in (index / f"{segment}.json", index / f"{segment}.parquet"):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _compact(index: Path, df, sources: dict[str, list[int]]) -> None:
     """One segment of every current row in place of the many; a reader that finds a segment
     gone meanwhile reads those run dirs from CSV instead."""
-    old = sorted(index.glob("seg-*"))
+    old = sorted({p.name.split(".")[0] for p in index.glob("seg-*")})
     _write_segment(index, df, {s: sources[s] for s in set(df["_source"]) if s in sources})
-    for path in old:
-        path.unlink(missing_ok=True)
+    for segment in old:
+        _remove_segment(index, segment)
 
 
 def _to_parquet(df) -> bytes:

@@ -75,9 +75,17 @@ def check_output(out: Path) -> None:
     from perflab.errors import ConfigError
 
     try:
-        files.check_file("-o", out, "an HTML file path (a regular file or a new one)")
+        files.check_replace("-o", out, is_report, "a new file, or an earlier perflab report (replaced)")
     except ConfigError as err:
         raise ReportError(err.line()) from None
+
+
+GENERATOR = '<meta name="generator" content="perflab report">'  # in page.html: what says a file is ours
+
+
+def is_report(path: Path) -> bool:
+    """A report perflab wrote: its generator tag (or, in reports older than the tag, its footer)."""
+    return files.holds(path, [GENERATOR.encode(), b"Written by python -m perflab.report"], tail=4096)
 
 
 def write(html_text: str, out: Path) -> Path:
