@@ -19,6 +19,7 @@ from typing import Iterator, Sequence
 
 from perflab import registry
 from perflab.errors import ConfigError, Refused, one_line
+from perflab.logs import LogFile
 from perflab.schema import OPTIONAL_SECTIONS
 
 log = logging.getLogger("perflab")
@@ -31,8 +32,20 @@ def register() -> None:
 
     setup_globals()
     _find_our_hydra_plugins()
-    OmegaConf.register_new_resolver("perflab_uid", lambda: secrets.token_hex(4), use_cache=True, replace=True)
+    OmegaConf.register_new_resolver("perflab_uid", new_uid, use_cache=True, replace=True)
     registry.register_configs()
+
+
+def new_uid() -> str:
+    """The random end of a run or sweep folder's name; the command remembers it, so that a folder
+    Hydra made before failing (a full disk) can be found and removed."""
+    from perflab.session import CURRENT
+
+    uid = secrets.token_hex(4)
+    session = CURRENT.get()
+    if session is not None:
+        session.uids.append(uid)
+    return uid
 
 
 def _find_our_hydra_plugins() -> None:
@@ -154,7 +167,7 @@ def _save_config(cfg, overrides: Sequence[str], run_dir: Path) -> None:
 @contextlib.contextmanager
 def _job_log(run_dir: Path) -> Iterator[None]:
     """The job's messages to ``<run dir>/perflab.log``, and to stdout if nothing else shows them."""
-    handlers: list[logging.Handler] = [logging.FileHandler(run_dir / "perflab.log")]
+    handlers: list[logging.Handler] = [LogFile(run_dir / "perflab.log")]
     handlers[0].setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
     if not logging.getLogger().handlers:
         console = logging.StreamHandler(sys.stdout)

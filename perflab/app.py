@@ -99,7 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as err:
             if not _raised_by_hydra(err, anywhere=True):
                 raise
-            return usage_error(output_error(err, args))  # Hydra could not make the run / sweep dir
+            line = output_error(err, args)  # Hydra could not make (or write into) the run / sweep dir
+            _discard_made(session, args)
+            swept = session.sweep_dir
+            if swept is not None and swept.is_dir() and sweep.job_dirs(swept) and session.sweep_exit is None:
+                sweep.finish(swept, session.unsaved)  # the points that ran still get their summary
+            return usage_error(line)
         except KeyboardInterrupt:
             print("perflab: interrupted; the rows already measured are saved", file=sys.stderr)
             if session.sweep_dir is not None and session.sweep_exit is None:
@@ -226,7 +231,25 @@ def output_error(err: OSError, args: Sequence[str]) -> str:
         files.check_dir(key, Path(value))
     except ConfigError as found:
         return found.line()
-    return f"{key}={value}: cannot create {err.filename} ({err.strerror}); allowed: a folder you can write to"
+    what = err.filename or f"the run's folder under {value}"
+    return f"{key}={value}: cannot write {what} ({err.strerror}); allowed: a folder you can write to"
+
+
+def _discard_made(session: Session, args: Sequence[str]) -> None:
+    """Remove the run or sweep folders this command made that hold nothing of a job (Hydra
+    made them, then could not write its config): no empty run is left to mislead."""
+    from perflab import sweep
+    from perflab.job import discard
+
+    overrides = dict(a.lstrip("+").split("=", 1) for a in args if "=" in a)
+    store = Path(overrides.get("results.store", "outputs"))
+    for uid in session.uids:
+        for run_dir in store.glob(f"runs/*_{uid}"):
+            discard(run_dir)
+        for sweep_dir in store.glob(f"sweeps/*_{uid}"):
+            for job in sweep.job_dirs(sweep_dir):
+                discard(job)
+            sweep.discard_if_empty(sweep_dir)
 
 
 # ``perflab NAME ...``: the commands beside running a job (each also ``python -m perflab.NAME``).

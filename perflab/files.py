@@ -11,6 +11,7 @@ keeps the mode and group it had. A file a command is told to write (``results ex
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
@@ -59,8 +60,8 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     old = path.stat() if kind == "a regular file" else None
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0666 & ~umask
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0666 & ~umask
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
@@ -71,9 +72,34 @@ def write_atomic(path: Path, data: str | bytes) -> None:
                 with contextlib.suppress(PermissionError):  # not in that group: the mode is still kept
                     os.chown(tmp, -1, old.st_gid)
         os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.errno is not None and err.filename in (None, str(tmp)):  # name our file, not the temp one
+            raise type(err)(err.errno, err.strerror, str(path)) from None
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def os_line(err: OSError) -> str:
+    """An OSError in one line naming its file: ``outputs/runs/x/results.csv: No space left on device``."""
+    return f"{err.filename}: {err.strerror}" if err.filename and err.strerror else str(err)
+
+
+# A write that failed for want of room, not for a wrong path: the disk or the quota is full.
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def rewrite_in_place(path: Path, data: bytes) -> None:
+    """Overwrite an existing small file within the blocks it already holds: what still works
+    on a full disk, where write_atomic cannot get a block for its temp file. Not atomic: only
+    for a record whose reader takes a half-written one as unreadable (run.json: not done)."""
+    with open(target(path), "r+b") as f:
+        f.write(data)
+        f.truncate()
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def append_text(path: Path, text: str, header: str = "") -> None:
@@ -93,8 +119,13 @@ def append_text(path: Path, text: str, header: str = "") -> None:
             f.seek(size - 1)
             if f.read(1) != b"\n":
                 prefix = b"\n"
-        f.write(prefix + text.encode())
-        f.flush()
+        try:
+            f.write(prefix + text.encode())
+            f.flush()
+        except OSError as err:
+            if err.errno is not None and err.filename is None:  # name the file (a full disk says none)
+                raise type(err)(err.errno, err.strerror, str(path)) from None
+            raise
 
 
 def check_dir(key: str, path: Path, shown: str | None = None) -> None:
@@ -113,8 +144,15 @@ def check_dir(key: str, path: Path, shown: str | None = None) -> None:
         )
     name = probe / f".perflab-probe-{secrets.token_hex(4)}"
     try:
-        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:  # a byte written for real: a full disk still lets an empty file be made
+            os.write(fd, b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except OSError as err:
+        with contextlib.suppress(OSError):  # made but not written (a full disk); a read-only one made none
+            name.unlink()
         raise ConfigError(
             key, value, "a place you can write to", problem=f"cannot write in {probe} ({err.strerror})"
         ) from None

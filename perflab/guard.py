@@ -6,18 +6,19 @@ interrupt goes on). ``run.json`` says what came of it; only an ``ok`` run is mar
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import traceback
 from pathlib import Path
 from typing import Any
 
-from perflab import launchers, store
+from perflab import files, launchers, store
 from perflab.context import Context
 from perflab.devices import resolve
 from perflab.environment import environment, subject
 from perflab.errors import ConfigError, MissingDevice, first_line
-from perflab.job import Place, Result, discard, record_time, refuse, seed_everything
+from perflab.job import Place, Result, discard, record_time, refuse, save_record, seed_everything
 from perflab.peaks import Peaks
 from perflab.registry import Experiment
 from perflab.rows import RESULTS
@@ -69,16 +70,22 @@ def run(
         metric=experiment.metric,
     )
     outcome, interrupted = "ok", None
+    said: list[str] = []  # what the job's own row says (kept here too, in case it cannot be written)
 
     def job_row(status: str, error: str) -> None:
         """The job's own row, which a further stop signal does not cut short. A helper node (no
         rank 0) writes nothing in the job dir it shares with the node that has rank 0: what
         stopped it is in its own log."""
+        said.append(error)
         with stop_signals_held():
             if place.helper:
                 log.error("helper node %s: %s: %s", identity.get("hostname", ""), status, error)
-            else:
+                return
+            try:
                 ctx.record("job", status=status, error=error)
+            except OSError as err:  # the disk that failed the job fails its row too: say it here
+                also = "" if files.os_line(err) == error else f" (its row could not be written: {files.os_line(err)})"
+                log.error("perflab: %s: %s%s", status, error, also)
 
     with on_stop_signals():
         try:
@@ -108,12 +115,24 @@ def run(
             job_row("cancelled", "interrupted (Ctrl-C)")
         except Exception as exc:  # a crash is a row, not a lost job
             outcome = "oom" if isinstance(exc, torch.OutOfMemoryError) else _stopped(exc) or "error"
+            line = (
+                files.os_line(exc)
+                if isinstance(exc, OSError) and _write_failed(exc)
+                else f"{type(exc).__name__}: {first_line(exc)}"
+            )
             if place.helper:
                 log.error("".join(traceback.format_exception(exc)))
+            elif _write_failed(exc):
+                pass  # no room for a traceback file either: the job's row (or its line) says it
             else:
-                (place.run_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
-                log.error("%s: %s (traceback: %s)", type(exc).__name__, first_line(exc), place.run_dir / "error.txt")
-            job_row(outcome, f"{type(exc).__name__}: {first_line(exc)}")
+                where = place.run_dir / "error.txt"
+                try:
+                    where.write_text("".join(traceback.format_exception(exc)))
+                except OSError:
+                    where = place.run_dir / "perflab.log"
+                    log.debug("".join(traceback.format_exception(exc)))
+                log.error("%s (traceback: %s)", line, where)
+            job_row(outcome, line)
     # This run's rows: not another writer's in the same dir (the sweep's own row for a job that
     # it thought lost, the rows of a stalled earlier run of a requeued SLURM job).
     rows = [row for row in writer.rows if row.get("run_id") == record.run_id]
@@ -129,9 +148,13 @@ def run(
         outcome = "error"  # a part failed (a wrong compiled answer, a diverged run): not done
     record.outcome, record.complete, record.rows, record.finished = outcome, outcome == "ok", len(rows), record_time()
     record.error = next((str(row["error"]) for row in rows if row.get("status") not in ("ok", "skipped")), "")
-    record.save(place.run_dir)
+    record.error = record.error or next(iter(said), "")  # what stopped it, when its row could not be written
+    save_record(record, place)
     if record.complete:
-        store.mark_done(Path(settings.results.store), record, place.run_dir)
+        try:
+            store.mark_done(Path(settings.results.store), record, place.run_dir)
+        except OSError as err:
+            log.error("perflab: %s; a re-run of this sweep measures this point again", files.os_line(err))
     if rows and settings.results.table:
         log.info(
             "\n%s\n\nrows: %s",
@@ -146,6 +169,12 @@ def run(
     if interrupted is not None:
         raise interrupted
     return Result(outcome, place.run_dir, rows, record.error)
+
+
+def _write_failed(exc: BaseException) -> bool:
+    """Raised by one of perflab's own writes for want of room or by the device (a full disk, an
+    I/O error): a line naming the file says it all; there is no room for a traceback file."""
+    return isinstance(exc, OSError) and exc.errno in (*files.FULL, errno.EIO, errno.EROFS)
 
 
 # Library log lines that say nothing to a user (e.g. "No CUDA runtime is found" on every CPU-only

@@ -16,6 +16,7 @@ leaves an ``error`` row and the sweep goes on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import secrets
@@ -32,8 +33,9 @@ from perflab import files, install, registry, store
 from perflab.errors import ConfigError
 from perflab.peaks import Peaks
 from perflab.rows import RESULTS, flatten
-from perflab.rundir import EARLIER_RUNS, RunRecord, RunWriter, rows_of, set_aside_earlier_run
+from perflab.rundir import EARLIER_RUNS, RECORD, RunRecord, RunWriter, rows_of, set_aside_earlier_run
 from perflab.schema import PerflabConfig, config_hash, resolve_all, validate
+from perflab.session import CURRENT
 
 log = logging.getLogger("perflab")
 
@@ -134,7 +136,14 @@ def execute(cfg: DictConfig, place: Place) -> Result:
 
     claim = None
     if place.in_sweep and not settings.results.redo and not place.helper:
-        got = claim_point(root, record, place, settings)
+        try:
+            got = claim_point(root, record, place, settings)
+        except OSError as err:  # a full disk, an I/O error: this point cannot be claimed, nor measured
+            line = f"cannot claim this point: {files.os_line(err)}"
+            log.error("perflab: %s", line)
+            record.outcome, record.error, record.finished = "error", line, record_time()
+            save_record(record, place)
+            return Result("error", place.run_dir, [], line)
         if isinstance(got, Path):
             return reuse(got, place, record)
         claim = got
@@ -178,12 +187,15 @@ def refuse(
     record.outcome, record.error, record.finished = "refused", line, record_time()
     if place.in_sweep:
         writer = writer or RunWriter(place.run_dir, samples=False)
-        writer.add({**identity, "measurement": "job", "status": "error", "error": line})
+        try:
+            writer.add({**identity, "measurement": "job", "status": "error", "error": line})
+        except OSError as err:
+            log.error("perflab: %s (its row could not be written: %s)", line, files.os_line(err))
         record.rows = len(writer.rows)
-        record.save(place.run_dir)
+        save_record(record, place)
     elif writer is not None and writer.rows:
         record.rows = len(writer.rows)
-        record.save(place.run_dir)
+        save_record(record, place)
     else:
         discard(place.run_dir, also_record=True)  # a refusal that wrote nothing leaves no run
     return Result("refused", place.run_dir, writer.rows if writer else [], line)
@@ -193,7 +205,7 @@ def reuse(source: Path, place: Place, record: RunRecord) -> Result:
     """This point was measured already, completely, in ``source``: its rows stand for it."""
     log.info("perflab: already done in %s (results.redo=true measures it again)", source)
     record.outcome, record.complete, record.same_as, record.finished = "done", False, str(source), record_time()
-    record.save(place.run_dir)
+    save_record(record, place)
     return Result("done", place.run_dir, rows_of(source).to_dict("records"))
 
 
@@ -212,9 +224,33 @@ def claim_point(root: Path, record: RunRecord, place: Place, settings: PerflabCo
             got.release()
             continue
         if not said:
-            log.info("perflab: waiting: %s is measuring this very point", got)
+            stale = settings.results.claim_stale_s
+            if got.unreadable:
+                wait = min(stale, store.UNREADABLE_GRACE_S) - got.age_s
+                log.info("perflab: waiting: %s says nothing yet; taken over in %.0f s if it still does not", got, wait)
+            else:
+                log.info(
+                    "perflab: waiting: %s is measuring this very point (taken over after "
+                    "results.claim_stale_s=%g s without its heartbeat)",
+                    got,
+                    stale,
+                )
             said = True
         time.sleep(min(5.0, settings.results.claim_stale_s / 10))
+
+
+def save_record(record: RunRecord, place: Place) -> None:
+    """The run's record, or, where even that cannot be written (a full disk), one line and no
+    record at all: never one left saying "running". The sweep's summary still counts the point."""
+    try:
+        record.save(place.run_dir)
+    except OSError as err:
+        log.error("perflab: %s: its run.json could not be written (%s)", place.run_dir, files.os_line(err))
+        with contextlib.suppress(OSError):
+            (place.run_dir / RECORD).unlink(missing_ok=True)
+        session = CURRENT.get()
+        if session is not None:
+            session.unsaved[place.run_dir.name] = record
 
 
 def record_time() -> str:

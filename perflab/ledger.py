@@ -14,7 +14,7 @@ from filelock import FileLock, Timeout
 
 from perflab import files
 from perflab.errors import ConfigError
-from perflab.rows import csv_text, header_of, order_columns, read_csv
+from perflab.rows import csv_text, header_of, is_ours, order_columns, read_csv
 
 log = logging.getLogger("perflab")
 LOCK_TIMEOUT_S = 60.0  # a writer killed while holding the lock blocks nobody longer than this
@@ -31,7 +31,7 @@ def check(path: Path, key: str = "results.ledger") -> None:
     header = header_of(real)
     if not header:
         raise ConfigError(key, str(path), ALLOWED, problem="not a CSV text file")
-    if header[:2] != ["row_id", "run_id"]:
+    if not is_ours(header):
         raise ConfigError(
             key, str(path), ALLOWED, problem=f"not a perflab ledger (its header starts {','.join(header[:3])})"
         )

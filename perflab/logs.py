@@ -43,3 +43,21 @@ def quiet_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
+
+
+class LogFile(logging.FileHandler):
+    """The job's log file. A write that fails (a full disk) is said once, in one line, and the
+    file is given up; the terminal still shows every message (logging's default is a traceback
+    per message)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if getattr(self, "failed", False):
+            return
+        self.failed = True
+        err = sys.exc_info()[1]
+        why = getattr(err, "strerror", None) or err
+        sys.stderr.write(f"perflab: the log file {self.baseFilename} cannot be written ({why}); not written further\n")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not getattr(self, "failed", False):
+            super().emit(record)

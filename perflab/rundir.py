@@ -53,7 +53,16 @@ class RunRecord:
     perflab_version: str = ""
 
     def save(self, run_dir: Path) -> None:
-        files.write_atomic(run_dir / RECORD, json.dumps(asdict(self), indent=1) + "\n")
+        """Write run.json at once; on a full disk, over the earlier record in place (its blocks
+        are already there), so that a run that could not end its record is never left at
+        "running". Raises OSError if neither works."""
+        data = json.dumps(asdict(self), indent=1) + "\n"
+        try:
+            files.write_atomic(run_dir / RECORD, data)
+        except OSError as err:
+            if err.errno not in files.FULL or not (run_dir / RECORD).is_file():
+                raise
+            files.rewrite_in_place(run_dir / RECORD, data.encode())
 
     @classmethod
     def read(cls, run_dir: Path) -> "RunRecord | None":
@@ -129,7 +138,11 @@ class RunWriter:
         row = {"row_id": f"{row['run_id']}#{len(rows) + 1}", **row}
         rows.append(row)
         path = self.run_dir / RESULTS
-        files.write_atomic(path, csv_text(rows))
+        try:
+            files.write_atomic(path, csv_text(rows))
+        except OSError:
+            rows.pop()  # not on disk: not a row of this run
+            raise
         self._stamp = _stamp(path)
         if self.keep_samples and (samples or warmup):
             keys = [row[k] for k in ("row_id", "run_id", "experiment", "measurement")]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -19,6 +20,8 @@ class Session:
     exit_codes: list[int] = field(default_factory=list)
     sweep_dir: Path | None = None  # set when a sweep starts (and by its first job run in this process)
     sweep_exit: int | None = None  # set by the sweep's summary
+    unsaved: dict[str, Any] = field(default_factory=dict)  # job dir name -> a RunRecord no disk would take
+    uids: list[str] = field(default_factory=list)  # the ends of the run / sweep folder names made
 
     def exit_code(self) -> int:
         if self.sweep_exit is not None:

@@ -174,16 +174,25 @@ def rebuild_done(root: Path) -> int:
 
 @dataclass(frozen=True)
 class Holder:
-    """Who is measuring a point now."""
+    """Who is measuring a point now (as its claim file says)."""
 
     host: str
     pid: int
     run_dir: str
     age_s: float  # seconds since its last heartbeat
     slurm_job: str = ""  # the SLURM job it ran in, if any
+    path: str = ""  # the claim file
+    unreadable: str = ""  # why the claim file says nothing (empty, not a claim, a directory)
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.pid} ({self.run_dir})"
+        if self.unreadable:
+            return f"the claim file {self.path} ({self.unreadable}, {self.age_s:.0f} s old)"
+        return f"{self.host}:{self.pid} ({self.run_dir}; claim file {self.path})"
+
+
+# A claim file is written at once by the process that created it: one that still says nothing
+# after this long never will (its writer died, or a full disk cut it short).
+UNREADABLE_GRACE_S = 5.0
 
 
 class Claim:
@@ -238,16 +247,24 @@ def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim 
     for _ in range(3):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
+        except (FileExistsError, IsADirectoryError):
             holder = _holder(path)
-            if holder is None or not _gone(holder, stale_s):
-                return holder or Holder("?", 0, "?", 0.0)
+            if holder is None:  # gone between our try and our look
+                continue
+            if not _gone(holder, stale_s):
+                return holder
             _take_over(path, holder)
             continue
-        with os.fdopen(fd, "wb") as f:
-            f.write(body)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:  # a full disk, an I/O error: leave no empty claim behind for others to wait on
+            path.unlink(missing_ok=True)
+            raise
         return Claim(path, body, beat_s=max(1.0, min(30.0, stale_s / 4)))
-    return _holder(path) or Holder("?", 0, "?", 0.0)
+    return _holder(path) or Holder("?", 0, "?", 0.0, path=str(path), unreadable="changing hands")
 
 
 def requeued() -> bool:
@@ -256,23 +273,41 @@ def requeued() -> bool:
 
 
 def _holder(path: Path) -> Holder | None:
+    """What the claim file at ``path`` says; None if there is none. A file that cannot be read
+    as a claim (empty, garbage, a directory) is a Holder that says why, aged by its mtime."""
     try:
-        data = json.loads(path.read_text())
-        age = time.time() - path.stat().st_mtime
-    except (OSError, ValueError):
+        age = time.time() - path.lstat().st_mtime
+    except FileNotFoundError:
         return None
-    return Holder(
-        str(data.get("host", "?")),
-        int(data.get("pid", 0)),
-        str(data.get("run_dir", "?")),
-        age,
-        str(data.get("slurm_job", "")),
-    )
+    except OSError as err:
+        return Holder("?", 0, "?", 0.0, path=str(path), unreadable=err.strerror or str(err))
+    if path.is_dir():
+        return Holder("?", 0, "?", age, path=str(path), unreadable="a directory")
+    try:
+        data = json.loads(path.read_bytes())
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        return Holder(
+            str(data.get("host", "?")),
+            int(data.get("pid", 0)),
+            str(data.get("run_dir", "?")),
+            age,
+            str(data.get("slurm_job", "")),
+            path=str(path),
+        )
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as err:
+        size = path.stat().st_size if path.exists() else 0
+        why = "empty" if size == 0 else f"not a claim: {type(err).__name__}"
+        return Holder("?", 0, "?", age, path=str(path), unreadable=why)
 
 
 def _gone(holder: Holder, stale_s: float) -> bool:
     if holder.age_s > stale_s:
         return True
+    if holder.unreadable:  # never a claim (a directory), or one that stayed unwritten
+        return holder.unreadable == "a directory" or holder.age_s > min(stale_s, UNREADABLE_GRACE_S)
     if holder.slurm_job and holder.slurm_job == os.environ.get("SLURM_JOB_ID") and requeued():
         return True
     if holder.host != socket.gethostname():
@@ -294,12 +329,19 @@ def _take_over(path: Path, holder: Holder) -> None:
     except FileNotFoundError:
         return
     moved = _holder(aside)
-    if moved is not None and (moved.host, moved.pid, moved.run_dir) != (holder.host, holder.pid, holder.run_dir):
+    if (
+        moved is not None
+        and not moved.unreadable
+        and (moved.host, moved.pid, moved.run_dir) != (holder.host, holder.pid, holder.run_dir)
+    ):
         # someone claimed it between our look and our move: put theirs back
         with contextlib.suppress(FileExistsError):
             os.link(aside, path)
-    aside.unlink(missing_ok=True)
-    log.info("took over the claim of %s: it stopped", holder)
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        aside.unlink(missing_ok=True)
+    log.info("perflab: took over %s%s", holder, "" if holder.unreadable else ": its holder stopped")
 
 
 # --- the index ------------------------------------------------------------------------------

@@ -88,8 +88,13 @@ def summarize(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> 
         points = [{k: v for k, v in p.items() if k != "flags"} for p in points]
     csv = None
     if rows:
-        csv = sweep_dir / SWEEP_CSV
-        files.write_atomic(csv, csv_text(rows))
+        try:
+            files.write_atomic(sweep_dir / SWEEP_CSV, csv_text(rows))
+            csv = sweep_dir / SWEEP_CSV
+        except OSError as err:  # a full disk: the points' own results.csv still hold their rows
+            log.error(
+                "perflab: sweep.csv not written (%s); each point's rows are in its results.csv", files.os_line(err)
+            )
     return Summary(tally, points, csv)
 
 
@@ -122,7 +127,7 @@ def finish(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Sum
     if summary.points:
         print(points_table(summary.points))
         for job in job_dirs(sweep_dir):
-            record = RunRecord.read(job)
+            record = RunRecord.read(job) or (failures or {}).get(job.name)
             if record and record.error and record.outcome not in ("ok", "done"):
                 print(textwrap.fill(f"job {job.name}: {record.error}", width=100, subsequent_indent="    "))
     print(summary.line(sweep_dir))
@@ -144,4 +149,5 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         if sweep_dir.is_dir():
-            finish(sweep_dir)
+            session = CURRENT.get()
+            finish(sweep_dir, session.unsaved if session is not None else None)

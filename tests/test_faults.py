@@ -1,0 +1,152 @@
+"""Faults between the rows: claim files that say nothing, a disk that is or becomes full, damaged
+data and checkpoints, memory a job cannot have. Each ends in one clear line or a correct row, and
+the sweep always ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from perflab import api, job, parallel, store
+from perflab.rundir import RunRecord
+from perflab.schema import config_hash, resolve_all
+
+from conftest import FAST
+
+
+def point_hash(*overrides: str) -> str:
+    """The config hash a sweep point of quick/matmul with these overrides claims."""
+    cfg, _, _ = api.compose("quick/matmul", list(overrides))
+    return config_hash(resolve_all(cfg))
+
+
+# --- claims that say nothing ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["empty", "garbage", "a directory", "a list"])
+def test_a_claim_file_that_says_nothing_is_named_and_taken_over(tmp_path, kind):
+    path = tmp_path / ".perflab" / "claims" / "h.json"
+    path.parent.mkdir(parents=True)
+    if kind == "a directory":
+        path.mkdir()
+        (path / "inside").write_text("x")
+    else:
+        path.write_text({"empty": "", "garbage": '{"host": [', "a list": "[1, 2]"}[kind])
+    if kind != "a directory":  # just created: perhaps its writer is about to fill it in
+        held = store.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+        assert isinstance(held, store.Holder) and held.unreadable and str(path) in str(held)
+        old = time.time() - store.UNREADABLE_GRACE_S - 1
+        os.utime(path, (old, old))
+    got = store.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+    assert isinstance(got, store.Claim), "taken over: it never was, or will be, a claim"
+    assert json.loads(path.read_text())["run_dir"] == str(tmp_path / "a")
+    got.release()
+    assert not path.exists() and not list(path.parent.iterdir())
+
+
+def test_claim_stale_s_applies_to_a_claim_file_that_says_nothing(tmp_path):
+    path = tmp_path / ".perflab" / "claims" / "h.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("")
+    assert isinstance(store.claim(tmp_path, "h", tmp_path / "a", stale_s=60), store.Holder)
+    old = time.time() - 2
+    os.utime(path, (old, old))
+    assert isinstance(store.claim(tmp_path, "h", tmp_path / "a", stale_s=1), store.Claim)
+
+
+def test_a_sweep_waits_for_an_empty_claim_file_with_its_name_then_takes_it_over(cli, work, monkeypatch):
+    claim = work / "outputs" / ".perflab" / "claims" / f"{point_hash(*FAST)}.json"
+    claim.parent.mkdir(parents=True)
+    claim.write_text("")  # a holder that died between creating its claim and writing it
+    os.utime(claim, (time.time() + 60, time.time() + 60))  # fresh however slow the start
+
+    def while_it_waits(seconds: float) -> None:  # the claim file stays empty: it ages
+        os.utime(claim, (time.time() - 60, time.time() - 60))
+
+    monkeypatch.setattr(job, "time", SimpleNamespace(sleep=while_it_waits))
+    ran = cli("-m", "+experiment=quick/matmul", *FAST, "results.table=false")
+    assert f"waiting: the claim file {claim.relative_to(work)} (empty" in ran.out
+    assert "sweep: 1 jobs: 1 ok" in ran.out and not claim.exists()
+
+
+# --- a full disk --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 2 MB tmpfs: a disk that really fills up (needs root to mount)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], check=False)  # lazily: a job's log file may still be open
+
+
+def fill(disk) -> None:
+    """Take every free byte of ``disk``."""
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while True:
+            os.write(fd, b"x" * 65536)
+    except OSError:
+        pass
+    try:
+        while True:
+            os.write(fd, b"x")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_at_start_is_one_line_and_leaves_no_run(cli, work, tiny_disk):
+    fill(tiny_disk)
+    for sweep in ([], ["-m"]):
+        ran = cli(*sweep, "+experiment=quick/matmul", *FAST, f"results.store={tiny_disk}/out", rc=2)
+        assert len(ran.err.strip().splitlines()) == 1, ran.err
+        assert f"results.store={tiny_disk}/out: cannot write in {tiny_disk}" in ran.err
+        assert "No space left on device" in ran.err and "None" not in ran.err
+        assert not [p for p in tiny_disk.rglob("*") if p.is_file() and p.name != "filler"], "no run left"
+
+
+def test_a_disk_that_fills_during_a_sweep_ends_in_lines_and_records_not_tracebacks(cli, work, tiny_disk, monkeypatch):
+    original = parallel.alone_then_together
+
+    def disk_fills_meanwhile(ctx, work, **kw):
+        fill(tiny_disk)
+        return original(ctx, work, **kw)
+
+    monkeypatch.setattr(parallel, "alone_then_together", disk_fills_meanwhile)
+    out = tiny_disk / "out"
+    ran = cli("-m", "+experiment=quick/matmul", *FAST, "experiment.size=16,32", f"results.store={out}", rc=None)
+    assert ran.rc != 0 and "Traceback" not in ran.out + ran.err
+    assert "sweep: 1 jobs: 1 error" in ran.out, ran.out
+    assert "results.csv: No space left on device" in ran.out
+    assert f"results.store={out}: cannot write in" in ran.err, "the next point could not even start"
+    (record,) = [RunRecord.read(p.parent) for p in out.rglob("run.json")]
+    assert record.outcome == "error" and "No space left on device" in record.error, "never left at running"
+    assert not list(out.rglob(".*.tmp"))
+
+
+def test_a_claim_that_cannot_be_written_leaves_no_empty_claim(tiny_disk):
+    (tiny_disk / ".perflab" / "claims").mkdir(parents=True)
+    fill(tiny_disk)
+    with pytest.raises(OSError):
+        store.claim(tiny_disk, "h", tiny_disk / "a", stale_s=60)
+    assert not list((tiny_disk / ".perflab" / "claims").iterdir()), "nobody waits on an empty claim"
+
+
+def test_a_run_record_is_ended_in_place_when_the_disk_is_full(tiny_disk):
+    record = RunRecord(run_id="r", experiment="matmul", config_hash="h")
+    record.save(tiny_disk)
+    fill(tiny_disk)
+    record.outcome, record.error = "error", "results.csv: No space left on device"
+    record.save(tiny_disk)
+    assert RunRecord.read(tiny_disk).outcome == "error"
