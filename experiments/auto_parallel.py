@@ -50,6 +50,7 @@ def run(ctx: Context) -> None:
     split_cpu_if_fallback(ctx, p.cpu_workers)
     on_gpu = all(d.type == "cuda" for d in ctx.devices)
     n, k = (p.size, p.matmuls) if on_gpu else (p.cpu_size, p.cpu_matmuls)
+    ctx.need_memory((k + 1) * n * n * 4, f"{k} products of {n}x{n} float32 matrices")  # x and its k products
     x = {d.name: torch.rand(n, n, device=d.torch) for d in ctx.devices}
 
     def run_matmuls(d) -> list:

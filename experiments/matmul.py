@@ -36,6 +36,11 @@ def run(ctx: Context) -> None:
 
     p = ctx.params
     dtype = getattr(torch, p.dtype)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    # per device: two float32 randn operands, their copies in dtype (unless float32), the product
+    ctx.need_memory(
+        p.size**2 * (2 * 4 + (2 * itemsize if itemsize != 4 else 0) + itemsize), f"{p.size}x{p.size} matmuls"
+    )
     operands = {
         d.name: (
             torch.randn(p.size, p.size, device=d.torch).to(dtype),
@@ -49,7 +54,6 @@ def run(ctx: Context) -> None:
         for _ in range(p.iterations):
             torch.mm(a, b)
 
-    itemsize = torch.empty((), dtype=dtype).element_size()
     alone_then_together(
         ctx,
         work,

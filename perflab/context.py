@@ -281,6 +281,13 @@ class Context:
         log.info("  %s", line)
         return row
 
+    def need_memory(self, per_device: int, what: str, devices: Sequence[Device] | None = None) -> None:
+        """Say, before allocating, how many bytes each device will hold: if they are not free
+        the job ends here as an ``oom`` row with both figures (perflab.memory)."""
+        from perflab import memory
+
+        memory.require(list(devices or self.devices), int(per_device), what)
+
     def skip(self, name: str, reason: str, devices: Sequence[Device] | None = None) -> None:
         """A part that cannot run here (e.g. needs a GPU): say so in a ``skipped`` row."""
         self.record(name, status="skipped", error=reason, devices=devices)

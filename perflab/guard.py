@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from perflab import files, launchers, store
+from perflab import files, launchers, memory, store
 from perflab.context import Context
 from perflab.devices import resolve
 from perflab.environment import environment, subject
@@ -38,8 +38,6 @@ def run(
     record: RunRecord,
     identity: dict[str, Any],
 ) -> Result:
-    import torch
-
     quiet_library_logs()
     r = settings.results
     writer = RunWriter(place.run_dir, ledger=Path(r.ledger) if r.ledger else None, samples=r.samples)
@@ -72,7 +70,7 @@ def run(
     outcome, interrupted = "ok", None
     said: list[str] = []  # what the job's own row says (kept here too, in case it cannot be written)
 
-    def job_row(status: str, error: str) -> None:
+    def job_row(status: str, error: str, **columns: Any) -> None:
         """The job's own row, which a further stop signal does not cut short. A helper node (no
         rank 0) writes nothing in the job dir it shares with the node that has rank 0: what
         stopped it is in its own log."""
@@ -82,7 +80,7 @@ def run(
                 log.error("helper node %s: %s: %s", identity.get("hostname", ""), status, error)
                 return
             try:
-                ctx.record("job", status=status, error=error)
+                ctx.record("job", status=status, error=error, **columns)
             except OSError as err:  # the disk that failed the job fails its row too: say it here
                 also = "" if files.os_line(err) == error else f" (its row could not be written: {files.os_line(err)})"
                 log.error("perflab: %s: %s%s", status, error, also)
@@ -114,16 +112,22 @@ def run(
             outcome, interrupted = "cancelled", stop
             job_row("cancelled", "interrupted (Ctrl-C)")
         except Exception as exc:  # a crash is a row, not a lost job
-            outcome = "oom" if isinstance(exc, torch.OutOfMemoryError) else _stopped(exc) or "error"
+            outcome = "oom" if memory.is_oom(exc) else _stopped(exc) or "error"
             line = (
                 files.os_line(exc)
                 if isinstance(exc, OSError) and _write_failed(exc)
                 else f"{type(exc).__name__}: {first_line(exc)}"
             )
+            columns = {}
+            if isinstance(exc, memory.WillNotFit):  # predicted: nothing was allocated, no traceback to keep
+                line, columns = (
+                    f"out of memory: {exc}",
+                    {"predicted_bytes": exc.needed, "available_bytes": exc.available},
+                )
             if place.helper:
                 log.error("".join(traceback.format_exception(exc)))
-            elif _write_failed(exc):
-                pass  # no room for a traceback file either: the job's row (or its line) says it
+            elif columns or _write_failed(exc):
+                pass  # the job's row (or its line) says it all; on a full disk, no room for a traceback
             else:
                 where = place.run_dir / "error.txt"
                 try:
@@ -132,7 +136,7 @@ def run(
                     where = place.run_dir / "perflab.log"
                     log.debug("".join(traceback.format_exception(exc)))
                 log.error("%s (traceback: %s)", line, where)
-            job_row(outcome, line)
+            job_row(outcome, line, **columns)
     # This run's rows: not another writer's in the same dir (the sweep's own row for a job that
     # it thought lost, the rows of a stalled earlier run of a requeued SLURM job).
     rows = [row for row in writer.rows if row.get("run_id") == record.run_id]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import time
 from types import SimpleNamespace
@@ -13,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from perflab import api, job, parallel, store
+from perflab.results import load
 from perflab.rundir import RunRecord
 from perflab.schema import config_hash, resolve_all
 
@@ -150,3 +152,74 @@ def test_a_run_record_is_ended_in_place_when_the_disk_is_full(tiny_disk):
     record.outcome, record.error = "error", "results.csv: No space left on device"
     record.save(tiny_disk)
     assert RunRecord.read(tiny_disk).outcome == "error"
+
+
+# --- errors that name the thing -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        (lambda p: p.write_bytes(b""), "not an idx3 file of unsigned bytes (its header: empty"),
+        (lambda p: p.write_bytes(b"<html>oops</html>" * 50), "train-images-idx3-ubyte: not an idx3 file"),
+        (lambda p: p.write_bytes(p.read_bytes()[:-100]), "50092 bytes where its header needs 50192"),
+        (lambda p: p.write_bytes(struct.pack(">IIII", 0x803, 64, 32, 32) + p.read_bytes()[16:]), "holds 64x32x32"),
+        (
+            lambda p: p.write_bytes(struct.pack(">IIII", 0x803, 63, 28, 28) + p.read_bytes()[16 : 16 + 63 * 784]),
+            "train-images-idx3-ubyte: 63 images but 64 labels",
+        ),
+    ],
+)
+def test_a_damaged_fashion_mnist_file_is_named_before_the_job(tmp_path, damage, said):
+    from test_train import write_idx_fashion_mnist
+
+    from perflab.errors import ConfigError
+    from perflab.schema import DataConfig
+    from perflab.train import data
+
+    write_idx_fashion_mnist(tmp_path)
+    damage(tmp_path / "FashionMNIST" / "raw" / "train-images-idx3-ubyte")
+    cfg = DataConfig(name="fashion_mnist", root=str(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        data.check(cfg, batch_size=16, global_batch=16)
+    line = err.value.line()
+    assert line.startswith(f"data.root={tmp_path}: {tmp_path}/FashionMNIST/raw/train-images-idx3-ubyte: ")
+    assert said in line
+    with pytest.raises(ConfigError):  # and the loader itself, for a file damaged after the check
+        data.load(cfg, seed=0)
+
+
+class _RunsCode:
+    """What a malicious checkpoint holds: unpickling it would run a command."""
+
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_a_damaged_or_refused_newest_checkpoint_falls_back_to_the_newest_valid_one(tmp_path, caplog):
+    import torch
+
+    from perflab.train import checkpoint, models
+
+    net = models.build("lenet")
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for run, epoch in (("a", 1), ("b", 2), ("c", 3)):
+        checkpoint.save(tmp_path, checkpoint.Info(run, "h", epoch, 5, False), net, opt)
+    (tmp_path / "c.pt").write_bytes(b"")  # the newest: 0 bytes (a full disk, a copy that stopped)
+    torch.save({"model": _RunsCode(), "optimizer": {}, "epoch": 2}, tmp_path / "b.pt")
+    path, info, state = checkpoint.load_most_advanced(tmp_path)
+    assert (path.name, info.epoch, state["epoch"]) == ("a.pt", 1, 1)
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == f"checkpoint {tmp_path / 'c.pt'}: damaged (empty); trying the next most advanced"
+    assert said[1].startswith(f"checkpoint {tmp_path / 'b.pt'}: refused: it holds objects other than tensors")
+    assert "weights_only=False" not in " ".join(said) and len(said) == 2
+    (tmp_path / "a.pt").write_bytes(b"not a checkpoint")
+    assert checkpoint.load_most_advanced(tmp_path) is None and "starting afresh" in caplog.records[-1].getMessage()
+
+
+def test_a_job_too_big_for_memory_is_an_oom_row_predicted_before_allocating(cli, work):
+    ran = cli("+experiment=quick/matmul", *FAST, "experiment.size=200000", rc=1)
+    (row,) = load(work / "outputs").to_dict("records")
+    assert row["status"] == "oom" and row["predicted_bytes"] == 200000**2 * 12 > row["available_bytes"] > 0
+    assert row["error"].startswith("out of memory: 200000x200000 matmuls needs 480 GB on cpu, which has ")
+    assert "Traceback" not in ran.out + ran.err and not list(work.rglob("error.txt"))

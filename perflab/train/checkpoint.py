@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from perflab import files
+from perflab.errors import first_line
 from perflab.schema import config_hash
 from perflab.train.models import strip_prefix
 
@@ -79,21 +80,67 @@ def infos(folder: Path) -> list[tuple[Path, Info]]:
     return found
 
 
-def most_advanced(folder: Path, *, interrupted_of: str | None = None) -> tuple[Path, Info] | None:
-    """The checkpoint with the highest epoch (then the newest); ``interrupted_of=HASH``: only
-    those of unfinished runs of exactly that config (what a sweep re-run resumes)."""
+def candidates(folder: Path, *, interrupted_of: str | None = None) -> list[tuple[Path, Info]]:
+    """The checkpoints, most advanced first: the highest epoch, then the newest;
+    ``interrupted_of=HASH``: only those of unfinished runs of exactly that config (what a sweep
+    re-run resumes)."""
     found = [
         (p, i)
         for p, i in infos(folder)
         if interrupted_of is None or (i.config_hash == interrupted_of and not i.complete)
     ]
-    if not found:
-        return None
-    return max(found, key=lambda pi: (pi[1].epoch, pi[0].stat().st_mtime))
+    return sorted(found, key=lambda pi: (pi[1].epoch, _mtime(pi[0])), reverse=True)
+
+
+def most_advanced(folder: Path, *, interrupted_of: str | None = None) -> tuple[Path, Info] | None:
+    return next(iter(candidates(folder, interrupted_of=interrupted_of)), None)
+
+
+class Unusable(Exception):
+    """A checkpoint that cannot be loaded: one line naming its file and what is wrong."""
 
 
 def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    return torch.load(path, map_location=map_location, weights_only=True)
+    """A checkpoint's state, weights only (it cannot run code). A file that is empty, cut
+    short, not a checkpoint, or holds anything but tensors and plain data (which torch refuses
+    to unpickle) is :class:`Unusable`, named, in one line."""
+    import pickle
+
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        # torch's own message advises weights_only=False, i.e. to run the file's code: never relayed
+        if "Weights only load failed" in str(err):
+            raise Unusable(
+                f"checkpoint {path}: refused: it holds objects other than tensors and plain data "
+                "(loading it could run code; perflab loads weights only)"
+            ) from None
+        raise Unusable(f"checkpoint {path}: damaged ({first_line(err)})") from None
+    except (EOFError, RuntimeError, ValueError, OSError, KeyError, IndexError) as err:
+        why = "empty" if path.is_file() and path.stat().st_size == 0 else f"{type(err).__name__}: {first_line(err)}"
+        raise Unusable(f"checkpoint {path}: damaged ({why})") from None
+    if not isinstance(state, dict) or not {"model", "optimizer", "epoch"} <= set(state):
+        raise Unusable(f"checkpoint {path}: not a perflab checkpoint (no model, optimizer and epoch)")
+    return state
+
+
+def load_most_advanced(folder: Path, *, interrupted_of: str | None = None) -> tuple[Path, Info, dict[str, Any]] | None:
+    """The most advanced checkpoint that loads (see :func:`most_advanced`), and its state. A
+    damaged or refused one is passed over for the next, saying so in one line each."""
+    found = candidates(folder, interrupted_of=interrupted_of)
+    for n, (path, info) in enumerate(found, start=1):
+        try:
+            return path, info, load(path)
+        except Unusable as err:
+            log.warning("%s; %s", err, "trying the next most advanced" if n < len(found) else "starting afresh")
+    return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def load_weights(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:

@@ -8,6 +8,7 @@ device and N devices see exactly the same global batches (what the equivalence t
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,14 +56,12 @@ def check(cfg: DataConfig, batch_size: int, global_batch: int) -> None:
     cpus = os.cpu_count() or 1
     if cfg.workers > cpus:
         raise ConfigError("data.workers", cfg.workers, f"0 to {cpus} (this machine's CPUs)")
-    if cfg.name == "fashion_mnist" and not cfg.download:
-        from torchvision.datasets import FashionMNIST
-
-        raw = Path(cfg.root) / "FashionMNIST" / "raw"
-        if not all((raw / Path(url).name.removesuffix(".gz")).is_file() for url, _ in FashionMNIST.resources):
+    if cfg.name == "fashion_mnist" and (not cfg.download or fashion_files_there(cfg.root)):
+        if not fashion_files_there(cfg.root):
             raise ConfigError(
                 "data.root", str(Path(cfg.root).resolve()), FASHION_ALLOWED, problem="no Fashion-MNIST files there"
             )
+        check_fashion_files(cfg.root)
     train_size = cfg.train_size or TRAIN_SIZE  # a smaller file is still caught once loaded
     if global_batch > train_size:
         raise ConfigError(
@@ -70,17 +69,76 @@ def check(cfg: DataConfig, batch_size: int, global_batch: int) -> None:
         )
 
 
+# torchvision's FashionMNIST.resources, unzipped: (file, idx dimensions)
+FASHION_FILES = {
+    "train-images-idx3-ubyte": 3,
+    "train-labels-idx1-ubyte": 1,
+    "t10k-images-idx3-ubyte": 3,
+    "t10k-labels-idx1-ubyte": 1,
+}
+
+
+def fashion_files_there(root: str) -> bool:
+    return all((Path(root) / "FashionMNIST" / "raw" / name).is_file() for name in FASHION_FILES)
+
+
+def check_fashion_files(root: str) -> None:
+    """Each Fashion-MNIST file can be read and is what its name says: the idx header (unsigned
+    bytes, 3 dimensions of N x 28 x 28 for images, 1 for labels), a size that matches it, as many
+    labels as images. Reads the headers only: cheap enough to run before the job. A bad file is
+    one line naming it (torchvision answers with a bare AssertionError)."""
+    raw = Path(root) / "FashionMNIST" / "raw"
+    counts: dict[str, int] = {}
+    for name, dims in FASHION_FILES.items():
+        path = raw / name
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4 + 4 * dims)
+                size = os.fstat(f.fileno()).st_size
+        except OSError as err:
+            raise ConfigError(
+                "data.root", str(Path(root).resolve()), FASHION_ALLOWED, problem=f"cannot read {path} ({err.strerror})"
+            ) from None
+        shape = (
+            [int.from_bytes(head[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
+            if len(head) == 4 + 4 * dims
+            else []
+        )
+        want = (shape[0], 28, 28) if dims == 3 and shape else tuple(shape[:1])
+        problem = ""
+        if len(head) < 4 + 4 * dims or head[:4] != bytes([0, 0, 8, dims]):
+            problem = f"not an idx{dims} file of unsigned bytes (its header: {head[:4].hex() or 'empty'})"
+        elif tuple(shape) != want:
+            problem = f"holds {'x'.join(map(str, shape))} items, not N x 28 x 28 images"
+        elif size != 4 + 4 * dims + math.prod(shape):
+            problem = f"{size} bytes where its header needs {4 + 4 * dims + math.prod(shape)} (cut short or padded)"
+        if problem:
+            raise ConfigError("data.root", str(Path(root).resolve()), FASHION_ALLOWED, problem=f"{path}: {problem}")
+        counts[name] = shape[0]
+    for split in ("train", "t10k"):
+        images, labels = counts[f"{split}-images-idx3-ubyte"], counts[f"{split}-labels-idx1-ubyte"]
+        if images != labels:
+            raise ConfigError(
+                "data.root",
+                str(Path(root).resolve()),
+                FASHION_ALLOWED,
+                problem=f"{raw / (split + '-images-idx3-ubyte')}: {images} images but {labels} labels",
+            )
+
+
 def fashion_mnist(cfg: DataConfig, train: bool) -> Dataset:
-    """torchvision's FashionMNIST; a missing or unreadable folder is one clear line."""
+    """torchvision's FashionMNIST; a missing, unreadable or damaged file is one clear line."""
     import torchvision
     from torchvision.transforms import ToTensor
 
+    if fashion_files_there(cfg.root):  # else torchvision says they are missing (or downloads them)
+        check_fashion_files(cfg.root)
     try:
         return torchvision.datasets.FashionMNIST(cfg.root, train=train, download=cfg.download, transform=ToTensor())
-    except (RuntimeError, OSError) as err:
+    except (RuntimeError, OSError, AssertionError, ValueError) as err:
         problem = "no Fashion-MNIST files there" if "not found" in str(err) else f"cannot read it ({first_line(err)})"
         if cfg.download and "not found" not in str(err):
-            problem = f"download failed ({first_line(err)})"
+            problem = f"download failed ({type(err).__name__}: {first_line(err)})"
         raise ConfigError("data.root", str(Path(cfg.root).resolve()), FASHION_ALLOWED, problem=problem) from None
 
 

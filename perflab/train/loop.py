@@ -173,13 +173,12 @@ class Trainer:
         if want is False or (want is None and not self.ctx.identity.get("sweep_id")):
             return 0, None
         only = None if want else str(self.ctx.identity["config_hash"])
-        found = checkpoint.most_advanced(self.folder, interrupted_of=only) if self.folder.is_dir() else None
+        found = checkpoint.load_most_advanced(self.folder, interrupted_of=only) if self.folder.is_dir() else None
         if found is None:
             if want:
                 log.info("trainer.resume: no checkpoint in %s yet; starting at epoch 1", self.folder)
             return 0, None
-        path, info = found
-        state = checkpoint.load(path)
+        path, info, state = found
         for replica in getattr(self.strategy, "replicas", [self.strategy.bare]):
             checkpoint.load_weights(replica, state["model"])
         self.strategy.load_optimizer(state["optimizer"])
