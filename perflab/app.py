@@ -105,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if swept is not None and swept.is_dir() and sweep.job_dirs(swept) and session.sweep_exit is None:
                 sweep.finish(swept, session.unsaved)  # the points that ran still get their summary
             return usage_error(line)
+        except sweep.Refused as refused:  # a bad value in some point: nothing ran
+            sweep.discard_if_empty(session.sweep_dir)
+            return usage_error(str(refused))
         except KeyboardInterrupt:
             print("perflab: interrupted; the rows already measured are saved", file=sys.stderr)
             if session.sweep_dir is not None and session.sweep_exit is None:

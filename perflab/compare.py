@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from perflab import files, registry, schema
-from perflab.errors import ConfigError
+from perflab.errors import ConfigError, OneLineParser
 from perflab.results import load
 from perflab.stats import ALPHA, Difference, compare_samples, detectable_change, fdr, repeats_needed
 from perflab.verdicts import DEFAULT_GATE_PCT, PASS_EXIT, UNJUDGED_EXIT, USAGE_EXIT, Verdict, exit_code, meaning
@@ -746,7 +746,7 @@ def to_github(table: pd.DataFrame) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; exit codes are perflab.verdicts' (0 pass, 1 fail, 2 usage, 3 not judged)."""
-    parser = argparse.ArgumentParser(prog="python -m perflab.compare", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m perflab.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="one results tree (or run/sweep dir, or CSV), or BASE NEW")
     parser.add_argument("--by", nargs="+", help="config keys to compare over (default: the ones that vary)")
     parser.add_argument("--baseline", help="KEY=VALUE the others are compared with, e.g. devices.count=1")

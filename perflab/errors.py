@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import re
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 
 class ConfigError(Exception):
@@ -57,8 +58,32 @@ def one_line(exc: BaseException) -> str:
     if override and parent is not None and hasattr(parent, "keys"):
         key, value = override.group(1), override.group(2).strip()
         return unknown_key(key, value, [str(k) for k in parent if k != "hydra"]).line()
+    unparsed = getattr(exc, "override", None)
+    if unparsed is not None:  # Hydra's grammar could not read the override at all
+        key, _, value = str(unparsed).lstrip("+~").partition("=")
+        return (
+            f"{unparsed}: cannot be read ({first_line(text)}); allowed: {key}=VALUE in Hydra's override "
+            "syntax: lists and dicts closed ([a,b], {k:v}), text with , = [ ] { } ( ) or spaces in quotes"
+        )
     source = cause if getattr(cause, "full_key", None) else exc
     key = getattr(source, "full_key", None)
+    merging = re.search(r"Error merging override (\S+)", text)
+    node: Any = getattr(source, "parent_node", None)
+    section = _section_keys(node, key, getattr(source, "key", None))
+    if key and merging and section:  # devices=[cuda:3], bench=5, devices=null: a value for a whole section
+        given = merging.group(1).lstrip("+")
+        value = given.partition("=")[2]
+        return (
+            f"{given}: {key} is a group of keys, not one value; allowed: {key}.KEY=VALUE with KEY one of "
+            f"{', '.join(section)} (e.g. {key}.{section[0]}={value})"
+        )
+    if key and merging and "is not Optional" in str(source):
+        return f"{merging.group(1).lstrip('+')}: {key} cannot be null; allowed: a value of its type"
+    if key and merging and "does not support deletion" in str(source):
+        now = node.get(getattr(source, "key", None)) if hasattr(node, "get") else None
+        return f"{merging.group(1)}: a key of the schema cannot be removed; allowed: {key}=VALUE" + (
+            f" (it is {now} now)" if now is not None else ""
+        )
     if key:
         message = first_line(str(source))
         wrong_type = re.search(
@@ -71,7 +96,23 @@ def one_line(exc: BaseException) -> str:
             value = getattr(source, "value", None)
             return f"{key}{'=' + str(value) if value is not None else ''}: allowed: a list, e.g. {key}=[a,b]"
         return f"{key}: {message}"
+    gone = re.search(r"Could not delete from config. '([^']+)' does not exist", text)
+    if gone:
+        return f"~{gone.group(1)}: no such key here, and a key of the schema cannot be removed; allowed: KEY=VALUE"
     return " ".join(first_line(part) for part in (text, str(cause or "")) if part).strip()
+
+
+def _section_keys(node: Any, full_key: str | None, key: Any) -> list[str]:
+    """The keys under ``full_key`` when it names a section (DevicesConfig ...), else []: from
+    the section itself (a merge into it failed) or from its parent (a value put in its place)."""
+    if not full_key or not hasattr(node, "keys"):
+        return []
+    inner: Any = node.get(key) if key is not None and hasattr(node, "get") else None
+    if hasattr(inner, "keys"):
+        return [str(k) for k in inner]
+    if key is None and full_key.rpartition(".")[2] not in [str(k) for k in node]:  # node is the section
+        return [str(k) for k in node]
+    return []
 
 
 # OmegaConf's type names as a user reads them.
@@ -97,3 +138,11 @@ def first_line(text: str | BaseException) -> str:
 
 class Refused(ValueError):
     """``perflab.run()`` refused a job for a bad value; ``str()`` is the one-line reason."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse for perflab's commands: a mistake is one line and exit code 2, without the
+    usage block argparse prints first (``--help`` still shows it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")

@@ -33,7 +33,6 @@ has the ``2 x --min-segment`` subjects a change needs.
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import math
@@ -47,6 +46,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from perflab.errors import OneLineParser
 from perflab.stats import ALPHA, compare_samples, fdr
 from perflab.verdicts import DEFAULT_STEP_PCT, USAGE_EXIT, Change, history_exit_code
 
@@ -353,7 +353,7 @@ def report_section(rows: pd.DataFrame, samples: Mapping[str, Any] | None = None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perflab.history", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m perflab.history", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="results trees, run or sweep dirs, CSV files")
     parser.add_argument("--experiment", help="only this experiment")
     parser.add_argument("--metric", help="column to follow (default: each experiment's own)")

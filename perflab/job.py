@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Sequence, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -111,13 +111,10 @@ def execute(cfg: DictConfig, place: Place) -> Result:
         "run_dir": str(place.run_dir),
         **flatten(resolved),
     }
-    renamed = next((o for o in place.overrides if o.lstrip("+~").startswith("experiment.name=")), None)
-    if renamed is not None:  # the preset's keys would then be checked against another experiment's
-        refusal = ConfigError(
-            "experiment.name",
-            renamed.partition("=")[2],
-            "the preset's own; choose the experiment with +experiment=NAME",
-        )
+    try:
+        check_overrides(place.overrides)
+    except ConfigError as err:
+        refusal = err
     if store.requeued() and not place.helper:  # SLURM runs this job again: its earlier run wrote here
         earlier = RunRecord.read(place.run_dir)
         if earlier is not None and earlier.complete:  # it finished before SLURM requeued it
@@ -156,14 +153,32 @@ def execute(cfg: DictConfig, place: Place) -> Result:
             claim.release()
 
 
-def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
-    """The typed config, its experiment, and every path the job will write: before any work."""
-    install.check_torch_pair()
+def check_overrides(overrides: Sequence[str]) -> None:
+    """What the command line alone can refute."""
+    renamed = next((o for o in overrides if o.lstrip("+~").startswith("experiment.name=")), None)
+    if renamed is not None:  # the preset's keys would then be checked against another experiment's
+        raise ConfigError(
+            "experiment.name",
+            renamed.partition("=")[2],
+            "the preset's own; choose the experiment with +experiment=NAME",
+        )
+
+
+def check_values(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment]:
+    """The typed config and its experiment: everything the schema alone can refute (no path
+    is touched, no device looked at). A sweep checks every point with it before running any."""
+    resolve_all(cfg)
     name = cfg.experiment.get("name") if "experiment" in cfg else None
     if name not in registry.names():
         raise ConfigError("experiment", name, ", ".join(registry.choices()), problem="unknown experiment")
     experiment = registry.get(str(name))
-    settings = validate(cfg, experiment.hooks.Config)
+    return validate(cfg, experiment.hooks.Config), experiment
+
+
+def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
+    """The typed config, its experiment, and every path the job will write: before any work."""
+    install.check_torch_pair()
+    settings, experiment = check_values(cfg)
     store.check(Path(settings.results.store))
     if settings.results.ledger:
         from perflab import ledger

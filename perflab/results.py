@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from perflab import files, store
+from perflab.errors import OneLineParser
 from perflab.rows import OWN_HEADER, RESULTS, SAMPLES, Notes, concat, csv_text, fix_dtypes, read_csv
 from perflab.rundir import RECORD, RunRecord, overrides_of, rows_of
 
@@ -220,7 +221,7 @@ def at_least_one(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perflab.results", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m perflab.results", description=__doc__.split("\n\n")[0])
     parser.add_argument("words", nargs="*", help="[PATH] | show RUN [PATH] | reindex [PATH] | export FILE [PATH]")
     parser.add_argument("-n", type=at_least_one, default=50, help="how many runs to list (default 50)")
     parser.add_argument("--parquet", action="store_true", help="export: write Parquet instead of CSV")

@@ -276,6 +276,10 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
     """
     sections: dict[str, Any] = {}
     known = {f.name: f for f in fields(PerflabConfig)}
+    removed = next((name for name in known if name not in cfg and name not in OPTIONAL_SECTIONS), None)
+    if removed is not None:  # ~seed, ~devices: OmegaConf lets a top-level key go
+        allowed = f"{removed}.KEY=VALUE" if removed in SECTIONS else f"{removed}=VALUE"
+        raise ConfigError(removed, f"(removed by ~{removed})", allowed, problem="this key cannot be removed")
     _refuse_unknown(cfg, known, "")
     for name in known:
         try:

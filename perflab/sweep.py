@@ -145,9 +145,57 @@ class SweepSummary(Callback):
         session = CURRENT.get()
         if session is not None:  # so that a sweep refused before any point ran leaves no folder
             session.sweep_dir = Path(config.hydra.sweep.dir)
+        check_points(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         if sweep_dir.is_dir():
             session = CURRENT.get()
             finish(sweep_dir, session.unsaved if session is not None else None)
+
+
+def points(config: DictConfig) -> list[list[str]]:
+    """Every point of the sweep as its overrides, as Hydra's basic sweeper splits them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    task = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=False) or []]
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    return [list(p) for batch in BasicSweeper.split_arguments(parser.parse_overrides(task), None) for p in batch]
+
+
+def check_points(config: DictConfig) -> None:
+    """One rule for a bad value in a sweep: whatever the schema refutes (a type, a range, a key,
+    an interpolation) in any point refuses the whole sweep before any point runs, in one line
+    (exit 2). What only a point's devices can refute (a missing GPU, TF32 on a CPU) is that
+    point's own row, and the sweep goes on."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf import open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    from perflab.errors import ConfigError, one_line
+    from perflab.job import check_overrides, check_values
+
+    every = points(config)
+    loader = GlobalHydra.instance().config_loader()
+    for n, point in enumerate(every):
+        try:
+            check_overrides(point)
+            cfg = loader.load_sweep_config(master_config=config, sweep_overrides=point)
+            with open_dict(cfg):
+                del cfg["hydra"]  # as the job gets it (the sweep's own keys resolve only in the job)
+            check_values(cfg)
+        except ConfigError as err:
+            where = f"in point #{n} of the sweep's {len(every)}, so no point was run"
+            problem = "; ".join(x for x in (err.problem, where) if x)
+            raise Refused(ConfigError(err.key, err.value, err.allowed, problem).line()) from None
+        except (HydraException, OmegaConfBaseException) as err:  # a value of the wrong type
+            raise Refused(f"{one_line(err)} (in point #{n} of the sweep's {len(every)}, so no point was run)") from None
+
+
+class Refused(BaseException):
+    """A sweep refused before any point ran, with its one line. A BaseException: Hydra turns
+    an Exception raised in a callback into a warning and carries on with the sweep."""

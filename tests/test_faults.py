@@ -223,3 +223,36 @@ def test_a_job_too_big_for_memory_is_an_oom_row_predicted_before_allocating(cli,
     assert row["status"] == "oom" and row["predicted_bytes"] == 200000**2 * 12 > row["available_bytes"] > 0
     assert row["error"].startswith("out of memory: 200000x200000 matmuls needs 480 GB on cpu, which has ")
     assert "Traceback" not in ran.out + ran.err and not list(work.rglob("error.txt"))
+
+
+# --- one line with the key and what is allowed ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override, line",
+    [
+        ("devices=[cuda:3]", "devices=[cuda:3]: devices is a group of keys, not one value; allowed: devices.KEY=VALUE"),
+        ("bench=5", "bench=5: bench is a group of keys, not one value; allowed: bench.KEY=VALUE with KEY one of"),
+        ("devices.spec=[cpu", "devices.spec=[cpu: cannot be read (no viable alternative at input '[cpu'); allowed: "),
+        ("~experiment.size", "~experiment.size: a key of the schema cannot be removed; allowed: experiment.size=VALUE"),
+        ("~seed", "seed=(removed by ~seed): this key cannot be removed; allowed: seed=VALUE"),
+        ("seed=null", "seed=null: seed cannot be null; allowed: a value of its type"),
+        ("~trainer.lr", "~trainer.lr: no such key here, and a key of the schema cannot be removed; allowed: KEY=VALUE"),
+    ],
+)
+def test_config_mistakes_are_one_line_with_the_key_and_what_is_allowed(cli, override, line):
+    ran = cli("+experiment=quick/matmul", override, rc=2)
+    assert ran.err.startswith(f"perflab: error: {line}") and len(ran.err.strip().splitlines()) == 1, ran.err
+
+
+@pytest.mark.parametrize("command", ["compare", "results", "report"])
+def test_command_line_mistakes_of_the_tools_are_one_line_without_a_usage_block(command, capsys):
+    import importlib
+
+    main = importlib.import_module(f"perflab.{command}").main
+    for argv in (["--bogus", "x"], ["-n", "0"] if command == "results" else ["--where"]):
+        with pytest.raises(SystemExit) as code:
+            main(argv)
+        err = capsys.readouterr().err
+        assert code.value.code == 2 and len(err.strip().splitlines()) == 1 and "usage:" not in err, err
+        assert err.startswith(f"python -m perflab.{command}: error: ") and err.rstrip().endswith("(see --help)")

@@ -18,7 +18,14 @@ from conftest import FAST
 @pytest.fixture
 def history(cli, work):
     cli("+experiment=quick/matmul", *FAST, "results.table=false")
-    cli("-m", "+experiment=quick/matmul", *FAST, "experiment.size=16,-1", "results.table=false")
+    cli(
+        "-m",
+        "+experiment=quick/matmul",
+        *FAST,
+        "devices.spec=cpu,[cuda:99]",
+        "devices.on_missing=error",
+        "results.table=false",
+    )
     cli("+experiment=quick/train", "data.train_size=256", "trainer.epochs=1", *FAST, "results.table=false")
     return work / "outputs"
 
@@ -29,9 +36,9 @@ def test_the_run_list_shows_each_run_with_its_outcome_keys_and_figure(history, c
     blocks = [b for b in out.split("\n") if b and not b.startswith(" ")]
     assert len(blocks) == 4, out  # newest first: train, the sweep's two points, the matmul run
     assert blocks[0].split()[3] == "train" and "ok (" in blocks[0]
-    assert "refused" in out and "experiment.size=-1: allowed: an integer >= 1" in out
+    assert "refused" in out and "devices.spec=[cuda:99]: this machine has no CUDA device" in out
     assert "images/s" in out and "TFLOP/s" in out
-    assert "experiment.size=16" in out, "the keys a point set"
+    assert "devices.spec=cpu" in out, "the keys a point set"
 
 
 def test_show_prints_one_runs_table_by_id_prefix(history, capsys):

@@ -70,24 +70,26 @@ def test_the_table_of_points_flags_a_point_whose_figure_is_suspect(cli, work):
     assert header.split() == ["job", "bench.repeats", "outcome", "result"]  # nothing to flag: no column
 
 
-def test_a_bad_point_is_an_error_row_and_the_sweep_goes_on(cli, work):
-    ran = cli("-m", *MATMUL, "experiment.size=16,-1")
-    assert "perflab: error: experiment.size=-1: allowed: an integer >= 1" in ran.err
+@pytest.mark.parametrize(
+    "values, line",
+    [
+        ("16,-1", "experiment.size=-1: in point #1 of the sweep's 2, so no point was run; allowed: an integer >= 1"),
+        ("16,abc", "experiment.size=abc: allowed: an integer (in point #1 of the sweep's 2"),  # a type: the same
+        ("${oops},16", "experiment.size=${oops}: Interpolation key 'oops' not found; in point #0 of the sweep's 2"),
+    ],
+)
+def test_a_bad_value_in_any_point_refuses_the_whole_sweep_before_any_point_runs(cli, work, values, line):
+    ran = cli("-m", *MATMUL, f"experiment.size={values}", rc=2)
+    assert ran.err.strip().startswith(f"perflab: error: {line}") and len(ran.err.strip().splitlines()) == 1
+    assert not list(work.rglob("results.csv")) and not list(work.glob("outputs/sweeps/*"))
+
+
+def test_what_only_a_points_devices_refute_is_that_points_row_and_the_sweep_goes_on(cli, work):
+    ran = cli("-m", *MATMUL, "devices.spec=cpu,[cuda:99]", "devices.on_missing=error")
+    assert "devices.spec=[cuda:99]: this machine has no CUDA device" in ran.out + ran.err
     assert "sweep: 2 jobs: 1 ok, 1 refused" in ran.out
     rows = load(sweeps(work)[0] / SWEEP_CSV).sort_values("job_num")
     assert rows["status"].tolist() == ["ok", "error"]
-
-
-def test_a_point_whose_interpolation_does_not_resolve_is_refused_and_the_sweep_goes_on(cli, work):
-    ran = cli("-m", *MATMUL, "experiment.size=${oops},16")
-    assert "experiment.size=${oops}: Interpolation key 'oops' not found" in ran.out + ran.err
-    assert "sweep: 2 jobs: 1 ok, 1 refused" in ran.out
-
-
-def test_a_sweep_refused_before_any_point_ran_leaves_no_sweep_folder(cli, work):
-    ran = cli("-m", *MATMUL, "experiment.size=64,abc", rc=2)
-    assert ran.err.strip() == "perflab: error: experiment.size=abc: allowed: an integer"
-    assert not list(work.glob("outputs/sweeps/*"))
 
 
 def test_exit_codes_say_what_came_of_the_sweep(cli, work, monkeypatch):

@@ -21,12 +21,12 @@ script errors, fetched resources) into ``data-*`` attributes of ``<body>``, for 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from perflab import files
+from perflab.errors import OneLineParser
 from perflab.report.html import MATPLOTLIB_LINE
 from perflab.report.page import Report
 
@@ -99,7 +99,7 @@ def write(html_text: str, out: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perflab.report", description=(__doc__ or "").split("\n\n")[0])
+    parser = OneLineParser(prog="python -m perflab.report", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("paths", nargs="+", metavar="PATH", help="results trees, run or sweep dirs, or CSV files")
     parser.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="default: report.html")
     args = parser.parse_args(argv)
