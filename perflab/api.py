@@ -132,11 +132,16 @@ def run(experiment: str, overrides: Sequence[str] = ()):
     import pandas as pd
 
     from perflab.app import experiment_name
-    from perflab.job import Place, execute
+    from perflab.job import Place, check_overrides, check_values, execute
     from perflab.results import load
     from perflab.rows import RESULTS
 
     cfg, run_dir, choice = compose(experiment, overrides)
+    try:  # what the schema refutes, before the run dir (placed by results.store) is made
+        check_overrides(overrides)
+        check_values(cfg)
+    except ConfigError as err:
+        raise Refused(err.line()) from None
     place = Place(run_dir=run_dir, experiment=experiment_name(choice, cfg), overrides=tuple(overrides))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

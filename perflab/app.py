@@ -18,7 +18,7 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from perflab import registry
 from perflab.errors import ConfigError, one_line
@@ -68,6 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{launcher}: a launcher runs sweeps; allowed: add -m (perflab -m {launcher} ...), "
             "or leave the launcher out to run here"
         )
+    store = next((a.partition("=")[2] for a in args if a.lstrip("+").startswith("results.store=")), None)
+    if store is not None and not store.strip():  # Hydra would make ${results.store}/runs: /runs, before our checks
+        return usage_error("results.store=: allowed: a directory path (empty would put runs/ at the filesystem's root)")
+    flags = _hydra_flags(args)
+    if flags is not None:
+        return usage_error(flags)
     session = Session()
     token = CURRENT.set(session)
     saved_argv = sys.argv
@@ -91,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if isinstance(err, AssertionError) and not raised_by_omegaconf(err):
                 raise  # ours or a plugin's: a bug, not a user mistake
             sweep.discard_if_empty(session.sweep_dir)  # refused before any point ran
-            return usage_error(_absent_section(args) or _sweep_without_m(err) or one_line(err))
+            return usage_error(_absent_section(args) or _sweep_without_m(err) or _placed_by(one_line(err), args))
         except ValueError as err:
             if not _raised_by_hydra(err):
                 raise
@@ -247,12 +253,25 @@ def _discard_made(session: Session, args: Sequence[str]) -> None:
     overrides = dict(a.lstrip("+").split("=", 1) for a in args if "=" in a)
     store = Path(overrides.get("results.store", "outputs"))
     for uid in session.uids:
-        for run_dir in store.glob(f"runs/*_{uid}"):
-            discard(run_dir)
-        for sweep_dir in store.glob(f"sweeps/*_{uid}"):
-            for job in sweep.job_dirs(sweep_dir):
-                discard(job)
-            sweep.discard_if_empty(sweep_dir)
+        try:
+            for run_dir in store.glob(f"runs/*_{uid}"):
+                discard(run_dir)
+            for sweep_dir in store.glob(f"sweeps/*_{uid}"):
+                for job in sweep.job_dirs(sweep_dir):
+                    discard(job)
+                sweep.discard_if_empty(sweep_dir)
+        except OSError:  # a store this machine cannot even look into: nothing was made there
+            pass
+
+
+def _placed_by(line: str, args: Sequence[str]) -> str:
+    """A run or sweep folder that does not resolve names the key that placed it there: the
+    folders are ``${results.store}/...``, so ``results.store=${oc.env:NOPE}`` fails as hydra.run.dir."""
+    folder, sep, why = line.partition(": ")
+    store = next((a.partition("=")[2] for a in args if a.lstrip("+").startswith("results.store=")), None)
+    if sep and folder in ("hydra.run.dir", "hydra.sweep.dir") and store is not None and "${" in store:
+        return f"results.store={store}: {why}; allowed: a value, or a ${{...}} that resolves"
+    return line
 
 
 # ``perflab NAME ...``: the commands beside running a job (each also ``python -m perflab.NAME``).
@@ -385,8 +404,29 @@ def _sweep_without_m(err: BaseException) -> str | None:
 
 
 def usage_error(line: str) -> int:
-    print(f"perflab: error: {line}", file=sys.stderr)
+    one = line.replace("\r", "\\r").replace("\n", "\\n")  # a value with a newline in it stays on one line
+    print(f"perflab: error: {one}", file=sys.stderr)
     return 2
+
+
+def _hydra_flags(args: Sequence[str]) -> str | None:
+    """A mistake in Hydra's own flags (``--cfg nope``, ``--bogus``) as one line, without the usage
+    block argparse prints; None if the flags parse."""
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+    said: list[str] = []
+
+    def error(message: str) -> NoReturn:
+        said.append(message)
+        raise SystemExit(2)
+
+    parser.error = error  # type: ignore[method-assign]
+    try:
+        parser.parse_args(list(args))
+    except SystemExit:
+        return f"{said[0]} (see perflab --hydra-help)" if said else None
+    return None
 
 
 def _absent_section(args: Sequence[str]) -> str | None:

@@ -108,9 +108,11 @@ def select(
         column = config_column(key)
         if not sep or column not in df:
             raise CompareError(f"--where {item}: allowed: KEY=VALUE with KEY one of the rows' columns")
-        df = df[df[column].astype("string") == value]
-    if df.empty:
-        raise CompareError("no ok rows left after the filters")
+        kept = df[is_value(df[column], value)]
+        if kept.empty:
+            have = ", ".join(sorted({str(v) for v in df[column].dropna()}, key=_natural)[:12]) or "none"
+            raise CompareError(f"--where {item}: no ok row has it; allowed: {key}= one of {have}")
+        df = kept
     if metric is not None and (metric not in df or pd.to_numeric(df[metric], errors="coerce").isna().all()):
         known = sorted(c for c in HIGHER_IS_BETTER | set(UNITS) if c in df and df[c].notna().any())
         raise CompareError(
@@ -269,14 +271,18 @@ def _one_experiment(
         keys = [config_column(k) for k in by]
         missing = [k for k in keys if k not in df]
         if missing:
-            raise CompareError(f"--by {', '.join(missing)}: not in the results of {name}")
+            some = [c for c in identity if df[c].astype("string").nunique() > 1] or identity[:5]
+            raise CompareError(
+                f"--by {', '.join(k.removeprefix('cfg.') for k in missing)}: not a key of {name}'s results; "
+                f"allowed: a config key, e.g. {', '.join(c.removeprefix('cfg.') for c in some)}"
+            )
     else:
         keys = [c for c in identity if df[c].astype("string").nunique(dropna=False) > 1]
     if "device_name" in df:
         df = df.assign(device=df["device_name"].map(device_family))
         if df["device"].nunique() > 1 and "device" not in keys:
             keys.append("device")  # different hardware is never pooled
-    group = ["measurement", *keys]
+    group = list(dict.fromkeys(["measurement", *keys]))
     entries = []
     for values, part in df.groupby(group, dropna=False, sort=True, observed=True):
         values = values if isinstance(values, tuple) else (values,)
@@ -288,7 +294,8 @@ def _one_experiment(
             cv = float(per_run.std(ddof=1) / per_run.mean())
             entry["cv_between_runs"] = cv
             if cv > NOISY_BETWEEN_RUNS:
-                notes.append(f"{name} {values}: {metric} varies {cv:.0%} between runs ({entry['runs']} runs)")
+                point = ", ".join(f"{k.removeprefix('cfg.')}={v}" for k, v in zip(group, values))
+                notes.append(f"{name} {point}: {metric} varies {cv:.0%} between runs ({entry['runs']} runs)")
         values_per_sample = [sample_values(samples, r, metric) for _, r in part.iterrows()]
         pooled_samples = np.concatenate(values_per_sample) if values_per_sample else np.array([])
         entry["_samples"] = pooled_samples
@@ -774,6 +781,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.plot is not None:  # before any work: a file or a device there is refused in one line
             files.check_dir("--plot", args.plot)
+        if two and (args.baseline or args.by):
+            one_tree = "--baseline" if args.baseline else "--by"
+            raise CompareError(f"{one_tree} compares within one tree; allowed: one PATH with {one_tree}")
         if two:
             table = ab(
                 *args.paths,

@@ -80,7 +80,10 @@ def one_line(exc: BaseException) -> str:
     if key and merging and "is not Optional" in str(source):
         return f"{merging.group(1).lstrip('+')}: {key} cannot be null; allowed: a value of its type"
     if key and merging and "does not support deletion" in str(source):
-        now = node.get(getattr(source, "key", None)) if hasattr(node, "get") else None
+        try:
+            now = node.get(getattr(source, "key", None)) if hasattr(node, "get") else None
+        except Exception:
+            now = None
         return f"{merging.group(1)}: a key of the schema cannot be removed; allowed: {key}=VALUE" + (
             f" (it is {now} now)" if now is not None else ""
         )
@@ -107,11 +110,14 @@ def _section_keys(node: Any, full_key: str | None, key: Any) -> list[str]:
     the section itself (a merge into it failed) or from its parent (a value put in its place)."""
     if not full_key or not hasattr(node, "keys"):
         return []
-    inner: Any = node.get(key) if key is not None and hasattr(node, "get") else None
-    if hasattr(inner, "keys"):
-        return [str(k) for k in inner]
-    if key is None and full_key.rpartition(".")[2] not in [str(k) for k in node]:  # node is the section
-        return [str(k) for k in node]
+    try:
+        inner: Any = node.get(key) if key is not None and hasattr(node, "get") else None
+        if hasattr(inner, "keys"):
+            return [str(k) for k in inner]
+        if key is None and full_key.rpartition(".")[2] not in [str(k) for k in node]:  # node is the section
+            return [str(k) for k in node]
+    except Exception:  # a value that does not resolve: not a section mistake
+        pass
     return []
 
 

@@ -37,6 +37,8 @@ def kind_of(path: Path) -> str:
         return "missing"
     except NotADirectoryError:  # a parent on the way is a file
         return "missing"
+    except OSError as err:  # a name too long, a link loop, a dead network mount
+        return f"unreachable ({err.strerror})"
     if stat.S_ISREG(mode):
         return "a regular file"
     return next((name for test, name in _KINDS.items() if test(mode)), "not a regular file")
@@ -138,6 +140,8 @@ def check_dir(key: str, path: Path, shown: str | None = None) -> None:
     probe = path
     while kind_of(probe) == "missing" and probe.parent != probe:
         probe = probe.parent
+    if kind_of(probe).startswith("unreachable"):
+        raise ConfigError(key, value, "a path this machine can reach", problem=f"{kind_of(probe)}")
     if not probe.is_dir():
         raise ConfigError(
             key, value, "a path whose folders are (or can become) directories", problem=f"{probe} is {kind_of(probe)}"

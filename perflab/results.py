@@ -234,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             top = Path(words[1]) if len(words) > 1 else Path("outputs")
             if not top.is_dir():
                 raise LookupError(f"{top}: no such folder (give the results tree)")
+            if not store.is_store(top):  # it would write .perflab/ there and read every run below
+                raise LookupError(f"{top}: not a results tree; allowed: a folder holding runs/, sweeps/ or .perflab/")
             for part in ("done", "index"):  # claims stay: they are sweeps running now, not derived
                 shutil.rmtree(store.meta(top) / part, ignore_errors=True)
             done = store.rebuild_done(top)

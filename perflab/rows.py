@@ -181,19 +181,22 @@ class Notes:
     """
 
     def __init__(self) -> None:
-        self.kinds: dict[str, tuple[int, list[str]]] = {}
+        self.kinds: dict[str, dict[str, int]] = {}  # kind -> place -> count
 
     def add(self, kind: str, place: object, count: int = 1) -> None:
-        n, places = self.kinds.get(kind, (0, []))
-        if str(place) not in places:
-            places.append(str(place))
-        self.kinds[kind] = (n + count, places)
+        places = self.kinds.setdefault(kind, {})
+        places[str(place)] = places.get(str(place), 0) + count
+
+    def of(self, place: object) -> dict[str, int]:
+        """What was noted about one place: kind -> count."""
+        return {kind: places[str(place)] for kind, places in self.kinds.items() if str(place) in places}
 
     def lines(self) -> list[str]:
         out = []
-        for kind, (n, places) in self.kinds.items():
-            shown = ", ".join(places[:3]) + (f" (+{len(places) - 3} more)" if len(places) > 3 else "")
-            out.append(kind.format(n=n, s="" if n == 1 else "s", files=len(places)) + f": {shown}")
+        for kind, places in self.kinds.items():
+            n, shown = sum(places.values()), list(places)
+            listed = ", ".join(shown[:3]) + (f" (+{len(shown) - 3} more)" if len(shown) > 3 else "")
+            out.append(kind.format(n=n, s="" if n == 1 else "s") + f": {listed}")
         return out
 
     def say(self, who: str = "reading results") -> None:
@@ -202,6 +205,7 @@ class Notes:
 
 
 TORN = "skipped {n} torn or malformed line{s}"
+UNREADABLE = "skipped {n} file{s} that could not be read ({why})"
 FOREIGN = "skipped {n} file{s} that perflab did not write (no row_id,run_id header)"
 
 
@@ -275,7 +279,10 @@ def read_many(paths: Sequence[Path], labels: Sequence[str], column: str, notes: 
     for path, label in zip(paths, labels):
         try:
             text = path.read_bytes().decode("utf-8", errors="replace")
-        except OSError:
+        except FileNotFoundError:  # removed since the walk found it
+            continue
+        except OSError as err:  # a directory where the file belongs, an I/O error
+            notes.add(UNREADABLE.replace("{why}", err.strerror or type(err).__name__), path)
             continue
         header, _, body = text.partition("\n")
         if not is_ours(_fields(header) or []):

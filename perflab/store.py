@@ -372,13 +372,15 @@ def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
     return found
 
 
-def _manifest(path: Path) -> dict[str, list[int]] | None:
-    """The sources a segment's manifest lists; None if it is not of this format (or damaged:
+def _manifest(path: Path) -> tuple[dict[str, list[int]], dict[str, dict[str, int]]] | None:
+    """The sources a segment's manifest lists, and what was skipped in them when they were
+    read (so every later load still says it); None if it is not of this format (or damaged:
     ValueError, OSError); FileNotFoundError if it went meanwhile (a concurrent compaction)."""
     data = json.loads(path.read_text())
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("sources"), dict):
         return None
-    return data["sources"]
+    noted = data.get("notes")
+    return data["sources"], noted if isinstance(noted, dict) else {}
 
 
 def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = None):
@@ -400,19 +402,22 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     indexed: dict[str, str] = {}  # source -> segment holding its current rows
     dropped: dict[str, str] = {}  # segment -> why it is rebuilt
     segments = sorted(index.glob("*.json")) if index.is_dir() else []
+    noted: dict[str, dict[str, int]] = {}  # source -> what reading it skipped: said on every load
     for manifest in segments:
         try:
-            stamps = _manifest(manifest)
+            found = _manifest(manifest)
         except FileNotFoundError:
             continue
         except (OSError, ValueError):
-            stamps, dropped[manifest.stem] = None, DAMAGED
-        if stamps is None:
+            found, dropped[manifest.stem] = None, DAMAGED
+        if found is None:
             dropped.setdefault(manifest.stem, OTHER_FORMAT)
             continue
+        stamps, skipped = found
         for source, stamp in stamps.items():
             if sources.get(source) == stamp:
                 indexed[source] = manifest.stem
+                noted[source] = skipped.get(source, {})
     frames = []
     wanted_by_segment: dict[str, set[str]] = {}
     for source, segment in indexed.items():
@@ -434,11 +439,23 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
                 indexed.pop(source, None)
             continue
         frames.append(part[part["_source"].isin(wanted)])
+    for source, kinds in noted.items():
+        if source in indexed:
+            for kind, count in kinds.items():
+                notes.add(kind, _results_of(root, source), count)
     fresh = [s for s in sources if s not in indexed]
     if fresh:
-        new = _read_sources(root, fresh, notes)
-        if not new.empty:
-            _write_segment(index, new, {s: sources[s] for s in fresh})
+        now = Notes()
+        new = _read_sources(root, fresh, now)
+        for kind, places in now.kinds.items():
+            for place, count in places.items():
+                notes.add(kind, place, count)
+        skipped = {s: now.of(_results_of(root, s)) for s in fresh}
+        if new.empty and any(skipped.values()):  # nothing but what was skipped: remember that much
+            new = pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
+        if not new.empty or any(skipped.values()):
+            _write_segment(index, new, {s: sources[s] for s in fresh}, {s: k for s, k in skipped.items() if k})
+        if len(new):
             frames.append(new[new["experiment"] == experiment] if experiment and "experiment" in new else new)
     for segment, why in dropped.items():
         notes.add(why, index / f"{segment}.parquet")
@@ -454,11 +471,15 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     return fix_dtypes(pd.concat([df.drop(columns=["_source", "run_dir"], errors="ignore"), moved], axis=1))
 
 
+def _results_of(root: Path, source: str) -> Path:
+    return (Path(source) if Path(source).is_absolute() else root / source) / RESULTS
+
+
 def _read_sources(root: Path, sources: list[str], notes: Notes | None = None):
     """Rows of many run dirs, with a ``_source`` column (see rows.read_many) and each row's
     ``run_outcome`` from its run dir's run.json."""
     dirs = [Path(s) if Path(s).is_absolute() else root / s for s in sources]
-    df = read_many([d / RESULTS for d in dirs], labels=sources, column="_source", notes=notes)
+    df = read_many([_results_of(root, s) for s in sources], labels=sources, column="_source", notes=notes)
     if not df.empty:
         records = {s: RunRecord.read(d) for s, d in zip(sources, dirs)}
         outcomes = {s: r.outcome if r else "" for s, r in records.items()}
@@ -466,13 +487,16 @@ def _read_sources(root: Path, sources: list[str], notes: Notes | None = None):
     return df
 
 
-def _write_segment(index: Path, df, stamps: dict[str, list[int]]) -> None:
+def _write_segment(
+    index: Path, df, stamps: dict[str, list[int]], noted: dict[str, dict[str, int]] | None = None
+) -> None:
     """A new immutable segment and then its manifest (readers only trust segments with one)."""
     name = f"seg-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+    manifest = {"format": FORMAT, "sources": stamps, "notes": noted or {}}
     try:
         index.mkdir(parents=True, exist_ok=True)
         files.write_atomic(index / f"{name}.parquet", _to_parquet(df))
-        files.write_atomic(index / f"{name}.json", json.dumps({"format": FORMAT, "sources": stamps}))
+        files.write_atomic(index / f"{name}.json", json.dumps(manifest))
     except (OSError, ValueError, ImportError) as err:
         log.debug("results index not updated (%s); loading still works", err)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from perflab import files
 from perflab.results import metric_of
@@ -142,9 +143,13 @@ class SweepSummary(Callback):
     in the process that launched it, whichever launcher ran the jobs."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            sweep_dir = Path(config.hydra.sweep.dir)
+        except OmegaConfBaseException:  # a folder that does not resolve: Hydra's sweeper says so next
+            return
         session = CURRENT.get()
         if session is not None:  # so that a sweep refused before any point ran leaves no folder
-            session.sweep_dir = Path(config.hydra.sweep.dir)
+            session.sweep_dir = sweep_dir
         check_points(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

@@ -123,6 +123,7 @@ def test_torn_foreign_and_linked_files_are_skipped_and_said_once_per_kind(mixed,
     assert any("skipped 1 torn or malformed line: " in line and "runs/m/results.csv" in line for line in lines)
     assert any("skipped 2 files that perflab did not write" in line for line in lines)
     assert any("skipped 1 symlinked results.csv" in line for line in lines)
+    assert load(mixed).attrs["notes"] == df.attrs["notes"], "said again when read through the index"
     assert results_main(["export", str(tmp_path / "all.csv"), str(mixed)]) == 0
     assert "hunter2" not in (tmp_path / "all.csv").read_text()
     assert load(mixed / "runs" / "m" / "results.csv")["row_id"].tolist() == ["m#1"], "a file given alone, too"

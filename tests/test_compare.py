@@ -146,7 +146,9 @@ def test_filters_and_one_line_errors(tmp_path, capsys):
     fake_run(tmp_path, "b", 2, 256, 180.0)
     assert len(compare.compare(tmp_path, where=["devices.count=2"])) == 1
     assert compare.main([str(tmp_path), "--by", "nope.key"]) == 2
-    assert capsys.readouterr().err.strip() == "perflab.compare: error: --by cfg.nope.key: not in the results of train"
+    assert capsys.readouterr().err.strip() == (
+        "perflab.compare: error: --by nope.key: not a key of train's results; allowed: a config key, e.g. devices.count"
+    )
     assert compare.main([str(tmp_path), "--experiment", "matmul"]) == 2
     assert "--experiment matmul: no ok rows of it (have: train)" in capsys.readouterr().err
     assert compare.main([str(tmp_path), "--metric", "tflop"]) == 2
