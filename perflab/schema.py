@@ -235,6 +235,7 @@ class TrainerConfig:
         require(0 <= self.momentum < 1, "momentum", self.momentum, "0 <= momentum < 1")
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
         require(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "an integer >= 0")
+        require(bool(self.checkpoint_dir.strip()), "checkpoint_dir", self.checkpoint_dir, "a directory path")
 
 
 @dataclass
