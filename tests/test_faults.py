@@ -256,3 +256,19 @@ def test_command_line_mistakes_of_the_tools_are_one_line_without_a_usage_block(c
         err = capsys.readouterr().err
         assert code.value.code == 2 and len(err.strip().splitlines()) == 1 and "usage:" not in err, err
         assert err.startswith(f"python -m perflab.{command}: error: ") and err.rstrip().endswith("(see --help)")
+
+
+@pytest.mark.slow
+def test_training_resumes_from_the_newest_valid_checkpoint_when_the_newest_is_empty(cli, work):
+    args = ["+experiment=quick/train", *FAST, "data.train_size=256", "results.table=false"]
+    cli(*args, "trainer.epochs=1")
+    cli(*args, "trainer.epochs=2")  # a second training of the same key: its checkpoint is the newest
+    (folder,) = (work / "outputs" / "checkpoints").iterdir()
+    newest = max(folder.glob("*.pt"), key=lambda p: p.stat().st_mtime)
+    newest.write_bytes(b"")
+    ran = cli(*args, "trainer.epochs=3", "trainer.resume=true")
+    assert f"checkpoint {newest}: damaged (empty); trying the next most advanced" in ran.out
+    assert "resumed from" in ran.out and "after epoch 1" in ran.out
+    rows = load(work / "outputs")
+    resumed = rows[(rows.measurement == "epoch") & (rows["cfg.trainer.epochs"] == 3)]
+    assert sorted(resumed["epoch"].tolist()) == [2, 3]
