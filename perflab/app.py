@@ -320,7 +320,7 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
         if arg in FLAGS_WITH_VALUE:
             skip = True
             continue
-        if arg.startswith("-") or "=" in arg:
+        if arg.startswith(("-", "~")) or "=" in arg:  # ~key: Hydra's way to remove a key
             continue
         presets = preset_names()
         if arg in presets:

@@ -248,7 +248,7 @@ def test_parquet_export_holds_the_current_rows_only(tmp_path, capsys):
     foreign = tmp_path / "mine.parquet"
     pd.DataFrame({"x": [1]}).to_parquet(foreign)
     assert results.main(["export", str(foreign), str(tree), "--parquet"]) == 2
-    assert "exists and is not a perflab export" in capsys.readouterr().err
+    assert "exists and is not a file perflab wrote" in capsys.readouterr().err
 
 
 def test_subjects_follow_commit_order_where_git_can_tell(tmp_path, monkeypatch):
