@@ -1,4 +1,5 @@
-"""Compilers (book 13.1): eager vs TorchScript vs torch.compile, compile cost, break-even, correctness."""
+"""Compilers (book 13.1): eager vs TorchScript vs torch.compile, compile cost, break-even, correctness,
+on the book's MLP or any model (``model=``, ``model._target_``) with inputs of the data's shape."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import subprocess
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from omegaconf import MISSING
 
 from perflab.contract import Figure, Samples, Section, Setup
+from perflab.errors import ConfigError
 from perflab.schema import (
     COMPILE_MODES,
-    MODELS,
     PRECISIONS,
     ExperimentConfig,
     PerflabConfig,
@@ -42,44 +43,49 @@ MODES = ("eager", "torchscript", *(f"compile-{m}" for m in COMPILE_MODES))
 
 @dataclass
 class Config(ExperimentConfig):
-    model: str = MISSING  # mlp (the book's 512-256-128-2) | lenet | resnet18 | resnet18_tv
+    model: Optional[str] = None  # moved: the model is the model group (model=NAME, model._target_=...)
     batch: int = MISSING  # inputs per call (the book: 1)
     modes: list[str] = MISSING  # eager, torchscript, compile-default, compile-reduce-overhead ...
     backend: str = MISSING  # torch.compile's backend
     atol: float = MISSING  # correctness gate: largest allowed |output - eager output| on fresh inputs
     serialize: bool = MISSING  # save TorchScript / torch.export files, reload them in a fresh process
     precision: str = MISSING  # fp32 | tf32 | bf16-mixed | fp16-mixed: inference under this precision
-    channels_last: bool = MISSING  # image models: weights and inputs in NHWC
+    channels_last: bool = MISSING  # image data: weights and inputs in NHWC
 
     def __post_init__(self) -> None:
-        require(self.model in ("mlp", *MODELS), "model", self.model, "mlp, " + ", ".join(MODELS))
+        require(
+            self.model is None,
+            "model",
+            self.model,
+            f"model={self.model} instead: the model group, shared with training (model._target_=... for yours)",
+        )
         positive(self, "batch")
         some_of(self, "modes", MODES)
         require(self.atol > 0, "atol", self.atol, "a number > 0")
         one_of(self, "precision", PRECISIONS)
-        require(
-            not (self.channels_last and self.model == "mlp"),
-            "channels_last",
-            self.channels_last,
-            "false for model=mlp (its inputs are vectors, not images)",
-        )
-
-
-def mlp() -> Any:
-    """The book's network for hybridization: 512 -> 256 -> 128 -> 2."""
-    from torch import nn
-
-    return nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 2))
 
 
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
-    """TF32 needs a CUDA device, and torch.compile a backend it has: refused before the job runs."""
+    """TF32 needs a CUDA device, torch.compile a backend it has, NHWC image inputs, and the
+    model the data (a dry forward): refused before the job runs."""
     from perflab import dynamo, precision
+    from perflab.train import data, models
 
     params: Any = settings.experiment  # this module's Config
     precision.check("experiment.precision", params.precision, devices[:1])
     if any(m.startswith("compile-") for m in params.modes):
         dynamo.check_backend("experiment.backend", params.backend)
+    if settings.model is None or settings.data is None:
+        raise ConfigError("model", None, "a model and a data config (the compile preset's defaults)")
+    spec = data.spec(settings.data)
+    if params.channels_last and not spec.images:
+        raise ConfigError(
+            "experiment.channels_last",
+            True,
+            "false with this data",
+            problem=f"NHWC is a layout of images (C, H, W); the inputs here are {spec.describe()}",
+        )
+    models.check(settings.model, spec)
 
 
 def run(ctx: Context) -> None:
@@ -89,30 +95,36 @@ def run(ctx: Context) -> None:
     from perflab.bench import Benchmark
     from perflab.context import Part
     from perflab.devices import on_device
-    from perflab.train import models
+    from perflab.train import data, models
 
-    p = ctx.params
+    p, s = ctx.params, ctx.settings
     d = ctx.devices[0]
-    torch.manual_seed(ctx.settings.seed)
-    model = (mlp() if p.model == "mlp" else models.build(p.model)).to(d.torch).eval()
-    shape = (512,) if p.model == "mlp" else (1, 28, 28)
+    spec = data.spec(s.data)
+    torch.manual_seed(s.seed)
+    model = models.build(s.model, spec).to(d.torch).eval()
     layout = torch.channels_last if p.channels_last else torch.contiguous_format
     if p.channels_last:
         model = model.to(memory_format=torch.channels_last)
 
     def fresh_input() -> Any:
-        return (
-            torch.randn(p.batch, *shape, device=d.torch).contiguous(memory_format=layout)
-            if len(shape) == 3
-            else torch.randn(p.batch, *shape, device=d.torch)
-        )
+        x = spec.example(p.batch, d.torch)
+        return x.contiguous(memory_format=layout) if p.channels_last else x
 
     x = fresh_input()
-    fixed, per_input = flops.bytes_moved(model, shape, p.precision, training=False)
-    knobs = {"precision": p.precision, "channels_last": p.channels_last, "items_unit": "inputs"}
+    knobs: dict[str, Any] = {
+        "model": s.model.label,
+        "precision": p.precision,
+        "channels_last": p.channels_last,
+        "items_unit": "inputs",
+    }
     with on_device(d), torch.no_grad(), precision.applied(p.precision, d.type):
-        per_call = flops.count(lambda: model(x))
-        knobs["intensity"] = per_call / (fixed + per_input * p.batch)  # FLOP/byte, estimated
+        per_call, flops_note = flops.estimated("FLOPs", lambda: flops.count(lambda: model(x)))
+        moved, bytes_note = flops.estimated(
+            "arithmetic intensity", lambda: flops.bytes_moved(model, spec.example(2, "meta"), p.precision, False)
+        )
+        if per_call is not None and moved is not None:
+            knobs["intensity"] = per_call / (moved[0] + moved[1] * p.batch)  # FLOP/byte, estimated
+        estimates = "; ".join(n for n in (flops_note, bytes_note) if n)
         with Benchmark("eager first call", [d], report=False) as first:
             model(x)
         parts = {
@@ -122,7 +134,11 @@ def run(ctx: Context) -> None:
                 items=p.batch,
                 flops=per_call,
                 dtype=p.precision,
-                extra={**knobs, "first_call_s": first.elapsed, "note": "inference under torch.no_grad()"},
+                extra={
+                    **knobs,
+                    "first_call_s": first.elapsed,
+                    "note": "; ".join(n for n in ("inference under torch.no_grad()", estimates) if n),
+                },
             )
         }
         first_s = {"eager": first.elapsed}
@@ -350,7 +366,7 @@ def report(rows: DataFrame, samples: Samples) -> Section:
     from perflab.frames import per_run, with_samples
 
     def ours(r: Sequence[Mapping[str, Any]]) -> str:
-        return f"{r[-1].get('cfg.experiment.model', '?')}, batch {r[-1].get('cfg.experiment.batch', '?')}"
+        return f"{r[-1].get('model', '?')}, batch {r[-1].get('cfg.experiment.batch', '?')}"
 
     return Section(
         number="13.1",

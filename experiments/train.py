@@ -1,4 +1,6 @@
-"""Data-parallel training of LeNet / ResNet-18 on Fashion-MNIST (book 13.5, 13.6), all by config."""
+"""Data-parallel training by config: the book's LeNet / ResNet-18 on Fashion-MNIST (13.5, 13.6),
+or any model (``model._target_``, torchvision's, timm's) on any data (images of any shape,
+token sequences, torchvision's datasets)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
     from perflab.context import Context
     from perflab.devices import Device
 
-METRIC = "items_per_s"  # compare: global images/s ...
+METRIC = "items_per_s"  # compare: global items/s (images/s, tokens/s: the row's items_unit) ...
 SUMMARY_ROWS = ("train",)  # ... of the one summary row per run, not of every epoch ...
 BESIDE = ("test_acc",)  # ... with the final test accuracy beside it: "faster but worse" shows
 
@@ -91,6 +93,25 @@ def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
         )
     planned = loop.plan(s.trainer, len(devices) * s.strategy.nnodes)  # bad batch/device combinations
     data.check(s.data, s.trainer.batch_size, planned.global_batch)
+    check_model(s)
+
+
+def check_model(s: PerflabConfig) -> None:
+    """The model against the data, before anything is timed: its factory imports and takes
+    its arguments, it takes the data's input and its output fits the data (a dry forward on
+    two items), and ``channels_last`` only where the inputs are images."""
+    from perflab.train import data, models
+
+    assert s.model is not None and s.data is not None
+    spec = data.spec(s.data)
+    if s.model.channels_last and not spec.images:
+        raise ConfigError(
+            "model.channels_last",
+            True,
+            "false with this data",
+            problem=f"NHWC is a layout of images (C, H, W); the inputs here are {spec.describe()}",
+        )
+    models.check(s.model, spec)
 
 
 def run(ctx: Context) -> None:
@@ -142,7 +163,7 @@ def progress(row: Mapping[str, Any]) -> str | None:
         return None
     return (
         f"epoch {row['epoch']}: {row['train_s']:.2f} s train, {row['eval_s']:.2f} s eval, "
-        f"{row['items_per_s']:.4g} images/s, loss {row['train_loss']:.4f}, train acc {row['train_acc']:.3f}, "
+        f"{row['items_per_s']:.4g} {row.get('items_unit') or 'items'}/s, loss {row['train_loss']:.4f}, train acc {row['train_acc']:.3f}, "
         f"test acc {row['test_acc']:.3f}, lr {row['lr']:.4g}, waiting for data {row['data_wait_frac']:.0%}"
     )
 
@@ -163,9 +184,10 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if summary is None:
         return []
     n = int(number(summary.get("n_devices")) or 1)
+    unit = summary.get("items_unit") or "items"
     line = (
         f"{summary.get('model')} x {summary.get('strategy')} on {n} device{'s' if n > 1 else ''}: "
-        f"{number(summary['items_per_s']) or 0:.4g} images/s ({number(summary.get('per_device_items_per_s')) or 0:.4g} "
+        f"{number(summary['items_per_s']) or 0:.4g} {unit}/s ({number(summary.get('per_device_items_per_s')) or 0:.4g} "
         f"per device), epoch {human_time(summary.get('median_s'))}, final test acc "
         f"{number(summary.get('test_acc')) or 0:.3f}"
     )

@@ -94,34 +94,49 @@ def count(fn: Callable[[], object]) -> float:
     return float(counter.get_total_flops())
 
 
-def bytes_moved(
-    model: Any, input_shape: tuple[int, ...], precision: str = "fp32", training: bool = True
-) -> tuple[float, float]:
-    """An *estimate* of the bytes one step moves to and from memory, as (fixed, per image):
+def bytes_moved(model: Any, example: Any, precision: str = "fp32", training: bool = True) -> tuple[float, float]:
+    """An *estimate* of the bytes one step moves to and from memory, as (fixed, per item):
     training reads the weights twice and writes their gradients, and the optimizer reads and
     writes weights, gradients and momentum (~8 passes over the parameters); every layer's
     output is written, read by the next layer and again by the backward pass, whose gradient
     is written and read (~4 passes over the activations). Inference: one pass over the
-    weights, two over the activations. Caches are ignored: the real traffic is lower."""
+    weights, two over the activations. Caches are ignored: the real traffic is lower.
+
+    ``example`` is an input batch of the data's real shape and dtype, best on the ``meta``
+    device (nothing runs; two items or more, so that BatchNorm sees more than one value per
+    channel); the model is copied to ``meta`` and run in eval mode."""
     import copy
 
     import torch
+    from torch.utils._pytree import tree_leaves
 
-    meta = copy.deepcopy(model).to("meta")
+    meta = copy.deepcopy(model).to("meta").eval()
     params = sum(p.numel() for p in meta.parameters()) * 4
-    outputs = []
-    hooks = [
-        m.register_forward_hook(lambda m, i, o: outputs.append(o.numel()))
-        for m in meta.modules()
-        if not list(m.children())
-    ]
-    with torch.no_grad():
-        meta(torch.empty(1, *input_shape, device="meta"))
-    for h in hooks:
-        h.remove()
+    outputs: list[int] = []
+
+    def count_outputs(module: Any, inputs: Any, output: Any) -> None:
+        outputs.append(sum(t.numel() for t in tree_leaves(output) if isinstance(t, torch.Tensor)))
+
+    hooks = [m.register_forward_hook(count_outputs) for m in meta.modules() if not list(m.children())]
+    try:
+        with torch.no_grad():
+            meta(example.to("meta"))
+    finally:
+        for h in hooks:
+            h.remove()
     element = 2 if precision in ("bf16-mixed", "fp16-mixed") else 4
-    activations = sum(outputs) * element
+    activations = sum(outputs) * element / example.shape[0]
     return (8 * params, 4 * activations) if training else (params, 2 * activations)
+
+
+def estimated(what: str, fn: Callable[[], Any]) -> tuple[Any, str]:
+    """``(fn(), "")``, or ``(None, a note)`` when an estimate fails on a model it was not
+    made for: the estimate costs its column, never the job."""
+    try:
+        return fn(), ""
+    except Exception as err:  # any model: an estimate that cannot follow it is left out, saying so
+        text = str(err).strip().splitlines()
+        return None, f"{what} not estimated: {type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def datasheet_peak(device_name: str, dtype: str) -> float | None:

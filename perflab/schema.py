@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Iterable, Mapping, Optional, cast
+from typing import Any, Dict, Iterable, List, Mapping, Optional, cast
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
@@ -26,9 +26,9 @@ from perflab.errors import ConfigError, first_line, unknown_key
 # Choice lists: the code that implements each choice checks against these (tests keep them in step).
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 TIMERS = ("auto", "cuda_event", "wall_sync", "torch_utils_benchmark")
-MODELS = ("lenet", "resnet18", "resnet18_tv")
+MODELS = ("lenet", "resnet18", "resnet18_tv", "mlp")  # perflab's own (perflab.train.models), beside any _target_
 INITS = ("default", "book_normal", "xavier")
-DATASETS = ("fashion_mnist", "synthetic")
+DATASETS = ("fashion_mnist", "synthetic", "tokens", "torchvision")
 STRATEGIES = ("single", "scratch", "data_parallel", "ddp")
 BACKENDS = ("auto", "nccl", "gloo")
 PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
@@ -143,27 +143,50 @@ class ResultsConfig:
 
 @dataclass
 class ModelConfig:
-    """conf/model/: which network, how its weights start, and its memory layout."""
+    """conf/model/: which network (any factory, Hydra's ``_target_``), how its weights start,
+    and its memory layout. Keys the schema does not name (``+model.width=16``) are the
+    factory's own arguments (``args``); what the data decides (``num_classes``, ``in_channels``,
+    ``vocab_size``, ``seq_len``) reaches a factory that takes it by that name
+    (perflab.train.models). perflab's keys here never reach the factory."""
 
-    name: str = MISSING  # lenet | resnet18 | resnet18_tv
-    init: str = "default"  # default (torch's) | book_normal (N(0, 0.01)) | xavier
-    num_classes: int = 10
-    channels_last: bool = False  # weights and inputs in NHWC (torch.channels_last)
+    _target_: str = MISSING  # a callable returning an nn.Module: perflab.train.models.lenet, pkg.mod.Factory
+    arch: Optional[str] = None  # model=torchvision / model=timm: which of their models (mobilenet_v3_small)
+    init: str = "default"  # default (the factory's) | book_normal (N(0, 0.01)) | xavier
+    channels_last: bool = False  # weights and inputs in NHWC (torch.channels_last): image data only
+    args: Dict[str, Any] = field(default_factory=dict)  # the factory's own arguments (the keys added with +)
 
     def __post_init__(self) -> None:
-        one_of(self, "name", MODELS)
+        require(bool(self._target_), "_target_", self._target_, "a factory's dotted path, e.g. pkg.module.MyNet")
         one_of(self, "init", INITS)
-        require(self.num_classes >= 2, "num_classes", self.num_classes, "an integer >= 2 (a classifier)")
+
+    @property
+    def label(self) -> str:
+        """What rows call the model: perflab's by name, torchvision's / timm's as
+        ``torchvision.ARCH``, a user's by its dotted path."""
+        own, _, name = self._target_.rpartition(".")
+        if own != MODELS_MODULE:
+            return self._target_
+        return f"{name}.{self.arch}" if name in ("torchvision", "timm") else name
+
+
+MODELS_MODULE = "perflab.train.models"
 
 
 @dataclass
 class DataConfig:
-    """conf/data/: Fashion-MNIST (torchvision) or a synthetic learnable set of the same shapes."""
+    """conf/data/: synthetic images of any shape, token sequences, Fashion-MNIST, or any of
+    torchvision's image datasets by name; what it decides (shape, classes, vocabulary) goes to
+    the model (perflab.train.data.Spec)."""
 
-    name: str = MISSING  # fashion_mnist | synthetic
-    root: str = "data"  # fashion_mnist: torchvision's root (holds FashionMNIST/raw/)
+    name: str = MISSING  # fashion_mnist | synthetic | tokens | torchvision
+    root: str = "data"  # fashion_mnist, torchvision: the dataset's root folder (torchvision's layout)
     download: bool = False
-    train_size: Optional[int] = None  # null: all (synthetic: 60000 / 10000, as Fashion-MNIST)
+    dataset: Optional[str] = None  # data=torchvision: a class of torchvision.datasets (MNIST, CIFAR10 ...)
+    shape: List[int] = field(default_factory=lambda: [1, 28, 28])  # synthetic: one item's shape (C, H, W)
+    num_classes: int = 10  # synthetic: how many classes
+    vocab_size: int = 256  # tokens: ids 0 .. vocab_size - 1
+    seq_len: int = 64  # tokens: the model's input length (T); targets are the inputs shifted by one
+    train_size: Optional[int] = None  # null: all (synthetic, tokens: 60000 / 10000 items)
     test_size: Optional[int] = None
     noise: float = 2.0  # synthetic: noise std on the class templates (2.0: best possible accuracy ~0.86)
     workers: int = 0  # DataLoader worker processes
@@ -177,6 +200,19 @@ class DataConfig:
             require(value is None or value >= 1, name, value, "null or an integer >= 1")
         require(self.workers >= 0, "workers", self.workers, "an integer >= 0")
         require(self.noise >= 0, "noise", self.noise, "a number >= 0")
+        shape = list(self.shape)
+        require(
+            bool(shape) and all(n >= 1 for n in shape), "shape", shape, "a non-empty list of sizes >= 1, e.g. [3,32,32]"
+        )
+        require(self.num_classes >= 2, "num_classes", self.num_classes, "an integer >= 2 (a classifier)")
+        require(self.vocab_size >= 2, "vocab_size", self.vocab_size, "an integer >= 2")
+        positive(self, "seq_len")
+        require(
+            self.name != "torchvision" or bool(self.dataset),
+            "dataset",
+            self.dataset,
+            "a class of torchvision.datasets with data=torchvision, e.g. data.dataset=CIFAR10",
+        )
 
 
 @dataclass
@@ -291,6 +327,9 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
             sections[name] = node
             continue
         schema = experiment_config if name == "experiment" and experiment_config else OmegaConf.get_type(node)
+        args: dict[str, Any] = {}
+        if schema is ModelConfig:
+            node, args = _factory_args(node, cfg)
         if is_dataclass(schema):
             _refuse_unknown(node, {f.name: f for f in fields(schema)}, f"{name}.")
         try:
@@ -299,9 +338,29 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
             raise err.under(name) from None
         except InterpolationResolutionError as err:
             raise unresolved(cfg, err) from None
+        if args:
+            sections[name].args = {**sections[name].args, **args}
     settings = PerflabConfig(**sections)
     _refuse_out_of_range(settings)
     return settings
+
+
+def _factory_args(node: DictConfig, cfg: DictConfig) -> tuple[DictConfig, dict[str, Any]]:
+    """The model section without the keys the schema does not name, and those keys: the
+    factory's own arguments (``+model.width=16``), checked against its signature later
+    (perflab.train.models.check), where the factory is imported."""
+    known = {f.name for f in fields(ModelConfig)}
+    extra = [str(k) for k in node if k not in known]
+    if not extra:
+        return node, {}
+    try:
+        plain = cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))
+    except InterpolationResolutionError as err:
+        raise unresolved(cfg, err) from None
+    kept = OmegaConf.structured(ModelConfig)
+    OmegaConf.set_struct(kept, False)  # any field may be MISSING until merged
+    kept = OmegaConf.merge(kept, {k: v for k, v in plain.items() if k in known})
+    return cast(DictConfig, kept), {k: plain[k] for k in extra}
 
 
 def resolve_all(cfg: DictConfig) -> dict[str, Any]:

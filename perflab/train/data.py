@@ -1,18 +1,23 @@
-"""Fashion-MNIST through torchvision's real ``FashionMNIST`` class, or a synthetic *learnable*
-set of the same shapes; batches in a resume-safe order, optionally kept on the device.
+"""The training data: synthetic images of any shape and class count, synthetic token
+sequences for language models, Fashion-MNIST or any of torchvision's image datasets (the real
+torchvision classes); batches in a resume-safe order, optionally kept on the device.
 
-The order of epoch e is a permutation seeded by (seed, e), cut into global batches; with
+What the data decides about the model (one item's shape and dtype, the classes or vocabulary
+its output scores, what an item is for throughput) is a :class:`Spec`, the one place that says
+it. The order of epoch e is a permutation seeded by (seed, e), cut into global batches; with
 several data-parallel ranks, rank r takes the r-th slice of every global batch. So one
 device and N devices see exactly the same global batches (what the equivalence tests use).
 """
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sized, cast
+from typing import Any, Iterator, Sized, cast
 
 import torch
 from torch.nn import functional as F
@@ -21,8 +26,59 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from perflab.errors import ConfigError, first_line
 from perflab.schema import DataConfig
 
-SHAPE = (1, 28, 28)
+SHAPE = (1, 28, 28)  # Fashion-MNIST's, and the synthetic set's by default
 CLASSES = 10
+TOKEN_NOISE = 0.1  # tokens: the share of tokens drawn at random instead of following their predecessor
+SYNTHETIC_BUDGET = 2**30  # bytes: a synthetic set of unset size holds at most this much (large items)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the data decides about a model: one item's input ``shape`` (without the batch),
+    the ``classes`` its output scores (the vocabulary for tokens), and whether items are token
+    ids (``(B, T)`` in, ``(B, T, vocab)`` out, one target per token) or inputs with one label
+    (``(B, *shape)`` in, ``(B, classes)`` out)."""
+
+    shape: tuple[int, ...]
+    classes: int
+    tokens: bool = False
+
+    @property
+    def unit(self) -> str:
+        """What throughput counts: ``tokens/s``, ``images/s`` (C x H x W items), ``samples/s``."""
+        return "tokens" if self.tokens else "images" if len(self.shape) == 3 else "samples"
+
+    @property
+    def items_per_sample(self) -> int:
+        """Items (what throughput counts) in one sample of a batch: a sequence holds T tokens."""
+        return self.shape[0] if self.tokens else 1
+
+    @property
+    def images(self) -> bool:
+        return not self.tokens and len(self.shape) == 3
+
+    def factory_args(self) -> dict[str, int]:
+        """What a model factory may take by name: the class count, the input channels, the
+        vocabulary size and the sequence length."""
+        if self.tokens:
+            return {"vocab_size": self.classes, "seq_len": self.shape[0]}
+        return {"num_classes": self.classes, **({"in_channels": self.shape[0]} if len(self.shape) >= 2 else {})}
+
+    def example(self, batch: int, device: Any = "cpu") -> torch.Tensor:
+        """A random input batch of the data's shape and dtype (``device="meta"``: shapes only)."""
+        if self.tokens:
+            if torch.device(device).type == "meta":
+                return torch.empty(batch, *self.shape, dtype=torch.long, device=device)
+            return torch.randint(0, self.classes, (batch, *self.shape), device=device)
+        return torch.randn(batch, *self.shape, device=device)
+
+    def output_shape(self, batch: int) -> tuple[int, ...]:
+        return (batch, self.shape[0], self.classes) if self.tokens else (batch, self.classes)
+
+    def describe(self) -> str:
+        """The input as a user reads it: ``(B, 3, 16, 16) float32`` / ``(B, 64) token ids < 256``."""
+        dims = ", ".join(map(str, self.shape))
+        return f"(B, {dims}) token ids < {self.classes}" if self.tokens else f"(B, {dims}) float32"
 
 
 @dataclass
@@ -32,27 +88,57 @@ class Splits:
     note: str = ""
 
 
-TRAIN_SIZE, TEST_SIZE = 60_000, 10_000  # Fashion-MNIST's, and the synthetic set's by default
+TRAIN_SIZE, TEST_SIZE = 60_000, 10_000  # Fashion-MNIST's, and the synthetic sets' by default
 FASHION_ALLOWED = (
     "a folder with FashionMNIST/raw/*-ubyte files (torchvision's layout), "
     "data.download=true (needs internet), or data=synthetic"
 )
 
 
-def load(cfg: DataConfig, seed: int) -> Splits:
+def spec(cfg: DataConfig) -> Spec:
+    """The data's :class:`Spec`, from the config alone except for torchvision's datasets
+    (whose first item and class list are read)."""
+    if cfg.name == "tokens":
+        return Spec((cfg.seq_len,), cfg.vocab_size, tokens=True)
     if cfg.name == "synthetic":
-        return Splits(
-            synthetic(cfg.train_size or TRAIN_SIZE, seed, cfg.noise, split=0),
-            synthetic(cfg.test_size or TEST_SIZE, seed, cfg.noise, split=1),
-            note=f"synthetic learnable data (noise {cfg.noise})",
-        )
+        return Spec(tuple(cfg.shape), cfg.num_classes)
+    if cfg.name == "fashion_mnist":
+        return Spec(SHAPE, CLASSES)
+    ds = torchvision_dataset(cfg, train=True)
+    return Spec(tuple(ds[0][0].shape), classes_of(ds))
+
+
+def sizes(cfg: DataConfig) -> tuple[int, int]:
+    """(train, test) items of a synthetic set: as configured, else 60000 / 10000, fewer where
+    the items are large (at most SYNTHETIC_BUDGET bytes for both)."""
+    item = 4 * math.prod(cfg.shape) if cfg.name == "synthetic" else 8 * 2 * cfg.seq_len
+    fit = max(1, SYNTHETIC_BUDGET // item * TRAIN_SIZE // (TRAIN_SIZE + TEST_SIZE))
+    train = cfg.train_size or min(TRAIN_SIZE, fit)
+    return train, cfg.test_size or max(1, min(TEST_SIZE, fit * TEST_SIZE // TRAIN_SIZE))
+
+
+def load(cfg: DataConfig, seed: int) -> Splits:
+    if cfg.name in ("synthetic", "tokens"):
+        n_train, n_test = sizes(cfg)
+        smaller = "" if cfg.train_size or n_train == TRAIN_SIZE else f", {n_train} / {n_test} items (1 GiB)"
+        if cfg.name == "tokens":
+            make = lambda n, split: token_sequences(n, cfg.seq_len, cfg.vocab_size, seed, split)  # noqa: E731
+            note = f"synthetic token sequences (vocabulary {cfg.vocab_size}, {cfg.seq_len} tokens){smaller}"
+        else:
+            make = lambda n, split: synthetic(n, seed, cfg.noise, split, tuple(cfg.shape), cfg.num_classes)  # noqa: E731
+            note = f"synthetic learnable data (noise {cfg.noise}){smaller}"
+        return Splits(make(n_train, 0), make(n_test, 1), note=note)
+    if cfg.name == "torchvision":
+        train, test = torchvision_dataset(cfg, train=True), torchvision_dataset(cfg, train=False)
+        return Splits(_first(train, cfg.train_size), _first(test, cfg.test_size), note=f"torchvision {cfg.dataset}")
     train, test = fashion_mnist(cfg, train=True), fashion_mnist(cfg, train=False)
     return Splits(_first(train, cfg.train_size), _first(test, cfg.test_size))
 
 
 def check(cfg: DataConfig, batch_size: int, global_batch: int) -> None:
     """What can be refuted without loading the data: the Fashion-MNIST files are there, a
-    training set at least one global batch large, DataLoader workers the machine can run."""
+    torchvision dataset that exists, a training set at least one global batch large,
+    DataLoader workers the machine can run."""
     cpus = os.cpu_count() or 1
     if cfg.workers > cpus:
         raise ConfigError("data.workers", cfg.workers, f"0 to {cpus} (this machine's CPUs)")
@@ -62,8 +148,10 @@ def check(cfg: DataConfig, batch_size: int, global_batch: int) -> None:
                 "data.root", str(Path(cfg.root).resolve()), FASHION_ALLOWED, problem="no Fashion-MNIST files there"
             )
         check_fashion_files(cfg.root)
-    train_size = cfg.train_size or TRAIN_SIZE  # a smaller file is still caught once loaded
-    if global_batch > train_size:
+    if cfg.name == "torchvision":
+        dataset_class(cfg.dataset)
+    train_size = sizes(cfg)[0] if cfg.name in ("synthetic", "tokens") else cfg.train_size or TRAIN_SIZE
+    if global_batch > train_size:  # a smaller file is still caught once loaded
         raise ConfigError(
             "trainer.batch_size", batch_size, f"a global batch ({global_batch} here) <= the training set ({train_size})"
         )
@@ -126,6 +214,63 @@ def check_fashion_files(root: str) -> None:
             )
 
 
+def dataset_class(name: str | None) -> Any:
+    """``torchvision.datasets.<name>``: one that takes ``train=`` or ``split=``, or one line."""
+    import torchvision.datasets as tvd
+
+    usable = sorted(n for n in tvd.__all__ if _split_argument(getattr(tvd, n, None)))
+    cls = getattr(tvd, str(name), None)
+    if _split_argument(cls) is None:
+        close = difflib.get_close_matches(str(name), usable, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ConfigError(
+            "data.dataset",
+            name,
+            "a dataset of torchvision.datasets with a train/test split: " + ", ".join(usable),
+            problem=f"not one of torchvision's split datasets{hint}",
+        )
+    return cls
+
+
+def _split_argument(cls: Any) -> str | None:
+    """How a torchvision dataset class picks its split: ``train`` (True/False) or ``split``."""
+    if not isinstance(cls, type):
+        return None
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((p for p in ("train", "split") if p in params), None)
+
+
+def torchvision_dataset(cfg: DataConfig, train: bool) -> Dataset:
+    """The real torchvision class; files missing or unreadable under data.root are one line."""
+    from torchvision.transforms import ToTensor
+
+    cls = dataset_class(cfg.dataset)
+    how = {"train": train} if _split_argument(cls) == "train" else {"split": "train" if train else "test"}
+    try:
+        return cast(Dataset, cls(cfg.root, download=cfg.download, transform=ToTensor(), **how))
+    except (RuntimeError, OSError, ValueError) as err:
+        raise ConfigError(
+            "data.root",
+            str(Path(cfg.root).resolve()),
+            f"a folder holding torchvision's {cfg.dataset} files in its layout, or data.download=true (needs internet)",
+            problem=f"cannot read {cfg.dataset} there ({first_line(err)})",
+        ) from None
+
+
+def classes_of(ds: Dataset) -> int:
+    """A torchvision dataset's class count: its class list, else its largest label + 1."""
+    classes = getattr(ds, "classes", None)
+    if classes:
+        return len(classes)
+    labels = getattr(ds, "targets", None) if getattr(ds, "targets", None) is not None else getattr(ds, "labels", None)
+    if labels is not None:
+        return int(torch.as_tensor(labels).max()) + 1
+    return int(max(int(ds[i][1]) for i in range(size(ds)))) + 1
+
+
 def fashion_mnist(cfg: DataConfig, train: bool) -> Dataset:
     """torchvision's FashionMNIST; a missing, unreadable or damaged file is one clear line."""
     import torchvision
@@ -151,28 +296,65 @@ def size(ds: Dataset) -> int:
     return len(cast(Sized, ds))
 
 
-def synthetic(n: int, seed: int, noise: float, split: int) -> TensorDataset:
-    """Ten smooth random 28x28 templates plus Gaussian noise: learnable, but not trivially.
-
-    The templates depend only on ``seed``; the samples on (seed, split), so train and test
-    share classes but not images.
-    """
-    coarse = torch.rand(CLASSES, *SHAPE[:1], 7, 7, generator=torch.Generator().manual_seed(seed))
-    templates = F.interpolate(coarse, size=SHAPE[1:], mode="bilinear", align_corners=False)
+def synthetic(
+    n: int, seed: int, noise: float, split: int, shape: tuple[int, ...] = SHAPE, classes: int = CLASSES
+) -> TensorDataset:
+    """``classes`` smooth random templates of ``shape`` plus Gaussian noise: learnable, but not
+    trivially. The templates depend only on ``seed``; the samples on (seed, split), so train
+    and test share classes but not images. (At 1x28x28 and 10 classes: the set perflab has
+    always used, value for value.)"""
+    spatial = shape[1:] if len(shape) >= 2 else shape
+    coarse = torch.rand(
+        classes,
+        shape[0] if len(shape) >= 2 else 1,
+        *(max(1, math.ceil(s / 4)) for s in spatial),
+        generator=torch.Generator().manual_seed(seed),
+    )
     g = torch.Generator().manual_seed(seed * 1000 + 1 + split)
-    labels = torch.randint(0, CLASSES, (n,), generator=g)
-    images = templates[labels] + noise * torch.randn(n, *SHAPE, generator=g)
+    labels = torch.randint(0, classes, (n,), generator=g)
+    images = noise * torch.randn(n, *shape, generator=g)
+    for chunk in torch.arange(n).split(1024):  # templates per chunk: 1000 classes at 224x224 would not fit
+        images[chunk] += _smooth(coarse[labels[chunk]], spatial).reshape(len(chunk), *shape)
     return TensorDataset(images, labels)
 
 
+def _smooth(coarse: torch.Tensor, size: tuple[int, ...]) -> torch.Tensor:
+    """Coarse random templates interpolated up to ``size`` (1-D: linear, 2-D: bilinear)."""
+    if len(size) == 1:
+        return F.interpolate(coarse, size=size, mode="linear", align_corners=False)
+    if len(size) == 2:
+        return F.interpolate(coarse, size=size, mode="bilinear", align_corners=False)
+    return F.interpolate(coarse, size=size, mode="nearest")
+
+
+def token_sequences(n: int, seq_len: int, vocab: int, seed: int, split: int) -> TensorDataset:
+    """``n`` sequences of ``seq_len`` + 1 token ids where each token follows from the one
+    before it by a fixed random table, except a share TOKEN_NOISE drawn at random: a
+    language model can learn it (best next-token accuracy ~0.9). Items are (inputs, targets),
+    the targets being the inputs shifted by one."""
+    successor = torch.randint(0, vocab, (vocab,), generator=torch.Generator().manual_seed(seed))
+    g = torch.Generator().manual_seed(seed * 1000 + 1 + split)
+    seq = torch.empty(n, seq_len + 1, dtype=torch.long)
+    seq[:, 0] = torch.randint(0, vocab, (n,), generator=g)
+    jump = torch.rand(n, seq_len, generator=g) < TOKEN_NOISE
+    random = torch.randint(0, vocab, (n, seq_len), generator=g)
+    for t in range(seq_len):
+        seq[:, t + 1] = torch.where(jump[:, t], random[:, t], successor[seq[:, t]])
+    return TensorDataset(seq[:, :-1].contiguous(), seq[:, 1:].contiguous())
+
+
 def as_tensors(ds: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole split as (images float32 Nx1x28x28 in [0,1]-ish, labels int64)."""
+    """The whole split as (inputs, labels): float32 images in [0, 1] read from a torchvision
+    dataset's arrays (MNIST-style N x H x W, CIFAR-style N x H x W x C), else item by item."""
     if isinstance(ds, TensorDataset):
         return ds.tensors[0], ds.tensors[1]
     base, index = (ds.dataset, list(ds.indices)) if isinstance(ds, torch.utils.data.Subset) else (ds, None)
-    if hasattr(base, "data") and hasattr(base, "targets"):  # torchvision MNIST-style: read the arrays
-        images = base.data.unsqueeze(1).float().div_(255)
-        labels = torch.as_tensor(base.targets, dtype=torch.long)
+    data, targets = getattr(base, "data", None), getattr(base, "targets", None)
+    if data is not None and targets is not None and getattr(data, "ndim", 0) in (3, 4):
+        images = torch.as_tensor(data)
+        images = images.unsqueeze(1) if images.ndim == 3 else images.permute(0, 3, 1, 2)  # to N x C x H x W
+        images = images.float().div_(255)
+        labels = torch.as_tensor(targets, dtype=torch.long)
         return (images[index], labels[index]) if index is not None else (images, labels)
     xs, ys = zip(*(ds[i] for i in range(size(ds))))
     return torch.stack(xs), torch.as_tensor(ys)

@@ -81,7 +81,7 @@ class Epoch:
     epoch: int
     train_s: float
     eval_s: float
-    images: float
+    items: float  # images, tokens ...: what the data's Spec counts
     loss: float
     train_acc: float
     test_acc: float
@@ -127,12 +127,11 @@ class Trainer:
                 self.t.batch_size,
                 f"a global batch <= the training set ({data.size(splits.train)})",
             )
+        self.spec = data.spec(s.data)
         torch.manual_seed(s.seed)
-        model = models.build(s.model.name, s.model.init, s.model.num_classes)
-        self.flops_per_image = training_flops_per_image(model)
-        fixed, per_image = flops.bytes_moved(model, data.SHAPE, self.t.precision)
-        b = self.plan.per_device_batch
-        self.intensity = self.flops_per_image * b / (fixed + per_image * b)  # FLOP/byte, estimated
+        model = models.build(s.model, self.spec)
+        self.flops_per_item, flops_note = flops.estimated("FLOPs", lambda: training_flops_per_item(model, self.spec))
+        self.intensity, bytes_note = flops.estimated("arithmetic intensity", lambda: self.estimate_intensity(model))
         self.knobs = Knobs(
             self.t.precision, s.model.channels_last, self.t.compile, self.t.compile_mode, self.t.compile_backend
         )
@@ -144,10 +143,10 @@ class Trainer:
         resolved = OmegaConf.to_container(OmegaConf.structured(s), resolve=True)
         self.folder = Path(self.t.checkpoint_dir).resolve() / checkpoint.key(resolved)  # type: ignore[arg-type]
         self.start, self.source = self.resume()
-        self.notes = "; ".join(n for n in (splits.note, self.strategy.note) if n)
+        self.notes = "; ".join(n for n in (splits.note, self.strategy.note, flops_note, bytes_note) if n)
         self.fixed: dict[str, Any] = {
             "strategy": s.strategy.name,
-            "model": s.model.name,
+            "model": s.model.label,
             "global_batch": self.plan.global_batch,
             "per_device_batch": self.plan.per_device_batch,
             "n_devices": self.n_devices,
@@ -155,13 +154,21 @@ class Trainer:
             "precision": self.t.precision,
             "channels_last": s.model.channels_last,
             "compiled": self.t.compile,
-            "flops_per_image": self.flops_per_image,
+            "flops_per_item": self.flops_per_item,
             "intensity": self.intensity,
-            "items_unit": "images",
+            "items_unit": self.spec.unit,
             "checkpoint": str(self.folder / f"{ctx.run_id}.pt"),
             "resumed_from_epoch": self.start,
         }
         self.compile_info: dict[str, Any] = {}
+
+    def estimate_intensity(self, model: torch.nn.Module) -> float:
+        """FLOP/byte of one training step on one device, *estimated* (perflab.flops.bytes_moved)."""
+        fixed, per_sample = flops.bytes_moved(model, self.spec.example(2, "meta"), self.t.precision)
+        samples = self.plan.per_device_batch
+        if self.flops_per_item is None:
+            raise ValueError("no FLOP count")
+        return self.flops_per_item * samples * self.spec.items_per_sample / (fixed + per_sample * samples)
 
     # --- resume -------------------------------------------------------------------------
 
@@ -245,7 +252,7 @@ class Trainer:
                 loss_sum += loss
                 correct += right
                 first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss), step + 1, first_bad)
-                seen += y.shape[0]
+                seen += y.numel()  # one item per label: an image's, or each token's
             s.sync()
             train_s = time.perf_counter() - t0
         test_right, test_seen, eval_s = self.evaluate()
@@ -289,8 +296,8 @@ class Trainer:
         t0 = time.perf_counter()
         with precisions.applied(self.knobs.precision, self.main.type):
             for x, y in self.test_batches.epoch(0):
-                right += (s.eval_model(s.inputs(x)).argmax(1) == y).sum()
-                seen += y.shape[0]
+                right += (s.eval_model(s.inputs(x)).argmax(-1) == y).sum()
+                seen += y.numel()
         s.sync()
         return right, seen, time.perf_counter() - t0
 
@@ -320,7 +327,7 @@ class Trainer:
                 torch.tensor([seen, test_seen, rss_mb, machine.own_s], device=self.main, dtype=torch.float64),
             ]
         )
-        loss, right, test_ok, images, test_n, rss, own_cpu = self.strategy.all_reduce(sums).tolist()
+        loss, right, test_ok, items, test_n, rss, own_cpu = self.strategy.all_reduce(sums).tolist()
         highs = torch.tensor([train_s, eval_s, wait], device=self.main, dtype=torch.float64)
         train_s, eval_s, wait = self.strategy.all_reduce(highs, op="max").tolist()
         first = -self.strategy.all_reduce(-bad.reshape(1), op="max").item()
@@ -328,9 +335,9 @@ class Trainer:
             epoch + 1,
             train_s,
             eval_s,
-            images,
-            loss / images,
-            right / images,
+            items,
+            loss / items,
+            right / items,
             test_ok / test_n if test_n else math.nan,
             lr,
             wait,
@@ -368,19 +375,19 @@ class Trainer:
                 "data loader",
                 draw,
                 self.ctx.devices,
-                items=n * self.plan.per_device_batch,
-                items_unit="images",
+                items=n * self.plan.per_device_batch * self.spec.items_per_sample,
+                items_unit=self.spec.unit,
                 note=f"{n} batch{'es' if n != 1 else ''} drawn and moved to the device, no compute",
             )
 
     def record_epoch(self, e: Epoch) -> None:
-        per_step = self.flops_per_image * e.images / e.train_s / 1e12
+        per_step = self.achieved(e.items / e.train_s)
         row = dict(
             epoch=e.epoch,
             train_s=e.train_s,
             eval_s=e.eval_s,
-            items_per_s=e.images / e.train_s,
-            per_device_items_per_s=e.images / e.train_s / self.n_devices,
+            items_per_s=e.items / e.train_s,
+            per_device_items_per_s=e.items / e.train_s / self.n_devices,
             train_loss=e.loss,
             train_acc=e.train_acc,
             test_acc=e.test_acc,
@@ -390,8 +397,7 @@ class Trainer:
             input_bound=e.data_wait_s / e.train_s >= INPUT_BOUND,
             rss_peak_mb=e.rss_peak_mb,
             others_cpu_pct=e.others_cpu_pct,
-            tflops=per_step,
-            **self.ctx.utilization(per_step, self.ctx.devices, self.t.precision),
+            **per_step,
             note=self.notes,
             **self.fixed,
         )
@@ -431,8 +437,7 @@ class Trainer:
         warm, timed = (times[:1], times[1:]) if len(times) > 1 else ([], times)
         stats = bench.stats_of(timed, warm, noise_threshold=self.ctx.settings.bench.noise_threshold)
         last = epochs[-1]
-        rate = last.images / stats.median
-        achieved = self.flops_per_image * rate / 1e12
+        rate = last.items / stats.median
         note = self.notes if warm else "; ".join(x for x in (self.notes, "one epoch: its time includes warm-up") if x)
         timed_epochs = epochs[1:] or epochs
         self.ctx.record(
@@ -446,8 +451,7 @@ class Trainer:
             train_acc=last.train_acc,
             test_acc=last.test_acc,
             lr=last.lr,
-            tflops=achieved,
-            **self.ctx.utilization(achieved, self.ctx.devices, self.t.precision),
+            **self.achieved(rate),
             data_wait_frac=sum(e.data_wait_s for e in timed_epochs) / sum(e.train_s for e in timed_epochs),
             rss_peak_mb=max(e.rss_peak_mb for e in epochs),
             others_cpu_pct=max(e.others_cpu_pct for e in timed_epochs),
@@ -455,6 +459,14 @@ class Trainer:
             note=note,
             **self.fixed,
         )
+
+    def achieved(self, items_per_s: float) -> dict[str, Any]:
+        """``tflops`` (and ``mfu`` / ``pct_of_peak`` where a peak is known) at this rate; none
+        where the FLOPs could not be counted."""
+        if self.flops_per_item is None:
+            return {}
+        tflops = self.flops_per_item * items_per_s / 1e12
+        return {"tflops": tflops, **self.ctx.utilization(tflops, self.ctx.devices, self.t.precision)}
 
     def progress(self, it: Iterator[Any], total: int, desc: str) -> Iterator[Any]:
         """A per-epoch progress bar on a terminal (rank 0 only); plain iteration elsewhere."""
@@ -465,15 +477,18 @@ class Trainer:
         return iter(tqdm(it, total=total, desc=desc, leave=False, unit="batch"))
 
 
-def training_flops_per_image(model: torch.nn.Module) -> float:
-    """Forward + backward FLOPs of one image, counted on a shape-only (meta) copy of the model,
-    so that nothing runs and no state (BatchNorm statistics) changes."""
+def training_flops_per_item(model: torch.nn.Module, spec: data.Spec) -> float:
+    """Forward + backward FLOPs per item (an image, a token ...), counted on a shape-only
+    (meta) copy of the model with a batch of two of the data's real shape and dtype (BatchNorm
+    in training mode needs more than one value per channel), so that nothing runs and no
+    state (BatchNorm statistics) changes."""
     import copy
 
-    meta = copy.deepcopy(model).to("meta")
-    x = torch.empty(2, *data.SHAPE, device="meta")
+    meta = copy.deepcopy(model).to("meta").train()
+    x = spec.example(2, "meta")
 
     def step() -> None:
-        meta(x).sum().backward()
+        out = meta(x)
+        (out if isinstance(out, torch.Tensor) else out[0]).float().sum().backward()
 
-    return flops.count(step) / 2
+    return flops.count(step) / (2 * spec.items_per_sample)

@@ -1,19 +1,37 @@
-"""The chapter's models, built eagerly (known shapes) so any wrapper applies before batch one.
+"""Models by factory, the way Hydra instantiates any object: ``model._target_`` names a callable
+that returns an ``nn.Module`` (perflab's, torchvision's, timm's or the user's own), the keys
+added beside it are its arguments, and what the data decides (``num_classes``,
+``in_channels``, ``vocab_size``, ``seq_len``) reaches a factory that takes it by that name.
+
+perflab's own factories:
 
 - ``lenet``: the LeNet variant of book 13.5 (3x3 conv to 20, avg-pool, 5x5 conv to 50,
-  avg-pool, 800 -> 128 -> 10), as modules instead of a parameter list.
+  avg-pool, 800 -> 128 -> 10), as modules instead of a parameter list; 1x28x28 inputs.
 - ``resnet18``: the ResNet-18 variant of book 13.6 for 28x28 inputs (3x3 stride-1 stem, no
   max-pool, four stages of 64/128/256/512 with two residual blocks each).
-- ``resnet18_tv``: torchvision's ``resnet18`` with a 1-channel stem and 10 classes (no weights).
+- ``resnet18_tv``: torchvision's ``resnet18`` with its stem fitted to the input channels.
+- ``mlp``: the book's MLP of 13.1 (512 -> 256 -> 128 -> 2).
+- ``torchvision`` / ``timm``: any model of theirs by name (``model.arch``), no weights.
+
+Everything a user's factory can get wrong is answered before the timed loop, in one line
+(:func:`check`): a target that does not import, an argument it does not take, an output that
+does not fit the data (a dry forward on a small batch).
 """
 
 from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import pkgutil
+from typing import Any, Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from perflab.schema import INITS, MODELS  # noqa: F401 - the choice lists live in the schema
+from perflab.errors import ConfigError, first_line
+from perflab.schema import ModelConfig
 
 
 def lenet(num_classes: int = 10) -> nn.Module:
@@ -69,23 +87,226 @@ def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
     )
 
 
-def resnet18_tv(num_classes: int = 10) -> nn.Module:
+def resnet18_tv(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
     import torchvision
 
     net = torchvision.models.resnet18(weights=None, num_classes=num_classes)
-    net.conv1 = nn.Conv2d(1, 64, kernel_size=7, stride=2, padding=3, bias=False)
+    net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
     return net
 
 
-BUILDERS = {"lenet": lenet, "resnet18": resnet18, "resnet18_tv": resnet18_tv}
+def mlp(num_classes: int = 2) -> nn.Module:
+    """The book's network for hybridization (13.1): 512 -> 256 -> 128 -> 2."""
+    return nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, num_classes))
 
 
-def build(name: str, init: str = "default", num_classes: int = 10) -> nn.Module:
-    """A model on the CPU with its weights initialized (seed the RNG first for repeatability)."""
-    net = BUILDERS[name](num_classes)
-    if init != "default":
-        net.apply(_book_normal if init == "book_normal" else _xavier)
+def torchvision(arch: str, num_classes: int = 1000, in_channels: int = 3, **kwargs: Any) -> nn.Module:
+    """torchvision's classification model ``arch`` (no weights), its first convolution fitted
+    to ``in_channels`` where the data has other than 3."""
+    import torchvision as tv
+
+    known = tv.models.list_models(module=tv.models)
+    if arch not in known:
+        close = difflib.get_close_matches(str(arch), known, n=1)
+        raise ConfigError(
+            "model.arch",
+            arch,
+            "a classification model of torchvision.models (torchvision.models.list_models())",
+            problem=f"not one of torchvision's{f'; did you mean {close[0]}?' if close else ''}",
+        )
+    net = tv.models.get_model(arch, weights=None, num_classes=num_classes, **kwargs)
+    if in_channels != 3:
+        _refit_first_conv(net, in_channels)
     return net
+
+
+def timm(arch: str, num_classes: int = 1000, in_channels: int = 3, **kwargs: Any) -> nn.Module:
+    """timm's model ``arch`` (``pip install 'perflab[timm]'``), no pretrained weights."""
+    try:
+        import timm as timm_lib
+    except ImportError:
+        raise ConfigError(
+            "model", "timm", "pip install 'perflab[timm]' first, or another model", problem="timm is not installed"
+        ) from None
+    if not timm_lib.is_model(arch):
+        close = difflib.get_close_matches(str(arch), timm_lib.list_models(), n=1)
+        raise ConfigError(
+            "model.arch",
+            arch,
+            "a model of timm.list_models()",
+            problem=f"not one of timm's{f'; did you mean {close[0]}?' if close else ''}",
+        )
+    return timm_lib.create_model(arch, pretrained=False, num_classes=num_classes, in_chans=in_channels, **kwargs)
+
+
+def _refit_first_conv(net: nn.Module, in_channels: int) -> None:
+    """Replace the first 3-channel convolution by one that takes ``in_channels``."""
+    for parent in net.modules():
+        for name, child in parent.named_children():
+            if isinstance(child, nn.Conv2d) and child.in_channels == 3:
+                conv = nn.Conv2d(
+                    in_channels,
+                    child.out_channels,
+                    kernel_size=child.kernel_size,  # type: ignore[arg-type]
+                    stride=child.stride,  # type: ignore[arg-type]
+                    padding=child.padding,  # type: ignore[arg-type]
+                    bias=child.bias is not None,
+                )
+                setattr(parent, name, conv)
+                return
+
+
+# --- any factory, Hydra's way ---------------------------------------------------------------
+
+TARGET_ALLOWED = "a callable's dotted path, pkg.module.Name, that returns an nn.Module"
+
+
+def locate(target: str) -> Callable[..., Any]:
+    """The callable at a dotted path; one line naming it (with a did-you-mean) if it is not there."""
+    key = "model._target_"
+    parts = target.split(".")
+    if len(parts) < 2 or not all(p.isidentifier() for p in parts):
+        raise ConfigError(key, target, TARGET_ALLOWED, problem="not a dotted path")
+    module, depth = None, 0
+    for depth in range(len(parts) - 1, 0, -1):  # the longest importable module prefix
+        name = ".".join(parts[:depth])
+        try:
+            module = importlib.import_module(name)
+            break
+        except ModuleNotFoundError as err:
+            if err.name and not (name == err.name or name.startswith(err.name + ".")):
+                problem = f"importing {name} failed: ModuleNotFoundError: {first_line(err)}"
+                raise ConfigError(key, target, TARGET_ALLOWED, problem=problem) from None
+        except Exception as err:  # the user's module raised while importing
+            problem = f"importing {name} failed: {type(err).__name__}: {first_line(err)}"
+            raise ConfigError(key, target, TARGET_ALLOWED, problem=problem) from None
+    if module is None:
+        problem = f"no module named {parts[0]} (is its package installed in this environment?)"
+        raise ConfigError(key, target, TARGET_ALLOWED, problem=problem)
+    obj: Any = module
+    for i, attr in enumerate(parts[depth:], start=depth):
+        if not hasattr(obj, attr):
+            where = ".".join(parts[:i])
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            if hasattr(obj, "__path__"):  # a package: its modules too
+                names += [m.name for m in pkgutil.iter_modules(obj.__path__)]
+            close = difflib.get_close_matches(attr, names, n=1)
+            hint = f"; did you mean {where}.{close[0]}?" if close else ""
+            raise ConfigError(key, target, TARGET_ALLOWED, problem=f"{where} has no {attr}{hint}")
+        obj = getattr(obj, attr)
+    if not callable(obj):
+        raise ConfigError(key, target, TARGET_ALLOWED, problem=f"it is a {type(obj).__name__}, not a callable")
+    return obj  # type: ignore[no-any-return]
+
+
+def arguments(cfg: ModelConfig, data: Any) -> dict[str, Any]:
+    """The factory's arguments: ``model.arch`` for torchvision's and timm's, the user's own
+    (``+model.width=16``), and what the data decides for each name the factory takes (never
+    through its ``**kwargs``). An argument it does not take, or one that the data decides, is
+    one line."""
+    params = _parameters(locate(cfg._target_))
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    named = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    decided = data.factory_args()
+    for key, value in cfg.args.items():
+        if key in decided:
+            raise ConfigError(
+                f"model.{key}",
+                value,
+                f"leave it out, and set {DATA_KEYS.get(key, 'the data')} instead",
+                problem=f"the data decides {key} ({decided[key]} here)",
+            )
+        if key not in named and not takes_any:
+            close = difflib.get_close_matches(key, [*named, "arch", "init", "channels_last"], n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(
+                f"model.{key}",
+                value,
+                f"the arguments {cfg.label} takes: {', '.join(named) or 'none'}",
+                problem=f"{cfg.label} takes no argument {key}{hint}",
+            )
+    args = {k: v for k, v in decided.items() if k in named}
+    if "arch" in named:
+        args["arch"] = cfg.arch
+    return {**args, **cfg.args}
+
+
+# Where a user sets what the data decides.
+DATA_KEYS = {
+    "num_classes": "data.num_classes",
+    "in_channels": "data.shape",
+    "vocab_size": "data.vocab_size",
+    "seq_len": "data.seq_len",
+}
+
+
+def _parameters(factory: Callable[..., Any]) -> dict[str, inspect.Parameter]:
+    try:
+        return dict(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):  # no signature to read: take the arguments as given
+        return {"kwargs": inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)}
+
+
+def build(cfg: ModelConfig, data: Any) -> nn.Module:
+    """The model on the CPU with its weights initialized (seed the RNG first for repeatability),
+    instantiated by ``hydra.utils.instantiate`` as Hydra builds any ``_target_``. A factory
+    that fails to build is one line."""
+    from hydra.utils import instantiate
+
+    args = arguments(cfg, data)
+    try:
+        net = instantiate({"_target_": cfg._target_, "_convert_": "all", **args})
+    except Exception as err:
+        cause: BaseException = err
+        while cause.__cause__ is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__  # Hydra wraps what the factory raised
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(
+            "model._target_",
+            cfg._target_,
+            "a factory that builds with " + (", ".join(f"{k}={v}" for k, v in args.items()) or "no arguments"),
+            problem=f"building it failed: {type(cause).__name__}: {first_line(cause)}",
+        ) from None
+    if not isinstance(net, nn.Module):
+        raise ConfigError(
+            "model._target_",
+            cfg._target_,
+            "a factory that returns an nn.Module",
+            problem=f"it returned {type(net).__name__}",
+        )
+    if cfg.init != "default":
+        net.apply(_book_normal if cfg.init == "book_normal" else _xavier)
+    return net
+
+
+def check(cfg: ModelConfig, data: Any, batch: int = 2) -> nn.Module:
+    """Build the model and run it once on a small batch of the data's shape (eval mode, no
+    gradients, on the CPU): a model that does not take the data, or whose output does not
+    fit it, is one line with both shapes, before anything is timed. Returns the model."""
+    net = build(cfg, data)
+    x = data.example(batch)
+    want = data.output_shape(batch)
+    try:
+        with torch.no_grad():
+            out = net.eval()(x)
+    except Exception as err:
+        raise ConfigError(
+            "model",
+            cfg.label,
+            f"a model that takes {data.describe()}, or data of the shape it takes",
+            problem=f"it fails on the data's input {tuple(x.shape)}: {type(err).__name__}: {first_line(err)}",
+        ) from None
+    got = tuple(out.shape) if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
+    if got != want:
+        kind = "(B, seq_len, vocab_size) logits" if data.tokens else "(B, num_classes) scores"
+        raise ConfigError(
+            "model",
+            cfg.label,
+            f"a model whose output is {want}, {kind}, for an input {tuple(x.shape)}",
+            problem=f"its output {got} does not fit the data (input {tuple(x.shape)}, output {want})",
+        )
+    return net.train()
 
 
 def _book_normal(m: nn.Module) -> None:

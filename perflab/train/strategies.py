@@ -72,18 +72,20 @@ class Single:
         self, model: Any, x: torch.Tensor, y: torch.Tensor, batch: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed loss (for the epoch's total) and correct count, with the backward pass run on
-        this slice's share of the global batch's mean loss."""
+        this slice's share of the global batch's mean loss. ``batch`` counts the global batch's
+        items (labels): images, or tokens, whose next-token cross-entropy it averages
+        (``(B, T, vocab)`` outputs against ``(B, T)`` targets)."""
         with precisions.applied(self.knobs.precision, x.device.type):
             out = model(x)
-            loss = F.cross_entropy(out.float(), y, reduction="sum")
+            loss = F.cross_entropy(out.flatten(0, -2).float(), y.flatten(), reduction="sum")
         self.scaler.scale(loss / batch).backward()
-        return loss.detach(), (out.argmax(1) == y).sum()
+        return loss.detach(), (out.argmax(-1) == y).sum()
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         opt = self.optimizers[0]
         opt.zero_grad(set_to_none=True)
         x, y = self.inputs(x), y.to(self.device, non_blocking=True)
-        loss, right = self.forward_loss(self.model, x, y, x.shape[0])
+        loss, right = self.forward_loss(self.model, x, y, y.numel())
         self.scaler.step(opt)
         self.scaler.update()
         return loss, right
@@ -137,7 +139,7 @@ class Scratch(Single):
         self.scaler = precisions.scaler(knobs.precision, self.device.type)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = x.shape[0]
+        batch = y.numel()  # the global batch's items
         losses, correct = [], []
         for runner, opt, d, xs, ys in zip(
             self.runners,
