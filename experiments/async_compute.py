@@ -104,7 +104,7 @@ def training_ab(ctx: Context, d: Any, steps: int, batch: int, cpu_note: str) -> 
     from perflab.train import models
 
     torch.manual_seed(ctx.settings.seed)
-    model = models.build("lenet").to(d.torch)
+    model = models.lenet().to(d.torch)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(batch, 1, 28, 28, device=d.torch)
     y = torch.randint(0, 10, (batch,), device=d.torch)

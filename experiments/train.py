@@ -163,7 +163,8 @@ def progress(row: Mapping[str, Any]) -> str | None:
         return None
     return (
         f"epoch {row['epoch']}: {row['train_s']:.2f} s train, {row['eval_s']:.2f} s eval, "
-        f"{row['items_per_s']:.4g} {row.get('items_unit') or 'items'}/s, loss {row['train_loss']:.4f}, train acc {row['train_acc']:.3f}, "
+        f"{row['items_per_s']:.4g} {row.get('items_unit') or 'items'}/s, loss {row['train_loss']:.4f}, "
+        f"train acc {row['train_acc']:.3f}, "
         f"test acc {row['test_acc']:.3f}, lr {row['lr']:.4g}, waiting for data {row['data_wait_frac']:.0%}"
     )
 

@@ -26,7 +26,6 @@ from perflab.errors import ConfigError, first_line, unknown_key
 # Choice lists: the code that implements each choice checks against these (tests keep them in step).
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 TIMERS = ("auto", "cuda_event", "wall_sync", "torch_utils_benchmark")
-MODELS = ("lenet", "resnet18", "resnet18_tv", "mlp")  # perflab's own (perflab.train.models), beside any _target_
 INITS = ("default", "book_normal", "xavier")
 DATASETS = ("fashion_mnist", "synthetic", "tokens", "torchvision")
 STRATEGIES = ("single", "scratch", "data_parallel", "ddp")

@@ -144,8 +144,8 @@ def test_async_compute_says_cpu_ops_are_synchronous(work):
             "experiment.name=train: allowed: the preset's own; choose the experiment with +experiment=NAME",
         ),
         (
-            ["+experiment=quick/train", "model.num_classes=1"],
-            "model.num_classes=1: allowed: an integer >= 2 (a classifier)",
+            ["+experiment=quick/train", "data.num_classes=1"],
+            "data.num_classes=1: allowed: an integer >= 2 (a classifier)",
         ),
         (
             ["+experiment=quick/train", "strategy=ddp", "strategy.rdzv_endpoint=localhost:99999"],

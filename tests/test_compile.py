@@ -14,6 +14,7 @@ from perflab.experiments import compile as compile_exp
 from perflab.results import load
 from perflab.rundir import RunWriter
 from perflab.schema import validate
+from perflab.train import models
 
 from conftest import FAST, run_subprocess
 
@@ -38,7 +39,7 @@ def _corrupting_backend(gm, example_inputs):
 
 def _gate(ctx, name, backend):
     torch.manual_seed(0)
-    model = compile_exp.mlp().eval()
+    model = models.mlp().eval()
     torch._dynamo.reset()
     candidate = torch.compile(model, backend=backend)
     with torch.no_grad():
@@ -81,7 +82,8 @@ def test_modes_are_measured_in_rounds_with_speedup_flops_and_knobs(work):
         [
             *FAST,
             "experiment.backend=eager",
-            "experiment.model=lenet",
+            "model=lenet",
+            "data.shape=[1,28,28]",
             "experiment.batch=4",
             "experiment.channels_last=true",
             "experiment.precision=bf16-mixed",

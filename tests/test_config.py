@@ -122,7 +122,7 @@ def test_unknown_experiment_lists_the_choices(compose_cfg):
 
 def test_training_presets_carry_the_books_settings(compose_cfg):
     scratch = validate(compose_cfg("+experiment=lenet_scratch"))
-    assert (scratch.model.name, scratch.model.init, scratch.strategy.name) == ("lenet", "book_normal", "scratch")
+    assert (scratch.model.label, scratch.model.init, scratch.strategy.name) == ("lenet", "book_normal", "scratch")
     assert (scratch.trainer.batch_size, scratch.trainer.lr, scratch.trainer.epochs, scratch.trainer.momentum) == (
         256,
         0.2,
@@ -130,7 +130,7 @@ def test_training_presets_carry_the_books_settings(compose_cfg):
         0.0,
     )
     concise = compose_cfg("+experiment=resnet18_concise")
-    assert concise.model.name == "resnet18" and concise.trainer.scaling == "weak"
+    assert concise.model._target_ == "perflab.train.models.resnet18" and concise.trainer.scaling == "weak"
     preset = OmegaConf.load(registry.config_dir() / "experiment" / "resnet18_concise.yaml")
     assert preset.hydra.sweeper.params["devices.count"] == "1,2"  # -m runs the book's 1 and 2 devices
 
@@ -147,9 +147,8 @@ def test_non_training_experiments_have_no_training_sections(compose_cfg):
 
 def test_choice_lists_have_one_source():
     from perflab.experiments import compile as compile_exp
-    from perflab.train import models, strategies
+    from perflab.train import strategies
 
-    assert tuple(models.BUILDERS) == schema.MODELS
     assert tuple(strategies.STRATEGIES) == schema.STRATEGIES
     assert compile_exp.MODES[2:] == tuple(f"compile-{m}" for m in schema.COMPILE_MODES)
 
@@ -165,7 +164,7 @@ def test_group_files_set_only_what_differs_from_the_schema_defaults():
     for group in ("model", "data", "strategy"):
         for path in (conf / group).glob("*.yaml"):
             for key, value in (yaml.safe_load(path.read_text()) or {}).items():
-                assert key == "name" or defaults[group].get(key, object()) != value, f"{path}: {key} restates a default"
+                assert key in ("name", "_target_") or defaults[group].get(key, object()) != value, f"{path}: {key} restates a default"
     root = yaml.safe_load((conf / "config.yaml").read_text())
     assert set(root) <= {"defaults", "hydra"}, "conf/config.yaml restates schema defaults"
 

@@ -201,7 +201,7 @@ def test_a_damaged_or_refused_newest_checkpoint_falls_back_to_the_newest_valid_o
 
     from perflab.train import checkpoint, models
 
-    net = models.build("lenet")
+    net = models.lenet()
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     for run, epoch in (("a", 1), ("b", 2), ("c", 3)):
         checkpoint.save(tmp_path, checkpoint.Info(run, "h", epoch, 5, False), net, opt)

@@ -58,7 +58,8 @@ def test_compile_on_a_gpu(work):
     df = perflab.run(
         "compile",
         [
-            "experiment.model=lenet",
+            "model=lenet",
+            "data.shape=[1,28,28]",
             "experiment.batch=64",
             "devices.spec=[cuda:0]",
             "experiment.atol=1e-3",

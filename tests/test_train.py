@@ -12,13 +12,18 @@ from torch import nn
 
 from perflab.devices import Device
 from perflab.errors import ConfigError
-from perflab.schema import DataConfig, TrainerConfig
+from perflab.schema import DataConfig, ModelConfig, TrainerConfig
 from perflab.train import checkpoint, data, models
 from perflab.train.loop import lr_at, plan
 from perflab.train.strategies import DataParallel, Scratch, Single
 
 CPU = Device("cpu", "cpu", threads=1)
 WORKERS = [Device("cpu#0", "cpu", threads=1), Device("cpu#1", "cpu", threads=1)]
+FASHION = data.Spec(data.SHAPE, data.CLASSES)
+
+
+def build(name: str, init: str = "default") -> nn.Module:
+    return models.build(ModelConfig(f"perflab.train.models.{name}", init=init), FASHION)
 
 
 def write_idx_fashion_mnist(root: Path, n_train: int = 64, n_test: int = 32) -> None:
@@ -37,9 +42,9 @@ def write_idx_fashion_mnist(root: Path, n_train: int = 64, n_test: int = 32) -> 
             (raw / name).write_bytes(payload)
 
 
-@pytest.mark.parametrize("name", models.MODELS)
+@pytest.mark.parametrize("name", ["lenet", "resnet18", "resnet18_tv"])
 def test_models_map_fashion_mnist_to_ten_classes(name):
-    net = models.build(name, "default")
+    net = models.build(ModelConfig(f"perflab.train.models.{name}"), FASHION)
     assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
 
 
@@ -54,7 +59,7 @@ def test_book_resnet18_keeps_28x28_resolution_in_the_stem():
 
 def test_book_init_is_normal_with_std_001():
     torch.manual_seed(0)
-    net = models.build("lenet", "book_normal")
+    net = build("lenet", "book_normal")
     w = torch.cat([m.weight.flatten() for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))])
     assert w.std().item() == pytest.approx(0.01, rel=0.05)
     assert all(m.bias.abs().sum() == 0 for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear)))
@@ -143,7 +148,7 @@ def test_strong_scaling_needs_a_divisible_batch():
 
 def _train_steps(strategy_cls, devices, steps=4, batch=32):
     torch.manual_seed(0)
-    model = models.build("lenet", "default")
+    model = build("lenet")
     s = strategy_cls(model, devices, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-4))
     ds = data.synthetic(steps * batch, 0, 0.6, split=0)
     for x, y in data.Batches(ds, batch, seed=0).epoch(0):
@@ -170,7 +175,7 @@ def test_scratch_allreduce_sums_and_broadcasts():
 
 def test_checkpoint_loads_into_bare_and_wrapped_models(tmp_path):
     torch.manual_seed(0)
-    wrapped = nn.DataParallel(models.build("lenet"))  # a pass-through wrapper without CUDA
+    wrapped = nn.DataParallel(build("lenet"))  # a pass-through wrapper without CUDA
     assert all(k.startswith("module.") for k in wrapped.state_dict())
     opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
     info = checkpoint.Info("run1", "hash", epoch=3, epochs=5, complete=False)
@@ -178,9 +183,9 @@ def test_checkpoint_loads_into_bare_and_wrapped_models(tmp_path):
     assert path == tmp_path / "run1.pt" and checkpoint.most_advanced(tmp_path) == (path, info)
     state = checkpoint.load(path)  # weights_only=True inside
     assert state["epoch"] == 3 and not any(k.startswith("module.") for k in state["model"])
-    bare = models.build("lenet")
+    bare = build("lenet")
     checkpoint.load_weights(bare, state["model"])
-    rewrapped = nn.DataParallel(models.build("lenet"))
+    rewrapped = nn.DataParallel(build("lenet"))
     checkpoint.load_weights(rewrapped, {f"module.{k}": v for k, v in state["model"].items()})
     for k, v in wrapped.module.state_dict().items():
         assert torch.equal(bare.state_dict()[k], v) and torch.equal(rewrapped.module.state_dict()[k], v)
@@ -195,7 +200,7 @@ def test_config_key_ignores_what_may_change_on_resume():
 
 
 def test_the_most_advanced_checkpoint_wins_and_a_sweep_resumes_only_interrupted_ones(tmp_path):
-    net, opt = models.build("lenet"), None
+    net, opt = build("lenet"), None
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     checkpoint.save(tmp_path, checkpoint.Info("a", "h", 3, 10, False), net, opt)
     checkpoint.save(tmp_path, checkpoint.Info("b", "h", 10, 10, True), net, opt)

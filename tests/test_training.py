@@ -19,8 +19,9 @@ from perflab import registry
 from perflab.devices import Device
 from perflab.results import load
 from perflab.rundir import RunRecord
-from perflab.train import checkpoint, models
-from perflab.train.loop import Trainer, training_flops_per_image
+from perflab.schema import ModelConfig
+from perflab.train import checkpoint, data, models
+from perflab.train.loop import Trainer, training_flops_per_item
 from perflab.train.strategies import Knobs, Single
 
 from conftest import FAST
@@ -36,6 +37,11 @@ SMALL = [
 ]
 STRATEGIES = {"single": 1, "scratch": 2, "data_parallel": 2, "ddp": 2}
 CPU = Device("cpu", "cpu", threads=1)
+FASHION = data.Spec(data.SHAPE, data.CLASSES)
+
+
+def LENET() -> torch.nn.Module:  # noqa: N802 - reads as the model it builds
+    return models.build(ModelConfig("perflab.train.models.lenet"), FASHION)
 
 
 def weights(df) -> dict[str, torch.Tensor]:
@@ -71,8 +77,8 @@ def test_every_strategy_trains_and_learns(strategy_runs, name):
     assert summary["n"] == 2 and summary["warmup_n"] == 1  # epoch 1 is the warm-up
     assert summary["median_s"] == pytest.approx(epochs["train_s"].iloc[1:].median())
     assert summary["devices"] == ("cpu" if name == "single" else "cpu#0+cpu#1")
-    assert summary["flops_per_image"] == pytest.approx(training_flops_per_image(models.build("lenet")))
-    assert summary["tflops"] == pytest.approx(summary["flops_per_image"] * summary["items_per_s"] / 1e12)
+    assert summary["flops_per_item"] == pytest.approx(training_flops_per_item(LENET(), FASHION))
+    assert summary["tflops"] == pytest.approx(summary["flops_per_item"] * summary["items_per_s"] / 1e12)
     assert (epochs["rss_peak_mb"] > 50).all() and (
         (epochs["data_wait_frac"] >= 0) & (epochs["data_wait_frac"] < 1)
     ).all()
@@ -248,12 +254,12 @@ def test_training_flops_match_a_hand_count_of_lenet():
     forward = 2 * (20 * 26 * 26 * 1 * 3 * 3 + 50 * 9 * 9 * 20 * 5 * 5 + 800 * 128 + 128 * 10)
     from perflab import flops
 
-    meta = models.build("lenet").to("meta")
+    meta = LENET().to("meta")
     counted = flops.count(lambda: meta(torch.empty(1, 1, 28, 28, device="meta")))
     assert counted == pytest.approx(forward, rel=0.01)
     # backward = 2x forward (input and weight gradients), except the first layer's input gradient
     # (the images need none): forward + backward = 3 x forward - conv1's forward
-    assert training_flops_per_image(models.build("lenet")) == pytest.approx(3 * forward - 243_360, rel=0.01)
+    assert training_flops_per_item(LENET(), FASHION) == pytest.approx(3 * forward - 243_360, rel=0.01)
 
 
 @pytest.mark.parametrize(
@@ -261,7 +267,7 @@ def test_training_flops_match_a_hand_count_of_lenet():
 )
 def test_precision_changes_what_runs_inside_the_model(precision, dtype):
     torch.manual_seed(0)
-    net = models.build("lenet")
+    net = LENET()
     seen = {}
     net[0].register_forward_hook(lambda m, i, o: seen.update(out=o.dtype))
     s = Single(net, [CPU], lambda p: torch.optim.SGD(p, lr=0.01), Knobs(precision=precision))
@@ -271,7 +277,7 @@ def test_precision_changes_what_runs_inside_the_model(precision, dtype):
 
 
 def test_channels_last_changes_the_memory_format_of_inputs_and_weights():
-    net = models.build("lenet")
+    net = LENET()
     seen = {}
     net[0].register_forward_pre_hook(
         lambda m, i: seen.update(nhwc=i[0].is_contiguous(memory_format=torch.channels_last))
