@@ -164,7 +164,8 @@ def test_group_files_set_only_what_differs_from_the_schema_defaults():
     for group in ("model", "data", "strategy"):
         for path in (conf / group).glob("*.yaml"):
             for key, value in (yaml.safe_load(path.read_text()) or {}).items():
-                assert key in ("name", "_target_") or defaults[group].get(key, object()) != value, f"{path}: {key} restates a default"
+                restated = key not in ("name", "_target_") and defaults[group].get(key, object()) == value
+                assert not restated, f"{path}: {key} restates a default"
     root = yaml.safe_load((conf / "config.yaml").read_text())
     assert set(root) <= {"defaults", "hydra"}, "conf/config.yaml restates schema defaults"
 
