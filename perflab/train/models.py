@@ -226,7 +226,7 @@ def arguments(cfg: ModelConfig, data: Any) -> dict[str, Any]:
                 problem=f"{cfg.label} takes no argument {key}{hint}",
             )
     args = {k: v for k, v in decided.items() if k in named}
-    if "arch" in named:
+    if "arch" in named and cfg.arch is not None:  # model=torchvision / model=timm
         args["arch"] = cfg.arch
     return {**args, **cfg.args}
 
