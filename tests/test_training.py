@@ -244,7 +244,7 @@ def test_a_diverging_run_is_an_error_row_not_ok(work):
     df = perflab.run("train", [*SMALL, "trainer.epochs=3", "trainer.lr=1e30", "trainer.momentum=0"])
     assert df.attrs["outcome"] == "error"
     epoch = df[df["measurement"] == "epoch"].iloc[0]
-    assert epoch["status"] == "error" and epoch["error"].startswith("diverged at step ")
+    assert epoch["status"] == "error" and epoch["error"].startswith("diverged at step 2: ")  # the first update
     assert "train" not in set(df["measurement"]), "no summary of a broken run"
     assert not RunRecord.read(Path(df.attrs["run_dir"])).complete
 

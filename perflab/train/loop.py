@@ -1,14 +1,15 @@
 """The training loop shared by every strategy, as steps a reader can follow:
 
-  Trainer(ctx)    data, model, strategy, FLOPs per image, and where it resumes from
+  Trainer(ctx)    data, model, strategy, FLOPs per item, and where it resumes from
   fit()           the data-only pass, then epochs, then the summary row
-  run_epoch()     the timed training pass: it only queues work (loss sums and counts stay on
-                  the device), waits for the devices once at the end, then evaluates
+  run_epoch()     the timed training pass: it only queues work (each step's loss goes into a
+                  buffer on the device, the correct count adds up there: two small ops per
+                  step), waits for the devices once at the end, then evaluates
   reduce()        the epoch's one read-back, summed over ranks (DDP)
   record_*()      one row per epoch, a ``compile`` row, a ``train`` row with epoch-time stats
 
-The host never waits on a device mid-epoch; a loss that turns NaN/inf is caught on the device
-(the first bad step is kept there) and reported at the epoch's read-back as an error row.
+The host never waits on a device mid-epoch; a loss that turns NaN/inf is found in the epoch's
+buffer of losses after its timed pass and reported at the epoch's read-back as an error row.
 """
 
 from __future__ import annotations
@@ -229,9 +230,8 @@ class Trainer:
         s = self.strategy
         steps = len(self.train_batches)
         s.train(True)
-        loss_sum = torch.zeros((), device=self.main)
+        losses = torch.zeros(steps, device=self.main)  # each step's summed loss, read after the epoch
         correct = torch.zeros((), device=self.main, dtype=torch.long)
-        first_bad = torch.full((), -1, device=self.main, dtype=torch.long)
         seen, wait, lr = 0, 0.0, self.plan.lr
         memory = Memory(self.devices)
         with memory.sample(), Machine() as machine:
@@ -249,16 +249,17 @@ class Trainer:
                     loss, right = self.first_compiled_step(x, y)
                 else:
                     loss, right = s.step(x, y)
-                loss_sum += loss
+                losses[i] = loss
                 correct += right
-                first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss), step + 1, first_bad)
                 seen += y.numel()  # one item per label: an image's, or each token's
             s.sync()
             train_s = time.perf_counter() - t0
+        bad = ~torch.isfinite(losses)  # the first NaN/inf step of the run, or -1
+        first_bad = torch.where(bad.any(), bad.int().argmax() + epoch * steps + 1, -1)
         test_right, test_seen, eval_s = self.evaluate()
         return self.reduce(
             epoch,
-            loss_sum,
+            losses.sum(),
             correct,
             first_bad,
             seen,
