@@ -123,6 +123,7 @@ def test_a_users_transformer_trains_on_tokens_with_every_metric(userpkg):
     assert summary["flops_per_item"] > 6 * sum(p.numel() for p in net.parameters() if p.dim() == 2) * 0.5
     assert summary["tflops"] == pytest.approx(summary["flops_per_item"] * summary["items_per_s"] / 1e12)
     assert summary["intensity"] > 0 and summary["rss_peak_mb"] > 50 and 0 <= summary["data_wait_frac"] < 1
+    assert (epochs["train_cpu_s"] > 0).all(), "the CPU time of each timed pass"
     assert epochs["train_loss"].iloc[-1] < epochs["train_loss"].iloc[0]
 
 

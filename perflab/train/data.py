@@ -218,9 +218,9 @@ def dataset_class(name: str | None) -> Any:
     """``torchvision.datasets.<name>``: one that takes ``train=`` or ``split=``, or one line."""
     import torchvision.datasets as tvd
 
-    usable = sorted(n for n in tvd.__all__ if _split_argument(getattr(tvd, n, None)))
     cls = getattr(tvd, str(name), None)
     if _split_argument(cls) is None:
+        usable = sorted(n for n in tvd.__all__ if _split_argument(getattr(tvd, n, None)))
         close = difflib.get_close_matches(str(name), usable, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         raise ConfigError(

@@ -32,7 +32,7 @@ from perflab.devices import Device
 from perflab.errors import ConfigError
 from perflab.schema import TrainerConfig
 from perflab.train import checkpoint, data, models
-from perflab.train.strategies import STRATEGIES, Knobs
+from perflab.train.strategies import STRATEGIES, Knobs, correct
 from perflab.watch import Machine, Memory
 
 log = logging.getLogger("perflab")
@@ -91,6 +91,7 @@ class Epoch:
     first_bad_step: int | None  # the first step whose loss was NaN/inf
     rss_peak_mb: float
     others_cpu_pct: float
+    cpu_s: float  # CPU seconds of the timed pass: this process and its children, summed over ranks
 
 
 class Trainer:
@@ -297,7 +298,7 @@ class Trainer:
         t0 = time.perf_counter()
         with precisions.applied(self.knobs.precision, self.main.type):
             for x, y in self.test_batches.epoch(0):
-                right += (s.eval_model(s.inputs(x)).argmax(-1) == y).sum()
+                right += correct(s.eval_model(s.inputs(x)), y)
                 seen += y.numel()
         s.sync()
         return right, seen, time.perf_counter() - t0
@@ -345,6 +346,7 @@ class Trainer:
             None if first >= big else int(first),
             rss,
             100 * machine.others_share(own_cpu),
+            own_cpu,
         )
 
     def save_checkpoint(self, epoch: int) -> None:
@@ -386,6 +388,7 @@ class Trainer:
         row = dict(
             epoch=e.epoch,
             train_s=e.train_s,
+            train_cpu_s=e.cpu_s,
             eval_s=e.eval_s,
             items_per_s=e.items / e.train_s,
             per_device_items_per_s=e.items / e.train_s / self.n_devices,
