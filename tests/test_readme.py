@@ -1,7 +1,8 @@
 """The README's and the docs pages' examples run as written: every fenced block after a
 ``<!-- tested`` marker, shell lines as commands, Python as a script, in one scratch folder per
 page (with the repository's ``examples/`` beside it, as in a clone). A marker may say what the
-block must print: ``<!-- tested: prints "a" "b" -->``. ``pip install`` lines install into a
+block must print, ``<!-- tested: prints "a" "b" -->``, and the exit code its commands end with,
+``<!-- tested: exit 2 -->`` (a refusal: one line on stderr). ``pip install`` lines install into a
 folder of the scratch one (on the PYTHONPATH of the page's later commands), never into the
 environment running the tests."""
 
@@ -29,12 +30,17 @@ class Block:
     lang: str
     body: str
     prints: list[str]
+    exit: int = 0  # what each of its commands exits with
 
 
 def marked_blocks(page: Path) -> list[Block]:
     text = page.read_text()
     found = re.findall(r"<!-- tested([^>]*)-->\s*```(\w+)\n(.*?)```", text, flags=re.S)
-    return [Block(lang, body, re.findall(r'"([^"]+)"', marker)) for marker, lang, body in found]
+    blocks = []
+    for marker, lang, body in found:
+        code = re.search(r"exit (\d+)", marker)
+        blocks.append(Block(lang, body, re.findall(r'"([^"]+)"', marker), int(code.group(1)) if code else 0))
+    return blocks
 
 
 def readme_blocks() -> list[tuple[str, str]]:
@@ -94,8 +100,10 @@ def run_page(page: Path, work: Path) -> str:
                 words, line_env = shell_env(line, env)
                 argv = as_run_here(words, site)
                 proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=600, env=line_env)
-                assert proc.returncode == 0, f"{' '.join(argv)}\n{proc.stdout}\n{proc.stderr}"
+                assert proc.returncode == block.exit, f"{' '.join(argv)}\n{proc.stdout}\n{proc.stderr}"
                 assert "Traceback" not in proc.stdout + proc.stderr
+                if block.exit:  # a refusal is one line
+                    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
                 out += proc.stdout + proc.stderr
         for expected in block.prints:
             assert expected in out, f"{page.name}: {expected!r} not printed by\n{block.body}\n---\n{out[-3000:]}"
@@ -116,6 +124,20 @@ def test_the_bring_your_own_page_marks_examples_that_exist():
     assert [a[:2] for a in commands][0] == ["pip", "install"]
     for path in re.findall(r"examples/[\w/.-]+", "\n".join(b.body for b in blocks)):
         assert (ROOT / path.removeprefix("file://")).exists(), path
+
+
+def test_the_models_page_marks_examples_whose_models_exist():
+    """Cheap: the page installs the example package first, shows a refusal, and every model of
+    it the page names (but the misspelt one it is refused for) is a class of userpkg/models.py."""
+    page = ROOT / "docs" / "models-and-data.md"
+    blocks = marked_blocks(page)
+    assert shell_lines(blocks[0].body) == [["pip", "install", "-e", "examples/userpkg"]]
+    assert len(blocks) >= 5 and [b.exit for b in blocks].count(2) == 1
+    refused = {t for b in blocks if b.exit for t in re.findall(r"userpkg\.models\.(\w+)", b.body)}
+    named = set(re.findall(r"userpkg\.models\.(\w+)", page.read_text())) - refused
+    source = (ROOT / "examples" / "userpkg" / "userpkg" / "models.py").read_text()
+    assert {"SmallCNN", "TinyTransformer"} <= named and all(f"class {t}(" in source for t in named)
+    assert not any(f"class {t}(" in source for t in refused)
 
 
 @pytest.mark.slow
