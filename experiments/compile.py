@@ -113,6 +113,7 @@ def run(ctx: Context) -> None:
     x = fresh_input()
     knobs: dict[str, Any] = {
         "model": s.model.label,
+        "input": spec.describe(),  # (B, 1, 28, 28) float32, (B, 64) token ids < 256
         "precision": p.precision,
         "channels_last": p.channels_last,
         "items_unit": "inputs",
@@ -366,7 +367,8 @@ def report(rows: DataFrame, samples: Samples) -> Section:
     from perflab.frames import per_run, with_samples
 
     def ours(r: Sequence[Mapping[str, Any]]) -> str:
-        return f"{r[-1].get('model', '?')}, batch {r[-1].get('cfg.experiment.batch', '?')}"
+        last = r[-1]
+        return f"{last.get('model', '?')} on {last.get('input', '?')}, batch {last.get('cfg.experiment.batch', '?')}"
 
     return Section(
         number="13.1",

@@ -270,10 +270,7 @@ def compared(rows: DataFrame, samples: Samples) -> tuple[DataFrame | None, list[
     except compare.CompareError as err:
         return None, [str(err)]
     notes = list(table.attrs.get("notes", []))
-    if table.empty:
-        return None, notes
-    units = found["items_unit"].dropna().unique() if "items_unit" in found else []
-    return table.assign(items_unit=str(units[0]) if len(units) else "images"), notes
+    return (None if table.empty else table), notes
 
 
 def _point(e: Mapping[str, Any], count: str | None) -> str:
@@ -283,8 +280,9 @@ def _point(e: Mapping[str, Any], count: str | None) -> str:
 
 
 def points(table: DataFrame | None, notes: Sequence[str]) -> Table:
-    """The compared points: throughput, per device, S(n), E(n), test accuracy."""
-    from perflab.frames import text
+    """The compared points: throughput, per device, S(n), E(n), test accuracy; throughput's
+    unit in the header, or in each cell where the points count different items."""
+    from perflab.frames import text, unit
     from perflab.rows import number
 
     intro = "Compared point by point (perflab compare)" + (": " + " ".join(notes) if notes else ".")
@@ -292,7 +290,9 @@ def points(table: DataFrame | None, notes: Sequence[str]) -> Table:
         return Table([], [], intro)
     count = next((c for c in ("cfg.devices.count", "n_devices") if c in table), None)
     metric = str(table["metric"].iloc[0])
-    unit = f"{table['items_unit'].iloc[0]}/s" if metric == "items_per_s" else metric
+    shared = unit(table, default="")  # "" where points count different items: each cell says its unit
+    each = metric == "items_per_s" and not shared
+    rate = "throughput" if each else f"{shared}/s" if metric == "items_per_s" else metric
     body = []
     for e in table.to_dict("records"):
 
@@ -304,7 +304,7 @@ def points(table: DataFrame | None, notes: Sequence[str]) -> Table:
             [
                 _point(e, count),
                 text(e.get(count)) if count else "",
-                fmt(metric),
+                fmt(metric) + (f" {text(e.get('items_unit')) or 'items'}/s" if each else ""),
                 fmt("per_device_items_per_s"),
                 fmt("speedup", "{:.2f}x"),
                 fmt("efficiency", "{:.0%}"),
@@ -313,12 +313,13 @@ def points(table: DataFrame | None, notes: Sequence[str]) -> Table:
                 text(e.get("suspect")),
             ]
         )
-    header = ["point", "devices", unit, "per device", "S(n)", "E(n)", "test acc", "runs", "suspect"]
+    header = ["point", "devices", rate, "per device", "S(n)", "E(n)", "test acc", "runs", "suspect"]
     return Table(header, body, intro)
 
 
 def fastest(table: DataFrame) -> list[str]:
     """A sweep's headline: its fastest point, and how far the device count scaled."""
+    from perflab.frames import text
     from perflab.rows import number
 
     metric = str(table["metric"].iloc[0])
@@ -327,7 +328,7 @@ def fastest(table: DataFrame) -> list[str]:
     if not rows:
         return []
     top = max(rows, key=lambda e: float(e[metric]))
-    unit = f"{table['items_unit'].iloc[0]}/s" if metric == "items_per_s" else metric
+    unit = f"{text(top.get('items_unit')) or 'items'}/s" if metric == "items_per_s" else metric
     where = ", ".join(x for x in (_point(top, count), f"{number(top.get(count)) or 0:g} devices" if count else "") if x)
     acc = number(top.get("test_acc"))
     lines = [

@@ -4,7 +4,7 @@
     python -m perflab.compare BASE NEW [--fail-if-slower PCT]
 
 One tree: one line per (experiment, measurement, config keys: by default the keys that vary),
-each experiment with its own metric (training: images/s of its summary row; matmul: TFLOP/s;
+each experiment with its own metric (training: items/s of its summary row; matmul: TFLOP/s;
 others: median time) unless ``--metric`` says otherwise. Nothing is dropped: an experiment
 without the asked metric keeps its own, and says so. Rows of different configs that land in
 one line are said to be pooled (and which keys differ). ``--baseline KEY=VALUE`` adds the
@@ -63,6 +63,7 @@ UNITS = {
     "mean_s": "s",
     "min_s": "s",
 }
+UNIT_COLUMNS = ("items_unit", "batch_unit")  # what a row's counts count (images, tokens, sequences ...)
 
 
 class CompareError(ValueError):
@@ -307,6 +308,9 @@ def _one_experiment(
         for column in beside:  # what the experiment wants seen next to speed (training: test_acc)
             if column in part and column != metric:
                 entry[column] = float(pd.to_numeric(part[column], errors="coerce").median())
+        for column in UNIT_COLUMNS:  # each point keeps its rows' units: a table may mix images and tokens
+            if column in part and part[column].notna().any():
+                entry[column] = str(part[column].dropna().iloc[0])
         differ = [c for c in identity if c not in keys and part[c].astype("string").nunique(dropna=False) > 1]
         if differ:
             entry["pooled"] = ", ".join(c.removeprefix("cfg.") for c in differ)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.rows import number
+from perflab.schema import MODELS_MODULE
 
 # How a config key reads beside its value; any other key reads "<its last part> <value>"
 # ("size 256"), a ``.name`` key as its value alone ("ddp"), a true/false one as "compile" /
@@ -27,6 +28,7 @@ WORDS: dict[str, Callable[[Any], str]] = {
     "trainer.scaling": lambda v: f"{v} scaling",
     "data.train_size": lambda v: f"{v} training items",
     "data.test_size": lambda v: f"{v} test items",
+    "model._target_": lambda v: str(v).removeprefix(f"{MODELS_MODULE}."),  # lenet, userpkg.models.SmallCNN
 }
 
 
@@ -59,6 +61,13 @@ def text(v: Any) -> str:
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as dicts the way headline() hooks read them: an empty cell is absent, a whole number an int."""
     return [{k: whole(v) for k, v in r.items() if not missing(v)} for r in df.to_dict("records")]
+
+
+def unit(rows: pd.DataFrame, column: str = "items_unit", default: str = "items") -> str:
+    """What the rows' counts count, as they say it (``items_unit``: images, tokens ...;
+    ``batch_unit``: what a batch counts): the one unit they share, else ``default``."""
+    said = rows[column].dropna().astype("string").unique() if column in rows else []
+    return str(said[0]) if len(said) == 1 else default
 
 
 def ok(rows: pd.DataFrame) -> pd.DataFrame:

@@ -91,13 +91,6 @@ def _iqr_bars(part: pd.DataFrame, value: pd.Series) -> np.ndarray | None:
     return np.abs(np.array([lows, highs]))
 
 
-def _unit(table: pd.DataFrame) -> str:
-    """What one item is (images, tokens ...), as the rows say."""
-    if "items_unit" in table and table["items_unit"].notna().any():
-        return str(table["items_unit"].dropna().iloc[0])
-    return "items"
-
-
 # --- comparison tables (perflab.compare) ---------------------------------------------------------
 
 
@@ -140,7 +133,8 @@ def batch_size(table: pd.DataFrame) -> Any:
     if batch not in table or table[batch].nunique() < 2:
         return None
     metric = str(table["metric"].iloc[0]) if "metric" in table else "items_per_s"
-    unit = _unit(table)
+    unit = frames.unit(table)  # what throughput counts: images, tokens ...
+    counted = frames.unit(table, "batch_unit", default=unit)  # what a batch counts: images, sequences ...
     fig, (left, right) = _figure(10, 4.2, ncols=2)
     for label, part in _groups(table, {batch}):
         part = part.sort_values(batch)
@@ -160,9 +154,9 @@ def batch_size(table: pd.DataFrame) -> Any:
         ax.set_xticks(sizes, [str(b) for b in sizes])
         ax.minorticks_off()
     words = {"items_per_s": f"throughput ({unit}/s)", "median_s": "median time (s)"}.get(metric, metric)
-    left.set(xlabel=f"global batch size ({unit})", ylabel=words, title="Speed vs batch size")
+    left.set(xlabel=f"global batch size ({counted})", ylabel=words, title="Speed vs batch size")
     right.set(
-        xlabel=f"global batch size ({unit})", ylabel="final test accuracy (fraction)", title="Accuracy vs batch size"
+        xlabel=f"global batch size ({counted})", ylabel="final test accuracy (fraction)", title="Accuracy vs batch size"
     )
     _legend(fig, right)
     return fig

@@ -89,7 +89,11 @@ def test_modes_are_measured_in_rounds_with_speedup_flops_and_knobs(work):
             "experiment.precision=bf16-mixed",
             "experiment.atol=0.1",
         ],
-    ).set_index("measurement")
+    )
+    section = compile_exp.report(df, {})  # its report hook reads the model group's rows
+    assert [(s.what, s.here) for s in section.setup] == [("network", "lenet on (B, 1, 28, 28) float32, batch 4")]
+    assert section.figures[0].plot(section.figures[0].rows) is not None, section.figures[0].why_none
+    df = df.set_index("measurement")
     assert (df["status"] == "ok").all(), df[["status", "error"]]
     compiled = df.loc["compile-default"]
     assert compiled["speedup_vs_eager"] == pytest.approx(df.loc["eager", "median_s"] / compiled["median_s"])

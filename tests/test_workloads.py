@@ -115,7 +115,7 @@ def test_a_users_transformer_trains_on_tokens_with_every_metric(userpkg):
     df = perflab.run("quick/train", [*TINY, *TRANSFORMER, "trainer.epochs=2", "trainer.lr=0.05"])
     assert (df["status"] == "ok").all(), df[["measurement", "error"]]
     epochs, summary = df[df["measurement"] == "epoch"], df[df["measurement"] == "train"].iloc[0]
-    assert (df["items_unit"] == "tokens").all()
+    assert (df["items_unit"] == "tokens").all() and summary["batch_unit"] == "sequences"
     assert (epochs["items_per_s"] * epochs["train_s"]).round().eq(64 * 16).all(), "every token once per epoch"
     assert summary["model"] == "userpkg.models.TinyTransformer" and summary["cfg.model.d_model"] == 32
     net = models.build(ModelConfig("userpkg.models.TinyTransformer", args={"d_model": 32}), data.Spec((16,), 32, True))
@@ -141,6 +141,56 @@ def test_a_users_cnn_trains_on_images_of_its_own_shape(userpkg):
     summary = df[df["measurement"] == "train"].iloc[0]
     assert summary["status"] == "ok" and summary["items_unit"] == "images" and summary["flops_per_item"] > 0
     assert summary["cfg.model.width"] == 8 and summary["model"] == "userpkg.models.SmallCNN"
+
+
+def test_the_report_counts_what_the_rows_count_tokens_and_sequences_never_images():
+    """The training section's headline, its table and its batch-size figure take their units from
+    the rows (items_unit: what throughput counts; batch_unit: what a batch counts); points that
+    count different items say each its own; rows from before batch_unit read as they always did."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from perflab import frames
+    from perflab.experiments import train
+
+    def sweep(units: list[tuple[str, str | None]]) -> pd.DataFrame:
+        n = len(units)
+        return pd.DataFrame(
+            {
+                "experiment": ["train"] * n,
+                "measurement": ["train"] * n,
+                "status": ["ok"] * n,
+                "run_id": [f"run{i}" for i in range(n)],
+                "cfg.data.name": ["tokens" if u == "tokens" else "synthetic" for u, _ in units],
+                "cfg.trainer.batch_size": [16 * 2 ** (i % 2) for i in range(n)],
+                "items_per_s": [1000.0 * (i + 1) for i in range(n)],
+                "test_acc": [0.5] * n,
+                "items_unit": [u for u, _ in units],
+                **({"batch_unit": [b for _, b in units]} if any(b for _, b in units) else {}),
+            }
+        )
+
+    def drawn(section):
+        fig = section.figures[1].plot(section.figures[1].rows)
+        labels = [(ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes]
+        plt.close(fig)
+        return labels
+
+    tokens = train.report(sweep([("tokens", "sequences")] * 2), {})
+    assert tokens.headline == ["fastest: batch 32: 2000 tokens/s, test acc 0.500"]
+    assert tokens.tables[0].header[2] == "tokens/s"
+    assert drawn(tokens)[0] == ("global batch size (sequences)", "throughput (tokens/s)")
+    before = train.report(sweep([("images", None)] * 2), {})  # a tree written before batch_unit
+    assert drawn(before)[0] == ("global batch size (images)", "throughput (images/s)")
+    mixed = train.report(sweep([("tokens", "sequences")] * 2 + [("images", "images")] * 2), {})
+    assert mixed.tables[0].header[2] == "throughput"
+    assert sorted(row[2].split()[-1] for row in mixed.tables[0].rows) == ["images/s"] * 2 + ["tokens/s"] * 2
+    assert drawn(mixed)[0] == ("global batch size (items)", "throughput (items/s)")
+    # runs over models are named by the model as rows call it
+    assert [frames.words("cfg.model._target_", t) for t in ("perflab.train.models.lenet", "pkg.Net")] == [
+        "lenet",
+        "pkg.Net",
+    ]
 
 
 MODULES = '''

@@ -49,6 +49,11 @@ class Spec:
         return "tokens" if self.tokens else "images" if len(self.shape) == 3 else "samples"
 
     @property
+    def batch_unit(self) -> str:
+        """What a batch counts (``trainer.batch_size``): ``sequences`` of tokens, else the items."""
+        return "sequences" if self.tokens else self.unit
+
+    @property
     def items_per_sample(self) -> int:
         """Items (what throughput counts) in one sample of a batch: a sequence holds T tokens."""
         return self.shape[0] if self.tokens else 1

@@ -159,6 +159,7 @@ class Trainer:
             "flops_per_item": self.flops_per_item,
             "intensity": self.intensity,
             "items_unit": self.spec.unit,
+            "batch_unit": self.spec.batch_unit,
             "checkpoint": str(self.folder / f"{ctx.run_id}.pt"),
             "resumed_from_epoch": self.start,
         }
