@@ -267,7 +267,9 @@ def report(rows: DataFrame, samples: Samples) -> Section:
 
 
 def roofs(rows: DataFrame) -> list[Roof]:
-    """Per device and precision: the memory copy bandwidth and the peak matmul measured here."""
+    """Per device and precision: the memory copy bandwidth and the peak matmul measured here, and
+    beside it the datasheet's peak (a CPU's derived from its own description) over the same
+    measured bandwidth: no datasheet gives a CPU's memory bandwidth."""
     from perflab.frames import ok
     from perflab.plots import Roof
 
@@ -281,7 +283,11 @@ def roofs(rows: DataFrame) -> list[Roof]:
         if copy["gbps"].isna().all() or peaks.empty:
             continue
         for dtype, group in peaks.groupby(peak_dtype(peaks)):
-            out.append(Roof(str(device), str(dtype), float(copy["gbps"].max()), float(group["peak_tflops"].max())))
+            gbps = float(copy["gbps"].max())
+            out.append(Roof(str(device), str(dtype), gbps, float(group["peak_tflops"].max())))
+            sheet = group["datasheet_tflops"].max() if "datasheet_tflops" in group else None
+            if sheet is not None and sheet > 0:  # the datasheet's peak (a CPU's derived), over the same bandwidth
+                out.append(Roof(str(device), str(dtype), gbps, float(sheet), source="datasheet"))
     return out
 
 

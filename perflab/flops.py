@@ -7,15 +7,22 @@ and small next to the matmuls). Rows then carry:
 
   tflops        achieved model TFLOP/s: counted FLOPs per call / median seconds per call
   pct_of_peak   100 x tflops / the peak ``+experiment=hardware`` measured on that device and dtype
-  mfu           tflops / the *dense* datasheet peak of that GPU and dtype (x devices), 0..1
+  mfu           tflops / the *dense* datasheet peak of that device and dtype (x devices), 0..1
 
-Datasheet peaks below are NVIDIA's *dense* figures. NVIDIA's tables print Tensor-Core TF32 /
+GPU datasheet peaks below are NVIDIA's *dense* figures. NVIDIA's tables print Tensor-Core TF32 /
 BF16 / FP16 "with sparsity" (2x the dense rate, marked with an asterisk); using those would
-halve every MFU. CPUs have no entry: their MFU stays empty, their pct_of_peak still works.
+halve every MFU. A CPU's datasheet peak is derived from its own description
+(:func:`cpu_datasheet`: cores x clock x SIMD width x FMA), with every assumption stated in the
+row's ``datasheet_basis``.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 # (name fragments that must all be in torch.cuda.get_device_name(), {dtype: dense TFLOP/s}, source)
@@ -140,7 +147,11 @@ def estimated(what: str, fn: Callable[[], Any]) -> tuple[Any, str]:
 
 
 def datasheet_peak(device_name: str, dtype: str) -> float | None:
-    """Dense datasheet TFLOP/s of a GPU for a dtype (``float32``, ``tf32``, ``bfloat16`` ...)."""
+    """Dense datasheet TFLOP/s of a device for a dtype (``float32``, ``tf32``, ``bfloat16`` ...):
+    a GPU's from the table above, a CPU's (``CPU (N threads)``) derived by :func:`cpu_datasheet`."""
+    cpu = cpu_datasheet_of(device_name, dtype)
+    if cpu is not None:
+        return cpu.tflops
     for fragments, peaks, _ in DATASHEET:
         if all(f in device_name for f in fragments):
             return peaks.get(dtype)
@@ -149,7 +160,8 @@ def datasheet_peak(device_name: str, dtype: str) -> float | None:
 
 def utilization(tflops: float, device_names: list[str], precision: str, measured_peak: float | None) -> dict[str, Any]:
     """``pct_of_peak`` (vs the measured peak of one device) and ``mfu`` (vs the datasheet, summed
-    over the devices); each left out when its peak is unknown."""
+    over the devices); each left out when its peak is unknown. ``datasheet_basis``: how a CPU's
+    datasheet peak was derived."""
     dtype = PRECISION_DTYPE.get(precision, precision)
     out: dict[str, Any] = {}
     if measured_peak:
@@ -159,4 +171,142 @@ def utilization(tflops: float, device_names: list[str], precision: str, measured
         total = sum(p for p in sheet if p)
         out["mfu"] = tflops / total
         out["datasheet_tflops"] = total
+        cpus = [c for c in (cpu_datasheet_of(n, dtype) for n in device_names) if c is not None]
+        if cpus:
+            out["datasheet_basis"] = cpus[0].basis + (f"; x {len(cpus)} workers" if len(cpus) > 1 else "")
     return out
+
+
+# --- a CPU's datasheet peak, from its own description -------------------------------------------
+
+# float32 lanes of the widest vector unit a flag announces (x86), widest first.
+SIMD_FP32_LANES = (("avx512f", 16, "AVX-512"), ("avx", 8, "AVX/AVX2"), ("sse2", 4, "SSE2"), ("asimd", 4, "NEON"))
+AMX_FLOPS_PER_CYCLE = 1024  # Intel AMX (TMUL): 1024 bf16/fp16 operations per cycle per core, Intel's own figure
+TURBO_UNKNOWN = "turbo may run higher"  # said of a clock that is no maximum: the derived peak may be low
+
+
+@dataclass(frozen=True)
+class CpuPeak:
+    tflops: float
+    basis: str  # every factor, where it came from, and what was assumed
+
+
+@dataclass(frozen=True)
+class CpuDescription:
+    """What the kernel says about the CPU: ``/proc/cpuinfo`` and ``/sys/devices/system/cpu``."""
+
+    flags: frozenset[str]
+    cores: int  # physical cores this process may use (hyperthreads share a core's vector units)
+    ghz: float
+    clock_source: str  # where ``ghz`` came from, and what that means for the peak
+
+
+CPUINFO = Path("/proc/cpuinfo")
+SYS_CPU = Path("/sys/devices/system/cpu")
+
+
+@functools.cache
+def cpu_description() -> CpuDescription | None:
+    """The running CPU as the kernel describes it, or None where it does not (macOS, Windows)."""
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return None
+    blocks = [b for b in text.split("\n\n") if b.strip()]
+    fields = [dict(_field(line) for line in b.splitlines() if ":" in line) for b in blocks]
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(len(fields)))
+    mine = [f for f in fields if int(f.get("processor", "-1") or -1) in usable] or fields
+    if not mine:
+        return None
+    flags = frozenset((mine[0].get("flags") or mine[0].get("Features") or "").split())
+    cores = {(f.get("physical id", "0"), f.get("core id", f.get("processor", ""))) for f in mine}
+    ghz, source = _clock(mine[0])
+    if not ghz:
+        return None
+    return CpuDescription(flags, len(cores), ghz, source)
+
+
+def _field(line: str) -> tuple[str, str]:
+    key, _, value = line.partition(":")
+    return key.strip(), value.strip()
+
+
+def _clock(fields: dict[str, str]) -> tuple[float, str]:
+    """The clock to count with: cpufreq's maximum where the kernel has it (the single-core turbo:
+    an all-core clock is lower, so the peak is an upper bound), else the ``cpu MHz`` of
+    /proc/cpuinfo (the current clock, or a virtual machine's TSC rate: turbo may run higher)."""
+    try:
+        khz = int((SYS_CPU / "cpu0" / "cpufreq" / "cpuinfo_max_freq").read_text())
+        return khz / 1e6, "cpufreq's maximum, a single-core turbo (all cores together run lower)"
+    except (OSError, ValueError):
+        pass
+    mhz = re.sub(r"[^0-9.]", "", fields.get("cpu MHz", ""))
+    if mhz:
+        return float(mhz) / 1e3, f"cpu MHz in /proc/cpuinfo, the clock now or a VM's TSC rate ({TURBO_UNKNOWN})"
+    model = re.search(r"@\s*([\d.]+)\s*GHz", fields.get("model name", ""))
+    if model:
+        return float(model.group(1)), f"the model name's base clock ({TURBO_UNKNOWN})"
+    return 0.0, ""
+
+
+def cpu_datasheet(dtype: str, threads: int, cpu: CpuDescription | None = None) -> CpuPeak | None:
+    """A CPU's datasheet peak for ``dtype`` on ``threads`` threads: cores x clock x FLOPs per
+    cycle per core, where FLOPs per cycle = SIMD lanes x 2 (an FMA is a multiply and an add) x
+    FMA units per core. Assumptions, each said in ``basis``:
+
+    - cores: the physical cores the threads can occupy (hyperthreads share vector units);
+    - clock: cpufreq's maximum, else the reported ``cpu MHz`` (see :func:`_clock`);
+    - FMA units per core: 2 with AVX-512 or AVX2+FMA (Xeon Scalable Gold/Platinum and every
+      core since Haswell; some Xeon Silver/Bronze and client parts have 1), 2 on Arm NEON;
+      without FMA, a multiply and an add unit (counted as one FMA unit);
+    - float64: half the float32 lanes; bfloat16/float16: AMX tiles (1024 FLOPs per cycle per
+      core, Intel's figure) where ``amx_bf16`` / ``amx_fp16`` is set, else twice float32 with
+      ``avx512_bf16`` / ``avx512_fp16``, else bfloat16 at the float32 rate (converted) and no
+      float16 peak (emulated); no TF32 on a CPU.
+
+    None where the kernel does not describe the CPU or the dtype has no peak here.
+    """
+    cpu = cpu or cpu_description()
+    if cpu is None or threads < 1:
+        return None
+    simd = next(((lanes, name) for flag, lanes, name in SIMD_FP32_LANES if flag in cpu.flags), None)
+    if simd is None:
+        return None
+    lanes, isa = simd
+    fma = "fma" in cpu.flags or "avx512f" in cpu.flags or isa == "NEON"
+    units = 2 if fma and (isa in ("AVX-512", "NEON") or "avx2" in cpu.flags) else 1
+    assumed = f"{units} FMA unit{'s' if units > 1 else ''} per core" if fma else "a multiply and an add unit per core"
+    if units == 2 and isa != "NEON":
+        assumed += " (some parts have 1)"
+    per_cycle = float(lanes * 2 * units)
+    op = "FMA" if fma else "mul + add"
+    units_words = f"{units} {'FMA ' if fma else ''}unit{'s' if units > 1 else ''}"
+    what = f"{lanes} float32 lanes ({isa}) x 2 ({op}) x {units_words}"
+    if dtype == "float64":
+        per_cycle, what = per_cycle / 2, f"{lanes // 2} float64 lanes ({isa}) x 2 ({op}) x {units_words}"
+    elif dtype in ("bfloat16", "float16"):
+        short = "bf16" if dtype == "bfloat16" else "fp16"
+        if f"amx_{short}" in cpu.flags:
+            per_cycle, what = float(AMX_FLOPS_PER_CYCLE), f"{AMX_FLOPS_PER_CYCLE} {short} FLOPs per cycle (AMX tiles)"
+            assumed = f"AMX's {AMX_FLOPS_PER_CYCLE} {short} FLOPs per cycle per core (Intel's figure)"
+        elif f"avx512_{short}" in cpu.flags:
+            per_cycle, what = 2 * per_cycle, f"2 (avx512_{short}) x {what}"
+        elif dtype == "bfloat16":
+            assumed += "; bfloat16 converted to float32, at its rate"
+        else:
+            return None  # float16 arithmetic is emulated: no peak to speak of
+    elif dtype != "float32":
+        return None
+    cores = min(threads, cpu.cores)
+    tflops = cores * cpu.ghz * 1e9 * per_cycle / 1e12
+    basis = (
+        f"{cores} core{'s' if cores > 1 else ''} x {cpu.ghz:.2f} GHz x {what} = {tflops:.3g} TFLOP/s; "
+        f"clock: {cpu.clock_source}; assumed: {assumed}"
+    )
+    return CpuPeak(tflops, basis)
+
+
+def cpu_datasheet_of(device_name: str, dtype: str) -> CpuPeak | None:
+    """:func:`cpu_datasheet` for a device named as perflab names CPUs: ``CPU (N threads)``."""
+    found = re.fullmatch(r"CPU \((\d+) threads?\)", device_name.strip())
+    return cpu_datasheet(dtype, int(found.group(1))) if found else None

@@ -198,7 +198,9 @@ def roofline(rows: pd.DataFrame, roofs: Sequence[Roof]) -> Any:
         return None
     points = frames.ok(rows).dropna(subset=["intensity", "tflops"])
     dtypes = point_dtype(points)
-    by = {(r.device, r.dtype): r for r in roofs}
+    by: dict[tuple[str, str], list[Roof]] = {}
+    for r in roofs:  # a device and precision may have a measured roof and a datasheet one
+        by.setdefault((r.device, r.dtype), []).append(r)
     under = [(str(d), str(t)) in by for d, t in zip(points["device_name"], dtypes)]
     points, dtypes = points[under], dtypes[under]
     if points.empty:
@@ -211,14 +213,14 @@ def roofline(rows: pd.DataFrame, roofs: Sequence[Roof]) -> Any:
     precisions = sorted({t for _, t in used})  # a line style and a marker each: roofs that coincide stay apart
     style = {t: ("-", "--", ":", "-.")[i % 4] for i, t in enumerate(precisions)}
     marker = {t: "o^sD"[i % 4] for i, t in enumerate(precisions)}
-    for key in used:
-        r = by[key]
+    for r in (r for key in used for r in by[key]):
+        measured = r.source == "measured"  # the datasheet's: thin and grey beside it
         ax.plot(
             x,
             np.minimum(r.tflops, r.gbps * x / 1e3),
             style[r.dtype],
-            linewidth=2,
-            color="black" if len(used) == 1 else None,
+            linewidth=2 if measured else 1,
+            color=("black" if len(used) == 1 else None) if measured else "grey",
             label=f"{r.source} roof, {r.device} {r.dtype}: {r.gbps:.3g} GB/s, {r.tflops:.3g} TFLOP/s",
         )
     names = points["experiment"].astype("string").fillna("?") if "experiment" in points else pd.Series("rows")

@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import perflab
@@ -66,7 +67,7 @@ def test_a_trace_per_measurement_on_demand(work):
         ("NVIDIA H100 PCIe", "tf32", 378.0),
         ("NVIDIA A100-SXM4-80GB", "bfloat16", 312.0),
         ("Tesla V100-SXM2-16GB", "bfloat16", None),
-        ("CPU (2 threads)", "float32", None),
+        ("CPU (2 threads)", "tf32", None),  # no TF32 on a CPU (its float32 peak: test_claims.py)
     ],
 )
 def test_datasheet_peaks_are_dense(name, dtype, expected):
@@ -96,8 +97,11 @@ def test_the_roofline_places_a_matmul_under_the_roofs_the_hardware_job_measured(
     ax = fig.axes[0]
     assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
     assert "FLOP/byte" in ax.get_xlabel() and "TFLOP/s" in ax.get_ylabel() and ax.get_title().startswith("Roofline")
-    (roof,) = [line for line in ax.get_lines() if "roof" in line.get_label()]  # only the float32 points' roof
+    (roof,) = [line for line in ax.get_lines() if "measured roof" in line.get_label()]  # only the float32 points'
     assert "float32" in roof.get_label()
+    if pd.notna(matmul.get("datasheet_tflops")):  # a datasheet peak (a CPU's derived): its roof beside
+        (sheet,) = [line for line in ax.get_lines() if "datasheet roof" in line.get_label()]
+        assert "float32" in sheet.get_label() and sheet.get_data()[1].max() == pytest.approx(matmul["datasheet_tflops"])
     x, y = roof.get_data()
     peaks = hardware.dropna(subset=["peak_tflops"]).set_index("flops_dtype")["peak_tflops"]
     assert len(peaks) > 1 and peaks["bfloat16"] != peaks["float32"]  # a roof per precision was measured ...
