@@ -30,8 +30,10 @@ from perflab.schema import (
 if TYPE_CHECKING:
     from pandas import DataFrame
 
+    from perflab.claims import Claim, Tree
     from perflab.context import Context
     from perflab.devices import Device
+    from perflab.sizing import Machine, Point
 
 METRIC = "median_s"
 SCRIPT_NOTE = (
@@ -339,11 +341,25 @@ def serialize(ctx: Context, model: Any, x: Any, d: Any, atol: float) -> None:
         )
 
 
+BOOK_WORK = "the MLP 512-256-128-2 on one input of 512 values per call"
+
+
+def work(rows: Sequence[Mapping[str, Any]]) -> str:
+    """How much work each timed call did, beside the book's."""
+    r = rows[0] if rows else {}
+    model, batch = r.get("cfg.experiment.model"), r.get("cfg.experiment.batch")
+    if model is None or batch is None:
+        return ""
+    what = "the book's MLP 512-256-128-2" if model == "mlp" else str(model)
+    inputs = f"{batch} input{'s' if str(batch) != '1' else ''}"
+    return f"work per call: one forward pass of {what} on {inputs}; the book: {BOOK_WORK}"
+
+
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     from perflab.rows import number
     from perflab.table import human_time
 
-    lines = []
+    lines = [line for line in [work(rows)] if line]
     for r in rows:
         name = str(r.get("measurement", ""))
         if r.get("status") != "ok" or name not in MODES or name == "eager":
@@ -386,3 +402,70 @@ def report(rows: DataFrame, samples: Samples) -> Section:
             )
         ],
     )
+
+
+# --- the chapter (perflab chapter): its size and its claims -----------------------------------
+
+CHAPTER_SHARE = 0.05
+FIRST_COMPILE_S = 20.0  # torch.compile's first call on a cold cache: ~19 s measured on 2 busy cores (~3 s warm)
+SAMPLE_S = 1e-3  # a sample's cost beside the call: perflab's watchers, and stalls behind other processes
+BOOK_CLAIM = "13.1: compiling (hybridizing) the network makes it run faster than imperative execution"
+CLAIMED = {"torchscript": "TorchScript (torch.jit.script, the book's tool)", "compile-default": "torch.compile"}
+
+
+def chapter(machine: Machine, seconds: float) -> list[Point]:
+    """The book's setup (its MLP, one input per call) with eager, TorchScript and torch.compile;
+    the first compile is a fixed cost, the samples fill the rest."""
+    from perflab import sizing
+
+    call = max(20e-6, 15 * machine.op_us * 1e-6) + SAMPLE_S  # five small layers: a few framework calls each
+    spare = max(1.0, seconds - FIRST_COMPILE_S - sizing.JOB_OVERHEAD_S)
+    repeats = sizing.repeats_within(spare, 3 * call, lo=100, hi=1000)
+    why = (
+        f"{seconds:.0f} s of the budget: the book's setup (MLP, batch 1); ~{FIRST_COMPILE_S:.0f} s for the first "
+        f"torch.compile call, then {repeats} samples per mode (hundreds: calls of microseconds vary a lot)"
+    )
+    overrides = [
+        "experiment.model=mlp",
+        "experiment.batch=1",
+        "experiment.modes=[eager,torchscript,compile-default]",
+        "experiment.serialize=false",
+    ]
+    estimate = FIRST_COMPILE_S + repeats * 3 * call + sizing.JOB_OVERHEAD_S
+    return [sizing.Point("13.1", "compile", overrides + sizing.bench(repeats, warmup=3), estimate, why)]
+
+
+def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
+    """13.1: each compiled mode runs faster than eager, so its first call pays for itself after
+    a finite number of calls (the break-even the row measured)."""
+    from perflab import checks
+    from perflab.rows import number
+
+    out = []
+    for _, run in rows.groupby("run_id", sort=False) if "run_id" in rows else [("", rows)]:
+        records = run.to_dict("records")
+        ok = {str(r["measurement"]): r for r in records if r.get("status") == "ok"}
+        first = records[0]
+        batch = number(first.get("cfg.experiment.batch")) or 0
+        what = f"{first.get('cfg.experiment.model', 'the model')}, batch {batch:.0f}"
+        for mode, tool in CLAIMED.items():
+            statement = f"{tool} runs the network ({what}) faster than eager, so compiling pays off after N calls"
+            if mode not in ok or "eager" not in ok:
+                failed = next((r for r in records if r.get("measurement") in (mode, "eager", "job")), None)
+                if failed is None or failed.get("status") == "ok":
+                    continue  # not measured in this run
+                why = f"{failed.get('measurement')}: {failed.get('status')}: {failed.get('error')}"
+                out.append(checks.not_applicable("13.1", statement, BOOK_CLAIM, why))
+                continue
+            row = ok[mode]
+            calls = number(row.get("break_even_calls"))
+            pays = f"; pays off after {calls:.0f} calls" if calls is not None else "; never pays off"
+            outcome = checks.claim(
+                "13.1",
+                statement,
+                BOOK_CLAIM,
+                "speedup > 1x; N = first call / time saved per call",
+                "the 95% interval of the speedup above 1; below 1.05x at its top: not faster",
+            )
+            out.append(checks.faster(outcome, tree, ok["eager"], row, detail=pays))
+    return out

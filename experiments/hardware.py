@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
 from omegaconf import MISSING
 
@@ -13,8 +13,10 @@ from perflab.schema import DTYPES, ExperimentConfig, positive, some_of
 if TYPE_CHECKING:
     from pandas import DataFrame
 
+    from perflab.claims import Claim, Tree
     from perflab.context import Context
     from perflab.plots import Roof
+    from perflab.sizing import Machine, Point
 
 METRIC = "median_s"
 WRITES_PEAKS = True  # results.peaks: later rows on the same device get pct_of_peak
@@ -210,10 +212,26 @@ def peak_matmul(ctx: Context, d: Any, n: int, dtypes: list[str]) -> dict[str, fl
     return found
 
 
+def work(rows: Sequence[Mapping[str, Any]]) -> str:
+    """How much work each sample timed, on the device the rows ran on."""
+    from perflab.rows import number
+
+    r = rows[0] if rows else {}
+    gpu = any(str(x.get("devices", "")).startswith("cuda") for x in rows)
+    n = number(r.get("cfg.experiment.matmul_size" if gpu else "cfg.experiment.cpu_matmul_size"))
+    copy, ops = number(r.get("cfg.experiment.copy_mb")), number(r.get("cfg.experiment.launches"))
+    if n is None or copy is None or ops is None:
+        return ""
+    return (
+        f"work per sample: a copy of {copy:.0f} MiB, {ops:.0f} tiny ops, one {n:.0f}² matmul per dtype; "
+        "the book (13.4) gives figures, not a setup"
+    )
+
+
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     from perflab.rows import number
 
-    lines = []
+    lines = [line for line in [work(rows)] if line]
     for r in rows:
         if r.get("status") != "ok":
             continue
@@ -295,3 +313,138 @@ def peak_dtype(peaks: DataFrame) -> Any:
     """The precision of each peak matmul row: its flops_dtype, else its name ("... peak matmul tf32")."""
     named = peaks["measurement"].astype("string").str.extract(r"peak matmul (\w+)", expand=False)
     return peaks["flops_dtype"].astype("string").fillna(named) if "flops_dtype" in peaks else named
+
+
+# --- the chapter (perflab chapter): its size and its claims -----------------------------------
+
+CHAPTER_SHARE = 0.08  # of the chapter's budget
+BOOK_PEAK = "13.4: a core's peak is clock x SIMD lanes x 2 (FMA) x its FMA units; large matmuls run near it"
+BOOK_LAUNCH = f"13.4: {BOOK['launch'][1].removeprefix('book 13.4: ')}"
+PEAK_SHARE = 0.5  # a large float32 matmul reaches at least this share of the datasheet peak ...
+PEAK_ABOVE = 1.05  # ... and a share above this says the datasheet's assumptions are low (a peak is the best sample),
+PEAK_ABOVE_TURBO = 1.5  # ... or above this where the clock counted is no maximum (the cores may run that much faster)
+
+
+def chapter(machine: Machine, seconds: float) -> list[Point]:
+    """Sized so that one peak matmul takes ~20 ms (a "large" one, see sizing.large_matmul), the
+    copy stays large (256 MiB, fewer where the budget is short), and the repeats fill the rest."""
+    from perflab import sizing
+
+    n = sizing.large_matmul(machine)
+    copy_mb = 256
+    copy_s = 2 * copy_mb * 2**20 / (machine.copy_gbps * 1e9)
+    if copy_s > seconds / 40:
+        copy_mb = max(16, int(copy_mb * seconds / 40 / copy_s))
+        copy_s = 2 * copy_mb * 2**20 / (machine.copy_gbps * 1e9)
+    dtypes = ["float32", "bfloat16", "float16"] if machine.gpu else ["float32", "bfloat16"]
+    launches = 1000
+    per_round = copy_s + launches * machine.op_us * 1e-6 + len(dtypes) * machine.matmul_s(n)
+    if machine.gpu:
+        per_round += 4 * 64 * 2**20 / 10e9 + launches * machine.op_us * 1e-6  # transfers at ~10 GB/s, CUDA graph
+    repeats = sizing.repeats_within(seconds - sizing.JOB_OVERHEAD_S, per_round, lo=10, hi=50)
+    size = f"experiment.{'matmul_size' if machine.gpu else 'cpu_matmul_size'}={n}"
+    why = (
+        f"{seconds:.0f} s of the budget: one {n}² float32 matmul takes ~{machine.matmul_s(n) * 1e3:.0f} ms at the "
+        f"calibrated {machine.matmul_tflops:.3g} TFLOP/s (large enough to run near the peak); copies of {copy_mb} MiB; "
+        f"{repeats} samples each"
+    )
+    return [
+        sizing.Point(
+            "13.4",
+            "hardware",
+            [
+                size,
+                f"experiment.copy_mb={copy_mb}",
+                f"experiment.launches={launches}",
+                f"experiment.dtypes=[{','.join(dtypes)}]",
+            ]
+            + sizing.bench(repeats),
+            (repeats + 1) * per_round + sizing.JOB_OVERHEAD_S,
+            why,
+        )
+    ]
+
+
+def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
+    """13.4: a large float32 matmul reaches at least half the datasheet peak (a CPU's derived
+    from its own description, with its assumptions); a kernel launch costs about the book's
+    10 us (GPUs; a CPU launches none)."""
+    from perflab import checks, flops
+    from perflab.rows import number
+
+    out = []
+    ok = [cast(dict, r) for r in rows.to_dict("records") if r.get("status") == "ok"]
+    for r in ok:
+        name = str(r.get("measurement", ""))
+        if "peak matmul float32" not in name:
+            continue
+        n = number(
+            r.get(
+                "cfg.experiment.cpu_matmul_size"
+                if str(r.get("devices")).startswith("cpu")
+                else "cfg.experiment.matmul_size"
+            )
+        )
+        device = str(r.get("device_name", ""))
+        statement = f"A large float32 matmul ({n or 0:.0f}²) on {device} reaches at least half its datasheet peak"
+        sheet = number(r.get("datasheet_tflops"))
+        basis = str(r.get("datasheet_basis") or "") if isinstance(r.get("datasheet_basis"), str) else ""
+        expected = f"≥ {PEAK_SHARE:.0%} of {sheet:.3g} TFLOP/s" if sheet else "-"
+        if basis:
+            expected += f" ({basis})"
+        turbo = flops.TURBO_UNKNOWN in basis
+        above = PEAK_ABOVE_TURBO if turbo else PEAK_ABOVE
+        tolerance = f"at least {PEAK_SHARE:.0%}; above {above:.0%}: the datasheet's assumptions are low" + (
+            " (the clock counted is no maximum)" if turbo else ""
+        )
+        if sheet is None:
+            out.append(
+                checks.not_applicable(
+                    "13.4", statement, BOOK_PEAK, f"no datasheet peak for {device} (float32)", _tflops(r)
+                )
+            )
+            continue
+        outcome = checks.claim("13.4", statement, BOOK_PEAK, expected, tolerance)
+        out.append(
+            checks.share(
+                outcome,
+                number(r.get("peak_tflops")),
+                sheet,
+                floor=PEAK_SHARE,
+                ceiling=above,
+                doubt=checks.problems([r]),
+                above_why="the measured peak is above the datasheet peak derived here: its clock or FMA count is "
+                "lower than the chip's (turbo, or a virtual machine's reported clock)",
+                what=" TFLOP/s",
+            )
+        )
+    for r in ok:
+        name = str(r.get("measurement", ""))
+        if name.endswith("op dispatch latency"):
+            out.append(
+                checks.not_applicable(
+                    "13.4",
+                    "Launching a kernel costs about 10 us",
+                    BOOK_LAUNCH,
+                    "a CPU launches no kernels: its ops run in the calling thread",
+                    f"a tiny op costs {number(r.get('latency_us')) or 0:.3g} us of framework overhead here",
+                )
+            )
+        elif name.endswith("kernel launch latency"):
+            us = number(r.get("latency_us"))
+            outcome = checks.claim(
+                "13.4",
+                f"Launching a kernel on {r.get('device_name')} costs about 10 us",
+                BOOK_LAUNCH,
+                "at most 20 us per launch",
+                "up to 2x the book's 10 us",
+            )
+            out.append(checks.at_most(outcome, us, 20.0, unit=" us", doubt=checks.problems([r])))
+    return out
+
+
+def _tflops(r: Mapping[str, Any]) -> str:
+    from perflab.rows import number
+
+    peak = number(r.get("peak_tflops"))
+    return f"{peak:.3g} TFLOP/s" if peak is not None else ""

@@ -15,8 +15,10 @@ from perflab.schema import ExperimentConfig, PerflabConfig
 if TYPE_CHECKING:
     from pandas import DataFrame
 
+    from perflab.claims import Claim, Tree
     from perflab.context import Context
     from perflab.devices import Device
+    from perflab.sizing import Machine, Point
 
 METRIC = "items_per_s"  # compare: global items/s (images/s, tokens/s: the row's items_unit) ...
 SUMMARY_ROWS = ("train",)  # ... of the one summary row per run, not of every epoch ...
@@ -177,13 +179,38 @@ def label(row: Mapping[str, Any]) -> str:
     return f"epoch {int(epoch)}" if row.get("measurement") == "epoch" and epoch is not None else str(row["measurement"])
 
 
+# The book's training runs (Dive into Deep Learning 13.5 and 13.6), by model.
+BOOK_WORK = {
+    "lenet": "10 epochs of Fashion-MNIST's 60000 images at batch 256 (13.5)",
+    "resnet18": "10 epochs of Fashion-MNIST's 60000 images at batch 256 per GPU (13.6)",
+}
+
+
+def work(rows: Sequence[Mapping[str, Any]]) -> str:
+    """How much work the run timed, beside the book's run of that model."""
+    from perflab.rows import number
+
+    r = next((x for x in rows if x.get("global_batch") is not None), rows[0] if rows else {})
+    epochs, images = number(r.get("cfg.trainer.epochs")), number(r.get("cfg.data.train_size"))
+    batch, n = number(r.get("global_batch")), number(r.get("n_devices"))
+    if epochs is None or batch is None:
+        return ""
+    book = BOOK_WORK.get(str(r.get("model") or r.get("cfg.model.name")))
+    what = f"{images:.0f}" if images is not None else "all the"
+    line = (
+        f"work: {epochs:.0f} epochs of {what} images at global batch {batch:.0f} on {n or 1:.0f} "
+        f"device{'s' if (n or 1) > 1 else ''}"
+    )
+    return line + (f"; the book: {book}" if book else "")
+
+
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     from perflab.rows import number
     from perflab.table import human_time
 
     summary = next((r for r in reversed(rows) if r.get("measurement") == "train" and r.get("status") == "ok"), None)
     if summary is None:
-        return []
+        return [line for line in [work(rows)] if line]
     n = int(number(summary.get("n_devices")) or 1)
     unit = summary.get("items_unit") or "items"
     line = (
@@ -193,6 +220,7 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         f"{number(summary.get('test_acc')) or 0:.3f}"
     )
     lines = [
+        *[w for w in [work(rows)] if w],
         line,
         f"model FLOPs: {number(summary.get('tflops')) or 0:.3g} TFLOP/s achieved"
         + (f", MFU {float(summary['mfu']):.1%}" if number(summary.get("mfu")) is not None else "")
@@ -342,3 +370,251 @@ def fastest(table: DataFrame) -> list[str]:
             f"device, efficiency {float(far['efficiency']):.0%}"
         )
     return lines
+
+
+# --- the chapter (perflab chapter): its size and its claims -----------------------------------
+
+CHAPTER_SHARE = 0.5  # two sections of training: 13.5 (LeNet) and 13.6 (ResNet-18)
+START_S = 4.0  # a training job before its first step: the data, the model, its FLOPs, a data-loader pass
+SECTION = {"scratch": "13.5", "data_parallel": "13.6"}  # the book's section of each strategy's claims
+BOOK_SPEED = {
+    "13.5": "13.5: training on 2 GPUs, the batch split between them",
+    "13.6": "13.6: 2 GPUs with nn.DataParallel train ResNet-18 faster than 1",
+}
+BOOK_SAME = "13.5: the same global batch split over k GPUs is the same SGD: the same accuracy"
+BOOK_RULE = "13.6: on 2 GPUs the batch doubles (256 -> 512) and the learning rate with it (0.1 -> 0.2)"
+ACCURACY_MARGIN = 0.05  # test accuracies "match" within 5 points
+ON_CPU = (
+    "CPU workers split one CPU's cores: k of them have no more compute than one, and the book's "
+    "devices are separate GPUs"
+)
+
+
+def chapter(machine: Machine, seconds: float) -> list[Point]:
+    """13.5: LeNet from scratch on 1 and 2 devices (the book's batch 256, lr 0.2). 13.6:
+    ResNet-18 with nn.DataParallel, 1 device at batch b / lr 0.1 and 2 at 2b / 0.2 (the linear
+    rule, weak scaling), b the book's 256 where the seconds give 60 steps or more, else smaller.
+    Both with PyTorch's default init: with the book's N(0, 0.01) LeNet stays at chance for its
+    first hundreds of steps, more than a budget of minutes gives. Epochs, images and test
+    images are sized from a timed training step (sizing.training_rate)."""
+    from perflab import sizing
+    from perflab.train import models
+
+    counts = [1, 2] if machine.count >= 2 else [1]
+    lenet = sizing.training_rate(machine, "lenet", models.lenet, (1, 28, 28), 256)
+    points = _training_points(
+        machine, "13.5", "lenet_scratch", 0.4 * seconds / len(counts), lenet, 256, counts, epochs=5
+    )
+    resnet = sizing.training_rate(machine, "resnet18", models.resnet18, (1, 28, 28), 256 if machine.gpu else 32)
+    run_s = 0.6 * seconds / len(counts)
+    images = _images(run_s, resnet, epochs=3, test=test_images("13.6", run_s, resnet, 3))
+    batch = next((b for b in (256, 128, 64, 32) if 3 * images / b >= 60), 16)  # 60 steps or more, if it can
+    points += _training_points(
+        machine, "13.6", "resnet18_concise", 0.6 * seconds / len(counts), resnet, batch, counts, epochs=3
+    )
+    return points
+
+
+def test_images(section: str, seconds: float, rate: float, epochs: int) -> int:
+    """Test images: enough to tell accuracies 5 points apart (2000; 500 for ResNet-18, whose
+    claim needs longer training than minutes give anyway), at most a fifth of the run's time."""
+    most = 2000 if section == "13.5" else 500
+    return int(min(most, max(100, 0.2 * seconds / epochs * 3 * rate)))
+
+
+def _images(seconds: float, rate: float, *, epochs: int, test: int) -> float:
+    """Training images per epoch that fit in ``seconds`` at ``rate`` (evaluation ~3x faster)."""
+    return max(0.0, (seconds - START_S) / epochs - test / (3 * rate)) * rate
+
+
+def _training_points(
+    machine: Machine,
+    section: str,
+    preset: str,
+    seconds: float,
+    rate: float,
+    batch: int,
+    counts: list[int],
+    *,
+    epochs: int,
+) -> list[Point]:
+    from perflab import sizing
+
+    test = test_images(section, seconds, rate, epochs)
+    images = sizing.round_to(_images(seconds, rate, epochs=epochs, test=test), 2 * batch, 4 * batch, 60_000)
+    steps = epochs * images // batch
+    common = [
+        "model.init=default",
+        "data=synthetic",
+        f"data.train_size={images}",
+        f"data.test_size={test}",
+        f"trainer.epochs={epochs}",
+    ]
+    if section == "13.6":
+        common += [f"trainer.batch_size={batch}", f"trainer.base_batch={batch}", "trainer.lr=0.1"]
+    why = (
+        f"{seconds:.0f} s per run: {epochs} epochs of {images} images ({steps} steps at batch {batch} on 1 device) "
+        f"at the {rate:.0f} images/s a timed step gave, {test} test images; PyTorch's default init (the book's "
+        "N(0, 0.01) stays at chance longer than this budget trains); synthetic data of Fashion-MNIST's shape"
+    )
+    if section == "13.6" and batch != 256:
+        why += f"; batch {batch} / lr 0.1 instead of the book's 256 / 0.1, so that the run takes {steps} steps"
+    estimate = START_S + epochs * (images / rate + test / (3 * rate)) + sizing.JOB_OVERHEAD_S
+    return [
+        sizing.Point(
+            section,
+            preset,
+            [*common, f"devices.count={k}"],
+            estimate * (1.25 if k > 1 and section == "13.5" else 1.0),  # scratch: the replicas take turns
+            why,
+            f"{k} device{'s' if k > 1 else ''}",
+            section,
+        )
+        for k in counts
+    ]
+
+
+def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
+    """13.5 / 13.6: k devices train faster than one (GPUs; not applicable to CPU workers), at
+    the accuracy of one when the global batch is the same, and the learning-rate rule keeps the
+    accuracy when the batch grows with the devices (when both runs had settled)."""
+    from perflab import checks
+    from perflab.rows import number
+
+    if "measurement" not in rows:
+        return []
+    summaries = rows[(rows["measurement"].astype("string") == "train") & (rows["status"].astype("string") == "ok")]
+    out: list[Claim] = []
+    keys = _same_setup(summaries)
+    groups = [g for _, g in summaries.groupby(keys, dropna=False, sort=False)] if keys else [summaries]
+    for group in groups if len(summaries) else []:
+        runs = group.to_dict("records")
+        ones = [r for r in runs if number(r.get("n_devices")) == 1]
+        if not ones:
+            continue
+        base = ones[-1]
+        section = SECTION.get(str(base.get("strategy")), "13.5")
+        others = [r for r in runs if (number(r.get("n_devices")) or 1) > 1]
+        if not others:
+            out.append(
+                checks.not_applicable(
+                    section,
+                    f"k devices train {base.get('model')} faster than one, at matching accuracy",
+                    BOOK_SPEED[section],
+                    "one device only: no run on more devices in these rows",
+                )
+            )
+        for new in others:
+            out += _pair_claims(section, base, new, rows, tree)
+    return out
+
+
+def _same_setup(summaries: DataFrame) -> list[str]:
+    """The config keys two runs must share to be compared (all but the device count and where
+    results go): the keys that differ between device counts in a weak-scaling run follow from it."""
+    skip = ("cfg.devices.", "cfg.results.", "cfg.bench.", "cfg.trainer.checkpoint", "cfg.trainer.resume")
+    return [c for c in summaries.columns if c.startswith("cfg.") and not c.startswith(skip)]
+
+
+def _pair_claims(section: str, base: dict, new: dict, rows: DataFrame, tree: Tree) -> list[Claim]:
+    from perflab import checks
+    from perflab.rows import number
+
+    k, model = int(number(new.get("n_devices")) or 2), base.get("model")
+    out: list[Claim] = []
+    speed = f"{k} devices train {model} faster than 1 ({new.get('strategy')})"
+    if str(new.get("devices", "")).startswith("cpu"):
+        ratio = (number(new.get("items_per_s")) or 0) / (number(base.get("items_per_s")) or 1)
+        out.append(
+            checks.not_applicable(section, speed, BOOK_SPEED[section], ON_CPU, f"{ratio:.2f}x the images/s of 1")
+        )
+    else:
+        outcome = checks.claim(
+            section, speed, BOOK_SPEED[section], "speedup > 1", "the 95% interval of the speedup above 1"
+        )
+        out.append(checks.faster(outcome, tree, base, new))
+    n1, n2 = _test_images(base), _test_images(new)
+    b1, b2 = number(base.get("global_batch")), number(new.get("global_batch"))
+    lr1, lr2 = number(base.get("lr")), number(new.get("lr"))
+    tolerance = f"the 95% interval of the difference within ±{ACCURACY_MARGIN:.2f}"
+    if b1 == b2:
+        outcome = checks.claim(
+            section,
+            f"{k} devices reach the test accuracy of 1 at the same global batch ({b1:.0f})",
+            BOOK_SAME,
+            "the same accuracy",
+            tolerance,
+        )
+        out.append(
+            checks.same_accuracy(
+                outcome, base, new, n_base=n1, n_new=n2, classes=_classes(base), margin=ACCURACY_MARGIN
+            )
+        )
+    elif b1 and b2 and lr1 and lr2:
+        rule = str(new.get("cfg.trainer.lr_rule", "none"))
+        outcome = checks.claim(
+            section,
+            f"Growing the batch {b1:.0f} -> {b2:.0f} with the lr by the {rule} rule ({lr1:.3g} -> {lr2:.3g}) "
+            "keeps the test accuracy",
+            BOOK_RULE,
+            "the same accuracy",
+            tolerance + "; both runs settled (test accuracy up less than half that in the last epoch)",
+        )
+        unsettled = "; ".join(w for w in (_still_learning(rows, base), _still_learning(rows, new)) if w)
+        out.append(
+            checks.same_accuracy(
+                outcome,
+                base,
+                new,
+                n_base=n1,
+                n_new=n2,
+                classes=_classes(base),
+                margin=ACCURACY_MARGIN,
+                unsettled=unsettled,
+            )
+        )
+    return out
+
+
+def _test_images(row: Mapping[str, Any]) -> int:
+    from perflab.rows import number
+
+    size = number(row.get("cfg.data.test_size"))
+    if size is None:
+        from perflab.train.data import TEST_SIZE
+
+        return TEST_SIZE
+    return int(size)
+
+
+def _classes(row: Mapping[str, Any]) -> int:
+    from perflab.rows import number
+
+    found = number(row.get("cfg.data.num_classes"))
+    if found is None:
+        from perflab.train.data import CLASSES
+
+        return int(CLASSES)
+    return int(found)
+
+
+def _still_learning(rows: DataFrame, summary: Mapping[str, Any]) -> str:
+    """Why a run had not settled: its test accuracy still rose by half the margin or more in
+    its last epoch ("" if it had settled)."""
+    from perflab.rows import number
+
+    epochs = rows[
+        (rows["run_id"].astype("string") == str(summary.get("run_id")))
+        & (rows["measurement"].astype("string") == "epoch")
+    ]
+    accs = [number(a) for a in epochs.sort_values("epoch")["test_acc"]] if "epoch" in epochs else []
+    accs = [a for a in accs if a is not None]
+    run = f"the {number(summary.get('n_devices')) or 1:.0f}-device run"
+    if len(accs) < 2:
+        return f"{run} trained one epoch: whether it settled cannot be told (trainer.epochs >= 2)"
+    gain = accs[-1] - accs[-2]
+    if gain >= ACCURACY_MARGIN / 2:
+        return (
+            f"{run} was still learning (test accuracy +{gain:.3f} in its last epoch): train longer (a larger --budget)"
+        )
+    return ""

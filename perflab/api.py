@@ -120,7 +120,7 @@ def raised_by_omegaconf(err: BaseException) -> bool:
     return bool(frames) and f"{os.sep}omegaconf{os.sep}" in frames[-1].filename
 
 
-def run(experiment: str, overrides: Sequence[str] = ()):
+def run(experiment: str, overrides: Sequence[str] = (), *, sweep_dir: str | Path | None = None, job_num: int = 0):
     """Run one job and return its rows as a pandas DataFrame.
 
     ``experiment`` is a preset name (``matmul``, ``quick/train``, ``lenet_scratch`` ...);
@@ -128,6 +128,10 @@ def run(experiment: str, overrides: Sequence[str] = ()):
     the run dir (``df.attrs["run_dir"]``), like any run's. A bad value raises
     :class:`perflab.errors.Refused` with the one-line reason; a crash inside the experiment
     is an ``error`` row, as on the command line (``df.attrs["outcome"]`` says what came of it).
+
+    ``sweep_dir``: run the job as point ``job_num`` of that sweep dir (``<sweep_dir>/<job_num>``),
+    as a ``-m`` sweep runs its points: a point completed before (same config) is reused, not
+    measured again (``outcome`` ``done``), and a point being measured elsewhere is waited for.
     """
     import pandas as pd
 
@@ -142,7 +146,15 @@ def run(experiment: str, overrides: Sequence[str] = ()):
         check_values(cfg)
     except ConfigError as err:
         raise Refused(err.line()) from None
-    place = Place(run_dir=run_dir, experiment=experiment_name(choice, cfg), overrides=tuple(overrides))
+    point = Path(sweep_dir) if sweep_dir is not None else None
+    place = Place(
+        run_dir=point / str(job_num) if point else run_dir,
+        experiment=experiment_name(choice, cfg),
+        overrides=tuple(overrides),
+        sweep_dir=point,
+        job_num=job_num if point else 0,
+    )
+    run_dir = place.run_dir
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -154,7 +166,8 @@ def run(experiment: str, overrides: Sequence[str] = ()):
         result = execute(cfg, place)
     if result.outcome == "refused":
         raise Refused(result.error)
-    df = load(run_dir) if (run_dir / RESULTS).is_file() else pd.DataFrame()  # typed as load() types them
+    found = (run_dir / RESULTS).is_file() or result.outcome == "done"  # a reused point: the rows it stands on
+    df = load(run_dir) if found else pd.DataFrame()  # typed as load() types them
     df.attrs.update(outcome=result.outcome, run_dir=str(run_dir))
     return df
 

@@ -106,7 +106,10 @@ class Hooks:
     BESIDE        columns compare shows beside the metric (training: test_acc)
     report(rows, samples) -> Section   its section of the report, as data (rows: one preset's,
                   every run; samples: raw sample seconds by row_id, for error bars)
-    claims(rows, tree) -> claims       checkable statements with verdicts (perflab chapter)
+    claims(rows, tree) -> claims       checkable statements with verdicts (perflab.claims, perflab.checks)
+    work(rows) -> line        how much work a timed call did, beside the reference's (the job's terminal)
+    CHAPTER_SHARE, chapter(machine, seconds) -> points   its share of ``perflab chapter``'s budget and
+                  its points sized to the seconds it gets (perflab.sizing)
     """
 
     Config: type[ExperimentConfig]
@@ -121,6 +124,9 @@ class Hooks:
     BESIDE: tuple[str, ...] = ()
     report: Optional[Callable[[DataFrame, Samples], Section]] = None
     claims: Optional[Callable[[DataFrame, Any], Sequence[Any]]] = None
+    work: Optional[Callable[[Sequence[Row]], str]] = None
+    CHAPTER_SHARE: float = 0.0
+    chapter: Optional[Callable[[Any, float], Sequence[Any]]] = None
 
 
 NAMES = tuple(f.name for f in dataclasses.fields(Hooks))

@@ -174,6 +174,19 @@ class Experiment:
         fn = self.hooks.claims
         return list(fn(rows, tree)) if fn else []
 
+    def work(self, rows: Sequence[Mapping[str, Any]]) -> str:
+        """How much work a timed call did ("" without a work hook, or when it fails: words only)."""
+        fn = self.hooks.work
+        try:
+            return str(fn(rows)) if fn and rows else ""
+        except Exception:
+            return ""
+
+    def chapter(self, machine: Any, seconds: float) -> list[Any]:
+        """Its points in ``perflab chapter``, sized to ``seconds`` (none without a chapter hook)."""
+        fn = self.hooks.chapter
+        return list(fn(machine, seconds)) if fn and self.hooks.CHAPTER_SHARE > 0 else []
+
     def beside_reference(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
         """The terminal's lines of its report section: each setup line, this run's beside the
         reference's (nothing when its hook has none, or fails: the job's own table stands)."""

@@ -134,6 +134,7 @@ class ResultsConfig:
     redo: bool = False  # a sweep re-runs points that are already done (same config hash, complete)
     claim_stale_s: float = 900.0  # a sweep point's claim whose holder was silent this long may be taken over
     subject: Optional[str] = None  # the code under test (any tag); null: the git commit of the working directory
+    note: str = ""  # free text kept in every row of the job (cfg.results.note): why it ran, how it was sized
 
     def __post_init__(self) -> None:
         require(bool(self.store), "store", self.store, "a directory path")

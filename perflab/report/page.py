@@ -21,6 +21,7 @@ from perflab import contract, frames, registry
 from perflab.frames import records, text
 from perflab.history import report_section as trend_section  # the trend over subjects, where there is a history
 from perflab.report.html import MATPLOTLIB_LINE, Figures, bullet_list, esc, section_id, table_html
+from perflab.reproducibility import summary  # the book's claims judged, before the sections
 from perflab.rows import number
 from perflab.table import flags, human_time, rate, spread
 
@@ -341,7 +342,7 @@ class Report:
             guard=asset("guard.js"),
             top="".join(top),
             toc=toc,
-            sections="\n".join([*sections, trend_section(self.df, self.samples)]),
+            sections="\n".join([summary(self.df, self.samples), *sections, trend_section(self.df, self.samples)]),
             environment=env,
             warnings=warnings,
             script=asset("check.js"),

@@ -1,0 +1,508 @@
+"""``perflab chapter``: chapter 13 of *Dive into Deep Learning* on this machine in one command,
+sized to a time budget, each of the book's claims judged, in one report.
+
+    python -m perflab.chapter [--budget MINUTES] [-o report.html] [--store DIR] [--fresh]
+
+1. Calibrate (seconds): the machine as it is now, other processes' load included
+   (:func:`perflab.sizing.calibrate`).
+2. Plan: every experiment that takes part (a ``chapter`` hook and a ``CHAPTER_SHARE``) gets its
+   share of the budget and returns its points, sized, each with why these sizes
+   (:mod:`perflab.sizing`); the ones that measure the machine's peaks go first, the rest in the
+   book's order.
+3. Run the points one by one as the points of one sweep dir, through perflab's one job path
+   (:func:`perflab.api.run` -> :func:`perflab.job.execute`): a point done before is reused, a
+   stopped training resumes from its checkpoint. When the jobs run late, the points not yet
+   started are sized down to the time left; points compared with one another are sized
+   together.
+4. ``sweep.csv``, one report (``-o``) with the reproducibility summary on top, and the verdicts
+   on the terminal.
+
+Ctrl-C stops at once (the point being measured becomes a ``cancelled`` row) and the same
+command continues where it stopped: the plan is kept in ``<sweep dir>/chapter.json``. A chapter
+that ended is measured anew by the next command; ``--fresh`` starts anew after a stop too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import secrets
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Sequence
+
+from perflab import files, registry
+from perflab.errors import ConfigError
+from perflab.sizing import Machine, Point, calibrate
+
+log = logging.getLogger("perflab")
+
+PLAN = "chapter.json"
+REPORT_S = 20.0  # kept at the end for the report (loading, claims, figures: ~10 s on 2 busy cores)
+MARGIN = 0.85  # the plan fills this share of the time left: the machine's noise gets the rest
+FIRST_JOB_S = 3.0  # the first job's own start (Hydra's first compose, imports), beside its estimate
+PRIOR_S = 60.0  # how much on-time work the pace starts from (see Progress.finish)
+GROW_FROM, GROW_MAX = 1.5, 2.0  # ahead of time, what is left grows when it would fill under 2/3 of it, by 2x at most
+
+
+@dataclass
+class Chapter:
+    """A chapter's plan and progress: what ``chapter.json`` holds."""
+
+    budget_min: float
+    host: str
+    started: str
+    machine: Machine
+    points: list[Point]
+    seconds: dict[str, float]  # each experiment's share of the budget, in seconds (re-sizing lowers it)
+    redo: bool = True  # measure anew (a new chapter), or reuse what was done (one that continues)
+    outcomes: dict[str, str] = field(default_factory=dict)  # point number -> outcome
+    finished: str = ""
+
+    def save(self, folder: Path) -> None:
+        data = {
+            "budget_min": self.budget_min,
+            "host": self.host,
+            "started": self.started,
+            "finished": self.finished,
+            "redo": self.redo,
+            "machine": self.machine.as_dict(),
+            "seconds": self.seconds,
+            "points": [p.as_dict() for p in self.points],
+            "outcomes": self.outcomes,
+        }
+        files.write_atomic(folder / PLAN, json.dumps(data, indent=2) + "\n")
+
+    @classmethod
+    def read(cls, folder: Path) -> "Chapter | None":
+        try:
+            data = json.loads((folder / PLAN).read_text())
+            return cls(
+                budget_min=float(data["budget_min"]),
+                host=str(data["host"]),
+                started=str(data["started"]),
+                finished=str(data.get("finished", "")),
+                redo=bool(data.get("redo", True)),
+                machine=Machine.from_dict(data["machine"]),
+                seconds={str(k): float(v) for k, v in data["seconds"].items()},
+                points=[Point.from_dict(p) for p in data["points"]],
+                outcomes={str(k): str(v) for k, v in data.get("outcomes", {}).items()},
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+def taking_part() -> dict[str, registry.Experiment]:
+    """The experiments that take part (a chapter hook and a share of the budget), by name."""
+    found = {name: registry.get(name) for name in registry.names()}
+    return {name: e for name, e in found.items() if e.hooks.chapter and e.hooks.CHAPTER_SHARE > 0}
+
+
+def plan(machine: Machine, seconds: float) -> tuple[list[Point], dict[str, float]]:
+    """Every taking-part experiment's points for ``seconds`` in all, split by their shares; the
+    experiments that measure the machine's peaks first (the others' rows are judged against
+    them), then the book's order."""
+    taking = taking_part()
+    total = sum(e.hooks.CHAPTER_SHARE for e in taking.values())
+    given = {name: seconds * e.hooks.CHAPTER_SHARE / total for name, e in taking.items()}
+    points = [with_module(p, name) for name, e in taking.items() for p in e.chapter(machine, given[name])]
+    first = {name for name, e in taking.items() if e.writes_peaks}
+    points.sort(key=lambda p: (p.module not in first, _section(p.section)))
+    return points, given
+
+
+def with_module(point: Point, module: str) -> Point:
+    point.module = module
+    return point
+
+
+def _section(section: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in section.split("."))
+    except ValueError:
+        return (math.inf,)
+
+
+def resize(chapter: Chapter, started: set[int], left_s: float, late: float) -> float:
+    """Size the points not yet started to the time left, at the pace so far (``late``: the
+    actual over the estimated time of the jobs run): down when they would not fit in
+    ``left_s``, up (at most 2x a step) when they would fill less than two thirds of it. A point
+    whose group has a started point keeps its size (its comparison needs the same sizes).
+    Returns the factor the rest was sized by (1.0: left as it was)."""
+    frozen = {chapter.points[i].group for i in started if chapter.points[i].group}
+    pending = [i for i in range(len(chapter.points)) if i not in started]
+    movable = [i for i in pending if chapter.points[i].group not in frozen or not chapter.points[i].group]
+    fixed = sum(chapter.points[i].estimate_s for i in pending if i not in movable) * late
+    need = sum(chapter.points[i].estimate_s for i in movable) * late
+    if need <= 0:
+        return 1.0
+    factor = (left_s * MARGIN - fixed) / need
+    if 1.0 <= factor < GROW_FROM:
+        return 1.0
+    factor = min(GROW_MAX, max(0.05, factor))
+    changed = False
+    for module in dict.fromkeys(chapter.points[i].module for i in movable):
+        mine = [i for i, p in enumerate(chapter.points) if p.module == module]
+        seconds = chapter.seconds.get(module, 0.0) * factor
+        fresh = registry.get(module).chapter(chapter.machine, seconds)
+        if len(fresh) != len(mine):
+            continue
+        for i, new in zip(mine, fresh):
+            if i in movable:
+                changed |= new.overrides != chapter.points[i].overrides
+                chapter.points[i] = with_module(new, module)
+        chapter.seconds[module] = seconds
+    return factor if changed else 1.0
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+class Progress:
+    """One bar for the whole chapter with an ETA (on a terminal; plain lines elsewhere):
+    advanced by each job's estimate, inside a job by its elapsed time, never past its estimate."""
+
+    def __init__(self, total_s: float) -> None:
+        self.tty = sys.stderr.isatty()
+        self.total, self.done, self.late = max(total_s, 1.0), 0.0, 1.0
+        self.actual = self.estimated = 0.0
+        self.current, self.current_est, self.current_start = "", 0.0, time.monotonic()
+        self.bar: Any = None
+        self._stop = threading.Event()
+        if self.tty:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=1000, bar_format="{l_bar}{bar}| {postfix}", file=sys.stderr, leave=False)
+            threading.Thread(target=self._tick, daemon=True, name="perflab-chapter-progress").start()
+
+    def start(self, name: str, estimate_s: float) -> None:
+        self.current, self.current_est, self.current_start = name, estimate_s, time.monotonic()
+        self._draw()
+
+    def finish(self, estimate_s: float, actual_s: float, reused: bool) -> None:
+        self.done += estimate_s
+        self.current_est = 0.0
+        if not reused and estimate_s > 0:
+            self.actual, self.estimated = self.actual + actual_s, self.estimated + estimate_s
+            # actual over estimated so far, with a prior of a minute on time: one job's surprise
+            # (a cold compile cache) does not swing the ETA of all the rest
+            self.late = min(3.0, max(0.5, (self.actual + PRIOR_S) / (self.estimated + PRIOR_S)))
+        self._draw()
+
+    def eta_s(self) -> float:
+        inside = min(time.monotonic() - self.current_start, self.current_est)
+        return max(0.0, (self.total - self.done - inside) * self.late)
+
+    def write(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stdout)
+        else:
+            print(line, flush=True)
+
+    def _draw(self) -> None:
+        if self.bar is None:
+            return
+        inside = min(time.monotonic() - self.current_start, self.current_est * 0.95)
+        self.bar.n = int(1000 * min(1.0, (self.done + inside) / self.total))
+        self.bar.set_description_str(self.current[:40], refresh=False)
+        self.bar.set_postfix_str(f"ETA {clock(self.eta_s())}", refresh=False)
+        self.bar.refresh()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            self._draw()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self.bar is not None:
+            self.bar.close()
+
+
+def clock(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def note(text: str) -> str:
+    """``text`` as a Hydra override value (a quoted string: no quote, backslash or ``$`` inside)."""
+    clean = text.replace("\\", "/").replace("'", "’").replace("$", "")
+    return f"'{clean}'"
+
+
+def run_points(chapter: Chapter, folder: Path, store: Path, deadline: float, progress: Progress) -> dict[int, str]:
+    """Every point, in order, through perflab.api.run; re-sizes what is left when late."""
+    from perflab.api import run
+    from perflab.errors import Refused
+
+    outcomes: dict[int, str] = {}
+    started = {int(i) for i, o in chapter.outcomes.items() if o in ("ok", "done")}  # done before: keep their sizes
+    for i in range(len(chapter.points)):
+        left = deadline - time.time() - REPORT_S
+        factor = resize(chapter, started, left, progress.late)
+        if factor != 1.0:
+            progress.total = progress.done + sum(p.estimate_s for j, p in enumerate(chapter.points) if j not in started)
+            how = "running late: sized down" if factor < 1 else "ahead of time: sized up"
+            progress.write(f"  {how} what has not started (x{factor:.2g}) to the {clock(max(0, left))} left")
+            chapter.save(folder)
+        point = chapter.points[i]
+        started.add(i)
+        name = f"{point.section} {point.preset}" + (f" ({point.label})" if point.label else "")
+        progress.start(name, point.estimate_s)
+        overrides = [*point.overrides, f"results.store={store}", f"results.note={note(point.why)}"]
+        if chapter.redo:
+            overrides.append("results.redo=true")
+        t0 = time.monotonic()
+        try:
+            df = run(point.preset, overrides, sweep_dir=folder, job_num=i)
+            outcome, rows = str(df.attrs.get("outcome", "ok")), df.to_dict("records")
+        except Refused as err:
+            outcome, rows = "refused", []
+            progress.write(f"  {name}: refused: {err}")
+        spent = time.monotonic() - t0
+        progress.finish(point.estimate_s, spent, reused=outcome == "done")
+        outcomes[i] = chapter.outcomes[str(i)] = outcome
+        chapter.save(folder)
+        shown = "reused (done before)" if outcome == "done" else outcome
+        progress.write(
+            f"{name:<38} {shown:<8} {clock(spent):>5} (est. {clock(point.estimate_s)})  ETA {clock(progress.eta_s())}"
+        )
+        line = registry.get(point.module).work(rows) if point.module in registry.names() else ""
+        if line:
+            progress.write(f"    {line}")
+    return outcomes
+
+
+# --- finding a chapter to continue ------------------------------------------------------------
+
+
+def unfinished(store: Path, budget_min: float) -> tuple[Path, Chapter] | None:
+    """The newest chapter of this host and budget under ``store`` that did not end."""
+    sweeps = store / "sweeps"
+    if not sweeps.is_dir():
+        return None
+    for folder in sorted((p for p in sweeps.iterdir() if "_chapter-" in p.name), reverse=True):
+        found = Chapter.read(folder)
+        if found and not found.finished and found.host == socket.gethostname() and found.budget_min == budget_min:
+            return folder, found
+    return None
+
+
+def new_folder(store: Path) -> Path:
+    folder = store / "sweeps" / f"{datetime.now():%Y-%m-%d_%H-%M-%S}_chapter-{secrets.token_hex(4)}"
+    folder.mkdir(parents=True)
+    return folder
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        print(f"perflab chapter: error: {message}; allowed: see perflab chapter --help", file=sys.stderr)
+        sys.exit(2)
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = Parser(
+        prog="perflab chapter",
+        description="Chapter 13 of Dive into Deep Learning on this machine, sized to a time budget, "
+        "each of the book's claims judged, in one report.",
+    )
+    parser.add_argument("--budget", type=str, default="10", metavar="MINUTES", help="time for all of it (default 10)")
+    parser.add_argument(
+        "-o", "--output", type=Path, default=Path("report.html"), help="the report (default report.html)"
+    )
+    parser.add_argument("--store", type=Path, default=Path("outputs"), help="the results tree (default outputs)")
+    parser.add_argument("--fresh", action="store_true", help="measure anew even where a stopped chapter could continue")
+    return parser.parse_args(argv)
+
+
+def budget_minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError("--budget", text, "a number of minutes > 0")
+    return value
+
+
+def started_at() -> float:
+    """When this process started (the budget counts from there: imports included)."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:
+        return time.time()
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the chapter; returns the exit code: 0 every point ran and the report is written, 1
+    some point failed (the report is written all the same), 2 a usage error, 130 stopped."""
+    args = parse(argv)
+    from perflab import report, store
+
+    try:
+        budget = budget_minutes(args.budget)
+        report.check_output(args.output)
+        store.check(args.store)
+    except ConfigError as err:
+        print(f"perflab chapter: error: {err.line()}", file=sys.stderr)
+        return 2
+    except report.ReportError as err:
+        print(f"perflab chapter: error: {err}", file=sys.stderr)
+        return 2
+    deadline = started_at() + 60 * budget
+    restore = _terminate_as_interrupt()
+    try:
+        return _chapter(args, budget, deadline)
+    except KeyboardInterrupt:
+        print(
+            "\nperflab chapter: stopped; the points measured are kept. The same command continues "
+            "where it stopped (--fresh starts anew).",
+            file=sys.stderr,
+        )
+        return 130
+    finally:
+        restore()
+
+
+def _chapter(args: argparse.Namespace, budget: float, deadline: float) -> int:
+    store = args.store
+    folder_log = _quiet_jobs()
+    say(f"perflab chapter: Dive into Deep Learning, chapter 13 (13.1-13.7), within {budget:g} min")
+    prior = None if args.fresh else unfinished(store, budget)
+    if prior is not None:
+        old_folder, chapter = prior
+        done = sum(o in ("ok", "done") for o in chapter.outcomes.values())
+        say(
+            f"  continuing the chapter started {chapter.started} ({old_folder}): "
+            f"{done} of {len(chapter.points)} points done"
+        )
+        chapter.redo = False
+    else:
+        say("  calibrating (a few seconds) ...")
+        machine = calibrate()
+        left = deadline - time.time() - REPORT_S - FIRST_JOB_S
+        points, seconds = plan(machine, max(1.0, left * MARGIN))
+        chapter = Chapter(budget, socket.gethostname(), _now(), machine, points, seconds)
+    machine = chapter.machine
+    say(f"  on {machine.words()}")
+    if not machine.gpu:
+        say(
+            "  no GPU here: the CPU stands in. Where the book uses 2 GPUs, 2 CPU workers (each half the "
+            "cores) stand in for them; claims that need a GPU say NOT APPLICABLE and why"
+        )
+    folder = new_folder(store)
+    folder_log(folder)
+    chapter.save(folder)
+    total = sum(p.estimate_s for p in chapter.points)
+    left = deadline - time.time()
+    say(f"  {len(chapter.points)} jobs, estimated {clock(total)} of the {clock(left)} left; rows: {folder}")
+    if total > left - REPORT_S:
+        say("  the budget is tight: at their smallest sizes the jobs need more; some verdicts will be UNDERPOWERED")
+    progress = Progress(total)
+    try:
+        outcomes = run_points(chapter, folder, store, deadline, progress)
+    finally:
+        progress.close()
+    return _finish(chapter, folder, args.output, outcomes, deadline, budget)
+
+
+def _finish(
+    chapter: Chapter, folder: Path, output: Path, outcomes: dict[int, str], deadline: float, budget: float
+) -> int:
+    from perflab import claims, report, sweep
+    from perflab.compare import samples_by_row
+    from perflab.results import load
+
+    say("  writing the report ...")
+    sweep.summarize(folder)
+    rows = load(folder)
+    samples = samples_by_row([folder])
+    report.write(report.Report(rows, [str(folder)], samples).render(), output)
+    verdicts = claims.judge(rows, samples)
+    chapter.finished = _now()
+    chapter.save(folder)
+    say("")
+    say(verdict_table(verdicts))
+    tally = ", ".join(f"{n} {v}" for v, n in claims.counts(verdicts).items())
+    failed = {i: o for i, o in outcomes.items() if o not in ("ok", "done", "skipped")}
+    spent = time.time() - (deadline - 60 * budget)
+    say("")
+    say(f"claims: {len(verdicts)}: {tally or 'none'}")
+    for i, outcome in failed.items():
+        say(f"point {i} ({chapter.points[i].section} {chapter.points[i].preset}): {outcome}: see {folder / str(i)}")
+    say(f"done in {clock(spent)} of the {clock(60 * budget)} budget; rows: {folder}; report: {output}")
+    return 1 if failed else 0
+
+
+def verdict_table(verdicts: list[Any]) -> str:
+    """The claims on the terminal: section, verdict, statement, measured (and why, unless VALID)."""
+    import textwrap
+
+    lines = []
+    for c in verdicts:
+        lines.append(f"{c.section:<5} {c.verdict:<14} {c.statement}")
+        detail = f"measured: {c.measured or '-'}" + (f"; {c.why}" if c.why else "")
+        lines += textwrap.wrap(detail, width=110, initial_indent=" " * 20, subsequent_indent=" " * 20)
+    return "\n".join(lines)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _quiet_jobs() -> Callable[[Path], None]:
+    """Each job's own lines go to its run dir's log and to ``<sweep dir>/chapter.log``, not the
+    terminal: there the chapter shows one line per job and its progress bar. Returns what points
+    the chapter's log at its folder once it has one."""
+    root = logging.getLogger()
+    holder = logging.NullHandler()
+    root.addHandler(holder)  # a root handler: perflab.api adds no terminal handler of its own
+    logging.captureWarnings(True)
+
+    def to(folder: Path) -> None:
+        handler = logging.FileHandler(folder / "chapter.log")
+        handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+        root.addHandler(handler)
+        root.removeHandler(holder)
+        root.setLevel(logging.INFO)
+
+    return to
+
+
+def _terminate_as_interrupt() -> Callable[[], None]:
+    """SIGTERM ends the chapter as Ctrl-C does (the point being measured becomes a row)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
+if __name__ == "__main__":
+    sys.exit(main())
