@@ -280,6 +280,7 @@ SUBCOMMANDS = {
     "results": "perflab.results",
     "report": "perflab.report",
     "history": "perflab.history",
+    "chapter": "perflab.chapter",
 }
 # Hydra's own flags that take the next word as their value.
 FLAGS_WITH_VALUE = (

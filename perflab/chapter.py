@@ -25,6 +25,7 @@ that ended is measured anew by the next command; ``--fresh`` starts anew after a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -37,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 from perflab import files, registry
 from perflab.errors import ConfigError
@@ -371,7 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = started_at() + 60 * budget
     restore = _terminate_as_interrupt()
     try:
-        return _chapter(args, budget, deadline)
+        with _jobs_to_files() as log_to:
+            return _chapter(args, budget, deadline, log_to)
     except KeyboardInterrupt:
         print(
             "\nperflab chapter: stopped; the points measured are kept. The same command continues "
@@ -383,9 +385,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         restore()
 
 
-def _chapter(args: argparse.Namespace, budget: float, deadline: float) -> int:
+def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: Callable[[Path], None]) -> int:
     store = args.store
-    folder_log = _quiet_jobs()
     say(f"perflab chapter: Dive into Deep Learning, chapter 13 (13.1-13.7), within {budget:g} min")
     prior = None if args.fresh else unfinished(store, budget)
     if prior is not None:
@@ -410,7 +411,7 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float) -> int:
             "cores) stand in for them; claims that need a GPU say NOT APPLICABLE and why"
         )
     folder = new_folder(store)
-    folder_log(folder)
+    log_to(folder)
     chapter.save(folder)
     total = sum(p.estimate_s for p in chapter.points)
     left = deadline - time.time()
@@ -469,23 +470,30 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _quiet_jobs() -> Callable[[Path], None]:
+@contextlib.contextmanager
+def _jobs_to_files() -> Iterator[Callable[[Path], None]]:
     """Each job's own lines go to its run dir's log and to ``<sweep dir>/chapter.log``, not the
-    terminal: there the chapter shows one line per job and its progress bar. Returns what points
-    the chapter's log at its folder once it has one."""
+    terminal: there the chapter shows one line per job and its progress bar. Yields what points
+    the chapter's log at its folder once it has one; the handlers go when the chapter ends."""
     root = logging.getLogger()
-    holder = logging.NullHandler()
-    root.addHandler(holder)  # a root handler: perflab.api adds no terminal handler of its own
-    logging.captureWarnings(True)
+    level = root.level
+    added: list[logging.Handler] = [logging.NullHandler()]
+    root.addHandler(added[0])  # a root handler: perflab.api adds no terminal handler of its own
 
     def to(folder: Path) -> None:
         handler = logging.FileHandler(folder / "chapter.log")
         handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
         root.addHandler(handler)
-        root.removeHandler(holder)
+        added.append(handler)
         root.setLevel(logging.INFO)
 
-    return to
+    try:
+        yield to
+    finally:
+        for handler in added:
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(level)
 
 
 def _terminate_as_interrupt() -> Callable[[], None]:

@@ -294,7 +294,7 @@ def test_library_warnings_stay_out_of_the_terminal(work):
         (
             ["comapre", "outputs"],
             "comapre: not a command or a key=value; did you mean compare? allowed: perflab +experiment=NAME "
-            "[key=value ...], perflab compare|results|report|history ..., perflab --help",
+            "[key=value ...], perflab compare|results|report|history|chapter ..., perflab --help",
         ),
         (
             ["+experiment=quick/matmull"],
