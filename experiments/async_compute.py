@@ -165,8 +165,8 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
     if None in (n, steps, train, batch):
         return ""
     return (
-        f"work per call: {steps:.0f} x (random {n:.0f}² matrix, times itself); training: {train:.0f} LeNet steps "
-        f"of {batch:.0f} images; the book: {BOOK_WORK}"
+        f"work per call: {steps:.0f} x (random {n:.0f}² matrix, times itself); training: {train:.0f} LeNet "
+        f"step{'s' if train != 1 else ''} of {batch:.0f} images; the book: {BOOK_WORK}"
     )
 
 

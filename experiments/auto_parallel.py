@@ -227,7 +227,7 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
         f"({'the book' if machine.gpu else '~50 ms on a worker'}) on {where}; {repeats} samples of each part"
     )
     overrides = [f"experiment.{keys[0]}={n}", f"experiment.{keys[1]}={k}"] + (
-        [] if machine.gpu else ["experiment.cpu_workers=2"]
+        [] if machine.gpu else [f"experiment.cpu_workers={min(2, machine.count)}"]
     )
     return [
         sizing.Point("13.3", "auto_parallel", overrides + sizing.bench(repeats), (repeats + 1) * 3.5 * call + 2, why)

@@ -261,7 +261,7 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
         f"samples each (a link of ~{link / 1e9:.3g} GB/s assumed for sizing), after ~{START_S:.0f} s to start them"
     )
     overrides = ["experiment.min_bytes=4096", f"experiment.max_bytes={size}"] + (
-        [] if machine.gpu else ["experiment.cpu_workers=2"]
+        [] if machine.gpu else [f"experiment.cpu_workers={min(2, machine.count)}"]
     )
     bench = [f"bench.repeats={repeats}", "bench.warmup=2", "bench.min_time_s=0"]
     return [sizing.Point("13.7", "comm", overrides + bench, START_S + spent + sizing.JOB_OVERHEAD_S, why)]

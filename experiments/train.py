@@ -190,7 +190,7 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
     """How much work the run timed, beside the book's run of that model."""
     from perflab.rows import number
 
-    r = next((x for x in rows if x.get("global_batch") is not None), rows[0] if rows else {})
+    r = next((x for x in rows if number(x.get("global_batch")) is not None), rows[0] if rows else {})
     epochs, images = number(r.get("cfg.trainer.epochs")), number(r.get("cfg.data.train_size"))
     batch, n = number(r.get("global_batch")), number(r.get("n_devices"))
     if epochs is None or batch is None:

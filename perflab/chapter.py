@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 from perflab import files, registry
+from perflab.claims import section_key
 from perflab.errors import ConfigError
 from perflab.sizing import Machine, Point, calibrate
 
@@ -119,20 +120,13 @@ def plan(machine: Machine, seconds: float) -> tuple[list[Point], dict[str, float
     given = {name: seconds * e.hooks.CHAPTER_SHARE / total for name, e in taking.items()}
     points = [with_module(p, name) for name, e in taking.items() for p in e.chapter(machine, given[name])]
     first = {name for name, e in taking.items() if e.writes_peaks}
-    points.sort(key=lambda p: (p.module not in first, _section(p.section)))
+    points.sort(key=lambda p: (p.module not in first, section_key(p.section)))
     return points, given
 
 
 def with_module(point: Point, module: str) -> Point:
     point.module = module
     return point
-
-
-def _section(section: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in section.split("."))
-    except ValueError:
-        return (math.inf,)
 
 
 def resize(chapter: Chapter, started: set[int], left_s: float, late: float) -> float:

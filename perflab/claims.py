@@ -91,10 +91,11 @@ def judge(rows: pd.DataFrame, samples: Mapping[str, np.ndarray] | None = None) -
             log.warning("claims of %s: %s: %s", experiment, type(err).__name__, err)
             continue
         found += [replace(c, experiment=c.experiment or experiment) for c in made]
-    return sorted(found, key=lambda c: (_section_key(c.section), c.experiment))
+    return sorted(found, key=lambda c: (section_key(c.section), c.experiment))
 
 
-def _section_key(section: str) -> tuple[float, ...]:
+def section_key(section: str) -> tuple[float, ...]:
+    """The book's order of sections ("13.10" after "13.9"; anything else last)."""
     try:
         return tuple(float(p) for p in section.split("."))
     except ValueError:

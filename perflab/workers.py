@@ -51,16 +51,26 @@ def launch(
     level = noisy.level
     noisy.setLevel(logging.WARNING)
     try:
-        return elastic_launch(config, _worker)(os.getpid(), entrypoint, *args)
+        return elastic_launch(config, _worker)(os.getpid(), _log_file(log_dir), entrypoint, *args)
     finally:
         noisy.setLevel(level)
 
 
-def _worker(parent: int, entrypoint: Callable[..., Any], *args: Any) -> Any:
+def _log_file(log_dir: Path) -> str:
+    """Where rank 0 logs: the terminal ("") when the job's own lines go there, else a file in
+    ``log_dir`` (``perflab chapter`` keeps every job's lines off its terminal)."""
+    loggers = (logging.getLogger("perflab"), logging.getLogger())
+    handlers = [h for logger in loggers for h in logger.handlers]
+    to_terminal = any(type(h) is not logging.FileHandler and isinstance(h, logging.StreamHandler) for h in handlers)
+    return "" if to_terminal or not handlers else str(log_dir / "rank0.log")
+
+
+def _worker(parent: int, log_file: str, entrypoint: Callable[..., Any], *args: Any) -> Any:
     """In each worker: die with the job (Linux), log like the job, then run the entrypoint."""
     _die_with_parent(parent)
     if os.environ.get("RANK") == "0":
-        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+        where: dict[str, Any] = {"filename": log_file} if log_file else {"stream": sys.stdout}
+        logging.basicConfig(level=logging.INFO, format="%(message)s", **where)
     return entrypoint(*args)
 
 
