@@ -6,8 +6,9 @@ returns a :class:`~perflab.claims.Claim`. Two rules hold for all of them:
 - INVALID needs clean evidence: rows perflab marks suspect (a busy machine, too few samples,
   a figure above a measured peak) can support a claim but never refute it: the verdict is then
   UNDERPOWERED, saying why.
-- UNDERPOWERED says what would decide: how many more samples a side (the width of a 95 %
-  bootstrap interval shrinks as 1/sqrt(n)), more test images, or more training.
+- UNDERPOWERED says what would decide: how many more samples a side (two samples: the
+  Mann-Whitney test's power, ``stats.repeats_needed``; a statistic of several: the width of its
+  95 % bootstrap interval, which shrinks as 1/sqrt(n)), more test images, or more training.
 """
 
 from __future__ import annotations
@@ -111,12 +112,12 @@ def faster(
     line = at_least * (1 + margin)
     if d.ci_high < line:
         return refute_or_doubt(outcome, measured, f"the speedup is below {line:.3g}x with 95% confidence", doubt)
-    center, half = math.log(d.speedup), (math.log(d.ci_high) - math.log(d.ci_low)) / 2
-    gap = max(center - math.log(at_least), math.log(line) - center)
+    # the change the samples must be able to show: from the estimate to the nearer deciding line
+    gap = max(math.log(d.speedup) - math.log(at_least), math.log(line) - math.log(d.speedup))
     n = min(len(a), len(b))
-    return outcome(
-        measured, UNDERPOWERED, "the interval straddles the deciding line: " + more_words(n, more_samples(n, half, gap))
-    )
+    needed = stats.repeats_needed(a, b, 100 * math.expm1(gap))
+    more = PRACTICAL if not math.isfinite(needed) else max(1, int(needed) - n)
+    return outcome(measured, UNDERPOWERED, "the interval straddles the deciding line: " + more_words(n, more))
 
 
 def _median_speedup(base: Mapping[str, Any], new: Mapping[str, Any]) -> str:

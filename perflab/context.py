@@ -294,13 +294,21 @@ class Context:
 
 
 def beyond_peak(fields: Mapping[str, Any]) -> str:
-    """Why a figure above 100 % of the measured peak is suspect ("" if it is not above)."""
+    """Why a figure above 100 % of the measured peak, or of the datasheet's (an MFU above 1), is
+    suspect ("" if it is above neither)."""
     from perflab.rows import number
 
+    said = []
     pct = number(fields.get("pct_of_peak"))
-    if pct is None or pct <= 100:
-        return ""
-    return (
-        f"{pct:.1f} % of the measured peak: above 100 %, so that peak (results.peaks) was no peak "
-        "for this work (measured smaller, or on a busy machine): run +experiment=hardware again"
-    )
+    if pct is not None and pct > 100:
+        said.append(
+            f"{pct:.1f} % of the measured peak: above 100 %, so that peak (results.peaks) was no peak "
+            "for this work (measured smaller, or on a busy machine): run +experiment=hardware again"
+        )
+    mfu = number(fields.get("mfu"))
+    if mfu is not None and mfu > 1:
+        said.append(
+            f"MFU {mfu:.0%}: above the datasheet peak, whose figure is low for this device "
+            "(datasheet_basis says how it was derived)"
+        )
+    return "; ".join(said)
