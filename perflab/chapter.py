@@ -40,7 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Sequence
 
-from perflab import files, registry
+from perflab import files, logs, registry
 from perflab.claims import section_key
 from perflab.errors import ConfigError
 from perflab.sizing import Machine, Point, calibrate
@@ -178,7 +178,7 @@ class Progress:
         if self.tty:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=1000, bar_format="{l_bar}{bar}| {postfix}", file=sys.stderr, leave=False)
+            self.bar = tqdm(total=1000, bar_format="{desc} {percentage:3.0f}%|{bar}|", file=sys.stderr, leave=False)
             threading.Thread(target=self._tick, daemon=True, name="perflab-chapter-progress").start()
 
     def start(self, name: str, estimate_s: float) -> None:
@@ -210,8 +210,7 @@ class Progress:
             return
         inside = min(time.monotonic() - self.current_start, self.current_est * 0.95)
         self.bar.n = int(1000 * min(1.0, (self.done + inside) / self.total))
-        self.bar.set_description_str(self.current[:40], refresh=False)
-        self.bar.set_postfix_str(f"ETA {clock(self.eta_s())}", refresh=False)
+        self.bar.set_description_str(f"ETA {clock(self.eta_s())} | {self.current[:40]}", refresh=False)
         self.bar.refresh()
 
     def _tick(self) -> None:
@@ -413,9 +412,11 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
     if total > left - REPORT_S:
         say("  the budget is tight: at their smallest sizes the jobs need more; some verdicts will be UNDERPOWERED")
     progress = Progress(total)
+    logs.LIVE[0] = False  # one bar for the chapter: the jobs draw none of their own
     try:
         outcomes = run_points(chapter, folder, store, deadline, progress)
     finally:
+        logs.LIVE[0] = True
         progress.close()
     return _finish(chapter, folder, args.output, outcomes, deadline, budget)
 
@@ -431,7 +432,11 @@ def _finish(
     sweep.summarize(folder)
     rows = load(folder)
     samples = samples_by_row([folder])
-    report.write(report.Report(rows, [str(folder)], samples).render(), output)
+    try:
+        report.write(report.Report(rows, [str(folder)], samples).render(), output)
+    except report.ReportError as err:  # the output went away meanwhile: the rows stay, say so
+        print(f"perflab chapter: error: {err}; the rows are in {folder} (perflab report {folder})", file=sys.stderr)
+        return 1
     verdicts = claims.judge(rows, samples)
     chapter.finished = _now()
     chapter.save(folder)

@@ -19,6 +19,7 @@ from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 from perflab import bench
 from perflab.bench import Stats, Variant
 from perflab.devices import Device
+from perflab.logs import live
 from perflab.peaks import Peaks
 from perflab.rows import STATUSES
 from perflab.rundir import RunWriter
@@ -36,7 +37,7 @@ class Status:
 
     def __init__(self, what: str) -> None:
         self.what, self.samples, self.shown = what, 0, False
-        self.on = sys.stderr.isatty()
+        self.on = live()
         self.start = self.last = time.monotonic()
 
     def sampled(self) -> None:

@@ -1,6 +1,7 @@
 """A terminal log handler that writes to whatever ``sys.stdout`` is now (a notebook, a test's
 capture, a redirect made after logging was set up) and goes quiet when its reader goes away
-(``perflab ... | head``): the job carries on and writes its rows, with no traceback."""
+(``perflab ... | head``): the job carries on and writes its rows, with no traceback. And
+whether a job may draw live progress (a self-erasing status line, a bar) on the terminal."""
 
 from __future__ import annotations
 
@@ -8,6 +9,13 @@ import logging
 import os
 import sys
 from typing import Any, TextIO
+
+LIVE = [True]  # perflab chapter draws one bar for all its jobs and turns the jobs' own off
+
+
+def live() -> bool:
+    """A job's live progress goes to stderr: only on a terminal, and not inside perflab chapter."""
+    return LIVE[0] and sys.stderr.isatty()
 
 
 class Console(logging.StreamHandler):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any, Iterator
 import torch
 from omegaconf import OmegaConf
 
-from perflab import bench, flops
+from perflab import bench, flops, logs
 from perflab import precision as precisions
 from perflab.context import Context
 from perflab.devices import Device
@@ -475,7 +474,7 @@ class Trainer:
 
     def progress(self, it: Iterator[Any], total: int, desc: str) -> Iterator[Any]:
         """A per-epoch progress bar on a terminal (rank 0 only); plain iteration elsewhere."""
-        if self.rank != 0 or not sys.stderr.isatty():
+        if self.rank != 0 or not logs.live():
             return it
         from tqdm import tqdm
 
