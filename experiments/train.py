@@ -408,7 +408,7 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
     resnet = sizing.training_rate(machine, "resnet18", models.resnet18, (1, 28, 28), 256 if machine.gpu else 32)
     run_s = 0.6 * seconds / len(counts)
     images = _images(run_s, resnet, epochs=3, test=test_images("13.6", run_s, resnet, 3))
-    batch = next((b for b in (256, 128, 64, 32) if 3 * images / b >= 60), 16)  # 60 steps or more, if it can
+    batch = next((b for b in (256, 128, 64) if 3 * images / b >= 60), 32)  # 60 steps or more, if it can
     points += _training_points(
         machine, "13.6", "resnet18_concise", 0.6 * seconds / len(counts), resnet, batch, counts, epochs=3
     )

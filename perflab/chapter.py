@@ -52,7 +52,7 @@ REPORT_S = 20.0  # kept at the end for the report (loading, claims, figures: ~10
 MARGIN = 0.85  # the plan fills this share of the time left: the machine's noise gets the rest
 FIRST_JOB_S = 3.0  # the first job's own start (Hydra's first compose, imports), beside its estimate
 PRIOR_S = 60.0  # how much on-time work the pace starts from (see Progress.finish)
-GROW_FROM, GROW_MAX = 1.5, 2.0  # ahead of time, what is left grows when it would fill under 2/3 of it, by 2x at most
+GROW_FROM, GROW_MAX = 1.3, 2.0  # ahead of time, what is left grows when it would fill under 3/4 of it, by 2x at most
 
 
 @dataclass
@@ -132,7 +132,7 @@ def with_module(point: Point, module: str) -> Point:
 def resize(chapter: Chapter, started: set[int], left_s: float, late: float) -> float:
     """Size the points not yet started to the time left, at the pace so far (``late``: the
     actual over the estimated time of the jobs run): down when they would not fit in
-    ``left_s``, up (at most 2x a step) when they would fill less than two thirds of it. A point
+    ``left_s``, up (at most 2x a step) when they would fill less than three quarters of it. A point
     whose group has a started point keeps its size (its comparison needs the same sizes).
     Returns the factor the rest was sized by (1.0: left as it was)."""
     frozen = {chapter.points[i].group for i in started if chapter.points[i].group}
