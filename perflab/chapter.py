@@ -281,14 +281,14 @@ def run_points(chapter: Chapter, folder: Path, store: Path, deadline: float, pro
 
 
 def unfinished(store: Path, budget_min: float) -> tuple[Path, Chapter] | None:
-    """The newest chapter of this host and budget under ``store`` that did not end."""
+    """The newest chapter of this host and budget under ``store``, if it did not end."""
     sweeps = store / "sweeps"
     if not sweeps.is_dir():
         return None
     for folder in sorted((p for p in sweeps.iterdir() if "_chapter-" in p.name), reverse=True):
         found = Chapter.read(folder)
-        if found and not found.finished and found.host == socket.gethostname() and found.budget_min == budget_min:
-            return folder, found
+        if found and found.host == socket.gethostname() and found.budget_min == budget_min:
+            return None if found.finished else (folder, found)  # the newest one decides
     return None
 
 
@@ -406,6 +406,11 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
     folder = new_folder(store)
     log_to(folder)
     chapter.save(folder)
+    if prior is not None:  # the stopped one is continued here, not again by the next command
+        stopped = Chapter.read(prior[0])
+        if stopped is not None:
+            stopped.finished = f"continued in {folder.name}"
+            stopped.save(prior[0])
     total = sum(p.estimate_s for p in chapter.points)
     left = deadline - time.time()
     say(f"  {len(chapter.points)} jobs, estimated {clock(total)} of the {clock(left)} left; rows: {folder}")

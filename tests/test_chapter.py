@@ -62,6 +62,7 @@ def test_the_chapter_runs_stops_continues_judges_and_reports(work, tmp_path):
     reused = [json.loads((continued[0] / str(i) / "run.json").read_text()) for i in (0, 1)]
     assert [r["outcome"] for r in reused] == ["done", "done"], "the points done before are reused, not measured again"
     assert json.loads((continued[0] / "chapter.json").read_text())["finished"]
+    assert json.loads((stopped / "chapter.json").read_text())["finished"] == f"continued in {continued[0].name}"
     assert re.search(r"done in \d+:\d\d of the 3:00 budget", out)
     assert (continued[0] / "sweep.csv").is_file()
 

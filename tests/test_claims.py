@@ -4,6 +4,7 @@ four outcomes, each experiment's claims, the CPU's datasheet peak, the chapter's
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -355,3 +356,24 @@ def test_the_rest_is_resized_to_the_time_left_but_never_half_a_comparison():
         "well ahead of time: the rest grows, 2x at most"
     )
     assert plan.points[resnet[0]].estimate_s > shrunk
+
+
+def test_the_same_command_continues_the_newest_chapter_of_its_host_and_budget_only_if_it_did_not_end(tmp_path):
+    import socket
+
+    from perflab import chapter
+
+    def saved(name: str, budget: float, finished: str = "", host: str = socket.gethostname()) -> Path:
+        folder = tmp_path / "sweeps" / name
+        folder.mkdir(parents=True)
+        chapter.Chapter(budget, host, "then", machine(), [], {}, finished=finished).save(folder)
+        return folder
+
+    assert chapter.unfinished(tmp_path, 8) is None
+    stopped = saved("2026-01-01_10-00-00_chapter-aa", 8)
+    saved("2026-01-01_11-00-00_chapter-bb", 8, host="elsewhere")
+    saved("2026-01-01_12-00-00_chapter-cc", 10)
+    found = chapter.unfinished(tmp_path, 8)
+    assert found is not None and found[0] == stopped
+    saved("2026-01-01_13-00-00_chapter-dd", 8, finished="now")
+    assert chapter.unfinished(tmp_path, 8) is None, "the newest ended: a new chapter measures anew"
