@@ -460,6 +460,8 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
             row = ok[mode]
             calls = number(row.get("break_even_calls"))
             pays = f"; pays off after {calls:.0f} calls" if calls is not None else "; never pays off"
+            counts = {k: number(row.get(k)) for k in ("recompiles", "graph_breaks")}
+            pays += "".join(f", {k.replace('_', ' ')} {v:.0f}" for k, v in counts.items() if v is not None)
             outcome = checks.claim(
                 "13.1",
                 statement,
