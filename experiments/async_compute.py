@@ -152,30 +152,12 @@ def training_ab(ctx: Context, d: Any, steps: int, batch: int, cpu_note: str) -> 
     ctx.measure_rounds(parts, relate=slowdown)
 
 
-BOOK_WORK = "10 x (a random 1000 x 1000 matrix, multiplied by itself)"
-
-
-def work(rows: Sequence[Mapping[str, Any]]) -> str:
-    """How much work each timed call did, beside the book's."""
-    from perflab.rows import number
-
-    r = rows[0] if rows else {}
-    n, steps = number(r.get("cfg.experiment.size")), number(r.get("cfg.experiment.steps"))
-    train, batch = number(r.get("cfg.experiment.train_steps")), number(r.get("cfg.experiment.train_batch"))
-    if None in (n, steps, train, batch):
-        return ""
-    return (
-        f"work per call: {steps:.0f} x (random {n:.0f}² matrix, times itself); training: {train:.0f} LeNet "
-        f"step{'s' if train != 1 else ''} of {batch:.0f} images; the book: {BOOK_WORK}"
-    )
-
-
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     from perflab.rows import number
     from perflab.table import human_time
 
     by = {str(r.get("measurement")): r for r in rows if r.get("status") == "ok"}
-    lines = [line for line in [work(rows)] if line]
+    lines: list[str] = []
     for name, r in by.items():
         if name.endswith("no sync (host dispatch)"):
             synced = by.get(name.replace("no sync (host dispatch)", "synced (device time)"), {})

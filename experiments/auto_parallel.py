@@ -137,27 +137,11 @@ def compute_and_copy(ctx: Context, gpu, x, k: int) -> None:
     ctx.measure_rounds(parts, relate=overlap)
 
 
-BOOK_WORK = "50 x 4000² per GPU, on 2 GPUs"
-
-
-def work(rows: Sequence[Mapping[str, Any]]) -> str:
-    """How much work each timed call did per device, beside the book's."""
-    from perflab.rows import number
-
-    r = rows[0] if rows else {}
-    gpu = any(str(x.get("devices", "")).startswith("cuda") for x in rows)
-    n = number(r.get("cfg.experiment.size" if gpu else "cfg.experiment.cpu_size"))
-    k = number(r.get("cfg.experiment.matmuls" if gpu else "cfg.experiment.cpu_matmuls"))
-    if n is None or k is None:
-        return ""
-    return f"work per call: {k:.0f} x {n:.0f}² matmuls per device; the book: {BOOK_WORK}"
-
-
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     from perflab.parallel import concurrency_headline
     from perflab.rows import number
 
-    lines = [line for line in [work(rows)] if line] + concurrency_headline(rows, "TFLOP/s", "tflops")
+    lines = concurrency_headline(rows, "TFLOP/s", "tflops")
     for r in rows:
         if str(r.get("measurement", "")).endswith("overlapped") and r.get("status") == "ok":
             lines.append(

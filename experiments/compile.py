@@ -341,25 +341,11 @@ def serialize(ctx: Context, model: Any, x: Any, d: Any, atol: float) -> None:
         )
 
 
-BOOK_WORK = "the MLP 512-256-128-2 on one input of 512 values per call"
-
-
-def work(rows: Sequence[Mapping[str, Any]]) -> str:
-    """How much work each timed call did, beside the book's."""
-    r = rows[0] if rows else {}
-    model, batch = r.get("cfg.experiment.model"), r.get("cfg.experiment.batch")
-    if model is None or batch is None:
-        return ""
-    what = "the book's MLP 512-256-128-2" if model == "mlp" else str(model)
-    inputs = f"{batch} input{'s' if str(batch) != '1' else ''}"
-    return f"work per call: one forward pass of {what} on {inputs}; the book: {BOOK_WORK}"
-
-
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     from perflab.rows import number
     from perflab.table import human_time
 
-    lines = [line for line in [work(rows)] if line]
+    lines: list[str] = []
     for r in rows:
         name = str(r.get("measurement", ""))
         if r.get("status") != "ok" or name not in MODES or name == "eager":

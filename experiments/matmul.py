@@ -81,7 +81,7 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     from perflab.parallel import concurrency_headline
 
-    return [line for line in [work(rows)] if line] + concurrency_headline(rows, "TFLOP/s", "tflops")
+    return concurrency_headline(rows, "TFLOP/s", "tflops")
 
 
 def report(rows: DataFrame, samples: Samples) -> Section:

@@ -179,15 +179,8 @@ def label(row: Mapping[str, Any]) -> str:
     return f"epoch {int(epoch)}" if row.get("measurement") == "epoch" and epoch is not None else str(row["measurement"])
 
 
-# The book's training runs (Dive into Deep Learning 13.5 and 13.6), by model.
-BOOK_WORK = {
-    "lenet": "10 epochs of Fashion-MNIST's 60000 images at batch 256 (13.5)",
-    "resnet18": "10 epochs of Fashion-MNIST's 60000 images at batch 256 per GPU (13.6)",
-}
-
-
 def work(rows: Sequence[Mapping[str, Any]]) -> str:
-    """How much work the run timed, beside the book's run of that model."""
+    """How much work the run timed, beside the book's run of that preset."""
     from perflab.rows import number
 
     r = next((x for x in rows if number(x.get("global_batch")) is not None), rows[0] if rows else {})
@@ -195,7 +188,8 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
     batch, n = number(r.get("global_batch")), number(r.get("n_devices"))
     if epochs is None or batch is None:
         return ""
-    book = BOOK_WORK.get(str(r.get("model") or r.get("cfg.model.name")))
+    setup = {what: theirs for what, theirs, _ in BOOK.get(str(r.get("experiment")), ("", "", "", []))[3]}
+    book = f"{setup['epochs']} epochs at global batch {setup['global batch']}" if "epochs" in setup else ""
     what = f"{images:.0f}" if images is not None else "all the"
     line = (
         f"work: {epochs:.0f} epochs of {what} images at global batch {batch:.0f} on {n or 1:.0f} "
@@ -210,7 +204,7 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
     summary = next((r for r in reversed(rows) if r.get("measurement") == "train" and r.get("status") == "ok"), None)
     if summary is None:
-        return [line for line in [work(rows)] if line]
+        return []
     n = int(number(summary.get("n_devices")) or 1)
     unit = summary.get("items_unit") or "items"
     line = (
@@ -220,7 +214,6 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         f"{number(summary.get('test_acc')) or 0:.3f}"
     )
     lines = [
-        *[w for w in [work(rows)] if w],
         line,
         f"model FLOPs: {number(summary.get('tflops')) or 0:.3g} TFLOP/s achieved"
         + (f", MFU {float(summary['mfu']):.1%}" if number(summary.get("mfu")) is not None else "")
@@ -376,7 +369,6 @@ def fastest(table: DataFrame) -> list[str]:
 
 CHAPTER_SHARE = 0.5  # two sections of training: 13.5 (LeNet) and 13.6 (ResNet-18)
 START_S = 4.0  # a training job before its first step: the data, the model, its FLOPs, a data-loader pass
-SECTION = {"scratch": "13.5", "data_parallel": "13.6"}  # the book's section of each strategy's claims
 BOOK_SPEED = {
     "13.5": "13.5: training on 2 GPUs, the batch split between them",
     "13.6": "13.6: 2 GPUs with nn.DataParallel train ResNet-18 faster than 1",
@@ -494,14 +486,14 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
         if not ones:
             continue
         base = ones[-1]
-        section = SECTION.get(str(base.get("strategy")), "13.5")
+        section = BOOK.get(str(base.get("experiment")), ("13.5",))[0]  # the preset's section of the book
         others = [r for r in runs if (number(r.get("n_devices")) or 1) > 1]
         if not others:
             out.append(
                 checks.not_applicable(
                     section,
                     f"k devices train {base.get('model')} faster than one, at matching accuracy",
-                    BOOK_SPEED[section],
+                    BOOK_SPEED.get(section, BOOK_SPEED["13.5"]),
                     "one device only: no run on more devices in these rows",
                 )
             )
@@ -527,11 +519,17 @@ def _pair_claims(section: str, base: dict, new: dict, rows: DataFrame, tree: Tre
     if str(new.get("devices", "")).startswith("cpu"):
         ratio = (number(new.get("items_per_s")) or 0) / (number(base.get("items_per_s")) or 1)
         out.append(
-            checks.not_applicable(section, speed, BOOK_SPEED[section], ON_CPU, f"{ratio:.2f}x the images/s of 1")
+            checks.not_applicable(
+                section, speed, BOOK_SPEED.get(section, BOOK_SPEED["13.5"]), ON_CPU, f"{ratio:.2f}x the images/s of 1"
+            )
         )
     else:
         outcome = checks.claim(
-            section, speed, BOOK_SPEED[section], "speedup > 1", "the 95% interval of the speedup above 1"
+            section,
+            speed,
+            BOOK_SPEED.get(section, BOOK_SPEED["13.5"]),
+            "speedup > 1",
+            "the 95% interval of the speedup above 1",
         )
         out.append(checks.faster(outcome, tree, base, new))
     n1, n2 = _test_size_of(base), _test_size_of(new)

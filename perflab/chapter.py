@@ -234,6 +234,15 @@ def note(text: str) -> str:
     return f"'{clean}'"
 
 
+def work_line(module: str, rows: list[dict[str, Any]]) -> str:
+    """How much work the job timed, beside the book's: its work hook, else its first setup line
+    beside the reference (the line the job's own table ends with)."""
+    if module not in registry.names() or not rows:
+        return ""
+    e = registry.get(module)
+    return e.work(rows) or next(iter(e.beside_reference(rows)), "")
+
+
 def run_points(chapter: Chapter, folder: Path, store: Path, deadline: float, progress: Progress) -> dict[int, str]:
     """Every point, in order, through perflab.api.run; re-sizes what is left when late."""
     from perflab.api import run
@@ -271,7 +280,7 @@ def run_points(chapter: Chapter, folder: Path, store: Path, deadline: float, pro
         progress.write(
             f"{name:<38} {shown:<8} {clock(spent):>5} (est. {clock(point.estimate_s)})  ETA {clock(progress.eta_s())}"
         )
-        line = registry.get(point.module).work(rows) if point.module in registry.names() else ""
+        line = work_line(point.module, rows)
         if line:
             progress.write(f"    {line}")
     return outcomes

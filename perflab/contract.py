@@ -107,7 +107,8 @@ class Hooks:
     report(rows, samples) -> Section   its section of the report, as data (rows: one preset's,
                   every run; samples: raw sample seconds by row_id, for error bars)
     claims(rows, tree) -> claims       checkable statements with verdicts (perflab.claims, perflab.checks)
-    work(rows) -> line        how much work a timed call did, beside the reference's (the job's terminal)
+    work(rows) -> line        how much work a timed call did, beside the reference's, where its report
+                  hook's setup lines do not say it (first under the job's table)
     CHAPTER_SHARE, chapter(machine, seconds) -> points   its share of ``perflab chapter``'s budget and
                   its points sized to the seconds it gets (perflab.sizing)
     """

@@ -164,7 +164,7 @@ def run(
             "\n%s\n\nrows: %s",
             job_table(
                 rows,
-                [*experiment.headline(rows), *experiment.beside_reference(rows)],
+                [experiment.work(rows), *experiment.headline(rows), *experiment.beside_reference(rows)],
                 experiment.metric,
                 experiment.label,
             ),

@@ -377,3 +377,21 @@ def test_the_same_command_continues_the_newest_chapter_of_its_host_and_budget_on
     assert found is not None and found[0] == stopped
     saved("2026-01-01_13-00-00_chapter-dd", 8, finished="now")
     assert chapter.unfinished(tmp_path, 8) is None, "the newest ended: a new chapter measures anew"
+
+
+def test_each_job_says_how_much_work_it_timed_beside_the_book():
+    from perflab import chapter
+
+    common = {"cfg.experiment.size": 768, "cfg.experiment.iterations": 10, "cfg.experiment.dtype": "float32"}
+    assert chapter.work_line("matmul", [row("cpu alone", experiment="matmul", **common)]) == (
+        "work per call: 10 x 768² float32 matmuls per device"
+    )
+    auto = {"cfg.experiment.cpu_size": 768, "cfg.experiment.cpu_matmuls": 10, "devices": "cpu#0", "status": "ok"}
+    line = chapter.work_line("auto_parallel", [row("cpu#0 alone", experiment="auto_parallel", **auto)])
+    assert "768" in line and "the book: 50 matmuls of 4000 x 4000" in line, "its report hook's setup line says it"
+    train = {"cfg.trainer.epochs": 3, "cfg.data.train_size": 1024, "global_batch": 256, "n_devices": 2}
+    line = chapter.work_line("train", [row("train", experiment="lenet_scratch", **train)])
+    book = "the book: 10 epochs at global batch 256 on 1 and on 2 GPUs"
+    assert line == f"work: 3 epochs of 1024 images at global batch 256 on 2 devices; {book}"
+    sizes = {"cfg.experiment.min_bytes": 4096, "cfg.experiment.max_bytes": 65536}
+    assert "4 KiB to 64 KiB per rank (3 sizes)" in chapter.work_line("comm", [row("allreduce", **sizes)])
