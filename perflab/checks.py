@@ -229,7 +229,8 @@ def same_accuracy(
     when it lies outside. UNDERPOWERED when the baseline did not learn beyond chance (a
     one-sided binomial test against 1/classes: two untrained models "match" and show nothing),
     when the caller says the runs had not settled (``unsettled``), or when the interval is too
-    wide (then: how many test images would do)."""
+    wide (then: how many test images would do). Conservative: both runs are scored on the same
+    test images, but the rows keep no per-image answers to pair them by."""
     from scipy import stats
 
     p1, p2 = number(base.get("test_acc")), number(new.get("test_acc"))
