@@ -38,11 +38,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from perflab import files, logs, registry
 from perflab.claims import section_key
-from perflab.errors import ConfigError
+from perflab.errors import ConfigError, OneLineParser
 from perflab.sizing import Machine, Point, calibrate
 
 log = logging.getLogger("perflab")
@@ -310,14 +310,8 @@ def new_folder(store: Path) -> Path:
 # --- the command ------------------------------------------------------------------------------
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        print(f"perflab chapter: error: {message}; allowed: see perflab chapter --help", file=sys.stderr)
-        sys.exit(2)
-
-
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = Parser(
+    parser = OneLineParser(
         prog="perflab chapter",
         description="Chapter 13 of Dive into Deep Learning on this machine, sized to a time budget, "
         "each of the book's claims judged, in one report.",
