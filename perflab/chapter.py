@@ -48,11 +48,11 @@ from perflab.sizing import Machine, Point, calibrate
 log = logging.getLogger("perflab")
 
 PLAN = "chapter.json"
-REPORT_S = 20.0  # kept at the end for the report (loading, claims, figures: ~10 s on 2 busy cores)
-MARGIN = 0.85  # the plan fills this share of the time left: the machine's noise gets the rest
+REPORT_S = 25.0  # kept at the end for the report (loading, claims, figures: ~10 s on 2 busy cores)
+MARGIN = 0.8  # the plan fills this share of the time left: the machine's noise gets the rest
 FIRST_JOB_S = 3.0  # the first job's own start (Hydra's first compose, imports), beside its estimate
 PRIOR_S = 60.0  # how much on-time work the pace starts from (see Progress.finish)
-GROW_FROM, GROW_MAX = 1.3, 2.0  # ahead of time, what is left grows when it would fill under 3/4 of it, by 2x at most
+GROW_FROM, GROW_MAX = 1.5, 1.5  # ahead of time, what is left grows when it would fill under 2/3 of it, by 1.5x at most
 
 
 @dataclass
@@ -112,15 +112,20 @@ def taking_part() -> dict[str, registry.Experiment]:
 
 
 def plan(machine: Machine, seconds: float) -> tuple[list[Point], dict[str, float]]:
-    """Every taking-part experiment's points for ``seconds`` in all, split by their shares; the
-    experiments that measure the machine's peaks first (the others' rows are judged against
-    them), then the book's order."""
+    """Every taking-part experiment's points for ``seconds`` in all, split by their shares. The
+    experiments that measure the machine's peaks go first (the others' rows are judged against
+    them), then the largest groups of points compared with one another: a pair that has started
+    cannot be resized, so the small jobs come last, where running late can still shrink them.
+    (The report orders the sections by the book, whatever order they ran in.)"""
     taking = taking_part()
     total = sum(e.hooks.CHAPTER_SHARE for e in taking.values())
     given = {name: seconds * e.hooks.CHAPTER_SHARE / total for name, e in taking.items()}
     points = [with_module(p, name) for name, e in taking.items() for p in e.chapter(machine, given[name])]
     first = {name for name, e in taking.items() if e.writes_peaks}
-    points.sort(key=lambda p: (p.module not in first, section_key(p.section)))
+    size: dict[str, float] = {}
+    for p in points:
+        size[p.group or p.module] = size.get(p.group or p.module, 0.0) + p.estimate_s
+    points.sort(key=lambda p: (p.module not in first, -size[p.group or p.module], section_key(p.section)))
     return points, given
 
 
@@ -132,7 +137,7 @@ def with_module(point: Point, module: str) -> Point:
 def resize(chapter: Chapter, started: set[int], left_s: float, late: float) -> float:
     """Size the points not yet started to the time left, at the pace so far (``late``: the
     actual over the estimated time of the jobs run): down when they would not fit in
-    ``left_s``, up (at most 2x a step) when they would fill less than three quarters of it. A point
+    ``left_s``, up (at most 1.5x a step) when they would fill less than two thirds of it. A point
     whose group has a started point keeps its size (its comparison needs the same sizes).
     Returns the factor the rest was sized by (1.0: left as it was)."""
     frozen = {chapter.points[i].group for i in started if chapter.points[i].group}
@@ -148,13 +153,11 @@ def resize(chapter: Chapter, started: set[int], left_s: float, late: float) -> f
     factor = min(GROW_MAX, max(0.05, factor))
     changed = False
     for module in dict.fromkeys(chapter.points[i].module for i in movable):
-        mine = [i for i, p in enumerate(chapter.points) if p.module == module]
         seconds = chapter.seconds.get(module, 0.0) * factor
-        fresh = registry.get(module).chapter(chapter.machine, seconds)
-        if len(fresh) != len(mine):
-            continue
-        for i, new in zip(mine, fresh):
-            if i in movable:
+        fresh = {(p.preset, p.label): p for p in registry.get(module).chapter(chapter.machine, seconds)}
+        for i in movable:  # each point by what it is (the plan's order is not the hook's)
+            new = fresh.get((chapter.points[i].preset, chapter.points[i].label))
+            if chapter.points[i].module == module and new is not None:
                 changed |= new.overrides != chapter.points[i].overrides
                 chapter.points[i] = with_module(new, module)
         chapter.seconds[module] = seconds

@@ -339,23 +339,28 @@ def test_the_rest_is_resized_to_the_time_left_but_never_half_a_comparison():
 
     points, seconds = chapter.plan(machine(), 360.0)
     plan = chapter.Chapter(8, "host", "now", machine(), points, seconds)
-    lenet = [i for i, p in enumerate(points) if p.preset == "lenet_scratch"]
-    resnet = [i for i, p in enumerate(points) if p.preset == "resnet18_concise"]
-    started = set(range(lenet[0] + 1))  # up to the first of the two LeNet runs
+    pairs = [
+        [i for i, p in enumerate(points) if p.group == g] for g in dict.fromkeys(p.group for p in points if p.group)
+    ]
+    first, second = pairs  # the two training comparisons, the larger first
+    assert len(first) == len(second) == 2 and first[0] < first[1] < second[0] < second[1]
+    started = set(range(first[0] + 1))  # up to the first run of the first pair
     before = [list(p.overrides) for p in plan.points]
-    fixed = points[lenet[1]].estimate_s  # the started run's pair
+    what = [(p.preset, p.label) for p in plan.points]
+    fixed = points[first[1]].estimate_s  # the started run's pair
     need = sum(p.estimate_s for i, p in enumerate(points) if i not in started) - fixed
     on_time = (fixed + 1.1 * need) / chapter.MARGIN  # what is left fills 1/1.1 of the time
     assert chapter.resize(plan, started, left_s=on_time, late=1.0) == 1.0, "on time: nothing changes"
     assert chapter.resize(plan, started, left_s=60.0, late=2.0) < 1.0
     after = [list(p.overrides) for p in plan.points]
-    assert after[: lenet[1] + 1] == before[: lenet[1] + 1], "started points, and the started one's pair, stay"
-    assert after[resnet[0]] != before[resnet[0]] and after[resnet[0]][:-1] == after[resnet[1]][:-1]
-    shrunk = plan.points[resnet[0]].estimate_s
-    assert chapter.resize(plan, started, left_s=3000.0, late=0.5) == 2.0, (
-        "well ahead of time: the rest grows, 2x at most"
-    )
-    assert plan.points[resnet[0]].estimate_s > shrunk
+    assert after[: first[1] + 1] == before[: first[1] + 1], "started points, and the started one's pair, stay"
+    assert after[second[0]] != before[second[0]] and after[second[0]][:-1] == after[second[1]][:-1]
+    shrunk = plan.seconds["train"]
+    for _ in range(3):  # well ahead of time: the rest grows, 1.5x a step
+        assert chapter.resize(plan, started, left_s=3000.0, late=0.5) == chapter.GROW_MAX
+    assert plan.seconds["train"] == pytest.approx(shrunk * chapter.GROW_MAX**3)
+    assert [(p.preset, p.label) for p in plan.points] == what, "each point resized as itself, in its place"
+    assert after[second[0]] != [list(p.overrides) for p in plan.points][second[0]]
 
 
 def test_the_same_command_continues_the_newest_chapter_of_its_host_and_budget_only_if_it_did_not_end(tmp_path):
