@@ -61,7 +61,7 @@ def _log_file(log_dir: Path) -> str:
     ``log_dir`` (``perflab chapter`` keeps every job's lines off its terminal)."""
     loggers = (logging.getLogger("perflab"), logging.getLogger())
     handlers = [h for logger in loggers for h in logger.handlers]
-    to_terminal = any(type(h) is not logging.FileHandler and isinstance(h, logging.StreamHandler) for h in handlers)
+    to_terminal = any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler) for h in handlers)
     return "" if to_terminal or not handlers else str(log_dir / "rank0.log")
 
 
