@@ -412,7 +412,6 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
         f"torch.compile call, then {repeats} samples per mode (hundreds: calls of microseconds vary a lot)"
     )
     overrides = [
-        "experiment.model=mlp",
         "experiment.batch=1",
         "experiment.modes=[eager,torchscript,compile-default]",
         "experiment.serialize=false",
@@ -433,7 +432,7 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
         ok = {str(r["measurement"]): r for r in records if r.get("status") == "ok"}
         first = records[0]
         batch = number(first.get("cfg.experiment.batch")) or 0
-        what = f"{first.get('cfg.experiment.model', 'the model')}, batch {batch:.0f}"
+        what = f"{first.get('model', 'the model')}, batch {batch:.0f}"
         for mode, tool in CLAIMED.items():
             statement = f"{tool} runs the network ({what}) faster than eager, so compiling pays off after N calls"
             if mode not in ok or "eager" not in ok:

@@ -134,7 +134,7 @@ def test_concurrency_near_the_device_count_and_impossible_figures():
 def test_compile_claims_judge_each_compiled_mode_against_eager():
     from perflab.experiments import compile as compile_experiment
 
-    common = {"cfg.experiment.model": "mlp", "cfg.experiment.batch": 1}
+    common = {"model": "mlp", "cfg.experiment.batch": 1}
     df, t = tree(
         row("eager", spread(50e-6, n=200), **common),
         row("torchscript", spread(40e-6, n=200, seed=1), break_even_calls=3000, **common),
