@@ -10,114 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import secrets
 import sys
-import traceback
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from perflab import registry
-from perflab.errors import ConfigError, Refused, one_line
+from perflab.composition import compose, experiment_name, output_error
+from perflab.errors import ConfigError, Refused
 from perflab.logs import LogFile
-from perflab.schema import OPTIONAL_SECTIONS
 
 log = logging.getLogger("perflab")
-
-
-def register() -> None:
-    """What composing needs: Hydra's resolvers, ours, every experiment's schema, our launcher."""
-    from hydra.core.utils import setup_globals
-    from omegaconf import OmegaConf
-
-    setup_globals()
-    _find_our_hydra_plugins()
-    OmegaConf.register_new_resolver("perflab_uid", new_uid, use_cache=True, replace=True)
-    registry.register_configs()
-
-
-def new_uid() -> str:
-    """The random end of a run or sweep folder's name; the command remembers it, so that a folder
-    Hydra made before failing (a full disk) can be found and removed."""
-    from perflab.session import CURRENT
-
-    uid = secrets.token_hex(4)
-    session = CURRENT.get()
-    if session is not None:
-        session.uids.append(uid)
-    return uid
-
-
-def _find_our_hydra_plugins() -> None:
-    """Hydra finds launchers by listing the ``hydra_plugins`` namespace with pkgutil. From a
-    wheel ours is there; from an editable install (pip install -e) setuptools' import hook
-    serves it but pkgutil cannot list it, so the source folder joins the namespace's path."""
-    import hydra_plugins
-
-    source = Path(__file__).resolve().parent.parent / "hydra_plugins"
-    if (source / "perflab_slurm").is_dir() and str(source) not in list(hydra_plugins.__path__):
-        hydra_plugins.__path__.append(str(source))
-
-
-def compose(experiment: str, overrides: Sequence[str] = ()):
-    """The job config for ``+experiment=NAME`` plus ``overrides``, and its run dir."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf, open_dict
-    from omegaconf.errors import OmegaConfBaseException
-
-    register()
-    try:
-        with initialize_config_dir(str(registry.config_dir()), version_base="1.3", job_name="perflab"):
-            cfg = hydra_compose("config", overrides=[f"+experiment={experiment}", *overrides], return_hydra_config=True)
-        run_dir = Path(str(cfg.hydra.run.dir))
-        choice = cfg.hydra.runtime.choices.get("experiment")
-    except (ConfigError, HydraException, OmegaConfBaseException, AssertionError) as err:
-        if isinstance(err, AssertionError) and not raised_by_omegaconf(err):
-            raise
-        raise Refused(absent_section(experiment, overrides) or one_line(err)) from None
-    with open_dict(cfg):
-        del cfg["hydra"]
-    OmegaConf.set_readonly(cfg, False)
-    return cfg, run_dir, choice
-
-
-def absent_section(experiment: str, overrides: Sequence[str]) -> str | None:
-    """The line for an override under ``model``/``data``/``strategy``/``trainer`` given to an
-    experiment that has no such section (OmegaConf fails on it with a bare assertion or an
-    odd type error), or None when that is not what went wrong. Composes once more with
-    nothing but the experiment to see which sections it really has (the other overrides may be
-    a sweep's ``a,b`` lists, which a plain compose refuses): only on the error path."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    touched = [o for o in overrides if _section(o) in OPTIONAL_SECTIONS]
-    if not touched:
-        return None
-    GlobalHydra.instance().clear()  # a failed hydra.main may leave it initialized
-    try:
-        cfg, _, _ = compose(experiment, [])
-    except Refused:
-        return None
-    for override in touched:
-        if cfg.get(_section(override)) is None:
-            key, _, value = override.lstrip("+~").partition("=")
-            return (
-                f"{key}={value}: the {experiment} experiment has no {_section(override)} keys; allowed: "
-                f"the keys `perflab +experiment={experiment} --help` lists"
-            )
-    return None
-
-
-def _section(override: str) -> str:
-    return override.lstrip("+~").partition("=")[0].split(".")[0]
-
-
-def raised_by_omegaconf(err: BaseException) -> bool:
-    """An assertion of OmegaConf's own (a bare one on a key under a section that is None), not
-    one of ours or a plugin's, which must stay a traceback."""
-    frames = traceback.extract_tb(err.__traceback__)
-    return bool(frames) and f"{os.sep}omegaconf{os.sep}" in frames[-1].filename
 
 
 def run(experiment: str, overrides: Sequence[str] = (), *, sweep_dir: str | Path | None = None, job_num: int = 0):
@@ -135,7 +36,6 @@ def run(experiment: str, overrides: Sequence[str] = (), *, sweep_dir: str | Path
     """
     import pandas as pd
 
-    from perflab.app import experiment_name
     from perflab.job import Place, check_overrides, check_values, execute
     from perflab.results import load
     from perflab.rows import RESULTS
@@ -158,8 +58,6 @@ def run(experiment: str, overrides: Sequence[str] = (), *, sweep_dir: str | Path
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        from perflab.app import output_error
-
         raise Refused(output_error(err, [f"results.store={cfg.results.store}", *overrides])) from None
     _save_config(cfg, overrides, run_dir)
     with _job_log(run_dir):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 
 from perflab import registry
+from perflab.composition import experiment_name, output_error
 from perflab.errors import ConfigError, one_line
 from perflab.session import CURRENT, Session
 
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from omegaconf.errors import OmegaConfBaseException
 
         from perflab import sweep
-        from perflab.api import raised_by_omegaconf, register
+        from perflab.composition import raised_by_omegaconf, register
 
         register()
         app = hydra.main(config_path=str(registry.config_dir()), config_name="config", version_base="1.3")(_task)
@@ -149,7 +150,7 @@ def help_text(args: Sequence[str]) -> int:
     seconds of work; this is the same content in a fraction of that.)"""
     from omegaconf import OmegaConf
 
-    from perflab.api import compose
+    from perflab.composition import compose
 
     experiment = next((a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("experiment=")), None)
     print(registry.listing() if experiment is None else f"perflab +experiment={experiment}: every key and its value")
@@ -222,26 +223,6 @@ def _task(cfg) -> str:
         session.outcomes.append(result.outcome)
         session.exit_codes.append(result.exit_code)
     return result.outcome
-
-
-def experiment_name(choice: str | None, cfg) -> str:
-    """What rows call the experiment: the preset chosen (``quick/`` variants under their own name)."""
-    return str(choice or cfg.experiment.name).removeprefix("quick/")
-
-
-def output_error(err: OSError, args: Sequence[str]) -> str:
-    """One line for an output folder that cannot be made, naming the key that placed it there."""
-    from perflab import files
-
-    overrides = dict(a.lstrip("+").split("=", 1) for a in args if "=" in a)
-    key = next((k for k in ("hydra.run.dir", "hydra.sweep.dir", "results.store") if k in overrides), "results.store")
-    value = overrides.get(key, "outputs")
-    try:
-        files.check_dir(key, Path(value))
-    except ConfigError as found:
-        return found.line()
-    what = err.filename or f"the run's folder under {value}"
-    return f"{key}={value}: cannot write {what} ({err.strerror}); allowed: a folder you can write to"
 
 
 def _discard_made(session: Session, args: Sequence[str]) -> None:
@@ -431,8 +412,8 @@ def _hydra_flags(args: Sequence[str]) -> str | None:
 
 
 def _absent_section(args: Sequence[str]) -> str | None:
-    """See :func:`perflab.api.absent_section`; the experiment and overrides from the command line."""
-    from perflab.api import absent_section
+    """See :func:`perflab.composition.absent_section`; the experiment and overrides from the command line."""
+    from perflab.composition import absent_section
 
     experiment = next((a.partition("=")[2] for a in args if a.lstrip("+").startswith("experiment=")), None)
     if experiment is None:

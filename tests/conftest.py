@@ -14,7 +14,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from perflab import app, registry
-from perflab.api import register
+from perflab.composition import register
 from perflab.registry import config_dir
 
 # Every job in the fast tests: few samples, no minimum time (the quick/ presets set the sizes).

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from perflab import api, job, parallel, store
+from perflab import composition, job, parallel, store
 from perflab.results import load
 from perflab.rundir import RunRecord
 from perflab.schema import config_hash, resolve_all
@@ -23,7 +23,7 @@ from conftest import FAST
 
 def point_hash(*overrides: str) -> str:
     """The config hash a sweep point of quick/matmul with these overrides claims."""
-    cfg, _, _ = api.compose("quick/matmul", list(overrides))
+    cfg, _, _ = composition.compose("quick/matmul", list(overrides))
     return config_hash(resolve_all(cfg))
 
 

@@ -101,7 +101,7 @@ class PerflabSlurmLauncher(BaseSubmititLauncher):
 
 def _identity(cfg: Any, sweep_dir: Path, num: int) -> dict[str, Any]:
     """The columns a row written for this point by the launcher (the job could not) carries."""
-    from perflab.app import experiment_name
+    from perflab.composition import experiment_name
     from perflab.job import new_run_id
     from perflab.rows import flatten
     from perflab.schema import config_hash
