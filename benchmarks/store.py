@@ -1,7 +1,7 @@
 """The result store at scale: a synthetic history of 1M rows in 10k run dirs (100 rows each,
 ~90 columns, like real matmul/training rows), then the figures that matter:
 
-  done check    "is this sweep point done?" (store.find_done), per point        goal <= 50 ms
+  done check    "is this sweep point done?" (done_marks.find_done), per point        goal <= 50 ms
   load, cold    load() of the whole history the first time (builds the index)
   load, warm    load() of the whole history again (through the index)
   load, one     load(experiment=...) of one experiment (Parquet row-group filter)
@@ -21,7 +21,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from perflab import store
+from perflab import done_marks
 from perflab.results import load
 from perflab.rows import csv_text
 from perflab.rundir import RunRecord
@@ -75,7 +75,7 @@ def synthesize(root: Path, runs: int, rows_per_run: int) -> list[str]:
         (run_dir / "results.csv").write_text(csv_text(rows))
         record = RunRecord(run_id=run_id, experiment=experiment, config_hash=config, outcome="ok", complete=True)
         record.save(run_dir)
-        store.mark_done(root, record, run_dir)
+        done_marks.mark_done(root, record, run_dir)
         hashes.append(config)
     return hashes
 
@@ -102,7 +102,7 @@ def main() -> None:
         hashes = synthesize(root, args.runs, args.rows)
         print(f"synthesized {args.runs} run dirs x {args.rows} rows in {time.perf_counter() - t0:.0f} s")
         probe = random.Random(1).sample(hashes, 200) + [f"{i:016x}-absent" for i in range(50)]
-        per_point = [timed(lambda h=h: store.find_done(root, h))[0] for h in probe]
+        per_point = [timed(lambda h=h: done_marks.find_done(root, h))[0] for h in probe]
         figures.append(("done check per sweep point (median of 250)", statistics.median(per_point)))
         figures.append(("done check per sweep point (worst of 250)", max(per_point)))
         cold, df = timed(lambda: load(root))

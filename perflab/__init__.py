@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__version__ = "0.2.0"
+from perflab.version import __version__
+
+__all__ = ["__version__", "run"]
 
 
 def run(experiment: str, overrides: Sequence[str] = ()) -> Any:

@@ -36,7 +36,8 @@ def run(experiment: str, overrides: Sequence[str] = (), *, sweep_dir: str | Path
     """
     import pandas as pd
 
-    from perflab.job import Place, check_overrides, check_values, execute
+    from perflab.ending import Place
+    from perflab.job import check_overrides, check_values, execute
     from perflab.results import load
     from perflab.rows import RESULTS
 

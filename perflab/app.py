@@ -193,7 +193,8 @@ def _task(cfg) -> str:
     from omegaconf import OmegaConf
 
     from perflab import slurm
-    from perflab.job import Place, discard, execute
+    from perflab.ending import Place, discard
+    from perflab.job import execute
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
@@ -229,7 +230,7 @@ def _discard_made(session: Session, args: Sequence[str]) -> None:
     """Remove the run or sweep folders this command made that hold nothing of a job (Hydra
     made them, then could not write its config): no empty run is left to mislead."""
     from perflab import sweep
-    from perflab.job import discard
+    from perflab.ending import discard
 
     overrides = dict(a.lstrip("+").split("=", 1) for a in args if "=" in a)
     store = Path(overrides.get("results.store", "outputs"))

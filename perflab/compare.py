@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -33,56 +32,22 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab import files, registry, schema
+from perflab import files, registry
+from perflab.columns import JUDGED, higher_is_better, unit_of
 from perflab.errors import ConfigError, OneLineParser
+from perflab.frames import config_column, device_family, identity_columns, sample_values
 from perflab.results import load
 from perflab.stats import ALPHA, Difference, compare_samples, detectable_change, fdr, repeats_needed
 from perflab.verdicts import DEFAULT_GATE_PCT, PASS_EXIT, UNJUDGED_EXIT, USAGE_EXIT, Verdict, exit_code, meaning
 
-RATES = {"items_per_s", "per_device_items_per_s", "tflops", "gbps", "bus_gbps"}  # work / median time
-HIGHER_IS_BETTER = RATES | {
-    "test_acc",
-    "train_acc",
-    "concurrency",
-    "overlap_speedup",
-    "speedup_vs_eager",
-    "mfu",
-    "pct_of_peak",
-    "peak_tflops",
-}
 COUNT_KEYS = ("cfg.devices.count", "n_devices")
 SUPERLINEAR = 1.1  # efficiency above this is physically suspect
 NOISY_BETWEEN_RUNS = 0.10  # run-to-run coefficient of variation above this: say so
-UNITS = {
-    "items_per_s": "items/s",
-    "per_device_items_per_s": "items/s per device",
-    "tflops": "TFLOP/s",
-    "gbps": "GB/s",
-    "bus_gbps": "GB/s",
-    "median_s": "s",
-    "mean_s": "s",
-    "min_s": "s",
-}
 UNIT_COLUMNS = ("items_unit", "batch_unit")  # what a row's counts count (images, tokens, sequences ...)
 
 
 class CompareError(ValueError):
     """A user mistake in a comparison: one line."""
-
-
-def config_column(key: str) -> str:
-    """``trainer.batch_size`` -> ``cfg.trainer.batch_size``; plain row columns stay as they are."""
-    return key if key.startswith("cfg.") or "." not in key else f"cfg.{key}"
-
-
-def higher_is_better(metric: str) -> bool:
-    return metric in HIGHER_IS_BETTER or metric.endswith("_per_s")
-
-
-def identity_columns(df: pd.DataFrame) -> list[str]:
-    """The cfg.* columns that say what was measured (not where results were kept)."""
-    volatile = tuple(f"cfg.{k}" for k in schema.volatile_keys())
-    return [c for c in df.columns if c.startswith("cfg.") and not c.startswith(volatile) and c != "cfg.experiment.name"]
 
 
 def select(
@@ -115,7 +80,7 @@ def select(
             raise CompareError(f"--where {item}: no ok row has it; allowed: {key}= one of {have}")
         df = kept
     if metric is not None and (metric not in df or pd.to_numeric(df[metric], errors="coerce").isna().all()):
-        known = sorted(c for c in HIGHER_IS_BETTER | set(UNITS) if c in df and df[c].notna().any())
+        known = sorted(c for c in JUDGED if c in df and df[c].notna().any())
         raise CompareError(
             f"--metric {metric}: no row{' of ' + tree if tree else ''} has a value of it; "
             f"allowed: a numeric column, e.g. {', '.join(known)}"
@@ -139,12 +104,6 @@ def figures(rows: pd.DataFrame, samples: dict[str, np.ndarray]) -> list[tuple[st
     return out
 
 
-def device_family(name: object) -> str:
-    """A device without a CPU worker's thread count: 'CPU (1 thread)' and 'CPU (2 threads)' are
-    the same hardware split differently, not different hardware."""
-    return re.sub(r" \(\d+ threads?\)", "", str(name))
-
-
 def metric_for(experiment: str, rows: pd.DataFrame, asked: str | None) -> tuple[str, str]:
     """(metric, note): the asked one if the experiment's rows have it, else the experiment's own."""
     module = module_of(rows)
@@ -162,19 +121,6 @@ def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
     module = module_of(rows)
     keep = module.summary_rows if module else None
     return rows[rows["measurement"].astype("string").isin(keep)] if keep else rows
-
-
-def sample_values(samples: dict[str, np.ndarray], row: pd.Series, metric: str) -> np.ndarray:
-    """A row's raw samples as values of ``metric``: seconds for times; for rates, the rate each
-    sample implies (metric x median / sample seconds)."""
-    if not samples or metric not in RATES | {"median_s", "mean_s", "min_s"}:
-        return np.array([])
-    seconds = samples.get(str(row["row_id"]))
-    if seconds is None or not len(seconds):
-        return np.array([])
-    if metric in RATES:
-        return float(row[metric]) * float(row["median_s"]) / seconds
-    return seconds
 
 
 def samples_by_row(paths: Sequence[str | Path]) -> dict[str, np.ndarray]:
@@ -334,8 +280,9 @@ def _one_experiment(
     return out, notes
 
 
-def _matches(out: pd.DataFrame, row: pd.Series, columns: list[str]) -> pd.Series:
-    return (out[columns].astype("string") == row[columns].astype("string")).all(axis=1)
+def _point_keys(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The columns that name a point, as text to match on (an empty cell matches an empty one)."""
+    return df[columns].astype("string").fillna("")
 
 
 def _against_baseline(
@@ -349,20 +296,22 @@ def _against_baseline(
         return out
     others = ["measurement", *(k for k in keys if k != key)]
     higher = higher_is_better(metric)
+    left = _point_keys(out, others).assign(_row=out.index)
+    right = _point_keys(out[is_base], others).assign(_base=out.index[is_base.to_numpy()])
+    matched = left.merge(right.drop_duplicates(others), on=others, how="left")  # the first baseline of each point
+    base_of = matched.set_index("_row")["_base"].reindex(out.index)
     speedups, words = [], []
-    for _, row in out.iterrows():
-        match = out[is_base & _matches(out, row, others)]
-        if match.empty:
+    for row, base in base_of.items():
+        if pd.isna(base):
             speedups.append(math.nan)
             words.append("no baseline")
             continue
-        base = match.iloc[0]
-        ratio = row[metric] / base[metric]
+        ratio = out.at[row, metric] / out.at[base, metric]
         speedups.append(ratio if higher else 1 / ratio)
-        if base.name == row.name:
+        if base == row:
             words.append("baseline")
         else:
-            words.append(_verdict(base["_samples"], row["_samples"], higher, metric).words)
+            words.append(_verdict(out.at[base, "_samples"], out.at[row, "_samples"], higher, metric).words)
     return out.assign(speedup_vs_baseline=speedups, significance=words)
 
 
@@ -377,19 +326,19 @@ def _scaling(out: pd.DataFrame, keys: list[str], metric: str, count: str, rows: 
     others = ["measurement", *(k for k in keys if k != count)]
     out = out.copy()
     out[count] = pd.to_numeric(out[count])
-    speedups = []
-    for _, row in out.iterrows():
-        same = out[_matches(out, row, others) & out[count].notna()]  # count null: "auto", unknown here
-        if pd.isna(row[count]) or same.empty:
-            speedups.append(math.nan)
-            continue
-        ref = same.loc[same[count].idxmin()]
-        if len(same) == 1 and ref[count] > 1:
-            speedups.append(math.nan)  # nothing to scale against: never a made-up 1.0 efficiency
-            continue
-        # S(n) relative to one device (from the smallest count measured, scaled linearly to one)
-        speedups.append(row[metric] / ref[metric] * ref[count])
-    out["speedup"] = speedups
+    keyed = _point_keys(out, others)
+    measured = keyed.assign(_n=out[count], _v=out[metric])[out[count].notna()]  # null: "auto", unknown here
+    # Each group's reference: its smallest count measured (S(n) is scaled linearly to one device).
+    ref = (
+        measured.sort_values("_n", kind="stable")
+        .groupby(others, sort=False, dropna=False)
+        .agg(ref_n=("_n", "first"), ref_v=("_v", "first"), points=("_n", "size"))
+        .reset_index()
+    )
+    refs = keyed.assign(_row=out.index).merge(ref, on=others, how="left").set_index("_row").reindex(out.index)
+    speedup = out[metric] / refs["ref_v"] * refs["ref_n"]
+    alone = (refs["points"] == 1) & (refs["ref_n"] > 1)  # nothing to scale against: never a made-up 1.0
+    out["speedup"] = speedup.mask(out[count].isna() | refs["ref_n"].isna() | alone)
     out["efficiency"] = out["speedup"] / out[count]
     if metric == "items_per_s":
         out["per_device_items_per_s"] = out[metric] / out[count]
@@ -744,7 +693,7 @@ def to_github(table: pd.DataFrame) -> str:
             parts = [str(r["experiment"]), str(r["measurement"])]
             parts += [f"{c.removeprefix('cfg.')}={_plain_text(r[c])}" for c in table.columns if c.startswith("cfg.")]
             name = " / ".join(parts)
-        entry: dict[str, Any] = {"name": name, "unit": UNITS.get(metric, metric), "value": float(value)}
+        entry: dict[str, Any] = {"name": name, "unit": unit_of(metric) or metric, "value": float(value)}
         samples = r.get("_samples")
         if isinstance(samples, np.ndarray) and len(samples) >= 3:
             q1, q3 = np.percentile(samples, [25, 75])

@@ -20,8 +20,8 @@ from perflab import bench
 from perflab.bench import Stats, Variant
 from perflab.devices import Device
 from perflab.logs import live
+from perflab.outcome import ROW_STATUSES
 from perflab.peaks import Peaks
-from perflab.rows import STATUSES
 from perflab.rundir import RunWriter
 from perflab.schema import PerflabConfig
 from perflab.stop import raise_if_stopped
@@ -263,8 +263,8 @@ class Context:
         """Write one row (and its raw samples) now, so a later crash cannot lose it."""
         if status == "ok":
             raise_if_stopped()  # never an ok row after a stop signal, even one Python swallowed
-        if status not in STATUSES:
-            raise ValueError(f"status {status!r}: one of {', '.join(STATUSES)}")
+        if status not in ROW_STATUSES:
+            raise ValueError(f"status {status!r}: one of {', '.join(ROW_STATUSES)}")
         devices = self.devices if devices is None else list(devices)
         fields = {**fields, "suspect": "; ".join(x for x in (fields.get("suspect", ""), beyond_peak(fields)) if x)}
         row = {

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import perflab
+from perflab import version
 
 # The columns that change what a measurement gives: rows that differ in one are not compared
 # (INCOMPARABLE names it) unless the user says so (compare --allow-mixed). num_threads is each
@@ -67,7 +67,7 @@ def commit_of(where: Path) -> tuple[str, str]:
 @functools.cache
 def git_sha() -> str:
     """perflab's own commit (with ``+dirty``), or ``unknown`` outside a checkout of perflab."""
-    root = Path(perflab.__file__).resolve().parent.parent
+    root = Path(version.__file__).resolve().parent.parent
     if not (root / ".git").exists():  # an installed copy: site-packages is no checkout of ours
         return "unknown"
     return commit_of(root)[0] or "unknown"
@@ -153,7 +153,7 @@ def _static() -> dict[str, object]:
         **_gpu(torch),
         "hostname": socket.gethostname(),
         "git_sha": git_sha(),
-        "perflab_version": perflab.__version__,
+        "perflab_version": version.__version__,
     }
 
 

@@ -6,11 +6,14 @@ frame labelled by the config keys that vary between them, written as their value
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from perflab import schema
+from perflab.columns import RATES
 from perflab.rows import number
 from perflab.schema import MODELS_MODULE
 
@@ -84,8 +87,6 @@ def measured(rows: pd.DataFrame, prefix: str = "", suffix: str = "") -> pd.DataF
 
 def varying(rows: pd.DataFrame) -> list[str]:
     """The config keys that say what was measured and differ between these rows (what a sweep swept)."""
-    from perflab.compare import identity_columns
-
     return [c for c in identity_columns(rows) if rows[c].astype("string").nunique(dropna=False) > 1]
 
 
@@ -161,11 +162,42 @@ def per_run(rows: pd.DataFrame, value: Callable[[list[dict[str, Any]]], str]) ->
 
 def with_samples(rows: pd.DataFrame, samples: Mapping[str, np.ndarray], metric: str) -> pd.DataFrame:
     """``rows`` with ``_samples``: each row's raw samples as values of ``metric`` (for error bars)."""
-    from perflab.compare import sample_values
-
     if not samples or rows.empty:
         return rows
     values = [sample_values(dict(samples), r, metric) for _, r in rows.iterrows()]
     out = rows.copy()  # one block per column type again (a loaded tree is fragmented)
     out["_samples"] = values
     return out
+
+
+# --- which rows are the same point, and their samples ----------------------------------------
+
+
+def config_column(key: str) -> str:
+    """``trainer.batch_size`` -> ``cfg.trainer.batch_size``; plain row columns stay as they are."""
+    return key if key.startswith("cfg.") or "." not in key else f"cfg.{key}"
+
+
+def identity_columns(df: pd.DataFrame) -> list[str]:
+    """The cfg.* columns that say what was measured (not where results were kept)."""
+    volatile = tuple(f"cfg.{k}" for k in schema.volatile_keys())
+    return [c for c in df.columns if c.startswith("cfg.") and not c.startswith(volatile) and c != "cfg.experiment.name"]
+
+
+def device_family(name: object) -> str:
+    """A device without a CPU worker's thread count: 'CPU (1 thread)' and 'CPU (2 threads)' are
+    the same hardware split differently, not different hardware."""
+    return re.sub(r" \(\d+ threads?\)", "", str(name))
+
+
+def sample_values(samples: dict[str, np.ndarray], row: pd.Series, metric: str) -> np.ndarray:
+    """A row's raw samples as values of ``metric``: seconds for times; for rates, the rate each
+    sample implies (metric x median / sample seconds)."""
+    if not samples or metric not in RATES | {"median_s", "mean_s", "min_s"}:
+        return np.array([])
+    seconds = samples.get(str(row["row_id"]))
+    if seconds is None or not len(seconds):
+        return np.array([])
+    if metric in RATES:
+        return float(row[metric]) * float(row["median_s"]) / seconds
+    return seconds

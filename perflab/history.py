@@ -46,6 +46,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from perflab.columns import higher_is_better
 from perflab.errors import OneLineParser
 from perflab.stats import ALPHA, compare_samples, fdr
 from perflab.verdicts import DEFAULT_STEP_PCT, USAGE_EXIT, Change, history_exit_code
@@ -121,15 +122,9 @@ class ChangePoint:
 
 def build_series(rows: pd.DataFrame, samples: Mapping[str, np.ndarray], metric: str | None = None) -> list[Series]:
     """Every (experiment, point, identity) series of ``rows`` (ok rows only), subjects in order."""
-    from perflab.compare import (
-        device_family,
-        higher_is_better,
-        identity_columns,
-        metric_for,
-        sample_values,
-        summary_rows,
-    )
+    from perflab.compare import metric_for, summary_rows
     from perflab.environment import IDENTITY
+    from perflab.frames import device_family, identity_columns, sample_values
 
     if rows.empty or "status" not in rows:
         return []

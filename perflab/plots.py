@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from perflab import files, frames
+from perflab.columns import unit_of
 
 if TYPE_CHECKING:
     from perflab.contract import Figure
@@ -411,8 +412,6 @@ MAX_TRENDS = 8  # series in one figure; more would hide each other
 def trend(series: list[Any], changes: list[Any]) -> Any:
     """Each series' metric against the subject (the code under test, in order), its change points
     marked between the two subjects that bracket them, coloured by label; one panel per metric."""
-    from perflab.compare import UNITS
-
     plt = _plt()
     shown = series[:MAX_TRENDS]
     metrics = list(dict.fromkeys(s.metric for s in shown))
@@ -439,8 +438,8 @@ def trend(series: list[Any], changes: list[Any]) -> Any:
                     va="bottom",
                     fontsize=8,
                 )
-        unit = UNITS.get(metric, "")
-        ax.set_ylabel(f"{metric} ({unit})" if unit else metric)
+        shown_unit = unit_of(metric)
+        ax.set_ylabel(f"{metric} ({shown_unit})" if shown_unit else metric)
         ax.set_xticks(range(len(names)), [n[:14] for n in names], rotation=30, ha="right", fontsize=8)
         ax.set_xlabel("subject (results.subject: the code under test, in order)")
         ax.set_title(f"Trend of {metric} over the code under test", pad=16)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from perflab import files, store
+from perflab import done_marks, files, index, store
 from perflab.errors import OneLineParser
 from perflab.rows import OWN_HEADER, RESULTS, SAMPLES, Notes, concat, csv_text, fix_dtypes, read_csv
 from perflab.rundir import RECORD, RunRecord, overrides_of, rows_of
@@ -50,7 +50,7 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
                 if (d / SAMPLES).is_file() and not (d / SAMPLES).is_symlink()
             ]
         elif store.is_store(path):
-            frames.append(store.load_tree(path, experiment, notes))
+            frames.append(index.load_tree(path, experiment, notes))
         else:
             for d in run_dirs(path, notes):
                 if (d / RESULTS).is_file() and not (d / RESULTS).is_symlink():
@@ -210,7 +210,7 @@ def _parquet_export(path: Path) -> bool:
 def export_parquet(df, target: Path) -> int:
     """Every current row (what ``load`` returns: not the index's superseded rows of run dirs
     that changed since, not a row twice) as one Parquet file, typed as ``load`` types them."""
-    files.write_atomic(target, store._to_parquet(df))
+    files.write_atomic(target, index.to_parquet(df))
     return len(df)
 
 
@@ -238,8 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise LookupError(f"{top}: not a results tree; allowed: a folder holding runs/, sweeps/ or .perflab/")
             for part in ("done", "index"):  # claims stay: they are sweeps running now, not derived
                 shutil.rmtree(store.meta(top) / part, ignore_errors=True)
-            done = store.rebuild_done(top)
-            rows = len(store.load_tree(top))
+            done = done_marks.rebuild_done(top)
+            rows = len(index.load_tree(top))
             print(f"reindexed {top}: {done} complete runs, {rows} rows")
         elif words and words[0] == "export" and len(words) >= 2:
             n = export(Path(words[1]), Path(words[2]) if len(words) > 2 else Path("outputs"), args.parquet)

@@ -16,99 +16,13 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from perflab import columns
+
 log = logging.getLogger("perflab")
 
 RESULTS = "results.csv"
 SAMPLES = "samples.csv"
 SAMPLE_COLUMNS = ("row_id", "run_id", "experiment", "measurement", "phase", "i", "seconds")
-STATUSES = ("ok", "skipped", "oom", "error", "timeout", "cancelled")
-# The measured figures: numbers, whatever a CSV cell holds.
-FIGURE_COLUMNS = (
-    *("median_s", "mean_s", "std_s", "min_s", "max_s", "iqr_s", "seconds"),
-    *("items_per_s", "tflops", "gbps", "bus_gbps", "mfu", "pct_of_peak", "intensity", "test_acc"),
-)
-# Read as text even when every value in a file is empty or looks like a number.
-TEXT_COLUMNS = (
-    "row_id",
-    "run_id",
-    "sweep_id",
-    "config_hash",
-    "measurement",
-    "error",
-    "note",
-    "suspect",
-    "devices",
-    "device_name",
-    "fallback",
-    "beside",
-    "torch",
-    "cuda",
-    "python",
-    "cpu",
-    "hostname",
-    "git_sha",
-    "perflab_version",
-    "subject",
-    "subject_time",
-    "cpu_model",
-    "cpu_governor",
-    "cpu_boost",
-    "kernel",
-    "mkl",
-    "onednn",
-    "cudnn",
-    "cuda_driver",
-    "gpu_model",
-    "gpu_throttle",
-    "run_dir",
-    "slurm_job_id",
-    "slurm_array_task_id",
-    "slurm_node",
-    "slurm_nodes",
-    "log",
-    "trace",
-    "checkpoint",
-    "precision",
-    "run_outcome",
-)
-
-# Columns that come first, in this order; everything else follows in first-seen order, cfg.* last.
-LEADING = [
-    "row_id",
-    "run_id",
-    "sweep_id",
-    "job_num",
-    "experiment",
-    "measurement",
-    "repeat",
-    "rank",
-    "status",
-    "error",
-    "suspect",
-    "note",
-    "devices",
-    "device_name",
-    "fallback",
-    "beside",
-    "n",
-    "median_s",
-    "mean_s",
-    "std_s",
-    "min_s",
-    "max_s",
-    "iqr_s",
-    "noisy",
-    "warmup_n",
-    "warmup_first_s",
-    "timer",
-    "calls_per_sample",
-    "num_threads",
-    "items_per_s",
-    "tflops",
-    "gbps",
-    "pct_of_peak",
-    "mfu",
-]
 
 
 def flatten(cfg: Mapping[str, Any], prefix: str = "cfg") -> dict[str, Any]:
@@ -127,11 +41,11 @@ def flatten(cfg: Mapping[str, Any], prefix: str = "cfg") -> dict[str, Any]:
     return out
 
 
-def order_columns(columns: Iterable[str]) -> list[str]:
-    columns = list(dict.fromkeys(columns))
-    lead = [c for c in LEADING if c in columns]
-    cfg = [c for c in columns if c.startswith("cfg.")]
-    rest = [c for c in columns if c not in lead and not c.startswith("cfg.")]
+def order_columns(given: Iterable[str]) -> list[str]:
+    names = list(dict.fromkeys(given))
+    lead = [c for c in columns.LEADING if c in names]
+    cfg = [c for c in names if c.startswith("cfg.")]
+    rest = [c for c in names if c not in lead and not c.startswith("cfg.")]
     return lead + rest + cfg
 
 
@@ -260,7 +174,7 @@ def read_csv(
 def _text_dtypes(header: Sequence[str]) -> dict[str, str]:
     """Columns parsed as text: the text columns, and the config keys (typed from their text
     by type_config, so that an integer key with empty cells stays an integer)."""
-    return {c: "string" for c in header if c in TEXT_COLUMNS or c.startswith("cfg.")}
+    return {c: "string" for c in header if c in columns.TEXT or c.startswith("cfg.")}
 
 
 def read_many(paths: Sequence[Path], labels: Sequence[str], column: str, notes: Notes | None = None):
@@ -382,19 +296,19 @@ def fix_dtypes(df):
 
     if "timestamp" in df:
         df["timestamp"] = pd.to_datetime(df["timestamp"], utc=True, format="ISO8601", errors="coerce")
-    for col in ("status", "experiment", "timer", "phase"):
+    for col in columns.CATEGORIES:
         if col in df:
             df[col] = df[col].astype("category")
-    for col in ("noisy", "cuda_available", "input_bound"):
+    for col in columns.FLAGS:
         if col in df:
             df[col] = df[col].map({"True": True, "False": False, True: True, False: False}).astype("boolean")
-    for col in ("job_num", "rank", "n", "warmup_n", "num_threads", "calls_per_sample", "epoch", "epochs"):
+    for col in columns.INTS:
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
-    for col in FIGURE_COLUMNS:  # a hand-edited or damaged cell reads as missing, not as text
+    for col in columns.FLOATS:  # a hand-edited or damaged cell reads as missing, not as text
         if col in df and not pd.api.types.is_numeric_dtype(df[col]):
             df[col] = pd.to_numeric(df[col], errors="coerce")
-    for col in TEXT_COLUMNS:
+    for col in columns.TEXT:
         if col in df and df[col].dtype != "string":
             df[col] = df[col].astype("string")
     return df

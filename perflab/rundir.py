@@ -23,7 +23,6 @@ RECORD = "run.json"
 # ok: ran; done: an identical point had run (same_as says where); skipped: nothing could run
 # here; refused: a bad value; error / oom / cancelled / timeout: it stopped; running: it has not
 # ended (or was killed without a word).
-OUTCOMES = ("ok", "done", "skipped", "refused", "error", "oom", "cancelled", "timeout", "running")
 
 
 def now() -> str:

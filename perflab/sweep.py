@@ -21,9 +21,10 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from perflab import files
+from perflab.outcome import Outcome
 from perflab.results import metric_of
 from perflab.rows import csv_text
-from perflab.rundir import OUTCOMES, RunRecord, overrides_of, rows_of
+from perflab.rundir import RunRecord, overrides_of, rows_of
 from perflab.session import CURRENT
 from perflab.table import figure, flags, points_table
 
@@ -40,12 +41,12 @@ class Summary:
     @property
     def exit_code(self) -> int:
         t = self.tally
-        if t["ok"] or t["done"] or not any(t[o] for o in OUTCOMES if o not in ("skipped",)):
+        if t["ok"] or t["done"] or not any(t[o] for o in Outcome if o != Outcome.SKIPPED):
             return 0
         return 2 if set(+t) <= {"refused", "skipped"} else 1
 
     def line(self, sweep_dir: Path) -> str:
-        counts = ", ".join(f"{self.tally[o]} {o}" for o in OUTCOMES if self.tally[o])
+        counts = ", ".join(f"{self.tally[o]} {o}" for o in Outcome if self.tally[o])
         return f"sweep: {sum(self.tally.values())} jobs: {counts or 'none'} -> {self.csv or sweep_dir}"
 
 

@@ -8,6 +8,7 @@ import shutil
 import textwrap
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from perflab import columns
 from perflab.rows import number
 
 Row = Mapping[str, Any]
@@ -26,25 +27,25 @@ def human_time(s: Any) -> str:
     return f"{s / 1e-9:.3g} ns"
 
 
-UNITS = {"tflops": "TFLOP/s", "gbps": "GB/s", "bus_gbps": "GB/s (bus)", "items_per_s": None}
+RATE_ORDER = ("tflops", "gbps", "bus_gbps", "items_per_s")  # a row's headline rate, by preference
 
 
 def rate(r: Row, metric: str = "") -> str:
     """A row's headline rate: its experiment's metric if it is a rate, else TFLOP/s, GB/s,
     <items>/s, in that order of preference."""
-    for col in ([metric] if metric in UNITS else []) + list(UNITS):
+    for col in ([metric] if metric in columns.RATES else []) + list(RATE_ORDER):
         v = number(r.get(col))
         if v is not None:
-            unit = UNITS[col] or f"{r.get('items_unit') or 'items'}/s"
+            shown = columns.unit_of(col, str(r.get("items_unit") or "items"))
             if col != "items_per_s":
-                return f"{v:.3g} {unit}"
-            return f"{v:,.0f} {unit}" if v >= 1e4 else f"{v:.4g} {unit}"  # 181,063 images/s, not 1.811e+05
+                return f"{v:.3g} {shown}"
+            return f"{v:,.0f} {shown}" if v >= 1e4 else f"{v:.4g} {shown}"  # 181,063 images/s, not 1.811e+05
     return ""
 
 
 def figure(r: Row, metric: str) -> str:
     """A row's value of its experiment's metric, with its unit ("" if it has none)."""
-    if metric in UNITS:
+    if metric in columns.RATES:
         return rate(r, metric)
     value = number(r.get(metric))
     if value is None:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from perflab import composition, job, parallel, store
+from perflab import composition, job, parallel, point_claims
 from perflab.results import load
 from perflab.rundir import RunRecord
 from perflab.schema import config_hash, resolve_all
@@ -40,12 +40,12 @@ def test_a_claim_file_that_says_nothing_is_named_and_taken_over(tmp_path, kind):
     else:
         path.write_text({"empty": "", "garbage": '{"host": [', "a list": "[1, 2]"}[kind])
     if kind != "a directory":  # just created: perhaps its writer is about to fill it in
-        held = store.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
-        assert isinstance(held, store.Holder) and held.unreadable and str(path) in str(held)
-        old = time.time() - store.UNREADABLE_GRACE_S - 1
+        held = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+        assert isinstance(held, point_claims.Holder) and held.unreadable and str(path) in str(held)
+        old = time.time() - point_claims.UNREADABLE_GRACE_S - 1
         os.utime(path, (old, old))
-    got = store.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
-    assert isinstance(got, store.Claim), "taken over: it never was, or will be, a claim"
+    got = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+    assert isinstance(got, point_claims.Claim), "taken over: it never was, or will be, a claim"
     assert json.loads(path.read_text())["run_dir"] == str(tmp_path / "a")
     got.release()
     assert not path.exists() and not list(path.parent.iterdir())
@@ -55,10 +55,10 @@ def test_claim_stale_s_applies_to_a_claim_file_that_says_nothing(tmp_path):
     path = tmp_path / ".perflab" / "claims" / "h.json"
     path.parent.mkdir(parents=True)
     path.write_text("")
-    assert isinstance(store.claim(tmp_path, "h", tmp_path / "a", stale_s=60), store.Holder)
+    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60), point_claims.Holder)
     old = time.time() - 2
     os.utime(path, (old, old))
-    assert isinstance(store.claim(tmp_path, "h", tmp_path / "a", stale_s=1), store.Claim)
+    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=1), point_claims.Claim)
 
 
 def test_a_sweep_waits_for_an_empty_claim_file_with_its_name_then_takes_it_over(cli, work, monkeypatch):
@@ -141,7 +141,7 @@ def test_a_claim_that_cannot_be_written_leaves_no_empty_claim(tiny_disk):
     (tiny_disk / ".perflab" / "claims").mkdir(parents=True)
     fill(tiny_disk)
     with pytest.raises(OSError):
-        store.claim(tiny_disk, "h", tiny_disk / "a", stale_s=60)
+        point_claims.claim(tiny_disk, "h", tiny_disk / "a", stale_s=60)
     assert not list((tiny_disk / ".perflab" / "claims").iterdir()), "nobody waits on an empty claim"
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perflab import files, ledger, store
+from perflab import done_marks, files, index, ledger, point_claims
 from perflab.errors import ConfigError
 from perflab.results import load
 from perflab.rows import csv_text, read_csv
@@ -220,11 +220,11 @@ def test_load_a_tree_through_its_index_matches_reading_every_file(tmp_path):
 
 def test_many_index_segments_are_merged_into_one(tmp_path):
     out = tmp_path / "outputs"
-    for i in range(store.MAX_SEGMENTS + 2):  # each load after a new run dir adds a segment
+    for i in range(index.MAX_SEGMENTS + 2):  # each load after a new run dir adds a segment
         RunWriter(out / "runs" / f"r{i}").add(row(f"r{i}", 0))
         assert len(load(out)) == i + 1
     assert len(list((out / ".perflab" / "index").glob("*.parquet"))) <= 2
-    assert sorted(load(out)["run_id"]) == sorted(f"r{i}" for i in range(store.MAX_SEGMENTS + 2))
+    assert sorted(load(out)["run_id"]) == sorted(f"r{i}" for i in range(index.MAX_SEGMENTS + 2))
 
 
 def test_a_read_only_tree_still_loads(tmp_path, readonly):
@@ -250,38 +250,38 @@ def test_only_a_complete_run_is_done(tmp_path):
     record(tmp_path, "killed", "h1")  # run.json says running: it was killed
     record(tmp_path, "skipped", "h1", outcome="skipped")
     record(tmp_path, "crashed", "h1", outcome="error")
-    assert store.find_done(tmp_path, "h1") is None
+    assert done_marks.find_done(tmp_path, "h1") is None
     good = record(tmp_path, "good", "h1", outcome="ok", complete=True)
-    store.mark_done(tmp_path, RunRecord.read(good), good)
-    assert store.find_done(tmp_path, "h1") == good
+    done_marks.mark_done(tmp_path, RunRecord.read(good), good)
+    assert done_marks.find_done(tmp_path, "h1") == good
     import shutil
 
     shutil.rmtree(good)
-    assert store.find_done(tmp_path, "h1") is None, "a marker whose run is gone is dropped"
+    assert done_marks.find_done(tmp_path, "h1") is None, "a marker whose run is gone is dropped"
 
 
 def test_the_done_index_is_rebuilt_from_the_run_dirs(tmp_path):
     good = record(tmp_path, "good", "h2", outcome="ok", complete=True)
-    assert store.find_done(tmp_path, "h2") == good  # no index yet: rebuilt on first use
+    assert done_marks.find_done(tmp_path, "h2") == good  # no index yet: rebuilt on first use
 
 
 def test_a_claim_is_exclusive_until_released_and_a_dead_holders_is_taken_over(tmp_path):
-    mine = store.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
-    assert isinstance(mine, store.Claim)
-    theirs = store.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
-    assert isinstance(theirs, store.Holder) and theirs.pid == os.getpid()
+    mine = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+    assert isinstance(mine, point_claims.Claim)
+    theirs = point_claims.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
+    assert isinstance(theirs, point_claims.Holder) and theirs.pid == os.getpid()
     mine.release()
-    again = store.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
-    assert isinstance(again, store.Claim)
+    again = point_claims.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
+    assert isinstance(again, point_claims.Claim)
     again.release()
     dead = subprocess.Popen(["true"])
     dead.wait()
     path = tmp_path / ".perflab" / "claims" / "h.json"
     path.write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid, "run_dir": "x", "since": 0}))
-    assert isinstance(store.claim(tmp_path, "h", tmp_path / "c", stale_s=60), store.Claim)
+    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "c", stale_s=60), point_claims.Claim)
     path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "run_dir": "x", "since": 0}))
     os.utime(path, (time.time() - 120, time.time() - 120))  # silent for 2 min: its node died
-    assert isinstance(store.claim(tmp_path, "h", tmp_path / "d", stale_s=60), store.Claim)
+    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "d", stale_s=60), point_claims.Claim)
 
 
 def test_a_requeued_slurm_job_takes_over_the_claim_of_its_own_earlier_run(tmp_path, monkeypatch):
@@ -293,13 +293,17 @@ def test_a_requeued_slurm_job_takes_over_the_claim_of_its_own_earlier_run(tmp_pa
     path.write_text(json.dumps(first_run))
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
-    assert isinstance(store.claim(tmp_path, "h", tmp_path / "a", stale_s=60), store.Holder), "its first run: held"
+    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60), point_claims.Holder), (
+        "its first run: held"
+    )
     monkeypatch.setenv("SLURM_JOB_ID", "43")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    assert isinstance(store.claim(tmp_path, "h", tmp_path / "a", stale_s=60), store.Holder), "another job's: held"
+    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60), point_claims.Holder), (
+        "another job's: held"
+    )
     monkeypatch.setenv("SLURM_JOB_ID", "42")
-    got = store.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
-    assert isinstance(got, store.Claim)
+    got = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+    assert isinstance(got, point_claims.Claim)
     assert json.loads(path.read_text())["slurm_job"] == "42"
     got.release()
 
@@ -390,12 +394,12 @@ def test_a_peaks_file_of_the_wrong_layout_is_refused_to_its_writer_and_ignored_b
 def test_releasing_a_claim_that_was_taken_over_leaves_the_new_holders_claim(tmp_path):
     """A holder thought gone (no heartbeat: a stalled node) comes back and finishes: the
     process that took its claim over still holds the point."""
-    stalled = store.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+    stalled = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
     path = tmp_path / ".perflab" / "claims" / "h.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "host": "elsewhere"}))  # not checkable here
     os.utime(path, (time.time() - 120, time.time() - 120))  # silent for 2 min
-    taker = store.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
-    assert isinstance(stalled, store.Claim) and isinstance(taker, store.Claim)
+    taker = point_claims.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
+    assert isinstance(stalled, point_claims.Claim) and isinstance(taker, point_claims.Claim)
     stalled.release()
     assert json.loads(path.read_text())["run_dir"] == str(tmp_path / "b")
     taker.release()
@@ -436,7 +440,7 @@ def test_a_run_judges_only_its_own_rows_in_a_run_dir_it_shares(cli, work):
 
 
 def test_discarding_an_empty_run_keeps_the_runs_a_requeued_job_set_aside(tmp_path):
-    from perflab.job import discard
+    from perflab.ending import discard
     from perflab.rundir import EARLIER_RUNS
 
     earlier = tmp_path / EARLIER_RUNS / "first"

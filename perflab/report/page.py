@@ -20,6 +20,7 @@ import pandas as pd
 from perflab import contract, frames, registry
 from perflab.frames import records, text
 from perflab.history import report_section as trend_section  # the trend over subjects, where there is a history
+from perflab.outcome import FAILED
 from perflab.report.html import MATPLOTLIB_LINE, Figures, bullet_list, esc, section_id, table_html
 from perflab.reproducibility import summary  # the book's claims judged, before the sections
 from perflab.rows import number
@@ -44,7 +45,6 @@ ENV_DETAILS = (
     "slurm_nodes",
 )
 TEXT_LIKE = ("devices", "device_name", "num_threads", "slurm_job_id", "slurm_node", "slurm_nodes")
-FAILED = ("error", "oom", "timeout", "cancelled")
 UNNAMED = "(unnamed)"
 
 

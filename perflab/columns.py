@@ -1,0 +1,120 @@
+"""What each column of a results row is, once: how a file's cell is read, its unit, which
+direction is better, and where it stands in the row. Rows, loading, compare, the terminal,
+the report and the plots all read this table.
+
+A column not listed here is still written and loaded (an experiment's own figures, ``cfg.*``
+keys); a rate a user's experiment adds (``*_per_s``) counts as higher-is-better.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["text", "float", "int", "flag", "category", "time", ""]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: Kind = ""  # how a CSV cell is read back ("": as pandas guesses)
+    unit: str = ""
+    better: Literal["higher", "lower", ""] = ""  # "": not a figure to judge
+    rate: bool = False  # work per median second: each raw sample implies a value too
+    lead: bool = False  # one of the leading columns, in this table's order
+
+
+def _c(name: str, kind: Kind = "", unit: str = "", better: str = "", rate: bool = False, lead: bool = False) -> Column:
+    return Column(name, kind, unit, better, rate, lead)  # type: ignore[arg-type]
+
+
+COLUMNS: dict[str, Column] = {
+    c.name: c
+    for c in (
+        # What a row is; the leading columns, in order.
+        _c("row_id", "text", lead=True),
+        _c("run_id", "text", lead=True),
+        _c("sweep_id", "text", lead=True),
+        _c("job_num", "int", lead=True),
+        _c("experiment", "category", lead=True),
+        _c("measurement", "text", lead=True),
+        _c("repeat", lead=True),
+        _c("rank", "int", lead=True),
+        _c("status", "category", lead=True),
+        _c("error", "text", lead=True),
+        _c("suspect", "text", lead=True),
+        _c("note", "text", lead=True),
+        _c("devices", "text", lead=True),
+        _c("device_name", "text", lead=True),
+        _c("fallback", "text", lead=True),
+        _c("beside", "text", lead=True),
+        # The measured figures.
+        _c("n", "int", lead=True),
+        _c("median_s", "float", "s", "lower", lead=True),
+        _c("mean_s", "float", "s", "lower", lead=True),
+        _c("std_s", "float", "s", lead=True),
+        _c("min_s", "float", "s", "lower", lead=True),
+        _c("max_s", "float", "s", lead=True),
+        _c("iqr_s", "float", "s", lead=True),
+        _c("noisy", "flag", lead=True),
+        _c("warmup_n", "int", lead=True),
+        _c("warmup_first_s", "float", "s", lead=True),
+        _c("timer", "category", lead=True),
+        _c("calls_per_sample", "int", lead=True),
+        _c("num_threads", "int", lead=True),
+        _c("items_per_s", "float", "items/s", "higher", rate=True, lead=True),
+        _c("tflops", "float", "TFLOP/s", "higher", rate=True, lead=True),
+        _c("gbps", "float", "GB/s", "higher", rate=True, lead=True),
+        _c("pct_of_peak", "float", "%", "higher", lead=True),
+        _c("mfu", "float", "%", "higher", lead=True),
+        _c("bus_gbps", "float", "GB/s (bus)", "higher", rate=True),
+        _c("per_device_items_per_s", "float", "items/s per device", "higher", rate=True),
+        _c("seconds", "float", "s"),
+        _c("intensity", "float", "FLOP/byte"),
+        _c("test_acc", "float", "", "higher"),
+        _c("train_acc", "", "", "higher"),
+        _c("concurrency", "", "x", "higher"),
+        _c("overlap_speedup", "", "x", "higher"),
+        _c("speedup_vs_eager", "", "x", "higher"),
+        _c("peak_tflops", "", "TFLOP/s", "higher"),
+        _c("epoch", "int"),
+        _c("epochs", "int"),
+        _c("phase", "category"),
+        _c("timestamp", "time"),
+        _c("cuda_available", "flag"),
+        _c("input_bound", "flag"),
+        # Where and what: the machine, the software, the code under test, the job's place.
+        *(
+            _c(name, "text")
+            for name in (
+                *("config_hash", "torch", "cuda", "python", "cpu", "hostname", "git_sha", "perflab_version"),
+                *("subject", "subject_time", "cpu_model", "cpu_governor", "cpu_boost", "kernel"),
+                *("mkl", "onednn", "cudnn", "cuda_driver", "gpu_model", "gpu_throttle", "run_dir"),
+                *("slurm_job_id", "slurm_array_task_id", "slurm_node", "slurm_nodes", "log", "trace"),
+                *("checkpoint", "precision", "run_outcome"),
+            )
+        ),
+    )
+}
+
+LEADING = tuple(c.name for c in COLUMNS.values() if c.lead)
+RATES = frozenset(c.name for c in COLUMNS.values() if c.rate)
+# Read back as such whatever a file's cell holds (a damaged cell reads as missing).
+TEXT = tuple(c.name for c in COLUMNS.values() if c.kind == "text")
+FLOATS = tuple(c.name for c in COLUMNS.values() if c.kind == "float")
+INTS = tuple(c.name for c in COLUMNS.values() if c.kind == "int")
+FLAGS = tuple(c.name for c in COLUMNS.values() if c.kind == "flag")
+CATEGORIES = tuple(c.name for c in COLUMNS.values() if c.kind == "category")
+# Figures a comparison can judge by default (a user's own rates judge too: *_per_s).
+JUDGED = frozenset(c.name for c in COLUMNS.values() if c.better)
+
+
+def higher_is_better(metric: str) -> bool:
+    column = COLUMNS.get(metric)
+    return column.better == "higher" if column and column.better else metric.endswith("_per_s")
+
+
+def unit_of(metric: str, items: str = "items") -> str:
+    """The metric's unit ("" where it has none); item rates in the rows' own items (tokens/s)."""
+    found = COLUMNS[metric].unit if metric in COLUMNS else ""
+    return found.replace("items", items, 1) if found.startswith("items") else found

@@ -1,0 +1,3 @@
+"""perflab's own version, below everything that records it (pyproject.toml reads it from here)."""
+
+__version__ = "0.2.0"

@@ -1,0 +1,128 @@
+"""The import graph of perflab's own modules has no circle: every arrow points down a floor.
+
+Read from the source with ``ast`` (no module is imported), so it costs a fraction of a second.
+Imports inside functions count (they run too); those under ``if TYPE_CHECKING:`` do not.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Where each package of perflab's wheel comes from (pyproject.toml's package-dir).
+SOURCES = {
+    "perflab": ROOT / "perflab",
+    "perflab.experiments": ROOT / "experiments",
+    "hydra_plugins": ROOT / "hydra_plugins",
+}
+
+
+def modules() -> dict[str, Path]:
+    """Module name -> its file, for every .py file of perflab's packages."""
+    found = {}
+    for package, folder in SOURCES.items():
+        for path in folder.rglob("*.py"):
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> list[tuple[str, list[str]]]:
+    """(module named, the names taken from it) for every import that runs."""
+    out: list[tuple[str, list[str]]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            out.append((("." * node.level) + (node.module or ""), [alias.name for alias in node.names]))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    """Module -> the perflab modules it imports."""
+    known = modules()
+    arrows: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for target, names in _imports(ast.parse(path.read_text(), str(path))):
+            if target.startswith("."):
+                level = len(target) - len(target.lstrip("."))
+                base = package.split(".")[: len(package.split(".")) - (level - 1)]
+                target = ".".join([*base, target.lstrip(".")]).rstrip(".")
+            for candidate in [f"{target}.{n}" for n in names] or [target]:
+                found = candidate if candidate in known else target
+                while found and found not in known:  # ``import a.b.c`` of a module a.b
+                    found = found.rpartition(".")[0]
+                if found and found != name:
+                    arrows[name].add(found)
+    return arrows
+
+
+def circles(arrows: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(arrows[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(arrows):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_no_import_circle():
+    arrows = graph()
+    assert len(arrows) > 40 and arrows["perflab.app"], "the graph was read"
+    found = circles(arrows)
+    said = [
+        " <-> ".join(group) + ": " + "; ".join(f"{m} -> {sorted(arrows[m] & set(group))}" for m in group)
+        for group in found
+    ]
+    assert not found, "import circles (move what both need into a module below them):\n" + "\n".join(said)
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
