@@ -126,3 +126,21 @@ def test_no_import_circle():
 def test_the_circle_finder_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_shared_module_names_an_experiment():
+    """Book knowledge and per-experiment branches live in the experiments (their hooks): the
+    shared code serves a user's experiment exactly as a built-in. perflab/train/ is the training
+    workload's library, whose measurements are called "train" and "compile" (not experiments)."""
+    from importlib.metadata import entry_points
+
+    names = {e.name for e in entry_points(group="perflab.experiments")}
+    assert {"matmul", "train", "hardware"} <= names, "the built-ins are registered"
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
+        for path in sorted(SOURCES["perflab"].rglob("*.py"))
+        if "train" not in path.relative_to(SOURCES["perflab"]).parts[:-1]
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in names
+    ]
+    assert not found, "shared code names an experiment (move it into the experiment's hooks):\n" + "\n".join(found)
