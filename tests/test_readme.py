@@ -4,11 +4,17 @@ page (with the repository's ``examples/`` beside it, as in a clone). A marker ma
 block must print, ``<!-- tested: prints "a" "b" -->``, and the exit code its commands end with,
 ``<!-- tested: exit 2 -->`` (a refusal: one line on stderr; ``exit 0|3``: either). ``pip install``
 lines install into a folder of the scratch one (on the PYTHONPATH of the page's later commands),
-never into the environment running the tests. Cheap checks keep the README a front door (short,
-linking every docs page) and every link between the pages true."""
+never into the environment running the tests. The blocks that cannot run here (a GPU, SLURM,
+hours) are checked against the code instead: every ``perflab`` line composes and passes the
+schema, every option is one its subcommand takes. Cheap checks keep the README a front door
+(short, linking every docs page) and every link, path, extra and ``perflab.NAME`` the pages
+name true."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import os
 import re
 import shlex
@@ -20,6 +26,9 @@ from pathlib import Path
 from typing import Mapping
 
 import pytest
+
+from perflab import app, registry
+from perflab.composition import register
 
 from conftest import ROOT
 
@@ -43,6 +52,12 @@ def marked_blocks(page: Path) -> list[Block]:
         exits = tuple(int(c) for c in code.group(1).split("|")) if code else (0,)
         blocks.append(Block(lang, body, re.findall(r'"([^"]+)"', marker), exits))
     return blocks
+
+
+def unmarked_bash_blocks(page: Path) -> list[str]:
+    """The shell blocks no test runs as written: their commands are checked against the code."""
+    found = re.findall(r"(<!-- tested.*?-->\s*)?```bash\n(.*?)```", page.read_text(), flags=re.S)
+    return [body for marker, body in found if not marker]
 
 
 def shell_lines(body: str) -> list[list[str]]:
@@ -129,9 +144,30 @@ def test_the_readme_is_a_front_door_to_every_docs_page():
         assert title.startswith("# ") and not blank and purpose, page.name
 
 
+PYPROJECT = (ROOT / "pyproject.toml").read_text()
+EXTRAS = set(re.findall(r"^(\w+) = \[", PYPROJECT.split("[project.optional-dependencies]")[1].split("\n[")[0], re.M))
+FOLDERS = "benchmarks|tools|perflab|examples|conf|experiments|tests|docs|hydra_plugins|\\.ci"
+
+
+def imported(name: str) -> object:
+    """``perflab.a.b.c`` as Python finds it: the longest importable module, then attributes."""
+    parts = name.split(".")
+    for n in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:n]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[n:]:
+            found = getattr(found, attribute)
+        return found
+    raise ModuleNotFoundError(name)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_every_link_between_the_pages_resolves(page):
-    """Relative links name a file or folder of the repository, and a ``#part`` a heading of it."""
+def test_every_link_path_extra_and_name_the_pages_give_exists(page):
+    """Relative links name a file or folder of the repository, and a ``#part`` a heading of it;
+    so do the repository paths the page names (``benchmarks/store.py``), the extras it installs
+    (``.[launchers]``) and the ``perflab.NAME`` it says to import or read."""
     text = page.read_text()
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
         if re.match(r"\w+://", target):
@@ -141,6 +177,13 @@ def test_every_link_between_the_pages_resolves(page):
         assert linked.exists(), f"{page.name}: {target}"
         if part:
             assert part in anchors(linked), f"{page.name}: {target}: no heading #{part} in {linked.name}"
+    commands_and_prose = re.sub(r"```(?!bash|python)\w*\n.*?```", "", text, flags=re.S)  # not a tree drawn in a block
+    for path in re.findall(rf"(?<![\w/.<-])((?:{FOLDERS})/[\w./-]*[\w/])", commands_and_prose):
+        assert (ROOT / path).exists(), f"{page.name}: {path}"
+    for extras in re.findall(r"(?:\.|perflab)\[([\w,]+)\]", text):
+        assert set(extras.split(",")) <= EXTRAS, f"{page.name}: [{extras}]; the extras are {sorted(EXTRAS)}"
+    for name in re.findall(r"`[^`\n]*?\b(perflab\.[a-z_][\w.]*\w)", text):
+        imported(name)
 
 
 def test_the_bring_your_own_page_marks_examples_that_exist():
@@ -165,6 +208,79 @@ def test_the_models_page_marks_examples_whose_models_exist():
     source = (ROOT / "examples" / "userpkg" / "userpkg" / "models.py").read_text()
     assert {"SmallCNN", "TinyTransformer"} <= named and all(f"class {t}(" in source for t in named)
     assert not any(f"class {t}(" in source for t in refused)
+
+
+def documented_commands(body: str) -> list[list[str]]:
+    """The ``perflab`` command lines of a shell block as perflab's own arguments: ``perflab
+    ARGS``, ``python -m perflab ARGS`` and ``python -m perflab.NAME ARGS`` (= ``perflab NAME``),
+    also where ``&&`` chains them."""
+    found = []
+    for line in shell_lines(body):
+        words, _ = shell_env(line, {})
+        while words:
+            command = words[: words.index("&&")] if "&&" in words else words
+            words = words[len(command) + 1 :]
+            if command[0] == "perflab":
+                found.append(command[1:])
+            elif command[0].endswith("python") and command[1:2] == ["-m"] and command[2].startswith("perflab"):
+                name = command[2].removeprefix("perflab").lstrip(".")
+                found.append([name, *command[3:]] if name else command[3:])
+    return found
+
+
+def points(args: list[str]) -> list[list[str]]:
+    """A sweep's overrides as the points that check every listed value once: point i takes
+    the i-th value of each ``key=a,b,c`` (the last, when a list is shorter)."""
+    lists = []
+    for arg in args:
+        key, _, value = arg.partition("=")
+        swept = "," in value and not value.startswith(("[", "{", "'", '"'))
+        lists.append([f"{key}={v}" for v in value.split(",")] if swept else [arg])
+    return [[values[min(i, len(values) - 1)] for values in lists] for i in range(max(map(len, lists), default=1))]
+
+
+def options_of(subcommand: str) -> set[str]:
+    """The options ``perflab SUBCOMMAND --help`` lists."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        importlib.import_module(app.SUBCOMMANDS[subcommand]).main(["--help"])
+    return set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", out.getvalue()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if any(documented_commands(b) for b in unmarked_bash_blocks(p))], ids=lambda p: p.name
+)
+def test_every_documented_command_is_one_perflab_takes(page):
+    """The commands no test runs as written (a GPU, SLURM, several machines, hours) are still
+    true: each point of each composes, with every key and value the schema allows, and a
+    subcommand's options are its own."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from perflab.job import check_overrides, check_values
+
+    registry.discover()
+    register()
+    with initialize_config_dir(str(registry.config_dir()), version_base="1.3", job_name="perflab"):
+        for body in unmarked_bash_blocks(page):
+            for args in documented_commands(body):
+                if args and args[0] in app.SUBCOMMANDS:
+                    named = {a.strip("[]").partition("=")[0] for a in args[1:]}  # [--opt VALUE] as a usage line has it
+                    unknown = {a for a in named if a.startswith("-")} - options_of(args[0])
+                    assert not unknown, f"{page.name}: perflab {' '.join(args)}: no option {sorted(unknown)}"
+                    continue
+                overrides = [re.sub(r"^experiment=", "+experiment=", a) for a in args if not a.startswith("-")]
+                if not overrides:  # perflab, perflab --version
+                    assert set(args) <= {"--version", "--help"}, f"{page.name}: perflab {' '.join(args)}"
+                    continue
+                assert any(o.startswith("+experiment=") for o in overrides), f"{page.name}: perflab {' '.join(args)}"
+                for point in points(overrides):
+                    check_overrides(point)
+                    cfg = compose("config", overrides=point, return_hydra_config=True)
+                    with open_dict(cfg):
+                        del cfg["hydra"]
+                    check_values(cfg)
 
 
 @pytest.mark.slow
