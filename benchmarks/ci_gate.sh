@@ -48,7 +48,7 @@ gate onethread base onethread --fail-if-slower 10; onethread=$?
 
 step "new: code that does every matmul twice (the code under test became 2x slower)"
 "$PY" - <<'PYEOF' >/dev/null 2>&1 || exit 2
-import perflab, perflab.parallel as parallel
+import perflab, perflab.measure.alone_together as parallel
 original = parallel.alone_then_together
 parallel.alone_then_together = lambda ctx, work, **kw: original(ctx, lambda d: (work(d), work(d)), **kw)
 perflab.run("quick/matmul", ["experiment.size=384", "bench.repeats=20", "results.table=false",

@@ -1,8 +1,8 @@
 """What gathering the environment and machine identity costs a job's start.
 
-Each of ``--runs`` fresh processes imports torch and perflab.watch (psutil) first (every job
+Each of ``--runs`` fresh processes imports torch and perflab.measure.watch (psutil) first (every job
 has, before it gathers the environment; not ours to count), then times the first call of
-``perflab.environment.environment()`` plus the subject (``subject(None)``: the working
+``perflab.measure.environment.environment()`` plus the subject (``subject(None)``: the working
 directory's git commit), and the same for the environment module as it was on ``main``
 before the machine identity (loaded from ``git show``), in turn.
 The figure: the median extra milliseconds per job. Goal (issue 20): a few ms at most.
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMED = """
 import json, sys, time, importlib.util
 import torch
-import perflab.watch  # a job has imported it (and psutil) before it gathers the environment
+import perflab.measure.watch  # a job has imported it (and psutil) before it gathers the environment
 spec = importlib.util.spec_from_file_location("env_under_test", sys.argv[1])
 env = importlib.util.module_from_spec(spec); spec.loader.exec_module(env)
 t0 = time.perf_counter()
@@ -56,7 +56,7 @@ def main() -> None:
         before = Path(tmp) / "environment_before.py"
         before.write_text(
             subprocess.run(
-                ["git", "show", f"{args.base}:perflab/environment.py"],
+                ["git", "show", f"{args.base}:perflab/measure/environment.py"],
                 cwd=ROOT,
                 capture_output=True,
                 text=True,

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import perflab
-from perflab import watch
+from perflab.measure import watch
 
 TRAIN = ["data.train_size=8192", "data.test_size=256", "trainer.epochs=3", "data.on_device=true", "results.table=false"]
 

@@ -21,10 +21,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from perflab import done_marks
 from perflab.results import load
-from perflab.rows import csv_text
-from perflab.rundir import RunRecord
+from perflab.store import done_marks
+from perflab.store.rows import csv_text
+from perflab.store.rundir import RunRecord
 
 EXPERIMENTS = ("matmul", "train", "compile", "comm", "hardware")
 

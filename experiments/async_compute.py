@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import MISSING
 
-from perflab.contract import Figure, Samples, Section, Setup
-from perflab.schema import ExperimentConfig, positive
+from perflab.config.contract import Figure, Samples, Section, Setup
+from perflab.config.schema import ExperimentConfig, positive
 
 if TYPE_CHECKING:
     from pandas import DataFrame
 
-    from perflab.claims import Claim, Tree
-    from perflab.context import Context
-    from perflab.sizing import Machine, Point
+    from perflab.analysis.claims import Claim, Tree
+    from perflab.measure.context import Context
+    from perflab.measure.sizing import Machine, Point
 
 METRIC = "median_s"
 CPU_NOTE = "CPU ops run synchronously: the time without a sync already includes the compute"
@@ -37,8 +37,8 @@ def run(ctx: Context) -> None:
     import numpy as np
     import torch
 
-    from perflab.context import Part
-    from perflab.devices import on_device
+    from perflab.measure.context import Part
+    from perflab.measure.devices import on_device
 
     p = ctx.params
     flops = 2 * p.size**3 * p.steps
@@ -102,7 +102,7 @@ def training_ab(ctx: Context, d: Any, steps: int, batch: int, cpu_note: str) -> 
     import torch
     from torch.nn import functional as F
 
-    from perflab.context import Part
+    from perflab.measure.context import Part
     from perflab.train import models
 
     torch.manual_seed(ctx.settings.seed)
@@ -153,8 +153,8 @@ def training_ab(ctx: Context, d: Any, steps: int, batch: int, cpu_note: str) -> 
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.rows import number
-    from perflab.table import human_time
+    from perflab.analysis.table import human_time
+    from perflab.store.rows import number
 
     by = {str(r.get("measurement")): r for r in rows if r.get("status") == "ok"}
     lines: list[str] = []
@@ -176,9 +176,9 @@ def report(rows: DataFrame, samples: Samples) -> Section:
     """13.2: the book's work per timed block beside ours; host dispatch vs device time."""
     from functools import partial
 
-    from perflab import plots
+    from perflab.analysis import plots
+    from perflab.analysis.frames import per_run, with_samples
     from perflab.experiments import _book
-    from perflab.frames import per_run, with_samples
 
     def work(r: Sequence[Mapping[str, Any]]) -> str:
         n = r[-1].get("cfg.experiment.size", "?")
@@ -220,7 +220,7 @@ ON_CPU = "on a CPU the host is the device: torch's CPU ops run synchronously, so
 def chapter(machine: Machine, seconds: float) -> list[Point]:
     """The book's 10 x 1000² where the budget allows (smaller matrices where it does not), and a
     short LeNet training A/B; samples fill the seconds."""
-    from perflab import sizing
+    from perflab.measure import sizing
     from perflab.train import models
 
     steps, repeats_min = 10, 5
@@ -260,7 +260,7 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
     """13.2 on a GPU: without a sync the host returns at least 2x sooner than the device is done;
     a .item() every step slows training; torch on the GPU beats NumPy on the CPU. On a CPU the
     three are NOT APPLICABLE (why, with what was measured)."""
-    from perflab import checks
+    from perflab.analysis import checks
 
     out = []
     for _, run in rows.groupby("run_id", sort=False) if "run_id" in rows else [("", rows)]:
@@ -327,7 +327,7 @@ def _training_pair(ok: Mapping[str, Mapping[str, Any]], device: str) -> tuple[An
 
 
 def _ratio(base: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     b, n = number(base.get("median_s")), number(new.get("median_s"))
     return f"{b / n:.2f}x ({new.get('measurement')} vs {base.get('measurement')})" if b and n else ""

@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import MISSING
 
-from perflab.contract import Figure, Samples, Section, Setup
-from perflab.schema import ExperimentConfig, PerflabConfig, positive
+from perflab.config.contract import Figure, Samples, Section, Setup
+from perflab.config.schema import ExperimentConfig, PerflabConfig, positive
 
 if TYPE_CHECKING:
     from pandas import DataFrame
 
-    from perflab.claims import Claim, Tree
-    from perflab.context import Context
-    from perflab.devices import Device
-    from perflab.sizing import Machine, Point
+    from perflab.analysis.claims import Claim, Tree
+    from perflab.measure.context import Context
+    from perflab.measure.devices import Device
+    from perflab.measure.sizing import Machine, Point
 
 METRIC = "median_s"
 COPY_NEEDS_GPU = "needs a CUDA device: on a CPU-only machine there is no device-to-host copy to overlap"
@@ -36,7 +36,7 @@ class Config(ExperimentConfig):
 
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     """``experiment.cpu_workers`` the machine can run: before anything runs."""
-    from perflab.parallel import check_cpu_split
+    from perflab.measure.alone_together import check_cpu_split
 
     p: Any = settings.experiment
     check_cpu_split(settings, devices, p.cpu_workers)
@@ -45,8 +45,8 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
 def run(ctx: Context) -> None:
     import torch
 
-    from perflab.devices import on_device
-    from perflab.parallel import alone_then_together, split_cpu_if_fallback
+    from perflab.measure.alone_together import alone_then_together, split_cpu_if_fallback
+    from perflab.measure.devices import on_device
 
     p = ctx.params
     split_cpu_if_fallback(ctx, p.cpu_workers)
@@ -84,7 +84,7 @@ def compute_and_copy(ctx: Context, gpu, x, k: int) -> None:
     """
     import torch
 
-    from perflab.context import Part
+    from perflab.measure.context import Part
 
     nbytes = x.numel() * x.element_size() * k
     host = [torch.empty_like(x, device="cpu").pin_memory() for _ in range(k)]
@@ -138,8 +138,8 @@ def compute_and_copy(ctx: Context, gpu, x, k: int) -> None:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.parallel import concurrency_headline
-    from perflab.rows import number
+    from perflab.measure.alone_together import concurrency_headline
+    from perflab.store.rows import number
 
     lines = concurrency_headline(rows, "TFLOP/s", "tflops")
     for r in rows:
@@ -152,9 +152,9 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def report(rows: DataFrame, samples: Samples) -> Section:
     """13.3: the book's work per device beside ours; each device alone, then all together."""
-    from perflab import plots
+    from perflab.analysis import plots
+    from perflab.analysis.frames import per_run, with_samples
     from perflab.experiments import _book
-    from perflab.frames import per_run, with_samples
 
     def work(r: Sequence[Mapping[str, Any]]) -> str:
         alone = {str(x.get("devices")) for x in r if str(x.get("measurement", "")).endswith(" alone")}
@@ -192,7 +192,7 @@ NEAR = 0.8  # "near k": at least this share of the ideal concurrency
 def chapter(machine: Machine, seconds: float) -> list[Point]:
     """GPUs: the book's 50 x 4000². The CPU: two workers (half the cores each) stand in for two
     GPUs, with 10 matmuls per call sized to ~50 ms on a worker; samples fill the seconds."""
-    from perflab import sizing
+    from perflab.measure import sizing
 
     if machine.gpu:
         n, k, share, keys = 4000, 50, 1.0, ("size", "matmuls")
@@ -221,8 +221,8 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
 def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
     """13.3: k devices together reach a concurrency near k (the sum of their alone times over the
     together time, with a bootstrap interval); on a GPU, compute and copy overlap."""
-    from perflab import checks
-    from perflab.rows import number
+    from perflab.analysis import checks
+    from perflab.store.rows import number
 
     out = []
     for _, run in rows.groupby("run_id", sort=False) if "run_id" in rows else [("", rows)]:

@@ -7,18 +7,18 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import MISSING
 
-from perflab import costmodel
-from perflab.contract import Figure, Samples, Section, Table
+from perflab.config.contract import Figure, Samples, Section, Table
+from perflab.config.schema import BACKENDS, ExperimentConfig, PerflabConfig, one_of, positive, require
 from perflab.errors import ConfigError
-from perflab.schema import BACKENDS, ExperimentConfig, PerflabConfig, one_of, positive, require
+from perflab.measure import costmodel
 
 if TYPE_CHECKING:
     from pandas import DataFrame
 
-    from perflab.claims import Claim, Tree
-    from perflab.context import Context
-    from perflab.devices import Device
-    from perflab.sizing import Machine, Point
+    from perflab.analysis.claims import Claim, Tree
+    from perflab.measure.context import Context
+    from perflab.measure.devices import Device
+    from perflab.measure.sizing import Machine, Point
 
 METRIC = "bus_gbps"
 SIZES = ["cfg.experiment.min_bytes", "cfg.experiment.max_bytes"]  # the message sizes a run spans
@@ -45,7 +45,7 @@ class Config(ExperimentConfig):
 
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     """Workers the machine can run, of one kind, NCCL only on GPUs: before anything runs."""
-    from perflab.parallel import check_cpu_split
+    from perflab.measure.alone_together import check_cpu_split
 
     p: Any = settings.experiment
     check_cpu_split(settings, devices, p.cpu_workers)
@@ -56,7 +56,7 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
 
 
 def run(ctx: Context) -> None:
-    from perflab.parallel import split_cpu_if_fallback
+    from perflab.measure.alone_together import split_cpu_if_fallback
 
     p = ctx.params
     for case in costmodel.book_cases():
@@ -89,7 +89,8 @@ def _worker(ctx: Context) -> None:
     import torch
     import torch.distributed as dist
 
-    from perflab import bench, workers
+    from perflab.cluster import workers
+    from perflab.measure import bench
 
     p, b = ctx.params, ctx.settings.bench
     rank, world, local = workers.init_process_group(ctx.devices, p.backend)
@@ -151,7 +152,7 @@ def _human_bytes(n: float) -> str:
 
 def work(rows: Sequence[Mapping[str, Any]]) -> str:
     """How much each timed allreduce moved, beside the book's worked example."""
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     r = rows[0] if rows else {}
     lo, hi = number(r.get("cfg.experiment.min_bytes")), number(r.get("cfg.experiment.max_bytes"))
@@ -165,7 +166,7 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     lines: list[str] = []
     measured = [r for r in rows if str(r.get("measurement", "")).startswith("allreduce ") and r.get("status") == "ok"]
@@ -181,10 +182,10 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def report(rows: DataFrame, samples: Samples) -> Section:
     """13.7: the book's worked example beside the cost model; measured allreduce beside the ring model."""
-    from perflab import plots
+    from perflab.analysis import plots
+    from perflab.analysis.frames import measured, records, text
+    from perflab.analysis.table import human_time
     from perflab.experiments import _book
-    from perflab.frames import measured, records, text
-    from perflab.table import human_time
 
     seen, book = set(), []
     for r in records(measured(rows, prefix="model: ")):
@@ -244,7 +245,7 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
     """Message sizes from 4 KiB by 4x up to what the seconds allow (at most 64 MiB; a guess of
     the link: gloo between CPU workers moved ~1/40 of the memory copy bandwidth here, 10 GB/s
     between GPUs), 10 samples each, after the workers' start."""
-    from perflab import sizing
+    from perflab.measure import sizing
 
     link = 10e9 if machine.gpu else machine.copy_gbps * 1e9 / 40
     latency = 20e-6 if machine.gpu else 200e-6
@@ -270,9 +271,9 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
 def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
     """13.7: allreduce time follows the ring model's line in the message size (fitted: its
     bandwidth and latency); the cost model reproduces the book's worked example."""
-    from perflab import checks
-    from perflab.claims import INVALID, VALID
-    from perflab.rows import number
+    from perflab.analysis import checks
+    from perflab.analysis.claims import INVALID, VALID
+    from perflab.store.rows import number
 
     out = []
     for _, run in rows.groupby("run_id", sort=False) if "run_id" in rows else [("", rows)]:

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 
 from omegaconf import MISSING
 
-from perflab.contract import Figure, Samples, Section, Setup
-from perflab.errors import ConfigError
-from perflab.schema import (
+from perflab.config.contract import Figure, Samples, Section, Setup
+from perflab.config.schema import (
     COMPILE_MODES,
     PRECISIONS,
     ExperimentConfig,
@@ -26,14 +25,15 @@ from perflab.schema import (
     require,
     some_of,
 )
+from perflab.errors import ConfigError
 
 if TYPE_CHECKING:
     from pandas import DataFrame
 
-    from perflab.claims import Claim, Tree
-    from perflab.context import Context
-    from perflab.devices import Device
-    from perflab.sizing import Machine, Point
+    from perflab.analysis.claims import Claim, Tree
+    from perflab.measure.context import Context
+    from perflab.measure.devices import Device
+    from perflab.measure.sizing import Machine, Point
 
 METRIC = "median_s"
 SCRIPT_NOTE = (
@@ -70,7 +70,7 @@ class Config(ExperimentConfig):
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     """TF32 needs a CUDA device, torch.compile a backend it has, NHWC image inputs, and the
     model the data (a dry forward): refused before the job runs."""
-    from perflab import dynamo, precision
+    from perflab.measure import dynamo, precision
     from perflab.train import data, models
 
     params: Any = settings.experiment  # this module's Config
@@ -93,10 +93,10 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
 def run(ctx: Context) -> None:
     import torch
 
-    from perflab import flops, precision
-    from perflab.bench import Benchmark
-    from perflab.context import Part
-    from perflab.devices import on_device
+    from perflab.measure import flops, precision
+    from perflab.measure.bench import Benchmark
+    from perflab.measure.context import Part
+    from perflab.measure.devices import on_device
     from perflab.train import data, models
 
     p, s = ctx.params, ctx.settings
@@ -199,7 +199,7 @@ def gate(
     A mismatch beyond ``atol`` is an ``error`` row and the mode is not timed: a fast wrong
     answer is not a result. Returns (first call seconds, largest difference, graphs compiled).
     """
-    from perflab.bench import Benchmark
+    from perflab.measure.bench import Benchmark
 
     x = fresh_input()
     graphs_before = unique_graphs()
@@ -266,7 +266,7 @@ def break_even(first_s: float, steady_s: float, eager_s: float) -> float:
 
 
 def unique_graphs() -> int:
-    from perflab.dynamo import unique_graphs as graphs
+    from perflab.measure.dynamo import unique_graphs as graphs
 
     return graphs()
 
@@ -309,7 +309,7 @@ def serialize(ctx: Context, model: Any, x: Any, d: Any, atol: float) -> None:
             [
                 sys.executable,
                 "-m",
-                "perflab.reload",
+                "perflab.measure.reload",
                 "torchscript" if kind == "torchscript" else "export",
                 str(path),
                 str(out / "input.pt"),
@@ -342,8 +342,8 @@ def serialize(ctx: Context, model: Any, x: Any, d: Any, atol: float) -> None:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.rows import number
-    from perflab.table import human_time
+    from perflab.analysis.table import human_time
+    from perflab.store.rows import number
 
     lines: list[str] = []
     for r in rows:
@@ -364,9 +364,9 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def report(rows: DataFrame, samples: Samples) -> Section:
     """13.1: the book's network beside ours; when compiling pays off."""
-    from perflab import plots
+    from perflab.analysis import plots
+    from perflab.analysis.frames import per_run, with_samples
     from perflab.experiments import _book
-    from perflab.frames import per_run, with_samples
 
     def ours(r: Sequence[Mapping[str, Any]]) -> str:
         last = r[-1]
@@ -402,7 +402,7 @@ CLAIMED = {"torchscript": "TorchScript (torch.jit.script, the book's tool)", "co
 def chapter(machine: Machine, seconds: float) -> list[Point]:
     """The book's setup (its MLP, one input per call) with eager, TorchScript and torch.compile;
     the first compile is a fixed cost, the samples fill the rest."""
-    from perflab import sizing
+    from perflab.measure import sizing
 
     call = max(20e-6, 15 * machine.op_us * 1e-6) + SAMPLE_S  # five small layers: a few framework calls each
     spare = max(1.0, seconds - FIRST_COMPILE_S - sizing.JOB_OVERHEAD_S)
@@ -423,8 +423,8 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
 def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
     """13.1: each compiled mode runs faster than eager, so its first call pays for itself after
     a finite number of calls (the break-even the row measured)."""
-    from perflab import checks
-    from perflab.rows import number
+    from perflab.analysis import checks
+    from perflab.store.rows import number
 
     out = []
     for _, run in rows.groupby("run_id", sort=False) if "run_id" in rows else [("", rows)]:

@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
 from omegaconf import MISSING
 
-from perflab.contract import Figure, Samples, Section, Table
-from perflab.schema import DTYPES, ExperimentConfig, positive, some_of
+from perflab.config.contract import Figure, Samples, Section, Table
+from perflab.config.schema import DTYPES, ExperimentConfig, positive, some_of
 
 if TYPE_CHECKING:
     from pandas import DataFrame
 
-    from perflab.claims import Claim, Tree
-    from perflab.context import Context
-    from perflab.plots import Roof
-    from perflab.sizing import Machine, Point
+    from perflab.analysis.claims import Claim, Tree
+    from perflab.analysis.plots import Roof
+    from perflab.measure.context import Context
+    from perflab.measure.sizing import Machine, Point
 
 METRIC = "median_s"
 WRITES_PEAKS = True  # results.peaks: later rows on the same device get pct_of_peak
@@ -46,7 +46,7 @@ class Config(ExperimentConfig):
 
 
 def run(ctx: Context) -> None:
-    from perflab.devices import on_device
+    from perflab.measure.devices import on_device
 
     p = ctx.params
     for d in ctx.devices:
@@ -91,7 +91,7 @@ def memory_copy(ctx: Context, d: Any, mb: int) -> dict[str, float]:
 def launch_latency(ctx: Context, d: Any, n: int) -> dict[str, float]:
     import torch
 
-    from perflab.context import Part
+    from perflab.measure.context import Part
 
     x = torch.zeros(1, device=d.torch)
 
@@ -144,7 +144,7 @@ def launch_latency(ctx: Context, d: Any, n: int) -> dict[str, float]:
 def host_device(ctx: Context, d: Any, mb: int) -> dict[str, float]:
     import torch
 
-    from perflab.context import Part
+    from perflab.measure.context import Part
 
     dev = torch.ones(mb * 2**20 // 4, device=d.torch)
     hosts = {kind: torch.ones(dev.numel(), pin_memory=kind == "pinned") for kind in ("pageable", "pinned")}
@@ -182,7 +182,7 @@ def peer_copy(ctx: Context, a: Any, b: Any, mb: int) -> None:
 def peak_matmul(ctx: Context, d: Any, n: int, dtypes: list[str]) -> dict[str, float]:
     import torch
 
-    from perflab.precision import applied
+    from perflab.measure.precision import applied
 
     found = {}
     for name in dtypes:
@@ -208,13 +208,13 @@ def peak_matmul(ctx: Context, d: Any, n: int, dtypes: list[str]) -> dict[str, fl
                     note=f"{n}x{n}; the peak is the best sample",
                 )
             found[f"matmul_{key}"] = 2 * n**3 / stats.min / 1e12
-            found[f"matmul_{key}_n"] = n  # the size it was measured at (perflab.peaks)
+            found[f"matmul_{key}_n"] = n  # the size it was measured at (perflab.measure.peaks)
     return found
 
 
 def work(rows: Sequence[Mapping[str, Any]]) -> str:
     """How much work each sample timed, on the device the rows ran on."""
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     r = rows[0] if rows else {}
     gpu = any(str(x.get("devices", "")).startswith("cuda") for x in rows)
@@ -229,7 +229,7 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     lines: list[str] = []
     for r in rows:
@@ -251,10 +251,10 @@ def report(rows: DataFrame, samples: Samples) -> Section:
     report under the roofs measured here (for the precision of the points drawn)."""
     from functools import partial
 
-    from perflab import plots
+    from perflab.analysis import plots
+    from perflab.analysis.frames import ok, records, text
     from perflab.experiments import _book
-    from perflab.frames import ok, records, text
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     body = []
     for r in records(ok(rows)):
@@ -288,8 +288,8 @@ def roofs(rows: DataFrame) -> list[Roof]:
     """Per device and precision: the memory copy bandwidth and the peak matmul measured here, and
     beside it the datasheet's peak (a CPU's derived from its own description) over the same
     measured bandwidth: no datasheet gives a CPU's memory bandwidth."""
-    from perflab.frames import ok
-    from perflab.plots import Roof
+    from perflab.analysis.frames import ok
+    from perflab.analysis.plots import Roof
 
     found = ok(rows)
     if not {"device_name", "measurement", "gbps", "peak_tflops"} <= set(found.columns):
@@ -328,7 +328,7 @@ PEAK_ABOVE_TURBO = 1.5  # ... or above this where the clock counted is no maximu
 def chapter(machine: Machine, seconds: float) -> list[Point]:
     """Sized so that one peak matmul takes ~20 ms (a "large" one, see sizing.large_matmul), the
     copy stays large (256 MiB, fewer where the budget is short), and the repeats fill the rest."""
-    from perflab import sizing
+    from perflab.measure import sizing
 
     n = sizing.large_matmul(machine)
     copy_mb = 256
@@ -369,8 +369,9 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
     """13.4: a large float32 matmul reaches at least half the datasheet peak (a CPU's derived
     from its own description, with its assumptions); a kernel launch costs about the book's
     10 us (GPUs; a CPU launches none)."""
-    from perflab import checks, flops
-    from perflab.rows import number
+    from perflab.analysis import checks
+    from perflab.measure import flops
+    from perflab.store.rows import number
 
     out = []
     ok = [cast(dict, r) for r in rows.to_dict("records") if r.get("status") == "ok"]
@@ -444,7 +445,7 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
 
 
 def _tflops(r: Mapping[str, Any]) -> str:
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     peak = number(r.get("peak_tflops"))
     return f"{peak:.3g} TFLOP/s" if peak is not None else ""

@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from omegaconf import MISSING
 
-from perflab.contract import Figure, Samples, Section
-from perflab.schema import DTYPES, ExperimentConfig, one_of, positive
+from perflab.config.contract import Figure, Samples, Section
+from perflab.config.schema import DTYPES, ExperimentConfig, one_of, positive
 
 if TYPE_CHECKING:
     from pandas import DataFrame
 
-    from perflab.claims import Claim, Tree
-    from perflab.context import Context
-    from perflab.sizing import Machine, Point
+    from perflab.analysis.claims import Claim, Tree
+    from perflab.measure.context import Context
+    from perflab.measure.sizing import Machine, Point
 
 METRIC = "tflops"
 
@@ -34,7 +34,7 @@ class Config(ExperimentConfig):
 def run(ctx: Context) -> None:
     import torch
 
-    from perflab.parallel import alone_then_together
+    from perflab.measure.alone_together import alone_then_together
 
     p = ctx.params
     dtype = getattr(torch, p.dtype)
@@ -69,7 +69,7 @@ def run(ctx: Context) -> None:
 
 def work(rows: Sequence[Mapping[str, Any]]) -> str:
     """How much work each timed call did."""
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     r = rows[0] if rows else {}
     n, k = number(r.get("cfg.experiment.size")), number(r.get("cfg.experiment.iterations"))
@@ -79,15 +79,15 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.parallel import concurrency_headline
+    from perflab.measure.alone_together import concurrency_headline
 
     return concurrency_headline(rows, "TFLOP/s", "tflops")
 
 
 def report(rows: DataFrame, samples: Samples) -> Section:
     """Beside 13.3: the same alone-vs-together question on plain matmuls, in TFLOP/s."""
-    from perflab import plots
-    from perflab.frames import with_samples
+    from perflab.analysis import plots
+    from perflab.analysis.frames import with_samples
 
     return Section(
         number="13.3",
@@ -115,7 +115,7 @@ BOOK = "13.4: large matrix multiplications are compute-bound: they run near the 
 def chapter(machine: Machine, seconds: float) -> list[Point]:
     """The hardware section's large matmul (the same n, so its peak is this work's peak), a few
     per call, repeated to fill the seconds."""
-    from perflab import sizing
+    from perflab.measure import sizing
 
     n = sizing.large_matmul(machine)
     k = 4
@@ -131,8 +131,8 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
 
 def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
     """13.4: a large matmul sustains most of the peak the hardware section measured."""
-    from perflab import checks
-    from perflab.rows import number
+    from perflab.analysis import checks
+    from perflab.store.rows import number
 
     out = []
     for r in rows.to_dict("records"):

@@ -8,17 +8,17 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from perflab.contract import Figure, Samples, Section, Setup, Table
+from perflab.config.contract import Figure, Samples, Section, Setup, Table
+from perflab.config.schema import ExperimentConfig, PerflabConfig
 from perflab.errors import ConfigError
-from perflab.schema import ExperimentConfig, PerflabConfig
 
 if TYPE_CHECKING:
     from pandas import DataFrame
 
-    from perflab.claims import Claim, Tree
-    from perflab.context import Context
-    from perflab.devices import Device
-    from perflab.sizing import Machine, Point
+    from perflab.analysis.claims import Claim, Tree
+    from perflab.measure.context import Context
+    from perflab.measure.devices import Device
+    from perflab.measure.sizing import Machine, Point
 
 METRIC = "items_per_s"  # compare: global items/s (images/s, tokens/s: the row's items_unit) ...
 SUMMARY_ROWS = ("train",)  # ... of the one summary row per run, not of every epoch ...
@@ -63,7 +63,7 @@ class Config(ExperimentConfig):
 
 def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
     """Strategy, precision and batch against the resolved devices: before anything runs."""
-    from perflab import dynamo, precision
+    from perflab.measure import dynamo, precision
     from perflab.train import data, loop
     from perflab.train.strategies import NOT_COMPILABLE
 
@@ -139,7 +139,7 @@ def run(ctx: Context) -> None:
 
 def rendezvous_from_slurm() -> str:
     """host:port on the first node of this SLURM allocation (every task computes the same)."""
-    from perflab.slurm import first_node
+    from perflab.cluster.slurm import first_node
 
     host = first_node(os.environ.get("SLURM_JOB_NODELIST", ""))
     port = 29500 + int(os.environ.get("SLURM_JOB_ID", "0")) % 1000
@@ -149,7 +149,7 @@ def rendezvous_from_slurm() -> str:
 def _ddp_worker(ctx: Context) -> None:
     import torch.distributed as dist
 
-    from perflab import workers
+    from perflab.cluster import workers
     from perflab.train import loop
 
     rank, world, local = workers.init_process_group(ctx.devices, ctx.settings.strategy.backend)
@@ -173,7 +173,7 @@ def progress(row: Mapping[str, Any]) -> str | None:
 
 def label(row: Mapping[str, Any]) -> str:
     """An epoch row is "epoch N" in the job's table."""
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     epoch = number(row.get("epoch"))
     return f"epoch {int(epoch)}" if row.get("measurement") == "epoch" and epoch is not None else str(row["measurement"])
@@ -181,7 +181,7 @@ def label(row: Mapping[str, Any]) -> str:
 
 def work(rows: Sequence[Mapping[str, Any]]) -> str:
     """How much work the run timed, beside the book's run of that preset."""
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     r = next((x for x in rows if number(x.get("global_batch")) is not None), rows[0] if rows else {})
     epochs, images = number(r.get("cfg.trainer.epochs")), number(r.get("cfg.data.train_size"))
@@ -199,8 +199,8 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.rows import number
-    from perflab.table import human_time
+    from perflab.analysis.table import human_time
+    from perflab.store.rows import number
 
     summary = next((r for r in reversed(rows) if r.get("measurement") == "train" and r.get("status") == "ok"), None)
     if summary is None:
@@ -234,9 +234,9 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def report(rows: DataFrame, samples: Samples) -> Section:
     """13.5 / 13.6 (by preset): the book's setup beside ours; the runs compared point by point,
     with their scaling and batch-size plots."""
-    from perflab import plots
+    from perflab.analysis import plots
+    from perflab.analysis.frames import per_run, text
     from perflab.experiments import _book
-    from perflab.frames import per_run, text
 
     names = rows["experiment"].dropna().unique() if "experiment" in rows else []
     number_, title, words, setup = BOOK.get(text(names[0]) if len(names) else "", ("", "Training", "", []))
@@ -281,7 +281,7 @@ def compared(rows: DataFrame, samples: Samples) -> tuple[DataFrame | None, list[
     """compare()'s table of the runs (S(n), E(n) when the device count varies), each point with
     its raw values for error bars, and what compare says about it."""
     from perflab import compare
-    from perflab.frames import ok
+    from perflab.analysis.frames import ok
 
     found = ok(rows)
     if found.empty:
@@ -295,7 +295,7 @@ def compared(rows: DataFrame, samples: Samples) -> tuple[DataFrame | None, list[
 
 
 def _point(e: Mapping[str, Any], count: str | None) -> str:
-    from perflab.frames import label
+    from perflab.analysis.frames import label
 
     return label([c for c in e if str(c).startswith("cfg.") and c != count], e) or str(e.get("measurement", ""))
 
@@ -303,8 +303,8 @@ def _point(e: Mapping[str, Any], count: str | None) -> str:
 def points(table: DataFrame | None, notes: Sequence[str]) -> Table:
     """The compared points: throughput, per device, S(n), E(n), test accuracy; throughput's
     unit in the header, or in each cell where the points count different items."""
-    from perflab.frames import text, unit
-    from perflab.rows import number
+    from perflab.analysis.frames import text, unit
+    from perflab.store.rows import number
 
     intro = "Compared point by point (perflab compare)" + (": " + " ".join(notes) if notes else ".")
     if table is None:
@@ -340,8 +340,8 @@ def points(table: DataFrame | None, notes: Sequence[str]) -> Table:
 
 def fastest(table: DataFrame) -> list[str]:
     """A sweep's headline: its fastest point, and how far the device count scaled."""
-    from perflab.frames import text
-    from perflab.rows import number
+    from perflab.analysis.frames import text
+    from perflab.store.rows import number
 
     metric = str(table["metric"].iloc[0])
     count = next((c for c in ("cfg.devices.count", "n_devices") if c in table), None)
@@ -389,7 +389,7 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
     Both with PyTorch's default init: with the book's N(0, 0.01) LeNet stays at chance for its
     first hundreds of steps, more than a budget of minutes gives. Epochs, images and test
     images are sized from a timed training step (sizing.training_rate)."""
-    from perflab import sizing
+    from perflab.measure import sizing
     from perflab.train import models
 
     counts = [1, 2] if machine.count >= 2 else [1]
@@ -431,7 +431,7 @@ def _training_points(
     *,
     epochs: int,
 ) -> list[Point]:
-    from perflab import sizing
+    from perflab.measure import sizing
 
     test = eval_images(section, seconds, rate, epochs)
     images = sizing.round_to(_images(seconds, rate, epochs=epochs, test=test), 2 * batch, 4 * batch, 60_000)
@@ -471,8 +471,8 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
     """13.5 / 13.6: k devices train faster than one (GPUs; not applicable to CPU workers), at
     the accuracy of one when the global batch is the same, and the learning-rate rule keeps the
     accuracy when the batch grows with the devices (when both runs had settled)."""
-    from perflab import checks
-    from perflab.rows import number
+    from perflab.analysis import checks
+    from perflab.store.rows import number
 
     if "measurement" not in rows:
         return []
@@ -510,8 +510,8 @@ def _same_setup(summaries: DataFrame) -> list[str]:
 
 
 def _pair_claims(section: str, base: dict, new: dict, rows: DataFrame, tree: Tree) -> list[Claim]:
-    from perflab import checks
-    from perflab.rows import number
+    from perflab.analysis import checks
+    from perflab.store.rows import number
 
     k, model = int(number(new.get("n_devices")) or 2), base.get("model")
     out: list[Claim] = []
@@ -576,7 +576,7 @@ def _pair_claims(section: str, base: dict, new: dict, rows: DataFrame, tree: Tre
 
 
 def _test_size_of(row: Mapping[str, Any]) -> int:
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     size = number(row.get("cfg.data.test_size"))
     if size is None:
@@ -587,7 +587,7 @@ def _test_size_of(row: Mapping[str, Any]) -> int:
 
 
 def _classes(row: Mapping[str, Any]) -> int:
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     found = number(row.get("cfg.data.num_classes"))
     if found is None:
@@ -600,7 +600,7 @@ def _classes(row: Mapping[str, Any]) -> int:
 def _still_learning(rows: DataFrame, summary: Mapping[str, Any]) -> str:
     """Why a run had not settled: its test accuracy still rose by half the margin or more in
     its last epoch ("" if it had settled)."""
-    from perflab.rows import number
+    from perflab.store.rows import number
 
     epochs = rows[
         (rows["run_id"].astype("string") == str(summary.get("run_id")))

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from perflab.composition import compose, experiment_name, output_error
+from perflab.config.composition import compose, experiment_name, output_error
 from perflab.errors import ConfigError, Refused
-from perflab.logs import LogFile
+from perflab.job.logs import LogFile
 
 log = logging.getLogger("perflab")
 
@@ -36,10 +36,10 @@ def run(experiment: str, overrides: Sequence[str] = (), *, sweep_dir: str | Path
     """
     import pandas as pd
 
-    from perflab.ending import Place
-    from perflab.job import check_overrides, check_values, execute
+    from perflab.job.ending import Place
+    from perflab.job.execute import check_overrides, check_values, execute
     from perflab.results import load
-    from perflab.rows import RESULTS
+    from perflab.store.rows import RESULTS
 
     cfg, run_dir, choice = compose(experiment, overrides)
     try:  # what the schema refutes, before the run dir (placed by results.store) is made

@@ -1,7 +1,7 @@
 """The command line: ``perflab +experiment=NAME [key=value ...]`` (a Hydra app).
 
 A thin wrapper: Hydra composes the config (and, with ``-m``, runs one job per sweep point on
-the chosen launcher); each job goes through :func:`perflab.job.execute`, the same path as
+the chosen launcher); each job goes through :func:`perflab.job.execute.execute`, the same path as
 ``perflab.run()``. A user mistake is one line on stderr and exit code 2. ``perflab`` alone
 lists the experiments; neither that, ``--help`` nor a config mistake imports torch.
 """
@@ -20,10 +20,10 @@ import traceback
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 
-from perflab import registry
-from perflab.composition import experiment_name, output_error
+from perflab.config import registry
+from perflab.config.composition import experiment_name, output_error
 from perflab.errors import ConfigError, one_line
-from perflab.session import CURRENT, Session
+from perflab.job.session import CURRENT, Session
 
 log = logging.getLogger("perflab")
 
@@ -34,7 +34,7 @@ def cli() -> None:
         code = main()
         sys.stdout.flush()
     except BrokenPipeError:  # the reader of our output went away (perflab ... | head)
-        from perflab.logs import quiet_stdout
+        from perflab.job.logs import quiet_stdout
 
         quiet_stdout()
         code = 0
@@ -87,8 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
-        from perflab import sweep
-        from perflab.composition import raised_by_omegaconf, register
+        from perflab.config.composition import raised_by_omegaconf, register
+        from perflab.job import sweep
 
         register()
         app = hydra.main(config_path=str(registry.config_dir()), config_name="config", version_base="1.3")(_task)
@@ -150,7 +150,7 @@ def help_text(args: Sequence[str]) -> int:
     seconds of work; this is the same content in a fraction of that.)"""
     from omegaconf import OmegaConf
 
-    from perflab.composition import compose
+    from perflab.config.composition import compose
 
     experiment = next((a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("experiment=")), None)
     print(registry.listing() if experiment is None else f"perflab +experiment={experiment}: every key and its value")
@@ -166,7 +166,7 @@ def help_text(args: Sequence[str]) -> int:
         return usage_error(str(err))
     groups = {g: c for g, c in groups.items() if g == "launcher" or cfg.get(g) is not None}  # what it has
     print("\nGroups (choose with group=NAME): " + "; ".join(f"{g}: {c}" for g, c in groups.items()))
-    print("Keys and defaults: perflab/schema.py. Hydra's own flags: --hydra-help.\n")
+    print("Keys and defaults: perflab/config/schema.py. Hydra's own flags: --hydra-help.\n")
     print(OmegaConf.to_yaml(cfg, resolve=False), end="")
     return 0
 
@@ -192,9 +192,9 @@ def _task(cfg) -> str:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from perflab import slurm
-    from perflab.ending import Place, discard
-    from perflab.job import execute
+    from perflab.cluster import slurm
+    from perflab.job.ending import Place, discard
+    from perflab.job.execute import execute
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
@@ -229,8 +229,8 @@ def _task(cfg) -> str:
 def _discard_made(session: Session, args: Sequence[str]) -> None:
     """Remove the run or sweep folders this command made that hold nothing of a job (Hydra
     made them, then could not write its config): no empty run is left to mislead."""
-    from perflab import sweep
-    from perflab.ending import discard
+    from perflab.job import sweep
+    from perflab.job.ending import discard
 
     overrides = dict(a.lstrip("+").split("=", 1) for a in args if "=" in a)
     store = Path(overrides.get("results.store", "outputs"))
@@ -323,8 +323,8 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
     if "experiment" not in keys:
         from dataclasses import fields
 
+        from perflab.config.schema import PerflabConfig
         from perflab.errors import unknown_key
-        from perflab.schema import PerflabConfig
 
         known = [f.name for f in fields(PerflabConfig)]
         for arg in args:
@@ -413,8 +413,8 @@ def _hydra_flags(args: Sequence[str]) -> str | None:
 
 
 def _absent_section(args: Sequence[str]) -> str | None:
-    """See :func:`perflab.composition.absent_section`; the experiment and overrides from the command line."""
-    from perflab.composition import absent_section
+    """See :func:`perflab.config.composition.absent_section`; the experiment and overrides from the command line."""
+    from perflab.config.composition import absent_section
 
     experiment = next((a.partition("=")[2] for a in args if a.lstrip("+").startswith("experiment=")), None)
     if experiment is None:

@@ -4,13 +4,13 @@ sized to a time budget, each of the book's claims judged, in one report.
     python -m perflab.chapter [--budget MINUTES] [-o report.html] [--store DIR] [--fresh]
 
 1. Calibrate (seconds): the machine as it is now, other processes' load included
-   (:func:`perflab.sizing.calibrate`).
+   (:func:`perflab.measure.sizing.calibrate`).
 2. Plan: every experiment that takes part (a ``chapter`` hook and a ``CHAPTER_SHARE``) gets its
    share of the budget and returns its points, sized, each with why these sizes
-   (:mod:`perflab.sizing`); the ones that measure the machine's peaks go first, the rest in the
+   (:mod:`perflab.measure.sizing`); the ones that measure the machine's peaks go first, the rest in the
    book's order.
 3. Run the points one by one as the points of one sweep dir, through perflab's one job path
-   (:func:`perflab.api.run` -> :func:`perflab.job.execute`): a point done before is reused, a
+   (:func:`perflab.api.run` -> :func:`perflab.job.execute.execute`): a point done before is reused, a
    stopped training resumes from its checkpoint. When the jobs run late, the points not yet
    started are sized down to the time left; points compared with one another are sized
    together.
@@ -40,10 +40,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from perflab import files, logs, registry
-from perflab.claims import section_key
+from perflab.analysis.claims import section_key
+from perflab.config import registry
 from perflab.errors import ConfigError, OneLineParser
-from perflab.sizing import Machine, Point, calibrate
+from perflab.job import logs
+from perflab.measure.sizing import Machine, Point, calibrate
+from perflab.store import files
 
 log = logging.getLogger("perflab")
 
@@ -356,7 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the chapter; returns the exit code: 0 every point ran and the report is written, 1
     some point failed (the report is written all the same), 2 a usage error, 130 stopped."""
     args = parse(argv)
-    from perflab import report, store
+    from perflab import report
+    from perflab.store import tree as store
 
     try:
         budget = budget_minutes(args.budget)
@@ -435,8 +438,10 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
 def _finish(
     chapter: Chapter, folder: Path, output: Path, outcomes: dict[int, str], deadline: float, budget: float
 ) -> int:
-    from perflab import claims, report, sweep
+    from perflab import report
+    from perflab.analysis import claims
     from perflab.compare import samples_by_row
+    from perflab.job import sweep
     from perflab.results import load
 
     say("  writing the report ...")

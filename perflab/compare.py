@@ -12,7 +12,7 @@ speedup over that point and a significance test on the raw samples; a device cou
 keys adds S(n) = throughput(n) / throughput(1 device) and E(n) = S(n) / n.
 
 Two trees: points matched by config and device; per point the change, its significance (false
-discovery rate over all points: ``--alpha``) and one verdict of ``perflab.verdicts``: PASS,
+discovery rate over all points: ``--alpha``) and one verdict of ``perflab.analysis.verdicts``: PASS,
 FAIL, INCONCLUSIVE (how many more repeats would do) or INCOMPARABLE (which machine identity
 fields differ; ``--allow-mixed`` judges them anyway). ``--fail-if-slower PCT`` sets the gate
 (default 10 %). Exit codes: 0 pass, 1 fail, 2 usage error, 3 could not judge.
@@ -32,13 +32,22 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab import files, registry
-from perflab.columns import JUDGED, higher_is_better, unit_of
+from perflab.analysis.frames import config_column, device_family, identity_columns, sample_values
+from perflab.analysis.stats import ALPHA, Difference, compare_samples, detectable_change, fdr, repeats_needed
+from perflab.analysis.verdicts import (
+    DEFAULT_GATE_PCT,
+    PASS_EXIT,
+    UNJUDGED_EXIT,
+    USAGE_EXIT,
+    Verdict,
+    exit_code,
+    meaning,
+)
+from perflab.config import registry
 from perflab.errors import ConfigError, OneLineParser
-from perflab.frames import config_column, device_family, identity_columns, sample_values
 from perflab.results import load
-from perflab.stats import ALPHA, Difference, compare_samples, detectable_change, fdr, repeats_needed
-from perflab.verdicts import DEFAULT_GATE_PCT, PASS_EXIT, UNJUDGED_EXIT, USAGE_EXIT, Verdict, exit_code, meaning
+from perflab.store import files
+from perflab.store.columns import JUDGED, higher_is_better, unit_of
 
 COUNT_KEYS = ("cfg.devices.count", "n_devices")
 SUPERLINEAR = 1.1  # efficiency above this is physically suspect
@@ -363,7 +372,7 @@ def ab(
     allow_mixed: bool = False,
 ) -> pd.DataFrame:
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
-    of ``base``, with one verdict each (``perflab.verdicts``): PASS, FAIL, INCONCLUSIVE (with the
+    of ``base``, with one verdict each (``perflab.analysis.verdicts``): PASS, FAIL, INCONCLUSIVE (with the
     repeats that would do), INCOMPARABLE (the machine identity fields that differ; judged anyway
     with ``allow_mixed``). ``gate_pct``: the slowdown a FAIL must exceed; ``alpha``: the false
     discovery rate over all points (Benjamini-Hochberg). Points in one tree only are rows too,
@@ -465,7 +474,7 @@ def dashboard_name(experiment: str, label: dict[str, str], varying: list[str]) -
 def identity_differences(base: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
     """(``field: base vs new`` for each machine identity field (``environment.IDENTITY``) whose
     values differ between the two sides' rows; fields one side did not record, unchecked)."""
-    from perflab.environment import IDENTITY
+    from perflab.measure.environment import IDENTITY
 
     differ, unknown = [], []
     for field in IDENTITY:
@@ -493,7 +502,7 @@ def _plain_text(v: object) -> str:
 
 
 def judge(points: list[dict[str, Any]], gate_pct: float, alpha: float, allow_mixed: bool) -> None:
-    """Each matched point's verdict, in place (see perflab.verdicts): significance adjusted over
+    """Each matched point's verdict, in place (see perflab.analysis.verdicts): significance adjusted over
     every judged point (Benjamini-Hochberg); detectability at the level a lone changed point must
     meet under that adjustment, alpha / (number of points judged)."""
     judged = [p for p in points if allow_mixed or not p["identity"]]
@@ -705,7 +714,7 @@ def to_github(table: pd.DataFrame) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; exit codes are perflab.verdicts' (0 pass, 1 fail, 2 usage, 3 not judged)."""
+    """The command line; exit codes are perflab.analysis.verdicts' (0 pass, 1 fail, 2 usage, 3 not judged)."""
     parser = OneLineParser(prog="python -m perflab.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="one results tree (or run/sweep dir, or CSV), or BASE NEW")
     parser.add_argument("--by", nargs="+", help="config keys to compare over (default: the ones that vary)")
@@ -784,7 +793,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for note in table.attrs.get("notes", []):
             print(f"note: {note}")
     if args.plot:
-        from perflab import plots
+        from perflab.analysis import plots
 
         rows = select(load(args.paths[-1]), args.experiment, args.where)
         try:

@@ -5,7 +5,7 @@ its change points found and labelled.
                                       [--min-segment N] [--alpha A] [--format md|json]
 
 A series is one point (measurement and the config keys that say what is measured, on one kind
-of device) on one machine identity (``perflab.environment.IDENTITY``): rows of another machine
+of device) on one machine identity (``perflab.measure.environment.IDENTITY``): rows of another machine
 never join it. Its x axis is the subject (``results.subject``: a commit by default), in commit
 order where git can tell (the repository in the working directory knows every commit), else by
 the subject's commit time, else by when it was first measured; its value per subject is the
@@ -27,7 +27,7 @@ least ``--threshold`` %, 5 by default, and significant), ``improvement`` (the sa
 ``suspicious`` (a change point that is smaller or not significant). ``change_pct`` is the change
 of the metric itself (negative: the metric fell; for a time that is faster).
 
-Exit codes (``perflab.verdicts``): 1 if any regression, 0 if none, 2 usage error, 3 if no series
+Exit codes (``perflab.analysis.verdicts``): 1 if any regression, 0 if none, 2 usage error, 3 if no series
 has the ``2 x --min-segment`` subjects a change needs.
 """
 
@@ -46,10 +46,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.columns import higher_is_better
+from perflab.analysis.stats import ALPHA, compare_samples, fdr
+from perflab.analysis.verdicts import DEFAULT_STEP_PCT, USAGE_EXIT, Change, history_exit_code
 from perflab.errors import OneLineParser
-from perflab.stats import ALPHA, compare_samples, fdr
-from perflab.verdicts import DEFAULT_STEP_PCT, USAGE_EXIT, Change, history_exit_code
+from perflab.store.columns import higher_is_better
 
 MIN_SEGMENT = 3
 NOISE_FLOOR = 0.005  # relative: a noiseless synthetic series still needs a penalty
@@ -122,9 +122,9 @@ class ChangePoint:
 
 def build_series(rows: pd.DataFrame, samples: Mapping[str, np.ndarray], metric: str | None = None) -> list[Series]:
     """Every (experiment, point, identity) series of ``rows`` (ok rows only), subjects in order."""
+    from perflab.analysis.frames import device_family, identity_columns, sample_values
     from perflab.compare import metric_for, summary_rows
-    from perflab.environment import IDENTITY
-    from perflab.frames import device_family, identity_columns, sample_values
+    from perflab.measure.environment import IDENTITY
 
     if rows.empty or "status" not in rows:
         return []
@@ -322,7 +322,7 @@ def to_text(series: list[Series], changes: list[ChangePoint]) -> str:
 def report_section(rows: pd.DataFrame, samples: Mapping[str, Any] | None = None) -> str:
     """The report's trend section (HTML): each series of two or more subjects, its metric
     against the subject with its changes marked; "" when the rows hold no history."""
-    from perflab import plots
+    from perflab.analysis import plots
 
     series = [s for s in build_series(rows, samples or {}) if len(s.subjects) >= 2]
     if not series:

@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from perflab import done_marks, files, index, store
 from perflab.errors import OneLineParser
-from perflab.rows import OWN_HEADER, RESULTS, SAMPLES, Notes, concat, csv_text, fix_dtypes, read_csv
-from perflab.rundir import RECORD, RunRecord, overrides_of, rows_of
+from perflab.store import done_marks, files, index
+from perflab.store import tree as store
+from perflab.store.rows import OWN_HEADER, RESULTS, SAMPLES, Notes, concat, csv_text, fix_dtypes, read_csv
+from perflab.store.rundir import RECORD, RunRecord, overrides_of, rows_of
 
 
 def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool = False):
@@ -106,7 +107,7 @@ def scan(top: Path) -> tuple[list[tuple[Path, RunRecord]], list[Path]]:
 def listing(top: Path, limit: int = 50) -> str:
     """One block per run, newest first: id, when, experiment, outcome and rows, the keys it set,
     and its headline figure."""
-    from perflab.table import figure
+    from perflab.analysis.table import figure
 
     lines = []
     found, bad = scan(top)
@@ -136,7 +137,7 @@ def listing(top: Path, limit: int = 50) -> str:
 
 def metric_of(rows: list[dict]) -> str:
     """The metric of the experiment (module) these rows came from."""
-    from perflab import registry
+    from perflab.config import registry
 
     name = next((str(r["cfg.experiment.name"]) for r in rows if r.get("cfg.experiment.name")), "")
     return registry.get(name).metric if name in registry.names() else "median_s"
@@ -165,8 +166,8 @@ def _short_ids(run_dir: Path) -> tuple[str, ...]:
 
 
 def show(run_dir: Path) -> str:
-    from perflab import registry
-    from perflab.table import job_table
+    from perflab.analysis.table import job_table
+    from perflab.config import registry
 
     record = RunRecord.read(run_dir)
     source = Path(record.same_as) if record and record.outcome == "done" and record.same_as else run_dir
@@ -181,7 +182,7 @@ def show(run_dir: Path) -> str:
 
 def is_export(path: Path) -> bool:
     """A CSV of rows perflab wrote (an earlier export): its header starts with perflab's columns."""
-    from perflab.rows import header_of, is_ours
+    from perflab.store.rows import header_of, is_ours
 
     return is_ours(header_of(path))
 

@@ -13,9 +13,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from perflab import app, registry
-from perflab.composition import register
-from perflab.registry import config_dir
+from perflab import app
+from perflab.config import registry
+from perflab.config.composition import register
+from perflab.config.registry import config_dir
 
 # Every job in the fast tests: few samples, no minimum time (the quick/ presets set the sizes).
 FAST = ["bench.warmup=1", "bench.repeats=3", "bench.min_time_s=0"]

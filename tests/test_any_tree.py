@@ -12,10 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perflab import compare, plots, report, store
+from perflab import compare, report
+from perflab.analysis import plots
 from perflab.results import load
 from perflab.results import main as results_main
-from perflab.rundir import RunRecord, RunWriter
+from perflab.store import tree as store
+from perflab.store.rundir import RunRecord, RunWriter
 
 from conftest import FAST
 

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from perflab import bench
-from perflab.bench import Benchmark, Stats, Variant, choose_timer, measure, measure_rounds
-from perflab.devices import Device
+from perflab.measure import bench
+from perflab.measure.bench import Benchmark, Stats, Variant, choose_timer, measure, measure_rounds
+from perflab.measure.devices import Device
 
 CPU = Device("cpu", "cpu", threads=1)
 GPU0, GPU1 = Device("cuda:0", "cuda", 0), Device("cuda:1", "cuda", 1)

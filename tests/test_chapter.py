@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_report import CHROMIUM, body_data, chromium
 
-from perflab.claims import VERDICTS
+from perflab.analysis.claims import VERDICTS
 
 SECTIONS = ["13.1", "13.2", "13.3", "13.4", "13.5", "13.6", "13.7"]
 

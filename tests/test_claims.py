@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perflab import checks, claims, flops
-from perflab.claims import INVALID, NOT_APPLICABLE, UNDERPOWERED, VALID, Tree
+from perflab.analysis import checks, claims
+from perflab.analysis.claims import INVALID, NOT_APPLICABLE, UNDERPOWERED, VALID, Tree
+from perflab.measure import flops
 
 _ids = itertools.count()
 BUSY = "the machine was busy: other processes used 70% of the CPUs meanwhile"
@@ -223,8 +224,8 @@ def test_a_matmul_above_the_measured_peak_is_never_valid():
 
 
 def test_comm_claims_fit_the_ring_and_reproduce_the_book():
-    from perflab import costmodel
     from perflab.experiments import comm
+    from perflab.measure import costmodel
 
     cases = [row(f"model: {c.name}", model_s=c.model_s, book_s=c.book_s) for c in costmodel.book_cases()]
     sizes = [4096 * 4**i for i in range(5)]
@@ -258,7 +259,7 @@ def test_judge_reads_each_experiments_hook_and_orders_by_section(monkeypatch):
 
 
 def test_the_summary_has_a_line_per_claim_with_its_verdict():
-    from perflab import reproducibility
+    from perflab.analysis import reproducibility
 
     common = {"cfg.experiment.size": 1024, "cfg.experiment.dtype": "float32", "device_name": "CPU (2 threads)"}
     df, t = tree(
@@ -311,7 +312,7 @@ def test_mfu_on_a_cpu_is_against_its_derived_datasheet_peak():
 
 
 def machine(**kw):
-    from perflab.sizing import Machine
+    from perflab.measure.sizing import Machine
 
     fields = dict(
         kind="cpu", count=2, name="CPU (2 threads)", matmul_tflops=0.3, copy_gbps=50.0, op_us=2.0,

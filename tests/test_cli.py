@@ -13,7 +13,7 @@ import torch
 import torch._dynamo
 
 import perflab
-from perflab import registry
+from perflab.config import registry
 from perflab.errors import Refused
 from perflab.results import load
 
@@ -338,7 +338,7 @@ def test_experiment_without_plus_subcommands_version_and_short_ids(cli, work):
 def test_a_torchvision_not_built_for_the_installed_torch_is_one_line(monkeypatch):
     from importlib import metadata
 
-    from perflab import install
+    from perflab.config import install
     from perflab.errors import ConfigError
 
     versions = {"torch": "2.13.0", "torchvision": "0.29.1"}

@@ -1,5 +1,5 @@
-"""The one vocabulary: what a column is (perflab.columns) and how a job or row ended
-(perflab.outcome), read the same way by the rows, loading, compare and the terminal."""
+"""The one vocabulary: what a column is (perflab.store.columns) and how a job or row ended
+(perflab.store.outcome), read the same way by the rows, loading, compare and the terminal."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from perflab import columns, compare
-from perflab.ending import Result
-from perflab.outcome import ROW_STATUSES, Outcome, exit_code
-from perflab.rows import csv_text, fix_dtypes, order_columns, read_csv
-from perflab.table import figure, rate
+from perflab import compare
+from perflab.analysis.table import figure, rate
+from perflab.job.ending import Result
+from perflab.store import columns
+from perflab.store.outcome import ROW_STATUSES, Outcome, exit_code
+from perflab.store.rows import csv_text, fix_dtypes, order_columns, read_csv
 
 
 def test_rows_lead_with_the_tables_columns_in_its_order_then_the_rest_then_config():

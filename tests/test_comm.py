@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import perflab
-from perflab import costmodel
+from perflab.measure import costmodel
 
 MB, GB = 1e6, 1e9
 

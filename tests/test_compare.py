@@ -10,9 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perflab import compare, parallel, plots
-from perflab.rundir import RunWriter
-from perflab.stats import compare_samples
+from perflab import compare
+from perflab.analysis import plots
+from perflab.analysis.stats import compare_samples
+from perflab.measure import alone_together as parallel
+from perflab.store.rundir import RunWriter
 
 from conftest import FAST
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import perflab
-from perflab.context import Context
-from perflab.devices import resolve
+from perflab.config.schema import validate
 from perflab.experiments import compile as compile_exp
+from perflab.measure.context import Context
+from perflab.measure.devices import resolve
 from perflab.results import load
-from perflab.rundir import RunWriter
-from perflab.schema import validate
+from perflab.store.rundir import RunWriter
 from perflab.train import models
 
 from conftest import FAST, run_subprocess

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from perflab import registry, schema
+from perflab.config import registry, schema
+from perflab.config.schema import PerflabConfig, validate
 from perflab.errors import ConfigError, one_line
-from perflab.schema import PerflabConfig, validate
 
 from conftest import ROOT, presets
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 import perflab
-from perflab import compare, contract, registry, report
+from perflab import compare, report
+from perflab.config import contract, registry
 from perflab.errors import Refused
 
 from conftest import FAST, ROOT
@@ -91,7 +92,7 @@ def test_every_hook_is_checked_against_its_declared_type():
     good = {"Config": Config, "run": lambda ctx: None}
     assert contract.check(module(**good)).METRIC == "median_s"  # the defaults of what it leaves out
     cases = [
-        ({}, "defines no Config; allowed: a dataclass subclassing perflab.schema.ExperimentConfig"),
+        ({}, "defines no Config; allowed: a dataclass subclassing perflab.config.schema.ExperimentConfig"),
         ({"Config": int, "run": good["run"]}, "Config is the class int, not a dataclass"),
         ({**good, "run": lambda: None}, "run cannot be called with 1 argument"),
         ({**good, "headline": "x"}, "headline is 'x' (str); allowed: a function of 1 argument"),
@@ -194,7 +195,7 @@ def test_a_malformed_hook_or_a_taken_name_is_refused_at_registration(install, cl
     install("oddpkg", {"odd": "oddpkg.exp"}, {"oddpkg/__init__.py": "", "oddpkg/exp.py": source})
     assert cli(rc=2).err == (
         "perflab: error: experiment odd (oddpkg.exp, from oddpkg 0.1.0): headline is 'fast' (str); "
-        "allowed: a function of 1 argument (perflab.contract.Hooks.headline)\n"
+        "allowed: a function of 1 argument (perflab.config.contract.Hooks.headline)\n"
     )
     install("userpkg", {"matmul": "userpkg.mine"})
     assert cli(rc=2).err.startswith(

@@ -7,9 +7,9 @@ import threading
 import pytest
 import torch
 
-from perflab.devices import Inventory, Together, cpu_threads, resolve
+from perflab.config.schema import DevicesConfig
 from perflab.errors import ConfigError, MissingDevice
-from perflab.schema import DevicesConfig
+from perflab.measure.devices import Inventory, Together, cpu_threads, resolve
 
 CPU_ONLY = Inventory(cuda=0, mps=False, cpu_threads=8)
 TWO_GPUS = Inventory(cuda=2, mps=False, cpu_threads=8)

@@ -13,10 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from perflab import composition, job, parallel, point_claims
+from perflab.config import composition
+from perflab.config.schema import config_hash, resolve_all
+from perflab.job import execute as job
+from perflab.measure import alone_together as parallel
 from perflab.results import load
-from perflab.rundir import RunRecord
-from perflab.schema import config_hash, resolve_all
+from perflab.store import point_claims
+from perflab.store.rundir import RunRecord
 
 from conftest import FAST
 
@@ -173,8 +176,8 @@ def test_a_run_record_is_ended_in_place_when_the_disk_is_full(tiny_disk):
 def test_a_damaged_fashion_mnist_file_is_named_before_the_job(tmp_path, damage, said):
     from test_train import write_idx_fashion_mnist
 
+    from perflab.config.schema import DataConfig
     from perflab.errors import ConfigError
-    from perflab.schema import DataConfig
     from perflab.train import data
 
     write_idx_fashion_mnist(tmp_path)

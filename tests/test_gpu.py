@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import perflab
-from perflab import flops
-from perflab.bench import measure
-from perflab.devices import Device
+from perflab.measure import flops
+from perflab.measure.bench import measure
+from perflab.measure.devices import Device
 
 from conftest import FAST
 

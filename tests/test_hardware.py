@@ -8,7 +8,7 @@ import socket
 import pytest
 
 import perflab
-from perflab import flops
+from perflab.measure import flops
 
 from conftest import FAST, cpu_only
 

@@ -9,8 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from perflab import history, parallel
-from perflab.rundir import RunWriter
+from perflab import history
+from perflab.measure import alone_together as parallel
+from perflab.store.rundir import RunWriter
 
 from conftest import FAST
 

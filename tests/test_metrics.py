@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import perflab
-from perflab import registry
-from perflab.watch import Machine, Memory, host_peak
+from perflab.config import registry
+from perflab.measure.watch import Machine, Memory, host_peak
 
 from conftest import FAST
 
@@ -71,13 +71,13 @@ def test_a_trace_per_measurement_on_demand(work):
     ],
 )
 def test_datasheet_peaks_are_dense(name, dtype, expected):
-    from perflab import flops
+    from perflab.measure import flops
 
     assert flops.datasheet_peak(name, dtype) == expected
 
 
 def test_mfu_is_against_the_sum_of_the_devices_peaks():
-    from perflab import flops
+    from perflab.measure import flops
 
     out = flops.utilization(312.0, ["NVIDIA A100-SXM4-80GB"] * 2, "bf16-mixed", measured_peak=300.0)
     assert out["mfu"] == pytest.approx(0.5) and out["pct_of_peak"] == pytest.approx(52.0)

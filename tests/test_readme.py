@@ -27,8 +27,9 @@ from typing import Mapping
 
 import pytest
 
-from perflab import app, registry
-from perflab.composition import register
+from perflab import app
+from perflab.config import registry
+from perflab.config.composition import register
 
 from conftest import ROOT
 
@@ -258,7 +259,7 @@ def test_every_documented_command_is_one_perflab_takes(page):
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from perflab.job import check_overrides, check_values
+    from perflab.job.execute import check_overrides, check_values
 
     registry.discover()
     register()

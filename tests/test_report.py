@@ -25,9 +25,10 @@ import pandas as pd
 import pytest
 
 import perflab
-from perflab import frames, plots, report
-from perflab.rundir import RunWriter
-from perflab.table import human_time
+from perflab import report
+from perflab.analysis import frames, plots
+from perflab.analysis.table import human_time
+from perflab.store.rundir import RunWriter
 
 from conftest import FAST
 

@@ -9,8 +9,9 @@ import json
 import pandas as pd
 import pytest
 
-from perflab import context, results
-from perflab.table import job_table
+from perflab import results
+from perflab.analysis.table import job_table
+from perflab.measure import context
 
 from conftest import FAST
 

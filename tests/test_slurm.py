@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import perflab
-from perflab import slurm
+from perflab.cluster import slurm
+from perflab.job.sweep import SWEEP_CSV, job_dirs
 from perflab.results import load
-from perflab.rundir import RunRecord
-from perflab.sweep import SWEEP_CSV, job_dirs
+from perflab.store.rundir import RunRecord
 from perflab.train import checkpoint
 
 from conftest import FAST

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from perflab import slurm
-from perflab.rundir import RunRecord, RunWriter
+from perflab.cluster import slurm
+from perflab.store.rundir import RunRecord, RunWriter
 
 
 @dataclass

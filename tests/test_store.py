@@ -16,11 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perflab import done_marks, files, index, ledger, point_claims
 from perflab.errors import ConfigError
 from perflab.results import load
-from perflab.rows import csv_text, read_csv
-from perflab.rundir import RunRecord, RunWriter
+from perflab.store import done_marks, files, index, ledger, point_claims
+from perflab.store.rows import csv_text, read_csv
+from perflab.store.rundir import RunRecord, RunWriter
 
 from conftest import FAST
 
@@ -381,7 +381,7 @@ def test_a_corrupt_peaks_file_only_read_costs_pct_of_peak_not_the_rows(cli, work
 def test_a_peaks_file_of_the_wrong_layout_is_refused_to_its_writer_and_ignored_by_its_readers(
     tmp_path, caplog, content, problem
 ):
-    from perflab.peaks import Peaks
+    from perflab.measure.peaks import Peaks
 
     path = tmp_path / "peaks.json"
     path.write_text(content)
@@ -440,8 +440,8 @@ def test_a_run_judges_only_its_own_rows_in_a_run_dir_it_shares(cli, work):
 
 
 def test_discarding_an_empty_run_keeps_the_runs_a_requeued_job_set_aside(tmp_path):
-    from perflab.ending import discard
-    from perflab.rundir import EARLIER_RUNS
+    from perflab.job.ending import discard
+    from perflab.store.rundir import EARLIER_RUNS
 
     earlier = tmp_path / EARLIER_RUNS / "first"
     earlier.mkdir(parents=True)

@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 
-from perflab import registry
+from perflab.config import registry
+from perflab.job.sweep import SWEEP_CSV, job_dirs
 from perflab.results import load
-from perflab.rundir import RunRecord
-from perflab.sweep import SWEEP_CSV, job_dirs
+from perflab.store.rundir import RunRecord
 
 from conftest import FAST
 
@@ -147,9 +147,9 @@ def test_two_identical_sweeps_started_together_measure_each_point_once(work):
 def test_parallel_launcher_labels_rows_and_never_shares_a_gpu(cli, work):
     from types import SimpleNamespace
 
-    from perflab import launchers
-    from perflab.devices import Device
     from perflab.errors import ConfigError
+    from perflab.job import sharing as launchers
+    from perflab.measure.devices import Device
 
     cli("-m", "+launcher=parallel", *MATMUL, "experiment.size=16,32")
     rows = load(work / "outputs")
@@ -166,7 +166,7 @@ def test_a_stop_signal_is_kept_not_raised_while_the_stop_row_is_written_and_rais
     import signal
     import time
 
-    from perflab.stop import Stopped, on_stop_signals, raise_if_stopped, stop_signals_held
+    from perflab.job.stop import Stopped, on_stop_signals, raise_if_stopped, stop_signals_held
 
     with on_stop_signals():
         with pytest.raises(Stopped):
@@ -189,7 +189,7 @@ def test_a_stop_signal_whose_raise_python_swallowed_still_stops_the_point(cli, w
     import signal
     import time
 
-    from perflab.stop import Stopped
+    from perflab.job.stop import Stopped
 
     module = registry.get("matmul").module
     real_run = module.run

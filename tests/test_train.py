@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from perflab.devices import Device
+from perflab.config.schema import DataConfig, ModelConfig, TrainerConfig
 from perflab.errors import ConfigError
-from perflab.schema import DataConfig, ModelConfig, TrainerConfig
+from perflab.measure.devices import Device
 from perflab.train import checkpoint, data, models
 from perflab.train.loop import lr_at, plan
 from perflab.train.strategies import DataParallel, Scratch, Single

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import perflab
-from perflab import registry
-from perflab.devices import Device
+from perflab.config import registry
+from perflab.config.schema import ModelConfig
+from perflab.measure.devices import Device
 from perflab.results import load
-from perflab.rundir import RunRecord
-from perflab.schema import ModelConfig
+from perflab.store.rundir import RunRecord
 from perflab.train import checkpoint, data, models
 from perflab.train.loop import Trainer, training_flops_per_item
 from perflab.train.strategies import Knobs, Single
@@ -119,7 +119,7 @@ def test_resumed_training_is_identical_to_uninterrupted_training(work, name):
 
 
 def test_a_sweep_re_run_resumes_a_point_that_was_stopped(cli, work, monkeypatch):
-    from perflab.stop import Stopped
+    from perflab.job.stop import Stopped
 
     real = Trainer.save_checkpoint
 
@@ -252,7 +252,7 @@ def test_a_diverging_run_is_an_error_row_not_ok(work):
 def test_training_flops_match_a_hand_count_of_lenet():
     """Conv and linear multiply-adds x 2, per image: the book's LeNet variant at 28x28."""
     forward = 2 * (20 * 26 * 26 * 1 * 3 * 3 + 50 * 9 * 9 * 20 * 5 * 5 + 800 * 128 + 128 * 10)
-    from perflab import flops
+    from perflab.measure import flops
 
     meta = LENET().to("meta")
     counted = flops.count(lambda: meta(torch.empty(1, 1, 28, 28, device="meta")))

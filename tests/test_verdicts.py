@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perflab import compare, history, results, stats, verdicts
-from perflab.peaks import Peaks
-from perflab.rundir import RunWriter
-from perflab.watch import Machine, throttle_words
+from perflab import compare, history, results
+from perflab.analysis import stats, verdicts
+from perflab.measure.peaks import Peaks
+from perflab.measure.watch import Machine, throttle_words
+from perflab.store.rundir import RunWriter
 
 from conftest import FAST, requires_cuda, run_subprocess
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import perflab
-from perflab import flops
+from perflab.config.schema import DataConfig, ModelConfig
 from perflab.errors import Refused
-from perflab.schema import DataConfig, ModelConfig
+from perflab.measure import flops
 from perflab.train import data, models
 from perflab.train.loop import training_flops_per_item
 
@@ -150,7 +150,7 @@ def test_the_report_counts_what_the_rows_count_tokens_and_sequences_never_images
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from perflab import frames
+    from perflab.analysis import frames
     from perflab.experiments import train
 
     def sweep(units: list[tuple[str, str | None]]) -> pd.DataFrame:

@@ -2,7 +2,7 @@
 
 Hydra's submitit launcher, made right for perflab: each point asks for its own resources,
 failures become rows, Ctrl-C cancels, sbatch refusals are one line. The logic lives in
-perflab/slurm.py; Hydra requires the class itself to live under ``hydra_plugins``.
+perflab/cluster/slurm.py; Hydra requires the class itself to live under ``hydra_plugins``.
 """
 
 # No "from __future__ import annotations": Hydra runs this module before it is in sys.modules,
@@ -49,8 +49,8 @@ class PerflabSlurmLauncher(BaseSubmititLauncher):
     _EXECUTOR = "slurm"
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from perflab import slurm
-        from perflab.session import CURRENT
+        from perflab.cluster import slurm
+        from perflab.job.session import CURRENT
 
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -101,10 +101,10 @@ class PerflabSlurmLauncher(BaseSubmititLauncher):
 
 def _identity(cfg: Any, sweep_dir: Path, num: int) -> dict[str, Any]:
     """The columns a row written for this point by the launcher (the job could not) carries."""
-    from perflab.composition import experiment_name
-    from perflab.job import new_run_id
-    from perflab.rows import flatten
-    from perflab.schema import config_hash
+    from perflab.config.composition import experiment_name
+    from perflab.config.schema import config_hash
+    from perflab.job.execute import new_run_id
+    from perflab.store.rows import flatten
 
     job_cfg = cast(
         dict, OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)

@@ -6,7 +6,7 @@ puts it): its headline, its reference values beside ours (the book's, and on whi
 its plots and a table of its rows. Then the machines the rows came from, and every warning:
 noisy or suspect figures, CPU fall-backs, skipped parts and why, errors.
 
-What a section holds is the experiment's own ``report`` hook (:mod:`perflab.contract`); this
+What a section holds is the experiment's own ``report`` hook (:mod:`perflab.config.contract`); this
 package only draws it: ``page`` (the page, sections, environment, warnings), ``html`` (tables,
 inline figures), and the page template, CSS and scripts as files beside them.
 
@@ -25,10 +25,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from perflab import files
 from perflab.errors import OneLineParser
 from perflab.report.html import MATPLOTLIB_LINE
 from perflab.report.page import Report
+from perflab.store import files
 
 __all__ = ["MATPLOTLIB_LINE", "Report", "ReportError", "build", "check_output", "load_samples", "main", "write"]
 
@@ -40,7 +40,7 @@ class ReportError(ValueError):
 def load_samples(paths: Sequence[str | Path]) -> dict:
     """Each row's raw sample seconds (not its warm-up), by row_id."""
     from perflab.compare import samples_by_row
-    from perflab.rows import RESULTS, SAMPLES
+    from perflab.store.rows import RESULTS, SAMPLES
 
     places = []
     for p in map(Path, paths):

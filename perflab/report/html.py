@@ -7,7 +7,7 @@ import html
 import re
 from typing import Any, Callable, Iterable, Sequence
 
-from perflab.frames import text
+from perflab.analysis.frames import text
 
 MATPLOTLIB_LINE = "Plots need matplotlib, which is not installed here: pip install 'perflab[report]'."
 
@@ -51,7 +51,7 @@ class Figures:
         """A ``<figure>`` with the plot, or one line saying why there is none."""
         if not self.available:
             return f'<p class="noplot" data-plot="{esc(kind)}">{esc(MATPLOTLIB_LINE)}</p>'
-        from perflab import plots
+        from perflab.analysis import plots
 
         fig = None
         try:

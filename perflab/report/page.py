@@ -1,6 +1,6 @@
 """The report page for a set of rows: ``Report(df, sources, samples).render()`` -> HTML text.
 
-A section per preset, each drawn from its experiment's ``report`` hook (:class:`perflab.contract.Section`:
+A section per preset, each drawn from its experiment's ``report`` hook (:class:`perflab.config.contract.Section`:
 number and title, a few headline lines, the reference's setup beside this tree's, tables,
 figures, notes) the same way for perflab's experiments and a user's; then the machines the rows
 came from and every warning. This module names no experiment: what is special about one lives
@@ -17,14 +17,15 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from perflab import contract, frames, registry
-from perflab.frames import records, text
+from perflab.analysis import frames
+from perflab.analysis.frames import records, text
+from perflab.analysis.reproducibility import summary  # the book's claims judged, before the sections
+from perflab.analysis.table import flags, human_time, rate, spread
+from perflab.config import contract, registry
 from perflab.history import report_section as trend_section  # the trend over subjects, where there is a history
-from perflab.outcome import FAILED
 from perflab.report.html import MATPLOTLIB_LINE, Figures, bullet_list, esc, section_id, table_html
-from perflab.reproducibility import summary  # the book's claims judged, before the sections
-from perflab.rows import number
-from perflab.table import flags, human_time, rate, spread
+from perflab.store.outcome import FAILED
+from perflab.store.rows import number
 
 MAX_TABLE_ROWS = 500  # per section; the CSV holds every row
 MAX_WARNINGS = 200  # per kind of warning

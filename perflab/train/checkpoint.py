@@ -20,9 +20,9 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from perflab import files
+from perflab.config.schema import config_hash
 from perflab.errors import first_line
-from perflab.schema import config_hash
+from perflab.store import files
 from perflab.train.models import strip_prefix
 
 log = logging.getLogger("perflab")

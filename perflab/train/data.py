@@ -23,8 +23,8 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from perflab.config.schema import DataConfig
 from perflab.errors import ConfigError, first_line
-from perflab.schema import DataConfig
 
 SHAPE = (1, 28, 28)  # Fashion-MNIST's, and the synthetic set's by default
 CLASSES = 10

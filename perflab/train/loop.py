@@ -24,15 +24,16 @@ from typing import Any, Iterator
 import torch
 from omegaconf import OmegaConf
 
-from perflab import bench, flops, logs
-from perflab import precision as precisions
-from perflab.context import Context
-from perflab.devices import Device
+from perflab.config.schema import TrainerConfig
 from perflab.errors import ConfigError
-from perflab.schema import TrainerConfig
+from perflab.job import logs
+from perflab.measure import bench, flops
+from perflab.measure import precision as precisions
+from perflab.measure.context import Context
+from perflab.measure.devices import Device
+from perflab.measure.watch import Machine, Memory
 from perflab.train import checkpoint, data, models
 from perflab.train.strategies import STRATEGIES, Knobs, correct
-from perflab.watch import Machine, Memory
 
 log = logging.getLogger("perflab")
 DATA_PASS_BATCHES = 20  # batches per sample of the data-only pass
@@ -165,7 +166,7 @@ class Trainer:
         self.compile_info: dict[str, Any] = {}
 
     def estimate_intensity(self, model: torch.nn.Module) -> float:
-        """FLOP/byte of one training step on one device, *estimated* (perflab.flops.bytes_moved)."""
+        """FLOP/byte of one training step on one device, *estimated* (perflab.measure.flops.bytes_moved)."""
         fixed, per_sample = flops.bytes_moved(model, self.spec.example(2, "meta"), self.t.precision)
         samples = self.plan.per_device_batch
         if self.flops_per_item is None:
@@ -276,7 +277,7 @@ class Trainer:
 
     def first_compiled_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The step that compiles, timed on its own (two syncs, once per run)."""
-        from perflab.dynamo import unique_graphs
+        from perflab.measure.dynamo import unique_graphs
 
         self.strategy.sync()
         graphs, t0 = unique_graphs(), time.perf_counter()
@@ -417,7 +418,7 @@ class Trainer:
         self.ctx.record("epoch", devices=self.ctx.devices, **row)
 
     def record_compile(self) -> None:
-        from perflab.dynamo import graph_breaks, unique_graphs
+        from perflab.measure.dynamo import graph_breaks, unique_graphs
 
         info = self.compile_info
         if not info:

@@ -30,8 +30,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from perflab.config.schema import ModelConfig
 from perflab.errors import ConfigError, first_line
-from perflab.schema import ModelConfig
 
 
 def lenet(num_classes: int = 10) -> nn.Module:

@@ -20,15 +20,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from perflab import precision as precisions
-from perflab.devices import Device, synchronize
+from perflab.measure import precision as precisions
+from perflab.measure.devices import Device, synchronize
 
 MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
 @dataclass(frozen=True)
 class Knobs:
-    """How each step runs: precision (perflab.precision), NHWC inputs, torch.compile."""
+    """How each step runs: precision (perflab.measure.precision), NHWC inputs, torch.compile."""
 
     precision: str = "fp32"
     channels_last: bool = False

@@ -1,0 +1,1 @@
+"""What rows mean: statistics, verdicts, the book's claims, row frames, plots and tables."""

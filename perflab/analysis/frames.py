@@ -1,0 +1,203 @@
+"""Rows as people read them, shared by the report, the plots and the experiments' report hooks:
+rows as records (an empty cell absent, a whole number an int), the ok rows, and the runs of a
+frame labelled by the config keys that vary between them, written as their values
+(``4 devices, batch 512``, never ``devices.count=4, trainer.batch_size=512``)."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from perflab.config import schema
+from perflab.config.schema import MODELS_MODULE
+from perflab.store.columns import RATES
+from perflab.store.rows import number
+
+# How a config key reads beside its value; any other key reads "<its last part> <value>"
+# ("size 256"), a ``.name`` key as its value alone ("ddp"), a true/false one as "compile" /
+# "no compile", one in seconds (``_s``) with its unit ("min time 0.5 s").
+WORDS: dict[str, Callable[[Any], str]] = {
+    "devices.count": lambda v: f"{v} device{'' if v == 1 else 's'}",
+    "devices.spec": str,
+    "trainer.batch_size": lambda v: f"batch {v}",
+    "trainer.epochs": lambda v: f"{v} epoch{'' if v == 1 else 's'}",
+    "trainer.precision": str,
+    "trainer.lr": lambda v: f"lr {v}",
+    "trainer.lr_rule": lambda v: f"lr rule {v}",
+    "trainer.scaling": lambda v: f"{v} scaling",
+    "data.train_size": lambda v: f"{v} training items",
+    "data.test_size": lambda v: f"{v} test items",
+    "model._target_": lambda v: str(v).removeprefix(f"{MODELS_MODULE}."),  # lenet, userpkg.models.SmallCNN
+}
+
+
+def missing(v: Any) -> bool:
+    if v is None or v is pd.NA or v is pd.NaT:
+        return True
+    try:
+        return isinstance(v, float) and math.isnan(v)
+    except TypeError:
+        return False
+
+
+def whole(v: Any) -> Any:
+    """A float that is a whole number as an int (a column with empty cells reads back as floats)."""
+    if isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(float(v)) < 2**53:
+        return int(v)
+    return v
+
+
+def text(v: Any) -> str:
+    """A cell as text: "" when empty, whole numbers without ``.0``, other floats to 4 digits."""
+    if missing(v):
+        return ""
+    v = whole(v)
+    if isinstance(v, (float, np.floating)):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts the way headline() hooks read them: an empty cell is absent, a whole number an int."""
+    return [{k: whole(v) for k, v in r.items() if not missing(v)} for r in df.to_dict("records")]
+
+
+def unit(rows: pd.DataFrame, column: str = "items_unit", default: str = "items") -> str:
+    """What the rows' counts count, as they say it (``items_unit``: images, tokens ...;
+    ``batch_unit``: what a batch counts): the one unit they share, else ``default``."""
+    said = rows[column].dropna().astype("string").unique() if column in rows else []
+    return str(said[0]) if len(said) == 1 else default
+
+
+def ok(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[rows["status"].astype("string") == "ok"] if "status" in rows else rows
+
+
+def measured(rows: pd.DataFrame, prefix: str = "", suffix: str = "") -> pd.DataFrame:
+    """The ok rows whose measurement starts with ``prefix`` and ends with ``suffix``."""
+    if "measurement" not in rows:
+        return rows.iloc[:0]
+    names = rows["measurement"].astype("string")
+    return ok(rows[(names.str.startswith(prefix) & names.str.endswith(suffix)).fillna(False)])
+
+
+def varying(rows: pd.DataFrame) -> list[str]:
+    """The config keys that say what was measured and differ between these rows (what a sweep swept)."""
+    return [c for c in identity_columns(rows) if rows[c].astype("string").nunique(dropna=False) > 1]
+
+
+def words(key: str, value: Any) -> str:
+    """One config key's value as a person says it: ``devices.count`` 4 -> "4 devices"."""
+    key = key.removeprefix("cfg.")
+    value = whole(value)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        value = value.lower() == "true"
+    last = key.rpartition(".")[2]
+    if key in WORDS:
+        return WORDS[key](value)
+    if isinstance(value, bool):
+        return last.replace("_", " ") if value else f"no {last.replace('_', ' ')}"
+    if last == "name":
+        return text(value)
+    if last.endswith("_s"):  # seconds: min_time_s 0.5 -> "min time 0.5 s"
+        return f"{last.removesuffix('_s').replace('_', ' ')} {text(value)} s"
+    return f"{last.replace('_', ' ')} {text(value)}"
+
+
+def label(keys: Sequence[str], row: Mapping[str, Any]) -> str:
+    """The values of ``keys`` in ``row`` as words, a key absent from the row left out."""
+    return ", ".join(words(k, row[k]) for k in keys if k in row and not missing(row[k]))
+
+
+def _order(v: Any) -> tuple[int, float, str]:
+    """Numbers in numeric order, before text; empty last."""
+    x = number(v)
+    if x is not None:
+        return (0, x, "")
+    return (1 if not missing(v) else 2, 0.0, text(v))
+
+
+def runs(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The rows run by run (a sweep point by point, in the order of the keys swept), each labelled
+    by the keys that vary between runs, and by its device where runs of one label differ in it (a
+    run's own mix of devices is in its measurement names); repeats of one point get #1, #2 ...
+    One run: ""."""
+    if "run_id" not in rows or rows["run_id"].nunique(dropna=False) <= 1:
+        return [("", rows)]
+    keys = varying(rows)
+    parts = [part for _, part in rows.groupby("run_id", sort=False, dropna=False, observed=True)]
+    devices = [tuple(p["device_name"].dropna().astype("string").unique()) if "device_name" in p else () for p in parts]
+    names = [label(keys, part.iloc[0]) for part in parts]
+    seen: dict[str, set[tuple]] = {}
+    for name, device in zip(names, devices):
+        seen.setdefault(name, set()).add(device)
+    by_device = all(len(d) == 1 for d in devices) and any(len(d) > 1 for d in seen.values())
+    found: dict[str, list[tuple[tuple, pd.DataFrame]]] = {}
+    for part, device, name in zip(parts, devices, names):
+        first = part.iloc[0]
+        if by_device:
+            name = ", ".join(x for x in (name, str(device[0])) if x)
+        order = tuple(_order(first[k]) for k in keys) + ((str(device[0]),) if by_device else ())
+        found.setdefault(name, []).append((order, part))
+    out = []
+    for name, group in sorted(found.items(), key=lambda item: item[1][0][0]):
+        for i, (_, part) in enumerate(group):
+            shown = name or "run"
+            out.append((f"{shown} #{i + 1}" if len(group) > 1 or not name else shown, part))
+    return out
+
+
+def per_run(rows: pd.DataFrame, value: Callable[[list[dict[str, Any]]], str]) -> str:
+    """``value`` of each run's records: "label: value; label: value", or the value once when
+    every run has the same."""
+    found = [(name, v) for name, part in runs(rows) if (v := value(records(part)))]
+    if len({v for _, v in found}) == 1:
+        return found[0][1]
+    return "; ".join(f"{name}: {v}" if name else v for name, v in found)
+
+
+def with_samples(rows: pd.DataFrame, samples: Mapping[str, np.ndarray], metric: str) -> pd.DataFrame:
+    """``rows`` with ``_samples``: each row's raw samples as values of ``metric`` (for error bars)."""
+    if not samples or rows.empty:
+        return rows
+    values = [sample_values(dict(samples), r, metric) for _, r in rows.iterrows()]
+    out = rows.copy()  # one block per column type again (a loaded tree is fragmented)
+    out["_samples"] = values
+    return out
+
+
+# --- which rows are the same point, and their samples ----------------------------------------
+
+
+def config_column(key: str) -> str:
+    """``trainer.batch_size`` -> ``cfg.trainer.batch_size``; plain row columns stay as they are."""
+    return key if key.startswith("cfg.") or "." not in key else f"cfg.{key}"
+
+
+def identity_columns(df: pd.DataFrame) -> list[str]:
+    """The cfg.* columns that say what was measured (not where results were kept)."""
+    volatile = tuple(f"cfg.{k}" for k in schema.volatile_keys())
+    return [c for c in df.columns if c.startswith("cfg.") and not c.startswith(volatile) and c != "cfg.experiment.name"]
+
+
+def device_family(name: object) -> str:
+    """A device without a CPU worker's thread count: 'CPU (1 thread)' and 'CPU (2 threads)' are
+    the same hardware split differently, not different hardware."""
+    return re.sub(r" \(\d+ threads?\)", "", str(name))
+
+
+def sample_values(samples: dict[str, np.ndarray], row: pd.Series, metric: str) -> np.ndarray:
+    """A row's raw samples as values of ``metric``: seconds for times; for rates, the rate each
+    sample implies (metric x median / sample seconds)."""
+    if not samples or metric not in RATES | {"median_s", "mean_s", "min_s"}:
+        return np.array([])
+    seconds = samples.get(str(row["row_id"]))
+    if seconds is None or not len(seconds):
+        return np.array([])
+    if metric in RATES:
+        return float(row[metric]) * float(row["median_s"]) / seconds
+    return seconds

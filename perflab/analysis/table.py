@@ -1,0 +1,139 @@
+"""Terminal output: one line per row as it is recorded, the job's table at the end, the sweep's
+table of points. One unit per quantity: seconds as s/ms/us/ns, TFLOP/s, GB/s, <items>/s.
+Notes and errors are never cut: they wrap, under the table, each printed once."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from perflab.store import columns
+from perflab.store.rows import number
+
+Row = Mapping[str, Any]
+
+
+def human_time(s: Any) -> str:
+    """Seconds as a short string in s, ms, us or ns ("" for an empty cell)."""
+    s = number(s)
+    if s is None:
+        return ""
+    if s == 0:
+        return "0 s"
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(s) >= scale * 0.9995:  # 999.6 us reads "1 ms", never "1e+03 us"
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+RATE_ORDER = ("tflops", "gbps", "bus_gbps", "items_per_s")  # a row's headline rate, by preference
+
+
+def rate(r: Row, metric: str = "") -> str:
+    """A row's headline rate: its experiment's metric if it is a rate, else TFLOP/s, GB/s,
+    <items>/s, in that order of preference."""
+    for col in ([metric] if metric in columns.RATES else []) + list(RATE_ORDER):
+        v = number(r.get(col))
+        if v is not None:
+            shown = columns.unit_of(col, str(r.get("items_unit") or "items"))
+            if col != "items_per_s":
+                return f"{v:.3g} {shown}"
+            return f"{v:,.0f} {shown}" if v >= 1e4 else f"{v:.4g} {shown}"  # 181,063 images/s, not 1.811e+05
+    return ""
+
+
+def figure(r: Row, metric: str) -> str:
+    """A row's value of its experiment's metric, with its unit ("" if it has none)."""
+    if metric in columns.RATES:
+        return rate(r, metric)
+    value = number(r.get(metric))
+    if value is None:
+        return ""
+    return human_time(value) if metric.endswith("_s") else f"{value:.4g} {metric}"
+
+
+def spread(r: Row) -> str:
+    """IQR / median: the one spread perflab shows everywhere (terminal, report, compare's
+    ``iqr_pct``) and the one ``bench.noise_threshold`` judges; "?" when too few samples."""
+    iqr, median = number(r.get("iqr_s")), number(r.get("median_s"))
+    if median is None:
+        return ""
+    if iqr is None:
+        return "?"
+    return f"{iqr / median:.1%}" if median else ""
+
+
+def flags(r: Row) -> str:
+    """ "noisy" (IQR above the threshold) and/or "suspect" (a reason not to trust the figure)."""
+    suspect = isinstance(r.get("suspect"), str) and bool(r.get("suspect"))  # NaN when read from a CSV
+    return ", ".join(f for f, on in (("noisy", str(r.get("noisy")) == "True"), ("suspect", suspect)) if on)
+
+
+def progress_line(row: Row, metric: str = "") -> str:
+    """The line logged as each row is recorded."""
+    status, name = row.get("status"), row.get("measurement")
+    if status != "ok" or number(row.get("median_s")) is None:
+        detail = row.get("error") or row.get("note") or ""
+        return f"{name}: {status}{': ' + str(detail) if detail and status != 'ok' else ''}"
+    text = f"{name}: median {human_time(row['median_s'])} (IQR {spread(row)}, n={row.get('n')}, {row.get('timer')})"
+    if rate(row, metric):
+        text += f", {rate(row, metric)}"
+    if row.get("suspect"):
+        text += "  [suspect]"
+    return text
+
+
+def job_table(
+    rows: Sequence[Row], headline: Iterable[str] = (), metric: str = "", label: Callable[[Row], str] | None = None
+) -> str:
+    """The end-of-job table: one line per row (``label(row)`` names it; default: its
+    measurement), then the notes and warnings, then the headline."""
+    header = ["measurement", "status", "n", "median", "IQR", "rate", "flags"]
+    lines = [header]
+    notes: dict[str, list[str]] = {}
+    for r in rows:
+        ok = r.get("status") == "ok" and number(r.get("median_s")) is not None
+        name = label(r) if label else str(r.get("measurement", ""))
+        lines.append(
+            [
+                name,
+                str(r.get("status", "")),
+                str(r.get("n", "")) if ok else "",
+                human_time(r.get("median_s")) if ok else "",
+                spread(r) if ok else "",
+                rate(r, metric),
+                flags(r),
+            ]
+        )
+        for text in (r.get("error"), r.get("suspect"), r.get("note")):
+            if text and isinstance(text, str):
+                notes.setdefault(text, []).append(name)
+    if not any(line[-1] for line in lines[1:]):
+        lines = [line[:-1] for line in lines]
+    out = [_columns(lines)]
+    if notes:
+        width = max(60, min(120, shutil.get_terminal_size((100, 20)).columns))
+        out.append("")
+        for text, labels in notes.items():
+            who = labels[0] if len(labels) == 1 else f"{labels[0]} (+{len(labels) - 1} more)"
+            out.append(textwrap.fill(f"{who}: {text}", width=width, subsequent_indent="    "))
+    headline = [h for h in headline if h]
+    if headline:
+        out += ["", *headline]
+    return "\n".join(out)
+
+
+def _columns(lines: list[list[str]]) -> str:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    text = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
+    text.insert(1, "  ".join("-" * w for w in widths).rstrip())
+    return "\n".join(text)
+
+
+def points_table(points: Sequence[Mapping[str, str]]) -> str:
+    """A sweep's points: one line each (job, its keys, outcome, headline)."""
+    if not points:
+        return ""
+    header = list(points[0])
+    return _columns([header] + [[str(p.get(h, "")) for h in header] for p in points])

@@ -1,0 +1,1 @@
+"""More than one process or machine: torch's elastic workers and SLURM."""

@@ -1,0 +1,317 @@
+"""Finds the experiments every installed package declares, checks each against the contract
+(:mod:`perflab.config.contract`) and registers its typed config with Hydra's ConfigStore, so that
+``+experiment=NAME`` composes a checked schema.
+
+The door is one entry-point group, ``perflab.experiments`` (name -> module): perflab declares
+its own experiments there in its pyproject.toml exactly as a user's package declares theirs::
+
+    [project.entry-points."perflab.experiments"]
+    mine = "userpkg.experiments.mine"
+
+An experiment with no YAML preset runs on its Config's defaults (``+experiment=mine``); presets
+(``conf/experiment/NAME.yaml``, or the user's own config dir via ``--config-dir`` or
+``hydra.searchpath``) set other values. Every hook is read here, through :class:`Experiment`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+
+from perflab.config import contract
+from perflab.config.schema import PerflabConfig
+from perflab.errors import ConfigError, first_line
+
+if TYPE_CHECKING:
+    from pandas import DataFrame
+
+    from perflab.measure.context import Context
+
+GROUP = "perflab.experiments"
+OURS = "perflab"  # the distribution whose experiments are the built-ins
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class ExperimentError(ConfigError):
+    """An experiment that cannot be registered (it does not import, or does not fit the
+    contract): one line naming it, its module and its package; exit 2, nothing run."""
+
+    def __init__(self, name: str, where: str, problem: str, allowed: str = "") -> None:
+        self.where = where
+        super().__init__("experiment", name, allowed, problem)
+
+    def line(self) -> str:
+        allowed = f"; allowed: {self.allowed}" if self.allowed else ""
+        return f"experiment {self.value} ({self.where}): {self.problem}{allowed}"
+
+
+@dataclass(frozen=True)
+class Declared:
+    """An entry of the group: the experiment's name, its module and the package declaring it."""
+
+    name: str
+    module: str
+    package: str
+    version: str
+
+    @property
+    def builtin(self) -> bool:
+        return self.package == OURS
+
+    def __str__(self) -> str:
+        return f"{self.module}, from {self.package} {self.version}".strip()
+
+
+@functools.cache
+def declared() -> dict[str, Declared]:
+    """Every experiment the installed packages declare, by name; no module imported."""
+    found: dict[str, Declared] = {}
+    for ep in importlib.metadata.entry_points(group=GROUP):
+        dist = ep.dist
+        d = Declared(ep.name, ep.module, dist.name if dist else "?", dist.version if dist else "")
+        if ep.attr or not NAME.fullmatch(ep.name):
+            raise ExperimentError(
+                ep.name,
+                f"{ep.value}, from {d.package}",
+                f'entry point {ep.name} = "{ep.value}" in group {GROUP}',
+                'a name of letters, digits and _ and a module path: mine = "userpkg.experiments.mine"',
+            )
+        other = found.get(ep.name)
+        if other is not None and other.module != d.module:
+            if d.builtin:  # the name was perflab's first: the other package is the one to rename
+                d, other = other, d
+            raise ExperimentError(
+                ep.name,
+                str(d),
+                f"{other.package} declares an experiment of that name too ({other.module})",
+                f"one package per name: rename it in {d.package}'s pyproject.toml",
+            )
+        found[ep.name] = d
+    if not any(d.builtin for d in found.values()):
+        raise ExperimentError(
+            "(none)",
+            f"group {GROUP}",
+            f"{OURS}'s own experiments are not registered: its install metadata is out of date",
+            "re-install it (pip install -e . in a clone, or pip install perflab)",
+        )
+    return dict(sorted(found.items()))
+
+
+def names() -> list[str]:
+    """Every experiment's name, without importing any."""
+    return list(declared())
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A registered experiment: every hook perflab reads is read here, through :attr:`hooks`."""
+
+    name: str
+    module: ModuleType
+    declared: Declared
+
+    @property
+    def hooks(self) -> contract.Hooks:
+        return contract.hooks_of(self.module)  # read now, not at registration: tests patch a module
+
+    @property
+    def metric(self) -> str:
+        return self.hooks.METRIC
+
+    @property
+    def writes_peaks(self) -> bool:
+        return self.hooks.WRITES_PEAKS
+
+    @property
+    def summary_rows(self) -> tuple[str, ...]:
+        return self.hooks.SUMMARY_ROWS
+
+    @property
+    def beside(self) -> tuple[str, ...]:
+        return self.hooks.BESIDE
+
+    @property
+    def progress(self) -> Optional[Callable[[contract.Row], Optional[str]]]:
+        return self.hooks.progress
+
+    def run(self, ctx: Context) -> None:
+        self.hooks.run(ctx)
+
+    def check(self, settings: PerflabConfig, devices: Sequence[Any]) -> None:
+        """Raise ConfigError for a config these devices cannot run; before any work."""
+        fn = self.hooks.check
+        if fn:
+            fn(settings, devices)
+
+    def label(self, row: Mapping[str, Any]) -> str:
+        """How the job's table names a row (default: its measurement)."""
+        fn = self.hooks.label
+        return str(fn(row)) if fn else str(row.get("measurement", ""))
+
+    def headline(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+        fn = self.hooks.headline
+        return [str(line) for line in fn(rows)] if fn else []
+
+    def section(self, rows: DataFrame, samples: contract.Samples) -> contract.Section:
+        """Its section of the report (rows: one preset's), or a plain one without a report hook."""
+        fn = self.hooks.report
+        found = fn(rows, samples) if fn else None
+        if not isinstance(found, contract.Section):
+            if fn:
+                raise TypeError(f"{self.name}'s report hook returned {type(found).__name__}, not a Section")
+            found = contract.Section()
+        return found
+
+    def claims(self, rows: DataFrame, tree: Any) -> list[Any]:
+        """Its checkable statements with verdicts (none without a claims hook)."""
+        fn = self.hooks.claims
+        return list(fn(rows, tree)) if fn else []
+
+    def work(self, rows: Sequence[Mapping[str, Any]]) -> str:
+        """How much work a timed call did ("" without a work hook, or when it fails: words only)."""
+        fn = self.hooks.work
+        try:
+            return str(fn(rows)) if fn and rows else ""
+        except Exception:
+            return ""
+
+    def chapter(self, machine: Any, seconds: float) -> list[Any]:
+        """Its points in ``perflab chapter``, sized to ``seconds`` (none without a chapter hook)."""
+        fn = self.hooks.chapter
+        return list(fn(machine, seconds)) if fn and self.hooks.CHAPTER_SHARE > 0 else []
+
+    def beside_reference(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+        """The terminal's lines of its report section: each setup line, this run's beside the
+        reference's (nothing when its hook has none, or fails: the job's own table stands)."""
+        import pandas as pd
+
+        try:
+            s = self.section(pd.DataFrame(list(rows)), {})
+        except Exception:  # never costs the job its table
+            return []
+        return [f"{x.what}: {x.here or '?'} here; {s.reference}: {x.reference}" for x in s.setup]
+
+    @property
+    def summary(self) -> str:
+        """The first line of its module's docstring."""
+        return first_line(self.module.__doc__ or "") or "(no docstring)"
+
+
+@functools.cache
+def get(name: str) -> Experiment:
+    """The experiment ``name``, imported and checked against the contract (ExperimentError if not)."""
+    d = declared().get(name)
+    if d is None:
+        raise ConfigError("experiment", name, ", ".join(choices()), problem="unknown experiment")
+    try:
+        module = importlib.import_module(d.module)
+    except Exception as err:  # the module's own top-level code, whatever it raises
+        fix = "a module that imports" + ("" if d.builtin else f" (fix it, or pip uninstall {d.package})")
+        raise ExperimentError(name, str(d), f"cannot import it: {type(err).__name__}: {first_line(err)}", fix) from None
+    try:
+        contract.check(module)
+    except contract.Malformed as err:
+        raise ExperimentError(name, str(d), str(err)) from None
+    return Experiment(name, module, d)
+
+
+def discover() -> dict[str, Experiment]:
+    return {name: get(name) for name in names()}
+
+
+def of_rows(rows: DataFrame) -> Experiment | None:
+    """The experiment behind rows of one preset (lenet_scratch -> train): ``cfg.experiment.name``,
+    else the ``experiment`` column itself; None when it is not installed here (or is several)."""
+    for column in ("cfg.experiment.name", "experiment"):
+        found = rows[column].dropna().astype("string").unique() if column in rows else []
+        if len(found) == 1 and str(found[0]) in declared():
+            return get(str(found[0]))
+    return None
+
+
+def config_dir() -> Path:
+    """The ``perflab.conf`` package (the repo's top-level ``conf/``, installed or editable)."""
+    return Path(str(resources.files("perflab.conf")))
+
+
+def presets(folder: Path | None = None) -> dict[str, str]:
+    """The ``+experiment=`` presets of a config dir (default: perflab's, conf/experiment/*.yaml),
+    each with the first line of its comment."""
+    found = {}
+    for path in sorted(((folder or config_dir()) / "experiment").glob("*.yaml")):
+        comments = [line.lstrip("# ").strip() for line in path.read_text().splitlines() if line.startswith("#")]
+        found[path.stem] = next((c for c in comments if c and not c.startswith("@package")), "")
+    return found
+
+
+def choices() -> list[str]:
+    """What ``+experiment=`` takes here: perflab's presets and every declared experiment."""
+    return sorted(set(presets()) | set(declared()))
+
+
+def register_configs() -> None:
+    """Root schema as ``perflab_schema``; each experiment's as ``schema/experiment/<name>``; and
+    for an experiment without a preset of its name, ``experiment/<name>``: its Config's defaults."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="perflab_schema", node=PerflabConfig)
+    ours = presets()
+    for exp in discover().values():
+        cs.store(group="schema/experiment", name=exp.name, node=exp.hooks.Config)
+        if exp.name not in ours:
+            cs.store(
+                group="experiment",
+                name=exp.name,
+                package="_global_",
+                node={
+                    "defaults": [{"/schema/experiment@experiment": exp.name}, "_self_"],
+                    "experiment": {"name": exp.name},
+                },
+            )
+
+
+def listing(config_dirs: Sequence[Path] = ()) -> str:
+    """``perflab`` alone: perflab's presets, then the experiments other packages declare (imported
+    to read their docstrings: one that does not import is an ExperimentError), then the presets of
+    the user's own config dirs (``--config-dir``, ``hydra.searchpath``)."""
+    choices = presets()
+    theirs = [get(name) for name, d in declared().items() if not d.builtin]
+    width = max(map(len, [*choices, *(e.name for e in theirs)]), default=0)
+    lines = [
+        "perflab: choose an experiment with +experiment=NAME"
+        "  [how long its default run and its quick/ variant take on a 2-core CPU]",
+        "",
+    ]
+    ours = next((d for d in declared().values() if d.builtin), None)
+    lines.append(f"perflab's own ({ours.package} {ours.version}: perflab.experiments):" if ours else "perflab's own:")
+    lines += [f"  {name.ljust(width)}  {summary}" for name, summary in choices.items()]
+    if theirs:
+        lines += ["", "From other packages (entry points perflab.experiments; run on their Config's defaults):"]
+        lines += [f"  {e.name.ljust(width)}  {e.summary} [{e.declared}]" for e in theirs]
+    for folder in config_dirs:
+        found = presets(folder)
+        if found:
+            lines += ["", f"Presets in {folder}:"]
+            lines += [f"  {name.ljust(width)}  {summary}" for name, summary in found.items()]
+    lines += [
+        "",
+        "Each of perflab's own has a quick/ variant, small enough for a first look (seconds): +experiment=quick/NAME",
+        "",
+        "Examples:",
+        "  perflab +experiment=auto_parallel",
+        "  perflab +experiment=quick/train                    # 2 epochs on 2048 images",
+        "  perflab +experiment=matmul --help                  # every key of that job and its value",
+        "  perflab -m +experiment=matmul experiment.size=64,128   # a sweep",
+        "  perflab +experiment=train strategy=ddp devices.count=2 trainer.epochs=2",
+        "  python -m perflab.results                          # past runs",
+        "Your own experiment: docs/bring-your-own.md",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""One job, from a composed config to rows on disk: the single path that the CLI (every point
+of a sweep, on any launcher), ``perflab.run()`` and the tests all take.
+
+  check     the typed config, the experiment, every output path        (no torch yet)
+  skip?     in a sweep: the point is done already (its run.json says so) -> reuse its rows
+  claim     in a sweep: this point is ours, or wait for whoever measures it
+  devices   resolve them; missing ones are an error or a ``skipped`` row  (perflab.job.runner: open)
+  refute    the experiment's ``check`` against those devices (TF32 on a CPU), before run.json
+            says "running"                                           (guard: run)
+  run       the experiment; a crash, an OOM or a stop signal becomes a row  (guard: run)
+  record    run.json says what came of it; a complete point is marked done  (guard: close)
+
+A bad value is refused in one line: nothing is written for a single run; a sweep point
+leaves an ``error`` row and the sweep goes on. Where a job runs and how it ends without
+measuring (refused, reused, discarded): :mod:`perflab.job.ending`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence, cast
+
+from omegaconf import DictConfig, OmegaConf
+
+from perflab.config import install, registry
+from perflab.config.schema import PerflabConfig, config_hash, resolve_all, validate
+from perflab.errors import ConfigError
+from perflab.job.ending import Place, Result, record_time, refuse, reuse, save_record
+from perflab.measure.peaks import Peaks
+from perflab.store import done_marks, files, point_claims
+from perflab.store import tree as store
+from perflab.store.rows import flatten
+from perflab.store.rundir import RunRecord, rows_of, set_aside_earlier_run
+
+log = logging.getLogger("perflab")
+
+
+def new_run_id() -> str:
+    """Unique across machines and trees: the time, then 48 random bits."""
+    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(6)}"
+
+
+def execute(cfg: DictConfig, place: Place) -> Result:
+    """Run one job (see the module docstring); never raises for a user mistake or a crash."""
+    run_id = new_run_id()
+    try:
+        resolved, refusal = resolve_all(cfg), None
+    except ConfigError as err:  # refused below, once there is a record to say so
+        resolved, refusal = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False)), err
+    record = RunRecord(
+        run_id=run_id,
+        experiment=place.experiment,
+        config_hash=config_hash(resolved),
+        sweep_id=place.sweep_dir.name if place.sweep_dir else "",
+        job_num=place.job_num,
+    )
+    identity = {
+        "run_id": run_id,
+        "sweep_id": record.sweep_id,
+        "job_num": place.job_num,
+        "experiment": place.experiment,
+        "config_hash": record.config_hash,
+        "rank": 0,
+        "run_dir": str(place.run_dir),
+        **flatten(resolved),
+    }
+    try:
+        check_overrides(place.overrides)
+    except ConfigError as err:
+        refusal = err
+    if point_claims.requeued() and not place.helper:  # SLURM runs this job again: its earlier run wrote here
+        earlier = RunRecord.read(place.run_dir)
+        if earlier is not None and earlier.complete:  # it finished before SLURM requeued it
+            log.info("perflab: this point was complete before SLURM requeued it: %s", place.run_dir)
+            return Result(earlier.outcome, place.run_dir, rows_of(place.run_dir).to_dict("records"))
+        moved = set_aside_earlier_run(place.run_dir)
+        if moved is not None:
+            log.info("perflab: SLURM requeued this job; its earlier run is in %s", moved)
+    if refusal is not None:
+        return refuse(refusal, place, record, identity)
+    try:
+        settings, experiment, peaks = check(cfg)
+    except ConfigError as err:
+        return refuse(err, place, record, identity)
+    root = Path(settings.results.store)
+
+    claim = None
+    if place.in_sweep and not settings.results.redo and not place.helper:
+        try:
+            got = claim_point(root, record, place, settings)
+        except OSError as err:  # a full disk, an I/O error: this point cannot be claimed, nor measured
+            line = f"cannot claim this point: {files.os_line(err)}"
+            log.error("perflab: %s", line)
+            record.outcome, record.error, record.finished = "error", line, record_time()
+            save_record(record, place)
+            return Result("error", place.run_dir, [], line)
+        if isinstance(got, Path):
+            return reuse(got, place, record)
+        claim = got
+    try:
+        from perflab.job import runner as guard  # torch from here on
+
+        return guard.run(settings, experiment, peaks, place, record, identity)
+    finally:
+        if claim is not None:
+            claim.release()
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """What the command line alone can refute."""
+    renamed = next((o for o in overrides if o.lstrip("+~").startswith("experiment.name=")), None)
+    if renamed is not None:  # the preset's keys would then be checked against another experiment's
+        raise ConfigError(
+            "experiment.name",
+            renamed.partition("=")[2],
+            "the preset's own; choose the experiment with +experiment=NAME",
+        )
+
+
+def check_values(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment]:
+    """The typed config and its experiment: everything the schema alone can refute (no path
+    is touched, no device looked at). A sweep checks every point with it before running any."""
+    resolve_all(cfg)
+    name = cfg.experiment.get("name") if "experiment" in cfg else None
+    if name not in registry.names():
+        raise ConfigError("experiment", name, ", ".join(registry.choices()), problem="unknown experiment")
+    experiment = registry.get(str(name))
+    return validate(cfg, experiment.hooks.Config), experiment
+
+
+def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
+    """The typed config, its experiment, and every path the job will write: before any work."""
+    install.check_torch_pair()
+    settings, experiment = check_values(cfg)
+    store.check(Path(settings.results.store))
+    if settings.results.ledger:
+        from perflab.store import ledger
+
+        ledger.check(Path(settings.results.ledger))
+    if settings.trainer is not None:
+        files.check_dir("trainer.checkpoint_dir", Path(settings.trainer.checkpoint_dir))
+    peaks_path = Path(settings.results.peaks) if settings.results.peaks else None
+    peaks = Peaks.open(peaks_path, will_write=experiment.writes_peaks)
+    return settings, experiment, peaks
+
+
+def claim_point(root: Path, record: RunRecord, place: Place, settings: PerflabConfig) -> point_claims.Claim | Path:
+    """This sweep point, claimed; or the run dir that completed it (before, or while we waited
+    for another sweep that was measuring it)."""
+    said = False
+    while True:
+        done = done_marks.find_done(root, record.config_hash)
+        if done is not None:
+            return done
+        got = point_claims.claim(root, record.config_hash, place.run_dir, settings.results.claim_stale_s)
+        if isinstance(got, point_claims.Claim):
+            if done_marks.find_done(root, record.config_hash) is None:  # not completed just before our claim
+                return got
+            got.release()
+            continue
+        if not said:
+            stale = settings.results.claim_stale_s
+            if got.unreadable:
+                wait = min(stale, point_claims.UNREADABLE_GRACE_S) - got.age_s
+                log.info("perflab: waiting: %s says nothing yet; taken over in %.0f s if it still does not", got, wait)
+            else:
+                log.info(
+                    "perflab: waiting: %s is measuring this very point (taken over after "
+                    "results.claim_stale_s=%g s without its heartbeat)",
+                    got,
+                    stale,
+                )
+            said = True
+        time.sleep(min(5.0, settings.results.claim_stale_s / 10))

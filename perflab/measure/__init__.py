@@ -1,0 +1,1 @@
+"""Timing on devices: the benchmark loop, devices, the machine's identity and ceilings, FLOPs and memory."""

@@ -1,0 +1,315 @@
+"""What an experiment gets: its typed params, the resolved devices, and ways to record rows.
+
+Experiments time things with ``measure`` (one part) or ``measure_rounds`` (parts meant to be
+compared, interleaved), record what they computed otherwise with ``record``, and say what
+cannot run here with ``skip``. Rows are written the moment they exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
+
+from perflab.analysis.table import progress_line
+from perflab.config.schema import PerflabConfig
+from perflab.job.logs import live
+from perflab.job.stop import raise_if_stopped
+from perflab.measure import bench
+from perflab.measure.bench import Stats, Variant
+from perflab.measure.devices import Device
+from perflab.measure.peaks import Peaks
+from perflab.measure.watch import GpuState, Machine, Memory
+from perflab.store.outcome import ROW_STATUSES
+from perflab.store.rundir import RunWriter
+
+log = logging.getLogger("perflab")
+
+
+class Status:
+    """A one-line, self-erasing "measuring ..." status on a terminal (stderr), for measurements
+    that take a while: updated at most twice a second, outside the clock. Silent in a pipe."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.samples, self.shown = what, 0, False
+        self.on = live()
+        self.start = self.last = time.monotonic()
+
+    def sampled(self) -> None:
+        self.samples += 1
+        now = time.monotonic()
+        if self.on and now - self.last > 0.5:
+            self.last, self.shown = now, True
+            line = f"  measuring {self.what}: {self.samples} samples, {now - self.start:.0f} s"
+            sys.stderr.write("\r" + line[: shutil.get_terminal_size((100, 20)).columns - 1] + "\033[K")
+            sys.stderr.flush()
+
+    def __enter__(self) -> "Status":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+@dataclass
+class Part:
+    """One thing to time and what its row says: per call ``items`` / ``flops`` / ``bytes``
+    become items/s, TFLOP/s and GB/s; ``dtype`` (``float32``, ``bf16-mixed`` ...) says which
+    peak bounds the FLOPs, for ``pct_of_peak`` (vs ``+experiment=hardware``'s measured peak)
+    and ``mfu`` (vs the datasheet); ``derive(stats)`` adds columns computed from the measured
+    time; ``extra`` any other columns."""
+
+    fn: Callable[[], object]
+    devices: Sequence[Device] | None = None
+    sync: bool = True
+    items: float | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    dtype: str | None = None
+    derive: Callable[[Stats], dict[str, Any]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    settings: PerflabConfig
+    devices: list[Device]
+    writer: RunWriter
+    identity: dict[str, Any]  # columns every row carries: ids, environment, cfg.*
+    peaks: Peaks = field(default_factory=lambda: Peaks(None))
+    progress: Callable[[Mapping[str, Any]], str | None] | None = None  # the experiment's own line
+    metric: str = ""  # the experiment's headline metric, for the progress lines
+
+    @property
+    def params(self) -> Any:
+        """The experiment's own typed config (a subclass of ExperimentConfig)."""
+        return self.settings.experiment
+
+    @property
+    def run_dir(self) -> Path:
+        """The job's folder, for files an experiment writes beside its rows."""
+        return self.writer.run_dir
+
+    @property
+    def run_id(self) -> str:
+        return str(self.identity["run_id"])
+
+    def use_devices(self, devices: list[Device], why: str) -> None:
+        """Run on other devices than resolved (e.g. the CPU split into workers); rows say why."""
+        self.devices = devices
+        self.identity = {**self.identity, "fallback": "; ".join(x for x in (self.identity.get("fallback"), why) if x)}
+        log.info("%s (%s)", why, ", ".join(d.name for d in devices))
+
+    def launch_workers(
+        self,
+        entrypoint: Callable[..., Any],
+        *args: Any,
+        nproc: int,
+        nnodes: int = 1,
+        rdzv_endpoint: str = "",
+        rdzv_id: str = "",
+        max_restarts: int = 0,
+    ) -> dict[int, Any]:
+        """Run ``entrypoint(ctx, *args)`` in ``nproc`` worker processes (a process group each
+        joins with ``perflab.cluster.workers.init_process_group``); logs in ``<run dir>/workers``."""
+        from perflab.cluster import workers
+
+        return workers.launch(
+            entrypoint,
+            self,
+            *args,
+            nproc=nproc,
+            nnodes=nnodes,
+            rdzv_endpoint=rdzv_endpoint,
+            log_dir=self.run_dir / "workers",
+            run_id=rdzv_id or self.run_id,
+            max_restarts=max_restarts,
+        )
+
+    def measure(
+        self,
+        name: str,
+        fn: Callable[[], object],
+        devices: Sequence[Device] | None = None,
+        *,
+        sync: bool = True,
+        items: float | None = None,
+        flops: float | None = None,
+        bytes: float | None = None,
+        dtype: str | None = None,
+        derive: Callable[[Stats], dict[str, Any]] | None = None,
+        **extra: Any,
+    ) -> Stats:
+        """Time ``fn`` with the job's bench settings, record its row, return its stats (see Part)."""
+        part = Part(fn, devices, sync, items, flops, bytes, dtype, derive, extra)
+        return self.measure_rounds({name: part})[name]
+
+    def measure_rounds(
+        self,
+        parts: Mapping[str, Part],
+        relate: Callable[[Mapping[str, Stats]], Mapping[str, dict[str, Any]]] | None = None,
+        watch: Callable[[str], ContextManager[object]] | None = None,
+    ) -> dict[str, Stats]:
+        """Time parts meant to be compared in interleaved rounds (A B A B ...), one row each.
+
+        ``relate(stats)`` may add columns that relate the parts (by part name), e.g. a ratio;
+        ``watch(name)`` wraps each sample of a part, outside the clock (e.g. to count recompiles).
+        """
+        b = self.settings.bench
+        devices = {name: self.devices if p.devices is None else list(p.devices) for name, p in parts.items()}
+        everything = list({d.name: d for ds in devices.values() for d in ds}.values())
+        memory = Memory(everything)
+        gpu = GpuState(everything)
+        status = Status(", ".join(parts))
+
+        @contextlib.contextmanager
+        def around(name: str) -> Iterator[None]:
+            with memory.sample(name), watch(name) if watch else contextlib.nullcontext():
+                yield
+            gpu.sample()
+            status.sampled()
+
+        with Machine() as machine, status:
+            stats = bench.measure_rounds(
+                {n: Variant(p.fn, devices[n], p.sync) for n, p in parts.items()},
+                warmup=b.warmup,
+                repeats=b.repeats,
+                min_time_s=b.min_time_s,
+                timer=b.timer,
+                noise_threshold=b.noise_threshold,
+                around=around,
+            )
+        related = relate(stats) if relate else {}
+        for name, part in parts.items():
+            s = stats[name]
+            row = {
+                **part.extra,
+                **self._derived(part, s, devices[name]),
+                **related.get(name, {}),
+                **memory.columns(name),
+                **machine.columns(),
+                **gpu.columns(),
+            }
+            busy = machine.busy(self.settings.bench.busy_threshold)
+            row["suspect"] = "; ".join(x for x in (s.suspect, busy, row.get("suspect", "")) if x)
+            if self.settings.bench.profile:
+                row["trace"] = self._profile(name, part.fn, devices[name])
+            self.record(name, s, devices=devices[name], **row)
+        return stats
+
+    def _derived(self, part: Part, s: Stats, devices: list[Device]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if part.items is not None:
+            out["items_per_s"] = part.items / s.median
+        if part.flops is not None:
+            out["tflops"] = part.flops / s.median / 1e12
+        if part.bytes is not None:
+            out["gbps"] = part.bytes / s.median / 1e9
+        if part.flops is not None and part.dtype and devices:
+            from perflab.measure.flops import PRECISION_DTYPE
+
+            out["flops_dtype"] = PRECISION_DTYPE.get(part.dtype, part.dtype)  # whose peak bounds it (roofline)
+            per_item = part.flops / part.items if part.items else None
+            out.update(self.utilization(out["tflops"], devices, part.dtype, per_item))
+        if part.derive is not None:
+            out.update(part.derive(s))
+        return out
+
+    def utilization(
+        self, tflops: float, devices: Sequence[Device], dtype: str, flops_per_item: float | None = None
+    ) -> dict[str, Any]:
+        """``pct_of_peak`` and ``mfu`` of an achieved TFLOP/s on these devices (perflab.measure.flops).
+
+        A measured peak from a smaller matmul than one item of this job's work (``flops_per_item``:
+        one matmul of the matmul job) is no peak for it: not taken, and the row says why in
+        ``peak_not_taken`` (a quick/hardware run's 256² "peak" under a 1024² job gave 127 %)."""
+        from perflab.measure import flops
+
+        names = [d.description() for d in devices]
+        quantity = f"matmul_{flops.PRECISION_DTYPE.get(dtype, dtype)}"
+        measured = self.peaks.lookup(names[0], quantity) if len(set(names)) == 1 else None
+        size = self.peaks.measured_at(names[0], quantity) if measured else None
+        if size and flops_per_item and 2 * size**3 < flops_per_item:
+            out = flops.utilization(tflops, names, dtype, None)
+            out["peak_not_taken"] = (
+                f"the measured {quantity} peak comes from a {size}x{size} matmul, smaller than this job's "
+                f"{flops_per_item:.3g} FLOPs per item: not a peak for it (run +experiment=hardware larger)"
+            )
+            return out
+        return flops.utilization(tflops, names, dtype, measured)
+
+    def _profile(self, name: str, fn: Callable[[], object], devices: list[Device]) -> str:
+        from perflab.measure import profile
+
+        return profile.trace(self.run_dir, name, fn, devices)
+
+    def record(
+        self,
+        name: str,
+        stats: Stats | None = None,
+        *,
+        status: str = "ok",
+        error: str = "",
+        devices: Sequence[Device] | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Write one row (and its raw samples) now, so a later crash cannot lose it."""
+        if status == "ok":
+            raise_if_stopped()  # never an ok row after a stop signal, even one Python swallowed
+        if status not in ROW_STATUSES:
+            raise ValueError(f"status {status!r}: one of {', '.join(ROW_STATUSES)}")
+        devices = self.devices if devices is None else list(devices)
+        fields = {**fields, "suspect": "; ".join(x for x in (fields.get("suspect", ""), beyond_peak(fields)) if x)}
+        row = {
+            **self.identity,
+            "measurement": name,
+            "status": status,
+            "error": error,
+            "devices": "+".join(d.name for d in devices),
+            "device_name": " + ".join(dict.fromkeys(d.description() for d in devices)),
+            **(stats.as_row() if stats else {}),
+            **fields,
+        }
+        row = self.writer.add(row, stats.samples if stats else (), stats.warmup if stats else ())
+        line = (self.progress(row) if self.progress else None) or progress_line(row, self.metric)
+        log.info("  %s", line)
+        return row
+
+    def need_memory(self, per_device: int, what: str, devices: Sequence[Device] | None = None) -> None:
+        """Say, before allocating, how many bytes each device will hold: if they are not free
+        the job ends here as an ``oom`` row with both figures (perflab.measure.memory)."""
+        from perflab.measure import memory
+
+        memory.require(list(devices or self.devices), int(per_device), what)
+
+    def skip(self, name: str, reason: str, devices: Sequence[Device] | None = None) -> None:
+        """A part that cannot run here (e.g. needs a GPU): say so in a ``skipped`` row."""
+        self.record(name, status="skipped", error=reason, devices=devices)
+
+
+def beyond_peak(fields: Mapping[str, Any]) -> str:
+    """Why a figure above 100 % of the measured peak, or of the datasheet's (an MFU above 1), is
+    suspect ("" if it is above neither)."""
+    from perflab.store.rows import number
+
+    said = []
+    pct = number(fields.get("pct_of_peak"))
+    if pct is not None and pct > 100:
+        said.append(
+            f"{pct:.1f} % of the measured peak: above 100 %, so that peak (results.peaks) was no peak "
+            "for this work (measured smaller, or on a busy machine): run +experiment=hardware again"
+        )
+    mfu = number(fields.get("mfu"))
+    if mfu is not None and mfu > 1:
+        said.append(
+            f"MFU {mfu:.0%}: above the datasheet peak, whose figure is low for this device "
+            "(datasheet_basis says how it was derived)"
+        )
+    return "; ".join(said)

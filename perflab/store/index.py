@@ -1,0 +1,214 @@
+"""The index of a results tree: the rows of many run dirs in Parquet segments under
+``.perflab/index/``, with a manifest of which run dirs at which (mtime, size), so that loading
+a big tree reads only what changed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+from perflab.store import files
+from perflab.store.rows import RESULTS, Notes, concat, fix_dtypes, read_many
+from perflab.store.rundir import RECORD, RunRecord
+from perflab.store.tree import meta, walk
+
+log = logging.getLogger("perflab")
+
+
+MAX_SEGMENTS = 8  # more index segments than this are merged into one on the next full load
+FORMAT = 2  # of an index segment; a segment of another format (another perflab version) is rebuilt
+OTHER_FORMAT = "rebuilt {n} index segment{s} written by another perflab version"
+DAMAGED = "rebuilt {n} damaged index segment{s}"
+
+
+def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
+    """Run dir (relative to ``root``) -> stamp: [mtime_ns, size] of its results.csv and of its
+    run.json (0, 0 when it has none), so that a run that ends (run.json: running -> ok) is read
+    again. The same walk as run_dirs(), on DirEntry stats (10k run dirs in a fraction of a second)."""
+    top = os.fspath(root)
+    found: dict[str, list[int]] = {}
+    for here, entries in walk(top, notes):
+        results = entries.get(RESULTS)
+        if results is None:
+            continue
+        try:
+            st = results.stat()
+            rec = entries[RECORD].stat() if RECORD in entries else None
+        except OSError:
+            continue
+        stamp = [st.st_mtime_ns, st.st_size, rec.st_mtime_ns if rec else 0, rec.st_size if rec else 0]
+        found[os.path.relpath(here, top)] = stamp
+    return found
+
+
+def _manifest(path: Path) -> tuple[dict[str, list[int]], dict[str, dict[str, int]]] | None:
+    """The sources a segment's manifest lists, and what was skipped in them when they were
+    read (so every later load still says it); None if it is not of this format (or damaged:
+    ValueError, OSError); FileNotFoundError if it went meanwhile (a concurrent compaction)."""
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("sources"), dict):
+        return None
+    noted = data.get("notes")
+    return data["sources"], noted if isinstance(noted, dict) else {}
+
+
+def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = None):
+    """Every row under the store ``root`` (optionally of one experiment), through the index.
+
+    Run dirs whose results.csv (and run.json) have not changed since they were indexed come
+    from the Parquet segments; new or changed ones are read from CSV and added as a new
+    segment. A segment that is damaged or of another format is rebuilt from its run dirs and
+    removed (``notes`` says so). If the index cannot be written (a read-only tree), loading
+    still works, only slower. Every row gets ``run_outcome``: what its run's run.json says
+    (``running``: killed, or not ended yet; empty: no run.json).
+    """
+    import pandas as pd
+
+    notes = notes if notes is not None else Notes()
+    root = Path(root)
+    index = meta(root) / "index"
+    sources = _sources(root, notes)
+    indexed: dict[str, str] = {}  # source -> segment holding its current rows
+    dropped: dict[str, str] = {}  # segment -> why it is rebuilt
+    segments = sorted(index.glob("*.json")) if index.is_dir() else []
+    noted: dict[str, dict[str, int]] = {}  # source -> what reading it skipped: said on every load
+    for manifest in segments:
+        try:
+            found = _manifest(manifest)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            found, dropped[manifest.stem] = None, DAMAGED
+        if found is None:
+            dropped.setdefault(manifest.stem, OTHER_FORMAT)
+            continue
+        stamps, skipped = found
+        for source, stamp in stamps.items():
+            if sources.get(source) == stamp:
+                indexed[source] = manifest.stem
+                noted[source] = skipped.get(source, {})
+    frames = []
+    wanted_by_segment: dict[str, set[str]] = {}
+    for source, segment in indexed.items():
+        wanted_by_segment.setdefault(segment, set()).add(source)
+    for segment, wanted in wanted_by_segment.items():
+        try:
+            part = pd.read_parquet(
+                index / f"{segment}.parquet", filters=[("experiment", "==", experiment)] if experiment else None
+            )
+            if "_source" not in part:
+                raise ValueError("no _source column")
+        except FileNotFoundError:  # removed by a concurrent compaction: read its run dirs
+            part = None
+        except Exception as err:  # damaged: pyarrow raises its own kinds
+            log.debug("index segment %s unreadable (%s): reading its run dirs", segment, err)
+            part, dropped[segment] = None, DAMAGED
+        if part is None:
+            for source in wanted:
+                indexed.pop(source, None)
+            continue
+        frames.append(part[part["_source"].isin(wanted)])
+    for source, kinds in noted.items():
+        if source in indexed:
+            for kind, count in kinds.items():
+                notes.add(kind, _results_of(root, source), count)
+    fresh = [s for s in sources if s not in indexed]
+    if fresh:
+        now = Notes()
+        new = _read_sources(root, fresh, now)
+        for kind, places in now.kinds.items():
+            for place, count in places.items():
+                notes.add(kind, place, count)
+        skipped = {s: now.of(_results_of(root, s)) for s in fresh}
+        if new.empty and any(skipped.values()):  # nothing but what was skipped: remember that much
+            new = pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
+        if not new.empty or any(skipped.values()):
+            _write_segment(index, new, {s: sources[s] for s in fresh}, {s: k for s, k in skipped.items() if k})
+        if len(new):
+            frames.append(new[new["experiment"] == experiment] if experiment and "experiment" in new else new)
+    for segment, why in dropped.items():
+        notes.add(why, index / f"{segment}.parquet")
+        _remove_segment(index, segment)
+    if not experiment and len(segments) - len(dropped) + bool(fresh) > MAX_SEGMENTS and frames:
+        _compact(index, concat(frames), sources)
+    if not frames:
+        return pd.DataFrame()
+    df = concat([f for f in frames if not f.empty] or frames)
+    base = root.resolve()
+    where = {s: str(Path(s) if Path(s).is_absolute() else base / s) for s in df["_source"].unique()}
+    moved = df["_source"].map(where).rename("run_dir")  # where each run dir is now (trees move)
+    return fix_dtypes(pd.concat([df.drop(columns=["_source", "run_dir"], errors="ignore"), moved], axis=1))
+
+
+def _results_of(root: Path, source: str) -> Path:
+    return (Path(source) if Path(source).is_absolute() else root / source) / RESULTS
+
+
+def _read_sources(root: Path, sources: list[str], notes: Notes | None = None):
+    """Rows of many run dirs, with a ``_source`` column (see rows.read_many) and each row's
+    ``run_outcome`` from its run dir's run.json."""
+    dirs = [Path(s) if Path(s).is_absolute() else root / s for s in sources]
+    df = read_many([_results_of(root, s) for s in sources], labels=sources, column="_source", notes=notes)
+    if not df.empty:
+        records = {s: RunRecord.read(d) for s, d in zip(sources, dirs)}
+        outcomes = {s: r.outcome if r else "" for s, r in records.items()}
+        df["run_outcome"] = df["_source"].map(outcomes).astype("string")
+    return df
+
+
+def _write_segment(
+    index: Path, df, stamps: dict[str, list[int]], noted: dict[str, dict[str, int]] | None = None
+) -> None:
+    """A new immutable segment and then its manifest (readers only trust segments with one)."""
+    name = f"seg-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+    manifest = {"format": FORMAT, "sources": stamps, "notes": noted or {}}
+    try:
+        index.mkdir(parents=True, exist_ok=True)
+        files.write_atomic(index / f"{name}.parquet", to_parquet(df))
+        files.write_atomic(index / f"{name}.json", json.dumps(manifest))
+    except (OSError, ValueError, ImportError) as err:
+        log.debug("results index not updated (%s); loading still works", err)
+
+
+def _remove_segment(index: Path, segment: str) -> None:
+    """A segment's files (or whatever sits where they belong: it is derived, and ours)."""
+    for path in (index / f"{segment}.json", index / f"{segment}.parquet"):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _compact(index: Path, df, sources: dict[str, list[int]]) -> None:
+    """One segment of every current row in place of the many; a reader that finds a segment
+    gone meanwhile reads those run dirs from CSV instead."""
+    old = sorted({p.name.split(".")[0] for p in index.glob("seg-*")})
+    _write_segment(index, df, {s: sources[s] for s in set(df["_source"]) if s in sources})
+    for segment in old:
+        _remove_segment(index, segment)
+
+
+def to_parquet(df) -> bytes:
+    """Parquet bytes; object columns that mix types (numbers in one run, text in another) become text."""
+    import io
+
+    import pandas as pd
+
+    df = df.copy()
+    for col in df.columns:
+        if df[col].dtype == object and pd.api.types.infer_dtype(df[col], skipna=True) not in (
+            "string",
+            "boolean",
+            "empty",
+        ):
+            df[col] = df[col].map(lambda v: None if v is None or (isinstance(v, float) and v != v) else str(v))
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return buf.getvalue()

@@ -1,0 +1,175 @@
+"""One job's run directory, the unit of truth: its rows, raw samples and completion record.
+
+``results.csv``   every row so far, rewritten atomically after each row (a crash keeps them);
+``samples.csv``   every raw sample, appended (a torn line is skipped on reading);
+``run.json``      the completion record: which config (hash), what came of it, complete or
+                  not, when and where. "Done" anywhere in perflab means: this file says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, Sequence, get_origin, get_type_hints
+
+from perflab.store import files
+from perflab.store.rows import RESULTS, SAMPLE_COLUMNS, SAMPLES, csv_text, read_csv
+
+RECORD = "run.json"
+# ok: ran; done: an identical point had run (same_as says where); skipped: nothing could run
+# here; refused: a bad value; error / oom / cancelled / timeout: it stopped; running: it has not
+# ended (or was killed without a word).
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")  # runs in one second still sort
+
+
+@dataclass
+class RunRecord:
+    """``run.json``: what a job was and what came of it."""
+
+    run_id: str
+    experiment: str
+    config_hash: str
+    outcome: str = "running"
+    complete: bool = False  # every part ran to its end (ok); only then is the point "done"
+    sweep_id: str = ""
+    job_num: int = 0
+    started: str = field(default_factory=now)
+    finished: str = ""
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    rows: int = 0
+    error: str = ""
+    same_as: str = ""  # outcome "done": the run dir whose rows this point reuses
+    where: dict[str, str] = field(default_factory=dict)  # e.g. SLURM job id, node, log file
+    subject: str = ""  # the code under test (results.subject: a tag, or the working directory's git commit)
+    perflab_version: str = ""
+
+    def save(self, run_dir: Path) -> None:
+        """Write run.json at once; on a full disk, over the earlier record in place (its blocks
+        are already there), so that a run that could not end its record is never left at
+        "running". Raises OSError if neither works."""
+        data = json.dumps(asdict(self), indent=1) + "\n"
+        try:
+            files.write_atomic(run_dir / RECORD, data)
+        except OSError as err:
+            if err.errno not in files.FULL or not (run_dir / RECORD).is_file():
+                raise
+            files.rewrite_in_place(run_dir / RECORD, data.encode())
+
+    @classmethod
+    def read(cls, run_dir: Path) -> "RunRecord | None":
+        """The record, or None if there is none (or it is unreadable: then the run is not done)."""
+        try:
+            data = json.loads((run_dir / RECORD).read_text())
+            known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+            record = cls(**known)
+        except (OSError, ValueError, TypeError, AttributeError):  # AttributeError: not an object
+            return None
+        types = get_type_hints(cls)
+        wrong = [k for k, t in types.items() if not isinstance(getattr(record, k), get_origin(t) or t)]
+        return None if wrong else record
+
+
+EARLIER_RUNS = ".requeued"  # hidden: loaders skip it
+
+
+def set_aside_earlier_run(run_dir: Path) -> Path | None:
+    """SLURM runs a job it requeued (preempted, its node lost) again in the job dir its earlier
+    run wrote: move that run's files to ``<run dir>/.requeued/<its run id>/`` so the dir holds
+    one run, whose rows alone are the point's. Returns where they went (None: nothing there)."""
+    there = [run_dir / name for name in (RECORD, RESULTS, SAMPLES, "error.txt") if (run_dir / name).exists()]
+    if not there:
+        return None
+    record = RunRecord.read(run_dir)
+    dest = run_dir / EARLIER_RUNS / (record.run_id if record else f"unknown-{os.getpid()}")
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in there:
+        os.replace(path, dest / path.name)
+    return dest
+
+
+def overrides_of(run_dir: Path) -> list[str]:
+    """The command line's overrides of a run (``.hydra/overrides.yaml``), as typed: read as
+    plain YAML, since OmegaConf would resolve a ``${...}`` in them."""
+    import yaml
+
+    try:
+        items = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()) or []
+    except (OSError, ValueError):
+        return []
+    return [str(o) for o in items] if isinstance(items, list) else []
+
+
+class RunWriter:
+    """Writes one job's rows: each ``add`` rewrites ``results.csv`` atomically, appends the raw
+    samples, and (if a ledger is set) appends the row there too.
+
+    Rows are kept in memory; the file is read again only if another process wrote it since our
+    last write (a DDP job's rank 0 writes from its own process).
+    """
+
+    def __init__(self, run_dir: Path, *, ledger: Path | None = None, samples: bool = True) -> None:
+        self.run_dir, self.ledger, self.keep_samples = Path(run_dir), ledger, samples
+        self._rows: list[dict[str, Any]] = []
+        self._stamp: tuple[int, int] | None = None  # (mtime_ns, size) of our last write
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        path = self.run_dir / RESULTS
+        stamp = _stamp(path)
+        if stamp != self._stamp:
+            self._rows = read_csv(path, text=True).to_dict("records") if stamp else []
+            self._stamp = stamp
+        return self._rows
+
+    def add(
+        self, row: Mapping[str, Any], samples: Sequence[float] = (), warmup: Sequence[float] = ()
+    ) -> dict[str, Any]:
+        """Store ``row``; its ``row_id`` is ``<run_id>#<n>``, n counting the run dir's rows (unique in it)."""
+        rows = self.rows
+        row = {"row_id": f"{row['run_id']}#{len(rows) + 1}", **row}
+        rows.append(row)
+        path = self.run_dir / RESULTS
+        try:
+            files.write_atomic(path, csv_text(rows))
+        except OSError:
+            rows.pop()  # not on disk: not a row of this run
+            raise
+        self._stamp = _stamp(path)
+        if self.keep_samples and (samples or warmup):
+            keys = [row[k] for k in ("row_id", "run_id", "experiment", "measurement")]
+            lines = [[*keys, "warmup", i, t] for i, t in enumerate(warmup)]
+            lines += [[*keys, "sample", i, t] for i, t in enumerate(samples)]
+            files.append_text(
+                self.run_dir / SAMPLES,
+                csv_text([dict(zip(SAMPLE_COLUMNS, x)) for x in lines], SAMPLE_COLUMNS, header=False),
+                header=",".join(SAMPLE_COLUMNS) + "\n",
+            )
+        if self.ledger is not None:
+            from perflab.store import ledger
+
+            ledger.append(self.ledger, [row])
+        return row
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def rows_of(run_dir: Path):
+    """A run dir's rows as a DataFrame (empty if none)."""
+    import pandas as pd
+
+    path = run_dir / RESULTS
+    return read_csv(path) if path.is_file() else pd.DataFrame()

@@ -1,0 +1,107 @@
+"""The results tree (``results.store``, default ``outputs/``): finding its runs, and the folder
+perflab keeps beside them.
+
+The truth is in the run dirs (``results.csv`` + ``run.json``). What lives under
+``<store>/.perflab/`` is derived and safe to delete (``python -m perflab.results reindex``
+rebuilds it; a missing ``done/`` is rebuilt by itself):
+
+  done/<config hash>/<run id>   which points are done (:mod:`perflab.store.done_marks`)
+  claims/<config hash>.json     a sweep point being measured now (:mod:`perflab.store.point_claims`)
+  index/<segment>.parquet       the rows of many run dirs, loaded fast (:mod:`perflab.store.index`)
+
+Every file there is created whole (a unique name, or O_EXCL): nothing relies on many writers
+appending to one file, or on file locks, which cluster filesystems do not all honour.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Iterator
+
+from perflab.store import files
+from perflab.store.rows import RESULTS, Notes
+from perflab.store.rundir import RECORD
+
+log = logging.getLogger("perflab")
+
+META = ".perflab"
+
+
+def meta(root: Path) -> Path:
+    return Path(root) / META
+
+
+def check(root: Path) -> None:
+    """The store and the folders perflab keeps in it can be written: before any work (a
+    file where ``.perflab/done`` belongs would otherwise fail the job after it measured)."""
+    files.check_dir("results.store", Path(root))
+    for sub in ("done", "claims", "index"):
+        files.check_dir("results.store", meta(root) / sub, shown=str(root))
+
+
+# --- finding runs ---------------------------------------------------------------------------
+#
+# Symlinked folders are followed, by readers as by writers. A symlinked ``runs/`` (or
+# ``.perflab/index``) is how people put results on another disk; the writers (Hydra making run
+# dirs, the index writing segments) already go through it, so the readers go too: a reader that
+# refused would hide every run written there. Each real folder is visited once (a link loop
+# ends). A ``results.csv`` that is itself a symlink is never read: perflab writes real files, so
+# a linked one is someone else's data (it could point anywhere, a password file included).
+
+RESULTS_LINK = "skipped {n} symlinked results.csv (perflab writes real files; a link is not followed)"
+
+
+def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[str, dict[str, os.DirEntry]]]:
+    """(run dir, its entries by name) for every run dir under ``top``: a folder holding run.json
+    or results.csv. Hidden folders are skipped; a run dir's subfolders hold no runs."""
+    stack, seen = [os.fspath(top)], set()
+    while stack:
+        here = stack.pop()
+        try:
+            st = os.stat(here)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            entries = {e.name: e for e in os.scandir(here)}
+        except OSError:
+            continue
+        if RECORD in entries or RESULTS in entries:
+            results = entries.get(RESULTS)
+            if results is not None and results.is_symlink():
+                if notes is not None:
+                    notes.add(RESULTS_LINK, results.path)
+                entries.pop(RESULTS)
+            yield here, entries
+            continue
+        stack += sorted(
+            (e.path for e in entries.values() if not e.name.startswith(".") and _is_dir(e)),
+            reverse=True,
+        )
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # through a symlink too
+    except OSError:
+        return False
+
+
+def run_dirs(top: Path, notes: Notes | None = None) -> Iterator[Path]:
+    """Every run dir under ``top`` (see _walk), symlinked folders followed."""
+    for here, _ in walk(top, notes):
+        yield Path(here)
+
+
+def is_store(path: Path) -> bool:
+    """A results tree as perflab writes it (runs/, sweeps/ or its .perflab/ folder)."""
+    return any((Path(path) / part).is_dir() for part in (META, "runs", "sweeps"))
+
+
+def relative(root: Path, run_dir: Path) -> str:
+    """How the index names a run dir: relative to the store when inside it (trees can move)."""
+    try:
+        return str(Path(os.path.abspath(run_dir)).relative_to(os.path.abspath(root)))
+    except ValueError:
+        return str(Path(os.path.abspath(run_dir)))
