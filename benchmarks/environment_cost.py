@@ -63,7 +63,7 @@ def main() -> None:
                 check=True,
             ).stdout
         )
-        now = ROOT / "perflab" / "environment.py"
+        now = ROOT / "perflab" / "measure" / "environment.py"
         old, new = [], []
         for _ in range(args.runs):  # interleaved: a drift of the machine falls on both
             old.append(once(before))

@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from perflab.config.contract import Figure, Samples, Section, Setup
-from perflab.config.schema import ExperimentConfig, one_of, positive
+from perflab.experiment import ExperimentConfig, Figure, Samples, Section, Setup, one_of, positive
 
 if TYPE_CHECKING:  # torch and pandas only inside functions: a config mistake never waits for them
     from pandas import DataFrame
 
-    from perflab.measure.context import Context
+    from perflab.experiment import Context
 
 METRIC = "gbps"  # what compare and the tables judge it by (higher is better: a rate)
 EPS = 1e-6
@@ -40,7 +39,7 @@ def mine_and_torchs(ctx: Context, d: Any) -> None:
     import torch
     import torch.nn.functional as F
 
-    from perflab.measure.context import Part
+    from perflab.experiment import Part
     from userpkg.ops import rms_norm
 
     p = ctx.params

@@ -1,0 +1,65 @@
+"""What an experiment's author imports, in one place, whether the experiment is perflab's own
+or lives in the user's package (``from perflab.experiment import ExperimentConfig, Section``).
+
+The config and report parts import no torch (an experiment module is imported to check a
+config, before any torch); ``Context``, ``Part``, ``Benchmark``, ``Device`` and ``on_device``
+come from the measuring layer, which does, and are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from perflab.analysis.claims import INVALID, NOT_APPLICABLE, UNDERPOWERED, VALID, Claim, Tree
+from perflab.config.contract import Figure, Samples, Section, Setup, Table
+from perflab.config.schema import ExperimentConfig, PerflabConfig, one_of, positive, require, some_of
+from perflab.errors import ConfigError
+from perflab.store.rows import number
+
+if TYPE_CHECKING:
+    from perflab.measure.bench import Benchmark
+    from perflab.measure.context import Context, Part
+    from perflab.measure.devices import Device, on_device
+
+# Imported on first use: these bring torch.
+_WITH_TORCH = {
+    "Benchmark": "perflab.measure.bench",
+    "Context": "perflab.measure.context",
+    "Part": "perflab.measure.context",
+    "Device": "perflab.measure.devices",
+    "on_device": "perflab.measure.devices",
+}
+
+__all__ = [
+    "INVALID",
+    "NOT_APPLICABLE",
+    "UNDERPOWERED",
+    "VALID",
+    "Benchmark",
+    "Claim",
+    "ConfigError",
+    "Context",
+    "Device",
+    "ExperimentConfig",
+    "Figure",
+    "Part",
+    "PerflabConfig",
+    "Samples",
+    "Section",
+    "Setup",
+    "Table",
+    "Tree",
+    "number",
+    "on_device",
+    "one_of",
+    "positive",
+    "require",
+    "some_of",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WITH_TORCH:
+        return getattr(importlib.import_module(_WITH_TORCH[name]), name)
+    raise AttributeError(f"module 'perflab.experiment' has no attribute {name!r}")
