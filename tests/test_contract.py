@@ -206,7 +206,8 @@ def test_registering_a_users_experiment_imports_no_torch(install, tmp_path):
     """The contract's promise: every experiment is imported to check a config, none imports torch."""
     install("userpkg", {"rmsnorm": "userpkg.experiments.rmsnorm"})
     code = (
-        "import sys; from perflab.config import registry; registry.discover(); print(registry.listing(), sorted(sys.modules))"
+        "import sys; from perflab.config import registry; registry.discover(); "
+        "print(registry.listing(), sorted(sys.modules))"
     )
     path = os.pathsep.join([str(install.site), str(ROOT / "examples" / "userpkg")])
     proc = subprocess.run(
