@@ -208,10 +208,13 @@ def roofline(rows: pd.DataFrame, roofs: Sequence[Roof]) -> Any:
     if points.empty:
         return None
     fig, ax = _figure(7, 5)
-    lo = max(1e-2, float(points["intensity"].min()) / 4)
-    hi = float(points["intensity"].max()) * 4
-    x = np.logspace(math.log10(lo), math.log10(hi), 200)
     used = sorted({(str(d), str(t)) for d, t in zip(points["device_name"], dtypes)})
+    # Wide enough for the points and for each drawn roof's ridge (where bandwidth meets the peak):
+    # a roof cut off before its ridge would hide the peak it stands for.
+    ridges = [1e3 * r.tflops / r.gbps for key in used for r in by[key] if r.gbps > 0]
+    lo = max(1e-2, float(points["intensity"].min()) / 4)
+    hi = max([float(points["intensity"].max()) * 4, *(2 * ridge for ridge in ridges)])
+    x = np.logspace(math.log10(lo), math.log10(hi), 200)
     precisions = sorted({t for _, t in used})  # a line style and a marker each: roofs that coincide stay apart
     style = {t: ("-", "--", ":", "-.")[i % 4] for i, t in enumerate(precisions)}
     marker = {t: "o^sD"[i % 4] for i, t in enumerate(precisions)}
