@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
     from perflab.analysis.claims import Claim, Tree
-    from perflab.measure.context import Context
+    from perflab.job.context import Context
     from perflab.measure.sizing import Machine, Point
 
 METRIC = "median_s"
@@ -37,7 +37,7 @@ def run(ctx: Context) -> None:
     import numpy as np
     import torch
 
-    from perflab.measure.context import Part
+    from perflab.measure.bench import Part
     from perflab.measure.devices import on_device
 
     p = ctx.params
@@ -102,7 +102,7 @@ def training_ab(ctx: Context, d: Any, steps: int, batch: int, cpu_note: str) -> 
     import torch
     from torch.nn import functional as F
 
-    from perflab.measure.context import Part
+    from perflab.measure.bench import Part
     from perflab.train import models
 
     torch.manual_seed(ctx.settings.seed)

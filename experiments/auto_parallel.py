@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
     from perflab.analysis.claims import Claim, Tree
-    from perflab.measure.context import Context
+    from perflab.job.context import Context
     from perflab.measure.devices import Device
     from perflab.measure.sizing import Machine, Point
 
@@ -84,7 +84,7 @@ def compute_and_copy(ctx: Context, gpu, x, k: int) -> None:
     """
     import torch
 
-    from perflab.measure.context import Part
+    from perflab.measure.bench import Part
 
     nbytes = x.numel() * x.element_size() * k
     host = [torch.empty_like(x, device="cpu").pin_memory() for _ in range(k)]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
     from perflab.analysis.claims import Claim, Tree
-    from perflab.measure.context import Context
+    from perflab.job.context import Context
     from perflab.measure.devices import Device
     from perflab.measure.sizing import Machine, Point
 
@@ -94,8 +94,7 @@ def run(ctx: Context) -> None:
     import torch
 
     from perflab.measure import flops, precision
-    from perflab.measure.bench import Benchmark
-    from perflab.measure.context import Part
+    from perflab.measure.bench import Benchmark, Part
     from perflab.measure.devices import on_device
     from perflab.train import data, models
 

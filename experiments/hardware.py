@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from perflab.analysis.claims import Claim, Tree
     from perflab.analysis.plots import Roof
-    from perflab.measure.context import Context
+    from perflab.job.context import Context
     from perflab.measure.sizing import Machine, Point
 
 METRIC = "median_s"
@@ -91,7 +91,7 @@ def memory_copy(ctx: Context, d: Any, mb: int) -> dict[str, float]:
 def launch_latency(ctx: Context, d: Any, n: int) -> dict[str, float]:
     import torch
 
-    from perflab.measure.context import Part
+    from perflab.measure.bench import Part
 
     x = torch.zeros(1, device=d.torch)
 
@@ -144,7 +144,7 @@ def launch_latency(ctx: Context, d: Any, n: int) -> dict[str, float]:
 def host_device(ctx: Context, d: Any, mb: int) -> dict[str, float]:
     import torch
 
-    from perflab.measure.context import Part
+    from perflab.measure.bench import Part
 
     dev = torch.ones(mb * 2**20 // 4, device=d.torch)
     hosts = {kind: torch.ones(dev.numel(), pin_memory=kind == "pinned") for kind in ("pageable", "pinned")}

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
     from perflab.analysis.claims import Claim, Tree
-    from perflab.measure.context import Context
+    from perflab.job.context import Context
     from perflab.measure.sizing import Machine, Point
 
 METRIC = "tflops"

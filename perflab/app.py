@@ -22,8 +22,8 @@ from typing import Callable, NoReturn, Sequence
 
 from perflab.config import registry
 from perflab.config.composition import experiment_name, output_error
+from perflab.config.session import CURRENT, Session
 from perflab.errors import ConfigError, one_line
-from perflab.job.session import CURRENT, Session
 
 log = logging.getLogger("perflab")
 

@@ -18,15 +18,15 @@ from perflab.errors import ConfigError
 from perflab.store.rows import number
 
 if TYPE_CHECKING:
-    from perflab.measure.bench import Benchmark
-    from perflab.measure.context import Context, Part
+    from perflab.job.context import Context
+    from perflab.measure.bench import Benchmark, Part
     from perflab.measure.devices import Device, on_device
 
 # Imported on first use: these bring torch.
 _WITH_TORCH = {
     "Benchmark": "perflab.measure.bench",
-    "Context": "perflab.measure.context",
-    "Part": "perflab.measure.context",
+    "Context": "perflab.job.context",
+    "Part": "perflab.measure.bench",
     "Device": "perflab.measure.devices",
     "on_device": "perflab.measure.devices",
 }

@@ -259,7 +259,7 @@ def test_judge_reads_each_experiments_hook_and_orders_by_section(monkeypatch):
 
 
 def test_the_summary_has_a_line_per_claim_with_its_verdict():
-    from perflab.analysis import reproducibility
+    from perflab.report import reproducibility
 
     common = {"cfg.experiment.size": 1024, "cfg.experiment.dtype": "float32", "device_name": "CPU (2 threads)"}
     df, t = tree(

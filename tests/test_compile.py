@@ -10,7 +10,7 @@ import torch
 import perflab
 from perflab.config.schema import validate
 from perflab.experiments import compile as compile_exp
-from perflab.measure.context import Context
+from perflab.job.context import Context
 from perflab.measure.devices import resolve
 from perflab.results import load
 from perflab.store.rundir import RunWriter

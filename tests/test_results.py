@@ -11,7 +11,7 @@ import pytest
 
 from perflab import results
 from perflab.analysis.table import job_table
-from perflab.measure import context
+from perflab.job import context
 
 from conftest import FAST
 

@@ -50,7 +50,7 @@ class PerflabSlurmLauncher(BaseSubmititLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from perflab.cluster import slurm
-        from perflab.job.session import CURRENT
+        from perflab.config.session import CURRENT
 
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))

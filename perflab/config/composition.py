@@ -32,7 +32,7 @@ def register() -> None:
 def new_uid() -> str:
     """The random end of a run or sweep folder's name; the command remembers it, so that a folder
     Hydra made before failing (a full disk) can be found and removed."""
-    from perflab.job.session import CURRENT
+    from perflab.config.session import CURRENT
 
     uid = secrets.token_hex(4)
     session = CURRENT.get()

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from numpy import ndarray
     from pandas import DataFrame
 
-    from perflab.measure.context import Context
+    from perflab.job.context import Context
     from perflab.measure.devices import Device
 else:  # at run time only the hooks' shapes are checked: neither torch nor pandas is imported
     Context = Device = DataFrame = ndarray = Any

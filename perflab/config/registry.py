@@ -32,7 +32,7 @@ from perflab.errors import ConfigError, first_line
 if TYPE_CHECKING:
     from pandas import DataFrame
 
-    from perflab.measure.context import Context
+    from perflab.job.context import Context
 
 GROUP = "perflab.experiments"
 OURS = "perflab"  # the distribution whose experiments are the built-ins

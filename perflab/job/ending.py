@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perflab.config.session import CURRENT
 from perflab.errors import ConfigError
-from perflab.job.session import CURRENT
 from perflab.store import files
 from perflab.store.outcome import exit_code
 from perflab.store.rows import RESULTS

@@ -22,10 +22,10 @@ from perflab.config.registry import Experiment
 from perflab.config.schema import PerflabConfig
 from perflab.errors import ConfigError, MissingDevice, first_line
 from perflab.job import sharing as launchers
+from perflab.job.context import Context
 from perflab.job.ending import Place, Result, discard, record_time, refuse, save_record
 from perflab.job.stop import Stopped, on_stop_signals, raise_if_stopped, stop_signals_held
 from perflab.measure import memory
-from perflab.measure.context import Context
 from perflab.measure.devices import Device, resolve
 from perflab.measure.environment import environment, subject
 from perflab.measure.peaks import Peaks

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from perflab.analysis.table import figure, flags, points_table
-from perflab.job.session import CURRENT
+from perflab.config.session import CURRENT
 from perflab.results import metric_of
 from perflab.store import files
 from perflab.store.outcome import Outcome

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from perflab.config.schema import PerflabConfig
 from perflab.errors import ConfigError
-from perflab.measure.context import Context, Part
+from perflab.measure.bench import Part
 from perflab.measure.devices import Device, Together, on_device
 from perflab.store.rows import number
+
+if TYPE_CHECKING:
+    from perflab.job.context import Context  # the job's handle, above the measuring layer
 
 
 def split_cpu_if_fallback(ctx: Context, workers: int) -> None:

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -284,3 +284,22 @@ def stats_of(
 ) -> Stats:
     """Stats of times measured elsewhere (a training epoch, a collective's slowest rank)."""
     return Stats(list(samples), timer, list(warmup), torch.get_num_threads(), 1, noise_threshold)
+
+
+@dataclass
+class Part:
+    """One thing to time and what its row says: per call ``items`` / ``flops`` / ``bytes``
+    become items/s, TFLOP/s and GB/s; ``dtype`` (``float32``, ``bf16-mixed`` ...) says which
+    peak bounds the FLOPs, for ``pct_of_peak`` (vs ``+experiment=hardware``'s measured peak)
+    and ``mfu`` (vs the datasheet); ``derive(stats)`` adds columns computed from the measured
+    time; ``extra`` any other columns."""
+
+    fn: Callable[[], object]
+    devices: Sequence[Device] | None = None
+    sync: bool = True
+    items: float | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    dtype: str | None = None
+    derive: Callable[[Stats], dict[str, Any]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)

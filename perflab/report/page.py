@@ -19,11 +19,11 @@ import pandas as pd
 
 from perflab.analysis import frames
 from perflab.analysis.frames import records, text
-from perflab.analysis.reproducibility import summary  # the book's claims judged, before the sections
 from perflab.analysis.table import flags, human_time, rate, spread
 from perflab.config import contract, registry
 from perflab.history import report_section as trend_section  # the trend over subjects, where there is a history
 from perflab.report.html import MATPLOTLIB_LINE, Figures, bullet_list, esc, section_id, table_html
+from perflab.report.reproducibility import summary  # the book's claims judged, before the sections
 from perflab.store.outcome import FAILED
 from perflab.store.rows import number
 

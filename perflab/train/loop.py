@@ -27,9 +27,9 @@ from omegaconf import OmegaConf
 from perflab.config.schema import TrainerConfig
 from perflab.errors import ConfigError
 from perflab.job import logs
+from perflab.job.context import Context
 from perflab.measure import bench, flops
 from perflab.measure import precision as precisions
-from perflab.measure.context import Context
 from perflab.measure.devices import Device
 from perflab.measure.watch import Machine, Memory
 from perflab.train import checkpoint, data, models

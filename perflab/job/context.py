@@ -21,7 +21,7 @@ from perflab.config.schema import PerflabConfig
 from perflab.job.logs import live
 from perflab.job.stop import raise_if_stopped
 from perflab.measure import bench
-from perflab.measure.bench import Stats, Variant
+from perflab.measure.bench import Part, Stats, Variant
 from perflab.measure.devices import Device
 from perflab.measure.peaks import Peaks
 from perflab.measure.watch import GpuState, Machine, Memory
@@ -56,25 +56,6 @@ class Status:
         if self.shown:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
-
-
-@dataclass
-class Part:
-    """One thing to time and what its row says: per call ``items`` / ``flops`` / ``bytes``
-    become items/s, TFLOP/s and GB/s; ``dtype`` (``float32``, ``bf16-mixed`` ...) says which
-    peak bounds the FLOPs, for ``pct_of_peak`` (vs ``+experiment=hardware``'s measured peak)
-    and ``mfu`` (vs the datasheet); ``derive(stats)`` adds columns computed from the measured
-    time; ``extra`` any other columns."""
-
-    fn: Callable[[], object]
-    devices: Sequence[Device] | None = None
-    sync: bool = True
-    items: float | None = None
-    flops: float | None = None
-    bytes: float | None = None
-    dtype: str | None = None
-    derive: Callable[[Stats], dict[str, Any]] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
