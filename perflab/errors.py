@@ -22,7 +22,15 @@ class ConfigError(Exception):
 
     def under(self, prefix: str) -> "ConfigError":
         """The same error with its key placed under a config section (``size`` -> ``experiment.size``)."""
-        return ConfigError(f"{prefix}.{self.key}", self.value, self.allowed, self.problem)
+        return type(self)(f"{prefix}.{self.key}", self.value, self.allowed, self.problem)
+
+
+class KeyOnly(ConfigError):
+    """A mistake named by its key (or a file) alone, with no value to show: a field with no
+    default that nothing set, a preset that cannot be used. ``key: problem; allowed: ...``"""
+
+    def line(self) -> str:
+        return f"{self.key}: {self.problem}; allowed: {self.allowed}"
 
 
 class MissingDevice(ConfigError):

@@ -173,6 +173,42 @@ def test_a_users_experiment_runs_on_its_configs_defaults_and_presets_from_its_co
         perflab.run("rmsnorm", [f"hydra.searchpath=[file://{work / 'conf'}]"])
 
 
+# --- the user's presets and config dirs -----------------------------------------------------------
+
+# An experiment of the reviewer's own: softmax rows, whose row count has no default.
+SOFTMAXER = {
+    "up2/__init__.py": "",
+    "up2/softmaxer.py": (
+        '"""Softmax over rows."""\n'
+        "from dataclasses import dataclass\n"
+        "from perflab.config.schema import ExperimentConfig\n"
+        "@dataclass\n"
+        "class Config(ExperimentConfig):\n"
+        "    rows: int\n"
+        "    cols: int = 64\n"
+        "def run(ctx):\n"
+        "    import torch\n"
+        "    x = torch.randn(ctx.params.rows, ctx.params.cols)\n"
+        "    ctx.measure('softmax', lambda: x.softmax(-1), ctx.devices, items=ctx.params.rows)\n"
+    ),
+}
+
+
+def test_a_config_field_without_a_default_is_given_in_a_preset_or_on_the_command_line(install, cli, work):
+    install("up2", {"softmaxer": "up2.softmaxer"}, SOFTMAXER)
+    assert "softmaxer" in cli().out  # it imports: ExperimentConfig's own field does not come first
+    line = (
+        "experiment.rows: no value given; allowed: an integer, set in a preset (under experiment:) or on the "
+        "command line: experiment.rows=..."
+    )
+    assert cli("+experiment=softmaxer", rc=2).err == f"perflab: error: {line}\n"
+    with pytest.raises(Refused) as refused:
+        perflab.run("softmaxer")
+    assert str(refused.value) == line
+    df = perflab.run("softmaxer", [*FAST, "experiment.rows=8"])
+    assert df.attrs["outcome"] == "ok" and set(df["cfg.experiment.rows"]) == {8}
+
+
 def test_a_module_that_does_not_import_is_one_line_and_nothing_runs(install, cli, work):
     install(
         "brokenpkg", {"broken": "brokenpkg.exp"}, {"brokenpkg/__init__.py": "", "brokenpkg/exp.py": "import nothere\n"}

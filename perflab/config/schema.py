@@ -15,13 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import typing
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, cast
 
 from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import InterpolationResolutionError
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from perflab.errors import ConfigError, first_line, unknown_key
+from perflab.errors import ConfigError, KeyOnly, first_line, unknown_key
 
 # Choice lists: the code that implements each choice checks against these (tests keep them in step).
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -66,9 +67,11 @@ def some_of(obj: Any, name: str, choices: Iterable[str]) -> None:
     require(bool(value) and all(v in choices for v in value), name, value, f"a non-empty list of {', '.join(choices)}")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ExperimentConfig:
-    """Base of every experiment's parameters; ``name`` selects perflab/experiments/<name>.py."""
+    """Base of every experiment's parameters; ``name`` selects the experiment. Keyword-only, so
+    that a subclass may declare fields without a default (``rows: int``: given in a preset or
+    on the command line)."""
 
     name: str = MISSING
 
@@ -336,6 +339,8 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
             sections[name] = OmegaConf.to_object(node)
         except ConfigError as err:
             raise err.under(name) from None
+        except MissingMandatoryValue as err:  # a field without a default, set nowhere
+            raise missing(schema, str(err.key), f"{name}.{err.key}") from None
         except InterpolationResolutionError as err:
             raise unresolved(cfg, err) from None
         if args:
@@ -343,6 +348,22 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
     settings = PerflabConfig(**sections)
     _refuse_out_of_range(settings)
     return settings
+
+
+def missing(schema: Any, field_name: str, key: str) -> KeyOnly:
+    """The one line for a field no preset and no override gave a value: its key and its type."""
+    try:
+        hint: Any = typing.get_type_hints(schema).get(field_name)
+    except Exception:  # a hint that does not resolve: say "a value"
+        hint = None
+    hint = next((a for a in typing.get_args(hint) if a is not type(None)), hint)  # Optional[int] -> int
+    what = TYPE_NAMES.get(hint, f"a {getattr(hint, '__name__', 'value')}" if hint else "a value")
+    where = f"set in a preset (under {key.rpartition('.')[0]}:) or on the command line: {key}=..."
+    return KeyOnly(key, "???", f"{what}, {where}", problem="no value given")
+
+
+# The words for a field's type in a line that asks for a value.
+TYPE_NAMES: dict[Any, str] = {int: "an integer", float: "a number", str: "a text", bool: "true or false"}
 
 
 def _factory_args(node: DictConfig, cfg: DictConfig) -> tuple[DictConfig, dict[str, Any]]:

@@ -197,7 +197,7 @@ def check_points(config: DictConfig) -> None:
         except ConfigError as err:
             where = f"in point #{n} of the sweep's {len(every)}, so no point was run"
             problem = "; ".join(x for x in (err.problem, where) if x)
-            raise Refused(ConfigError(err.key, err.value, err.allowed, problem).line()) from None
+            raise Refused(type(err)(err.key, err.value, err.allowed, problem).line()) from None
         except (HydraException, OmegaConfBaseException) as err:  # a value of the wrong type
             raise Refused(f"{one_line(err)} (in point #{n} of the sweep's {len(every)}, so no point was run)") from None
 
