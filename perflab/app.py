@@ -21,9 +21,15 @@ from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 
 from perflab.config import registry
-from perflab.config.composition import experiment_name, output_error
+from perflab.config.composition import (
+    check_search_path,
+    config_dirs,
+    experiment_name,
+    experiments_allowed,
+    output_error,
+)
 from perflab.config.session import CURRENT, Session
-from perflab.errors import ConfigError, one_line
+from perflab.errors import ConfigError
 
 log = logging.getLogger("perflab")
 
@@ -54,13 +60,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args[0] in SUBCOMMANDS:
             return int(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]) or 0)
         args = flags_first([_with_plus(a) for a in args])
+        check_search_path(searchpath(args))  # the user's config dirs, before Hydra reads (or recurses into) them
         mistake = front_door_mistake(args)
         if mistake:
             return usage_error(mistake)
         if "--help" in args or "-h" in args:
             return help_text([a for a in args if a not in ("--help", "-h")])
         registry.discover()  # every experiment imports and fits the contract, or one line and nothing runs
-    except registry.ExperimentError as err:
+    except ConfigError as err:  # an experiment that does not register (ExperimentError), a config dir
         return usage_error(err.line())
     multirun = any(a in ("-m", "--multirun") for a in args)
     if not multirun and any(a.lstrip("+").startswith("launcher=") for a in args):
@@ -84,21 +91,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     terminate = _terminate_as_interrupt()
     try:
         import hydra
-        from hydra.errors import HydraException
-        from omegaconf.errors import OmegaConfBaseException
 
-        from perflab.config.composition import raised_by_omegaconf, register
+        from perflab.config.composition import composing_errors, explain, register, users_mistake
         from perflab.job import sweep
 
         register()
         app = hydra.main(config_path=str(registry.config_dir()), config_name="config", version_base="1.3")(_task)
         try:
             app()
-        except (ConfigError, HydraException, OmegaConfBaseException, AssertionError) as err:
-            if isinstance(err, AssertionError) and not raised_by_omegaconf(err):
+        except composing_errors() as err:
+            if not users_mistake(err):
                 raise  # ours or a plugin's: a bug, not a user mistake
             sweep.discard_if_empty(session.sweep_dir)  # refused before any point ran
-            return usage_error(_absent_section(args) or _sweep_without_m(err) or _placed_by(one_line(err), args))
+            line = explain(err, searchpath(args))
+            return usage_error(_absent_section(args) or _sweep_without_m(err) or _placed_by(line, args))
         except ValueError as err:
             if not _raised_by_hydra(err):
                 raise
@@ -317,9 +323,11 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
     for arg in args:
         key, _, value = arg.lstrip("+~").partition("=")
         dirs = user_config_dirs(args)
-        if key == "experiment" and value and dirs is not None and value not in preset_names(dirs):
-            hint, names = _did_you_mean(value, preset_names(dirs)), ", ".join(registry.choices())
-            return f"experiment={value}: unknown experiment;{hint} allowed: {names} (and quick/NAME)"
+        if key == "experiment" and not value.strip():
+            return f"{arg.lstrip('+')}: no experiment named; allowed: {experiments_allowed()}"
+        if key == "experiment" and dirs is not None and value not in preset_names(dirs):
+            hint = _did_you_mean(value, preset_names(dirs))
+            return f"experiment={value}: unknown experiment;{hint} allowed: {experiments_allowed()}"
     if "experiment" not in keys:
         from dataclasses import fields
 
@@ -362,15 +370,7 @@ def flags_first(args: Sequence[str]) -> list[str]:
 def user_config_dirs(args: Sequence[str]) -> list[Path] | None:
     """The folders of ``--config-dir`` and ``hydra.searchpath=[file://...]``; None when the search
     path holds what this cannot list (``pkg://``): then Hydra alone says what is unknown."""
-    found = []
-    for arg in searchpath(args):
-        key, _, value = arg.lstrip("+~").partition("=")
-        if key == "hydra.searchpath":
-            for entry in value.strip("[]").split(","):
-                if not entry.strip().startswith("file://"):
-                    return None
-                found.append(Path(entry.strip().removeprefix("file://")))
-    return found
+    return config_dirs(searchpath(args))
 
 
 def _did_you_mean(word: str, choices: Sequence[str]) -> str:
@@ -430,5 +430,5 @@ def _raised_by_hydra(err: BaseException, anywhere: bool = False) -> bool:
     hydra = [f"{os.sep}hydra{os.sep}" in f.filename for f in frames]
     if not anywhere:
         return bool(frames) and hydra[-1]
-    ours = [f"{os.sep}perflab{os.sep}job.py" in f.filename for f in frames]
+    ours = [f"{os.sep}perflab{os.sep}job{os.sep}execute.py" in f.filename for f in frames]
     return any(hydra) and not any(ours)

@@ -48,6 +48,11 @@ def one_line(exc: BaseException) -> str:
     if isinstance(exc, ConfigError):
         return exc.line()
     text, cause = str(exc), exc.__cause__
+    if hasattr(exc, "problem_mark"):  # yaml's MarkedYAMLError: a preset that is not YAML
+        return yaml_line(exc)
+    inside = re.match(r"In '([^']+)': \w+ raised while composing config:", text)
+    if inside and exc.__context__ is not None:  # Hydra's wrapper of a mistake in a config file
+        return f"In '{inside.group(1)}': {one_line(exc.__context__)}"
     missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
     if missing:
         group, name = missing.groups()
@@ -57,10 +62,8 @@ def one_line(exc: BaseException) -> str:
     shadow = re.search(r"'experiment/([^']+)' is validated against ConfigStore schema with the same name", text)
     if shadow:  # a user's preset named like an experiment that has no preset of its own
         name = shadow.group(1)
-        return (
-            f"experiment/{name}.yaml: a preset named like the experiment {name}, whose defaults are its Config's; "
-            f"allowed: a preset of another name (experiment/{name}_big.yaml, its defaults list starting with - {name})"
-        )
+        problem, allowed = preset_named_like(name)
+        return f"experiment/{name}.yaml: {problem}; allowed: {allowed}"
     override = re.search(r"Could not override '([^']+)'.*?use \+\S+?=(.*)$", text, flags=re.S)
     parent = getattr(cause, "parent_node", None)
     if override and parent is not None and hasattr(parent, "keys"):
@@ -97,6 +100,9 @@ def one_line(exc: BaseException) -> str:
         )
     if key:
         message = first_line(str(source))
+        if re.match(r"Key '[^']*' not in ", message) and hasattr(node, "keys"):  # a key the schema lacks
+            unknown = unknown_key(key, None, [str(k) for k in node if k != "hydra"])
+            return f"{key}: {unknown.problem}; allowed: {unknown.allowed}"
         wrong_type = re.search(
             r"Value '(.*)' (?:of type '\w+' could not be converted to|is not a valid) (\w+)", message
         )
@@ -111,6 +117,32 @@ def one_line(exc: BaseException) -> str:
     if gone:
         return f"~{gone.group(1)}: no such key here, and a key of the schema cannot be removed; allowed: KEY=VALUE"
     return " ".join(first_line(part) for part in (text, str(cause or "")) if part).strip()
+
+
+def preset_named_like(name: str, experiment: bool = True) -> tuple[str, str]:
+    """What is wrong with a user's preset named like an experiment (whose defaults are its
+    Config's: Hydra takes one for the other, or recurses into a preset that lists itself) or
+    like one of perflab's presets (found first, so never used), and what to do: (problem, allowed)."""
+    leaf = name.rpartition("/")[2]
+    problem = (
+        f"a preset named like the experiment {name}, whose defaults are its Config's"
+        if experiment
+        else f"a preset named like perflab's own preset {name}, which +experiment={name} runs in its place"
+    )
+    return problem, f"a preset of another name ({leaf}_big.yaml, its defaults list starting with - {name})"
+
+
+def yaml_line(err: Any) -> str:
+    """A YAML syntax error as one line: the file, the line yaml stopped at, what it expected."""
+    mark = err.problem_mark
+    where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a config file"
+    if "<stream end>" in str(err.problem):  # yaml reached the end looking for what closes an earlier line
+        where += " (its end: a list or mapping opened before is not closed)"
+    said = "; ".join(str(x) for x in (err.problem, err.context) if x)
+    return (
+        f"{where}: not valid YAML ({said}); allowed: YAML with every list and mapping closed "
+        "([1, 2], {a: 1}) and a space after each key's colon"
+    )
 
 
 def _section_keys(node: Any, full_key: str | None, key: Any) -> list[str]:

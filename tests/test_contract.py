@@ -169,7 +169,7 @@ def test_a_users_experiment_runs_on_its_configs_defaults_and_presets_from_its_co
     assert set(df["experiment"]) == {"rmsnorm_llm"} and set(df["cfg.experiment.dtype"]) == {"bfloat16"}
     (work / "conf" / "experiment").mkdir(parents=True)
     (work / "conf" / "experiment" / "rmsnorm.yaml").write_text("# @package _global_\nexperiment:\n  rows: 3\n")
-    with pytest.raises(Refused, match=r"^experiment/rmsnorm.yaml: a preset named like the experiment rmsnorm"):
+    with pytest.raises(Refused, match=r"conf/experiment/rmsnorm.yaml: a preset named like the experiment rmsnorm"):
         perflab.run("rmsnorm", [f"hydra.searchpath=[file://{work / 'conf'}]"])
 
 
@@ -194,6 +194,17 @@ SOFTMAXER = {
 }
 
 
+def presets(folder: Path, files: dict[str, str]) -> Path:
+    """A user's config dir holding these presets (path under experiment/ -> text)."""
+    for name, text in files.items():
+        (folder / "experiment" / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / "experiment" / name).write_text(text)
+    return folder
+
+
+PRESET = "# @package _global_\ndefaults:\n  - {base}\n  - _self_\nexperiment:\n  {key}: 7\n"
+
+
 def test_a_config_field_without_a_default_is_given_in_a_preset_or_on_the_command_line(install, cli, work):
     install("up2", {"softmaxer": "up2.softmaxer"}, SOFTMAXER)
     assert "softmaxer" in cli().out  # it imports: ExperimentConfig's own field does not come first
@@ -207,6 +218,87 @@ def test_a_config_field_without_a_default_is_given_in_a_preset_or_on_the_command
     assert str(refused.value) == line
     df = perflab.run("softmaxer", [*FAST, "experiment.rows=8"])
     assert df.attrs["outcome"] == "ok" and set(df["cfg.experiment.rows"]) == {8}
+
+
+def test_a_preset_named_like_an_experiment_or_leading_back_to_itself_is_refused_first(install, cli, work):
+    """Hydra would recurse into a preset that lists itself (a RecursionError, thousands of lines),
+    or take perflab's preset in place of one named like it: one line first, for every command
+    given that folder, however it is given."""
+    install("up2", {"softmaxer": "up2.softmaxer"}, SOFTMAXER)
+    mine = presets(work / "mine", {"softmaxer.yaml": PRESET.format(base="softmaxer", key="rows")})
+    line = (
+        f"perflab: error: {mine}/experiment/softmaxer.yaml: a preset named like the experiment softmaxer, whose "
+        "defaults are its Config's; allowed: a preset of another name (softmaxer_big.yaml, its defaults list "
+        "starting with - softmaxer)\n"
+    )
+    for args in (("+experiment=softmaxer",), ("+experiment=quick/matmul", *FAST), ("+experiment=softmaxer", "--help")):
+        assert cli(*args, "--config-dir", str(mine), rc=2).err == line
+        assert cli(*args, f"hydra.searchpath=[file://{mine}]", rc=2).err == line
+    with pytest.raises(Refused) as refused:
+        perflab.run("softmaxer", [f"hydra.searchpath=[file://{mine}]"])
+    assert f"{refused.value}\n" == line.removeprefix("perflab: error: ")
+    theirs = presets(work / "theirs", {"quick/matmul.yaml": PRESET.format(base="/experiment/matmul", key="size")})
+    assert cli("+experiment=matmul", "--config-dir", str(theirs), rc=2).err.startswith(
+        f"perflab: error: {theirs}/experiment/quick/matmul.yaml: a preset named like perflab's own preset "
+        "quick/matmul, which +experiment=quick/matmul runs in its place; allowed: a preset of another name"
+    )
+    loop = presets(
+        work / "loop",
+        {"big.yaml": PRESET.format(base="bigger", key="rows"), "bigger.yaml": PRESET.format(base="big", key="rows")},
+    )
+    assert cli("+experiment=big", "--config-dir", str(loop), rc=2).err == (
+        f"perflab: error: {loop}/experiment/big.yaml: its defaults list comes back to it: big -> bigger -> big; "
+        "allowed: defaults lists that never lead back (a preset's starts with its experiment: - NAME)\n"
+    )
+    assert cli("+experiment=quick/matmul", "--config-dir", str(work / "nope"), rc=2).err == (
+        f"perflab: error: config dir {work / 'nope'}: no such folder; allowed: a folder of presets, "
+        "FOLDER/experiment/NAME.yaml (--config-dir FOLDER or hydra.searchpath=[file://FOLDER])\n"
+    )
+    assert not (work / "outputs").exists()
+
+
+def test_a_mistake_in_a_users_preset_is_one_line_naming_its_file(install, cli, work):
+    install("up2", {"softmaxer": "up2.softmaxer"}, SOFTMAXER)
+    header = "# @package _global_\n"
+    body = "defaults:\n  - softmaxer\n  - _self_\nexperiment:\n"
+    mine = presets(
+        work / "pkg" / "conf",
+        {
+            "not_yaml.yaml": f"{header}{body}  rows: [1,\n",
+            "misspelt.yaml": f"{header}{body}  rowz: 1024\n",
+            "headless.yaml": f"{body}  rows: 1024\n",
+            "elsewhere.yaml": header + PRESET.format(base="rmsnorm", key="rows"),
+        },
+    )
+    (work / "pkg" / "pyproject.toml").write_text('[project.entry-points."perflab.experiments"]\nrmsnorm = "x.y"\n')
+    where = f"{mine}/experiment"
+
+    def said(name: str) -> str:
+        ran = cli(f"+experiment={name}", "--config-dir", str(mine), *FAST, rc=2)
+        assert ran.err.startswith("perflab: error: ") and ran.err.count("\n") == 1, ran.err
+        return ran.err.removeprefix("perflab: error: ").strip()
+
+    assert said("not_yaml") == (
+        f"{where}/not_yaml.yaml, line 7 (its end: a list or mapping opened before is not closed): not valid YAML "
+        "(expected the node content, but found '<stream end>'; while parsing a flow node); allowed: YAML with "
+        "every list and mapping closed ([1, 2], {a: 1}) and a space after each key's colon"
+    )
+    assert said("misspelt") == (
+        f"In {where}/misspelt.yaml: experiment.rowz: unknown key; did you mean experiment.rows?; allowed: the keys "
+        "under experiment: name, rows, cols"
+    )
+    assert said("headless").startswith(
+        f"In {where}/headless.yaml: no `# @package _global_` first line, so its experiment: went under experiment: "
+        "(experiment.experiment: unknown key); allowed: `# @package _global_` as the first line of a preset"
+    )
+    assert said("elsewhere").startswith(
+        f"In {where}/elsewhere.yaml: its defaults list names rmsnorm, and experiment rmsnorm is not installed here "
+        f"(pip install -e {os.path.relpath(work / 'pkg')} declares it); allowed: an installed experiment or preset: "
+    )
+    with pytest.raises(Refused) as refused:  # the same line from Python
+        perflab.run("misspelt", [f"hydra.searchpath=[file://{mine}]"])
+    assert str(refused.value).startswith(f"In {where}/misspelt.yaml: experiment.rowz: unknown key; did you mean")
+    assert not (work / "outputs").exists()
 
 
 def test_a_module_that_does_not_import_is_one_line_and_nothing_runs(install, cli, work):

@@ -7,15 +7,18 @@ the same one line.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import secrets
 import traceback
+from dataclasses import fields
 from pathlib import Path
 from typing import Sequence
 
 from perflab.config import registry
-from perflab.config.schema import OPTIONAL_SECTIONS
-from perflab.errors import ConfigError, Refused, one_line
+from perflab.config.schema import OPTIONAL_SECTIONS, PerflabConfig
+from perflab.errors import ConfigError, KeyOnly, Refused, one_line, preset_named_like
 
 
 def register() -> None:
@@ -53,27 +56,226 @@ def _find_our_hydra_plugins() -> None:
 
 
 def compose(experiment: str, overrides: Sequence[str] = ()):
-    """The job config for ``+experiment=NAME`` plus ``overrides``, and its run dir."""
+    """The job config for ``+experiment=NAME`` plus ``overrides``, and its run dir; every
+    mistake (in a value, a key, a preset, a config dir, an experiment's module) is a Refused."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from hydra.errors import HydraException
     from omegaconf import OmegaConf, open_dict
-    from omegaconf.errors import OmegaConfBaseException
 
-    register()
+    try:  # before Hydra: an experiment that does not register, a config dir, no experiment at all
+        if not isinstance(experiment, str) or not experiment.strip():
+            said = "no experiment named" if not experiment else f"a {type(experiment).__name__}, not a name"
+            raise ConfigError("experiment", experiment, experiments_allowed(), problem=said)
+        register()
+        check_search_path(overrides)
+    except ConfigError as err:
+        raise Refused(err.line()) from None
     try:
         with initialize_config_dir(str(registry.config_dir()), version_base="1.3", job_name="perflab"):
             cfg = hydra_compose("config", overrides=[f"+experiment={experiment}", *overrides], return_hydra_config=True)
         run_dir = Path(str(cfg.hydra.run.dir))
         choice = cfg.hydra.runtime.choices.get("experiment")
-    except (ConfigError, HydraException, OmegaConfBaseException, AssertionError) as err:
-        if isinstance(err, AssertionError) and not raised_by_omegaconf(err):
+    except composing_errors() as err:
+        if not users_mistake(err):
             raise
-        raise Refused(absent_section(experiment, overrides) or one_line(err)) from None
+        raise Refused(absent_section(experiment, overrides) or explain(err, overrides)) from None
     with open_dict(cfg):
         del cfg["hydra"]
     OmegaConf.set_readonly(cfg, False)
     return cfg, run_dir, choice
+
+
+def composing_errors() -> tuple[type[BaseException], ...]:
+    """What composing raises for a user's mistake, if :func:`users_mistake` says so; everything
+    else is a bug, a traceback."""
+    import yaml
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return (ConfigError, HydraException, OmegaConfBaseException, yaml.YAMLError, AssertionError)
+
+
+def users_mistake(err: BaseException) -> bool:
+    """One of :func:`composing_errors` that a user's config made: an AssertionError only when
+    OmegaConf's own (:func:`raised_by_omegaconf`), a YAML error only when Hydra was reading a
+    config file (not one the job itself reads)."""
+    if isinstance(err, AssertionError):
+        return raised_by_omegaconf(err)
+    if type(err).__module__.startswith("yaml"):
+        frames = traceback.extract_tb(err.__traceback__)
+        callers = [f.filename for f in frames if f"{os.sep}yaml{os.sep}" not in f.filename]
+        return bool(callers) and any(f"{os.sep}{lib}{os.sep}" in callers[-1] for lib in ("hydra", "omegaconf"))
+    return True
+
+
+def experiments_allowed() -> str:
+    """What ``+experiment=`` takes, as the end of a line."""
+    return f"{', '.join(registry.choices())} (and quick/NAME)"
+
+
+# --- the user's config dirs -----------------------------------------------------------------
+
+
+def config_dirs(overrides: Sequence[str]) -> list[Path] | None:
+    """The folders of ``hydra.searchpath=[file://...]`` (``--config-dir`` reaches here as one);
+    None when the search path holds what cannot be listed here (``pkg://``)."""
+    found = []
+    for arg in overrides:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key == "hydra.searchpath":
+            for entry in value.strip("[]").split(","):
+                if not entry.strip().startswith("file://"):
+                    return None
+                found.append(Path(entry.strip().removeprefix("file://")))
+    return found
+
+
+def check_search_path(overrides: Sequence[str]) -> None:
+    """The user's config dirs, before Hydra reads them: each one is a folder, and none of its
+    presets is named like an experiment or one of perflab's presets (Hydra would recurse into
+    one that lists itself, or use perflab's in its place) or lists itself through others."""
+    dirs = config_dirs(overrides) or []
+    for folder in dirs:
+        if not folder.is_dir():
+            raise KeyOnly(
+                f"config dir {folder}",
+                folder,
+                "a folder of presets, FOLDER/experiment/NAME.yaml (--config-dir FOLDER or hydra.searchpath=[file://FOLDER])",
+                problem="no such folder" if not folder.exists() else "not a folder",
+            )
+    if not dirs:
+        return
+    ours = registry.config_dir() / "experiment"
+    taken = set(registry.choices()) | {p.relative_to(ours).with_suffix("").as_posix() for p in ours.rglob("*.yaml")}
+    files: dict[str, Path] = {}
+    for folder in dirs:
+        for path in sorted((folder / "experiment").rglob("*.yaml")):
+            name = path.relative_to(folder / "experiment").with_suffix("").as_posix()
+            if name in taken:
+                problem, allowed = preset_named_like(name, experiment=name in registry.declared())
+                raise KeyOnly(str(path), name, allowed, problem)
+            files.setdefault(name, path)  # the first folder's, as Hydra finds it
+    lists = {name: _defaults(path, name) for name, path in files.items()}
+    for name, path in files.items():
+        loop = _loop(name, lists)
+        if loop:
+            raise KeyOnly(
+                str(path),
+                name,
+                "defaults lists that never lead back (a preset's starts with its experiment: - NAME)",
+                problem=f"its defaults list comes back to it: {' -> '.join(loop)}",
+            )
+
+
+def _defaults(path: Path, name: str) -> list[str]:
+    """The presets of the experiment group a preset's defaults list names (``- rmsnorm``,
+    ``- /experiment/quick/matmul``), by name; [] for a file that does not load (Hydra says
+    what is wrong with it when it is used)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []
+    entries = data.get("defaults") if isinstance(data, dict) else None
+    group = name.rpartition("/")[0]
+    found = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, str) or entry.strip() == "_self_":
+            continue
+        entry = entry.partition("@")[0].strip()
+        if entry.startswith("/"):
+            if entry.startswith("/experiment/"):
+                found.append(entry.removeprefix("/experiment/"))
+        else:
+            found.append(f"{group}/{entry}" if group else entry)
+    return found
+
+
+def _loop(start: str, lists: dict[str, list[str]]) -> list[str] | None:
+    """The names from ``start`` back to it through the presets' defaults lists, or None."""
+    todo, seen = [[start]], {start}
+    while todo:
+        path = todo.pop()
+        for name in lists.get(path[-1], []):
+            if name == start:
+                return [*path, name]
+            if name in lists and name not in seen:
+                seen.add(name)
+                todo.append([*path, name])
+    return None
+
+
+# --- a composing mistake as one line ----------------------------------------------------------
+
+
+def explain(err: BaseException, overrides: Sequence[str]) -> str:
+    """The one line for a mistake Hydra or OmegaConf raised while composing: :func:`one_line`,
+    with a config file named by its path (``In 'experiment/mine'`` -> the file), a preset
+    that names an experiment not installed here, and a preset without its package header."""
+    line = one_line(err)
+    inside = re.match(r"In '([^']+)': ", line)
+    path = _config_file(inside.group(1), config_dirs(overrides) or []) if inside else None
+    if inside is None or path is None:
+        return line
+    where, said = f"In {path}", line[inside.end() :]
+    gone = re.match(r"Could not load 'experiment/([^']+)'", said)
+    if gone:
+        name = gone.group(1)
+        package = _declaring_package(name, path)
+        hint = f" (pip install -e {package} declares it)" if package else _did_you_mean(name)
+        return (
+            f"{where}: its defaults list names {name}, and experiment {name} is not installed here{hint}; "
+            f"allowed: an installed experiment or preset: {experiments_allowed()}"
+        )
+    top = re.match(r"experiment\.(\w+): unknown key", said)
+    if top and top.group(1) in PERFLAB_KEYS and _header(path).get("package") != "_global_":
+        return (
+            f"{where}: no `# @package _global_` first line, so its {top.group(1)}: went under experiment: "
+            f"({said.partition(';')[0]}); allowed: `# @package _global_` as the first line of a preset that "
+            "sets experiment.NAME, bench.NAME ... (docs/bring-your-own.md)"
+        )
+    return f"{where}: {said}"
+
+
+# The keys at the top of a job's config (a preset without its header puts them under experiment).
+PERFLAB_KEYS = ("defaults", *(f.name for f in fields(PerflabConfig)))
+
+
+def _config_file(config: str, dirs: Sequence[Path]) -> Path | None:
+    """The file Hydra read for ``experiment/NAME``: the user's, or perflab's own."""
+    return next((p for d in (*dirs, registry.config_dir()) if (p := d / f"{config}.yaml").is_file()), None)
+
+
+def _header(path: Path) -> dict:
+    """A config file's header (``# @package _global_``), read as Hydra reads it."""
+    from hydra.plugins.config_source import ConfigSource
+
+    try:
+        return ConfigSource._get_header_dict(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _declaring_package(name: str, preset: Path) -> str | None:
+    """The folder of the package beside a preset whose pyproject.toml declares experiment
+    ``name`` (examples/userpkg for examples/userpkg/conf/experiment/rmsnorm_llm.yaml), if any."""
+    import tomllib
+
+    for folder in list(preset.resolve().parents)[:4]:
+        try:
+            project = tomllib.loads((folder / "pyproject.toml").read_text()).get("project", {})
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        if name in project.get("entry-points", {}).get(registry.GROUP, {}):
+            relative = os.path.relpath(folder)
+            return folder.as_posix() if relative.startswith("..") else relative
+    return None
+
+
+def _did_you_mean(name: str) -> str:
+    close = difflib.get_close_matches(name, registry.choices(), n=1)
+    return f"; did you mean {close[0]}?" if close else " (pip install the package that declares it)"
 
 
 def absent_section(experiment: str, overrides: Sequence[str]) -> str | None:
