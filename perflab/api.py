@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -21,14 +22,17 @@ from perflab.job.logs import LogFile
 log = logging.getLogger("perflab")
 
 
-def run(experiment: str, overrides: Sequence[str] = (), *, sweep_dir: str | Path | None = None, job_num: int = 0):
+def run(experiment: str, overrides: Sequence[str] | str = (), *, sweep_dir: str | Path | None = None, job_num: int = 0):
     """Run one job and return its rows as a pandas DataFrame.
 
     ``experiment`` is a preset name (``matmul``, ``quick/train``, ``lenet_scratch`` ...);
-    ``overrides`` are the command line's ``key=value`` items. The rows are also on disk, in
-    the run dir (``df.attrs["run_dir"]``), like any run's. A bad value raises
-    :class:`perflab.errors.Refused` with the one-line reason; a crash inside the experiment
-    is an ``error`` row, as on the command line (``df.attrs["outcome"]`` says what came of it).
+    ``overrides`` are the command line's ``key=value`` items: a list of strings, or one string
+    split as a shell splits a command line (``"experiment.size=512 bench.repeats=3"``). The
+    rows are also on disk, in the run dir (``df.attrs["run_dir"]``), like any run's. Every
+    refusal (a bad value, key, preset or config dir, an experiment module that does not import)
+    raises :class:`perflab.errors.Refused` with the one-line reason, before anything runs; a
+    crash inside the experiment is an ``error`` row, as on the command line
+    (``df.attrs["outcome"]`` says what came of it).
 
     ``sweep_dir``: run the job as point ``job_num`` of that sweep dir (``<sweep_dir>/<job_num>``),
     as a ``-m`` sweep runs its points: a point completed before (same config) is reused, not
@@ -41,6 +45,7 @@ def run(experiment: str, overrides: Sequence[str] = (), *, sweep_dir: str | Path
     from perflab.results import load
     from perflab.store.rows import RESULTS
 
+    overrides = as_overrides(overrides)
     cfg, run_dir, choice = compose(experiment, overrides)
     try:  # what the schema refutes, before the run dir (placed by results.store) is made
         check_overrides(overrides)
@@ -69,6 +74,25 @@ def run(experiment: str, overrides: Sequence[str] = (), *, sweep_dir: str | Path
     df = load(run_dir) if found else pd.DataFrame()  # typed as load() types them
     df.attrs.update(outcome=result.outcome, run_dir=str(run_dir))
     return df
+
+
+def as_overrides(overrides: Sequence[str] | str) -> list[str]:
+    """``run()``'s overrides as a list of ``key=value`` strings: one string is split as a shell
+    splits a command line; anything else but strings is refused."""
+    allowed = "allowed: a list of key=value strings, e.g. ['experiment.size=512', 'bench.repeats=3']"
+    if isinstance(overrides, str):
+        try:
+            return shlex.split(overrides)
+        except ValueError as err:  # an unclosed quote
+            raise Refused(f"overrides={overrides!r}: cannot be split as a command line ({err}); {allowed}") from None
+    try:
+        given = list(overrides)
+    except TypeError:
+        raise Refused(f"overrides={overrides!r} ({type(overrides).__name__}): not a list; {allowed}") from None
+    wrong = next((o for o in given if not isinstance(o, str)), None)
+    if wrong is not None:
+        raise Refused(f"overrides: {wrong!r} ({type(wrong).__name__}) is not a key=value string; {allowed}")
+    return given
 
 
 def _save_config(cfg, overrides: Sequence[str], run_dir: Path) -> None:

@@ -66,6 +66,12 @@ def test_the_python_api_returns_the_rows_it_wrote(work):
         perflab.run("matmul", ["experiment.size=-5"])
     with pytest.raises(Refused, match=r"^trainer.epochs=2: the matmul experiment has no trainer keys"):
         perflab.run("matmul", ["trainer.epochs=2"])
+    with pytest.raises(Refused, match=r"^experiment.size=-5: allowed: an integer >= 1$"):  # one string, split
+        perflab.run("matmul", "bench.repeats=3  experiment.size=-5")
+    with pytest.raises(Refused, match=r"^overrides: 3 \(int\) is not a key=value string; allowed: a list of"):
+        perflab.run("matmul", ["bench.repeats=3", 3])
+    with pytest.raises(Refused, match=r"^experiment=: no experiment named; allowed: async_compute, "):
+        perflab.run("")
 
 
 @cpu_only
@@ -310,6 +316,10 @@ def test_library_warnings_stay_out_of_the_terminal(work):
         (
             ["bench.repeats=3"],
             "experiment: missing; allowed: +experiment=NAME before the other keys (perflab lists the names)",
+        ),
+        (
+            ["experiment=", "bench.repeats=3"],
+            "experiment=: no experiment named; allowed: " + ", ".join(registry.choices()) + " (and quick/NAME)",
         ),
         (
             ["+experiment=quick/matmul", "experiment.size=64,128"],

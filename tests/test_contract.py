@@ -313,6 +313,9 @@ def test_a_module_that_does_not_import_is_one_line_and_nothing_runs(install, cli
     for args in ((), ("+experiment=quick/matmul", *FAST)):  # the listing, and any job
         ran = cli(*args, rc=2)
         assert ran.err == line and ran.out == ""
+    with pytest.raises(Refused) as refused:  # from Python too: every refusal is a Refused
+        perflab.run("quick/matmul", FAST)
+    assert f"perflab: error: {refused.value}\n" == line
     assert not (work / "outputs").exists()
 
 
