@@ -166,15 +166,42 @@ def help_text(args: Sequence[str]) -> int:
         g: ", ".join(sorted(p.stem for p in (registry.config_dir() / g).glob("*.yaml")))
         for g in ("model", "data", "strategy", "launcher")
     }
+    overrides = [a for a in overrides_only(searchpath(args)) if not a.lstrip("+").startswith("experiment=")]
+    swept = sweeping(overrides)
     try:
-        cfg, _, _ = compose(experiment, [a for a in searchpath(args) if not a.lstrip("+").startswith("experiment=")])
+        cfg, _, _ = compose(experiment, [o for o in overrides if o not in swept])
     except ValueError as err:
         return usage_error(str(err))
     groups = {g: c for g, c in groups.items() if g == "launcher" or cfg.get(g) is not None}  # what it has
+    if swept:
+        print(f"Swept (with -m, one job per value), shown without: {' '.join(swept)}")
     print("\nGroups (choose with group=NAME): " + "; ".join(f"{g}: {c}" for g, c in groups.items()))
     print("Keys and defaults: perflab/config/schema.py. Hydra's own flags: --hydra-help.\n")
     print(OmegaConf.to_yaml(cfg, resolve=False), end="")
     return 0
+
+
+def overrides_only(args: Sequence[str]) -> list[str]:
+    """The ``key=value`` items of a command line, without Hydra's flags (``-m``, ``--cfg job``)."""
+    out, rest = [], iter(args)
+    for a in rest:
+        if a in FLAGS_WITH_VALUE:
+            next(rest, None)
+        elif not a.startswith("-"):
+            out.append(a)
+    return out
+
+
+def sweeping(overrides: Sequence[str]) -> list[str]:
+    """The overrides Hydra would sweep (``a=1,2``, ``a=range(3)``), by its own parser; none when
+    they do not parse (composing says why)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # a mistake in an override: the compose that follows is refused in one line
+        return []
+    return [str(o.input_line) for o in parsed if o.is_sweep_override()]
 
 
 def searchpath(args: Sequence[str]) -> list[str]:

@@ -225,6 +225,12 @@ def test_help_lists_only_the_groups_the_experiment_has(cli):
     assert "model: lenet" in groups("quick/train") and "strategy: data_parallel" in groups("quick/train")
 
 
+def test_help_of_a_sweep_shows_the_keys_and_what_is_swept(cli):
+    out = cli("-m", "+experiment=quick/matmul", "experiment.size=64,128", "experiment.iterations=3", "--help").out
+    assert "Swept (with -m, one job per value), shown without: experiment.size=64,128" in out
+    assert "  size: 256\n  iterations: 3\n" in out  # the preset's size, the override's iterations
+
+
 def test_misused_hydra_flags_are_one_line(cli):
     ran = cli("-m", "+experiment=matmul", "--cfg", "job", rc=2)
     assert ran.err.strip().splitlines() == [
