@@ -182,6 +182,17 @@ def first_line(text: str | BaseException) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), text.strip())
 
 
+def paragraph(text: str | BaseException) -> str:
+    """A message's first paragraph as one line: a library's sentence wrapped over several lines
+    (Hydra's), without what follows a blank line or its ``full_key:`` trailer."""
+    lines = []
+    for line in str(text).strip().splitlines():
+        if not line.strip() or line.strip().startswith("full_key:"):
+            break
+        lines.append(line.strip())
+    return " ".join(lines)
+
+
 class Refused(ValueError):
     """``perflab.run()`` refused a job for a bad value; ``str()`` is the one-line reason."""
 

@@ -76,6 +76,17 @@ def userpkg(work, monkeypatch):
             "and set data.num_classes instead",
         ),
         (
+            ["model._target_=userpkg.models.TinyTransformer"],  # a language model on the default images
+            "model._target_=userpkg.models.TinyTransformer: userpkg.models.TinyTransformer needs vocab_size, "
+            "seq_len, which this data does not decide (it decides num_classes, in_channels); allowed: data=tokens, "
+            "which decides vocab_size, seq_len; or each given by hand: +model.vocab_size=... +model.seq_len=...",
+        ),
+        (
+            ["model._target_=os.system"],  # Hydra's own refusal, whole (its sentence spans lines)
+            "model._target_=os.system: Hydra refuses it: Target 'os.system' is blocklisted because it allows "
+            "config data to control executable behavior",
+        ),
+        (
             ["model._target_=torch.nn.Flatten", "data.shape=[12]"],
             "model=torch.nn.Flatten: its output (2, 12) does not fit the data (input (2, 12), output (2, 10))",
         ),

@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from perflab.config.schema import ModelConfig
-from perflab.errors import ConfigError, first_line
+from perflab.errors import ConfigError, first_line, paragraph
 
 
 def lenet(num_classes: int = 10) -> nn.Module:
@@ -159,6 +159,7 @@ def _refit_first_conv(net: nn.Module, in_channels: int) -> None:
 # --- any factory, Hydra's way ---------------------------------------------------------------
 
 TARGET_ALLOWED = "a callable's dotted path, pkg.module.Name, that returns an nn.Module"
+NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)  # arguments taken by name
 
 
 def locate(target: str) -> Callable[..., Any]:
@@ -206,7 +207,7 @@ def arguments(cfg: ModelConfig, data: Any) -> dict[str, Any]:
     one line."""
     params = _parameters(locate(cfg._target_))
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    named = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    named = [n for n, p in params.items() if p.kind in NAMED]
     decided = data.factory_args()
     for key, value in cfg.args.items():
         if key in decided:
@@ -238,6 +239,29 @@ DATA_KEYS = {
     "vocab_size": "data.vocab_size",
     "seq_len": "data.seq_len",
 }
+# Which data decides it (perflab.train.data.Spec.factory_args).
+DECIDED_BY = {
+    "num_classes": "image data (data=synthetic, fashion_mnist, torchvision)",
+    "in_channels": "image data (data=synthetic, fashion_mnist, torchvision)",
+    "vocab_size": "data=tokens",
+    "seq_len": "data=tokens",
+}
+
+
+def _needs(label: str, lacking: list[str], decided: dict[str, Any]) -> str:
+    """What a factory needs that nothing here gives, beside what this data does give."""
+    gives = ", ".join(decided) or "nothing"
+    return f"{label} needs {', '.join(lacking)}, which this data does not decide (it decides {gives})"
+
+
+def _supplied(lacking: list[str]) -> str:
+    """Where each argument a factory needs can come from: the data that decides it, or by hand."""
+    by_data: dict[str, list[str]] = {}
+    for name in lacking:
+        if name in DECIDED_BY:
+            by_data.setdefault(DECIDED_BY[name], []).append(name)
+    ways = [f"{data}, which decides {', '.join(names)}" for data, names in by_data.items()]
+    return "; or ".join([*ways, "each given by hand: " + " ".join(f"+model.{n}=..." for n in lacking)])
 
 
 def _parameters(factory: Callable[..., Any]) -> dict[str, inspect.Parameter]:
@@ -251,6 +275,7 @@ def build(cfg: ModelConfig, data: Any) -> nn.Module:
     """The model on the CPU with its weights initialized (seed the RNG first for repeatability),
     instantiated by ``hydra.utils.instantiate`` as Hydra builds any ``_target_``. A factory
     that fails to build is one line."""
+    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
     args = arguments(cfg, data)
@@ -262,6 +287,14 @@ def build(cfg: ModelConfig, data: Any) -> nn.Module:
             cause = cause.__cause__  # Hydra wraps what the factory raised
         if isinstance(cause, ConfigError):
             raise cause from None
+        if isinstance(cause, InstantiationException) and cause.__cause__ is None:  # Hydra refused the target itself
+            problem = f"Hydra refuses it: {paragraph(cause).rstrip('.')}"
+            raise ConfigError("model._target_", cfg._target_, TARGET_ALLOWED, problem=problem) from None
+        params = _parameters(locate(cfg._target_))
+        lacking = [n for n, p in params.items() if p.default is p.empty and p.kind in NAMED and n not in args]
+        if isinstance(cause, TypeError) and lacking:  # its own words say nothing of where a value comes from
+            problem = _needs(cfg.label, lacking, data.factory_args())
+            raise ConfigError("model._target_", cfg._target_, _supplied(lacking), problem=problem) from None
         raise ConfigError(
             "model._target_",
             cfg._target_,
