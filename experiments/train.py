@@ -184,16 +184,17 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
     from perflab.store.rows import number
 
     r = next((x for x in rows if number(x.get("global_batch")) is not None), rows[0] if rows else {})
-    epochs, images = number(r.get("cfg.trainer.epochs")), number(r.get("cfg.data.train_size"))
+    epochs, size = number(r.get("cfg.trainer.epochs")), number(r.get("cfg.data.train_size"))
     batch, n = number(r.get("global_batch")), number(r.get("n_devices"))
     if epochs is None or batch is None:
         return ""
     setup = {what: theirs for what, theirs, _ in BOOK.get(str(r.get("experiment")), ("", "", "", []))[3]}
     book = f"{setup['epochs']} epochs at global batch {setup['global batch']}" if "epochs" in setup else ""
-    what = f"{images:.0f}" if images is not None else "all the"
+    what = f"{size:.0f}" if size is not None else "all the"
+    unit = r.get("batch_unit") or r.get("items_unit") or "items"  # what data.train_size counts: images, sequences
     line = (
-        f"work: {epochs:.0f} epochs of {what} images at global batch {batch:.0f} on {n or 1:.0f} "
-        f"device{'s' if (n or 1) > 1 else ''}"
+        f"work: {epochs:.0f} epoch{'s' if epochs != 1 else ''} of {what} {unit} at global batch {batch:.0f} "
+        f"on {n or 1:.0f} device{'s' if (n or 1) > 1 else ''}"
     )
     return line + (f"; the book: {book}" if book else "")
 

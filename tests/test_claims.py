@@ -396,8 +396,11 @@ def test_each_job_says_how_much_work_it_timed_beside_the_book():
     line = chapter.work_line("auto_parallel", [row("cpu#0 alone", experiment="auto_parallel", **auto)])
     assert "768" in line and "the book: 50 matmuls of 4000 x 4000" in line, "its report hook's setup line says it"
     train = {"cfg.trainer.epochs": 3, "cfg.data.train_size": 1024, "global_batch": 256, "n_devices": 2}
-    line = chapter.work_line("train", [row("train", experiment="lenet_scratch", **train)])
+    line = chapter.work_line("train", [row("train", experiment="lenet_scratch", batch_unit="images", **train)])
     book = "the book: 10 epochs at global batch 256 on 1 and on 2 GPUs"
     assert line == f"work: 3 epochs of 1024 images at global batch 256 on 2 devices; {book}"
+    tokens = {**train, "cfg.trainer.epochs": 1, "n_devices": 1, "batch_unit": "sequences", "items_unit": "tokens"}
+    line = chapter.work_line("train", [row("train", experiment="train", **tokens)])
+    assert line.startswith("work: 1 epoch of 1024 sequences at global batch 256 on 1 device"), line
     sizes = {"cfg.experiment.min_bytes": 4096, "cfg.experiment.max_bytes": 65536}
     assert "4 KiB to 64 KiB per rank (3 sizes)" in chapter.work_line("comm", [row("allreduce", **sizes)])
