@@ -181,7 +181,7 @@ SOFTMAXER = {
     "up2/softmaxer.py": (
         '"""Softmax over rows."""\n'
         "from dataclasses import dataclass\n"
-        "from perflab.config.schema import ExperimentConfig\n"
+        "from perflab.experiment import ExperimentConfig\n"
         "@dataclass\n"
         "class Config(ExperimentConfig):\n"
         "    rows: int\n"
