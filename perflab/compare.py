@@ -67,9 +67,10 @@ def select(
     tree: str = "",
 ) -> pd.DataFrame:
     """The ok rows, of one experiment, with ``KEY=VALUE`` filters; refuses a ``metric`` no row
-    has (``tree``: which of two trees, for the message)."""
+    has (``tree``: which tree, for the message: ``NEW (path)``)."""
     if df.empty:
-        raise CompareError("no rows to compare")
+        said = "; ".join(df.attrs.get("notes", []))
+        raise CompareError(f"{tree + ': ' if tree else ''}no rows to compare" + (f" ({said})" if said else ""))
     df = df[df["status"].astype("string") == "ok"]
     if experiment is not None:
         if experiment not in set(df["experiment"].astype("string")):
@@ -161,7 +162,8 @@ def compare(
     ``df.attrs["notes"]`` holds the lines worth showing (pooled configs, differing metrics,
     suspect figures). Each line's raw values of its metric are in its ``_samples`` column.
     """
-    df = select(load(*paths) if rows is None else rows, experiment, where, metric)
+    tree = ", ".join(map(str, paths)) if rows is None else ""
+    df = select(load(*paths) if rows is None else rows, experiment, where, metric, tree=tree)
     if baseline:
         _check_baseline(df, baseline)
     if samples is None:
