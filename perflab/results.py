@@ -1,9 +1,9 @@
-"""Loading results into pandas, and ``python -m perflab.results``: past runs, like ``git log``.
+"""Loading results into pandas, and ``perflab results``: past runs, like ``git log``.
 
-python -m perflab.results [PATH]            the runs under PATH (default outputs/), newest first
-python -m perflab.results show RUN          one run's table (RUN: a run id, a prefix, or a path)
-python -m perflab.results reindex [PATH]    rebuild the derived index (done points, row segments)
-python -m perflab.results export FILE [PATH] [--parquet]   every row under PATH in one CSV (or Parquet) file
+perflab results [PATH]            the runs under PATH (default outputs/), newest first
+perflab results show RUN          one run's table (RUN: a run id, a prefix, or a path)
+perflab results reindex [PATH]    rebuild the derived index (done points, row segments)
+perflab results export FILE [PATH] [--parquet]   every row under PATH in one CSV (or Parquet) file
 """
 
 from __future__ import annotations
@@ -235,8 +235,11 @@ def at_least_one(text: str) -> int:
     return int(text)
 
 
+PROG = "perflab results"  # how its lines start (``python -m perflab.results`` is the same command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m perflab.results", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("words", nargs="*", help="[PATH] | show RUN [PATH] | reindex [PATH] | export FILE [PATH]")
     parser.add_argument("-n", type=at_least_one, default=50, help="how many runs to list (default 50)")
     parser.add_argument("--parquet", action="store_true", help="export: write Parquet instead of CSV")
@@ -269,12 +272,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             parser.error(f"unknown command: {' '.join(words)}")
     except (LookupError, FileNotFoundError) as err:
-        print(f"perflab.results: error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     except Exception as err:  # a ConfigError from export's checks, say
         if type(err).__name__ != "ConfigError":
             raise
-        print(f"perflab.results: error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     return 0
 

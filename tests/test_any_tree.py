@@ -251,7 +251,7 @@ def test_report_and_plots_replace_only_what_perflab_wrote(mixed, tmp_path, capsy
     (folder / "scaling.png").write_bytes(b"my picture")
     for where in (folder, mine, "/dev/null"):
         assert compare.main([str(mixed), "--plot", str(where)]) == 2
-        assert "perflab.compare: error: --plot=" in capsys.readouterr().err
+        assert "perflab compare: error: --plot=" in capsys.readouterr().err
     assert (folder / "scaling.png").read_bytes() == b"my picture" and mine.read_text() == "my notes\n"
     if plots.SOFTWARE and pytest.importorskip("matplotlib"):
         fresh = tmp_path / "fresh"
