@@ -1,7 +1,7 @@
 """Compare results: within one tree, or two trees A/B.
 
-    python -m perflab.compare PATH [--by KEY ...] [--baseline KEY=VALUE] [--plot DIR]
-    python -m perflab.compare BASE NEW [--fail-if-slower PCT]
+    perflab compare PATH [--by KEY ...] [--baseline KEY=VALUE] [--plot DIR]
+    perflab compare BASE NEW [--fail-if-slower PCT]
 
 One tree: one line per (experiment, measurement, config keys: by default the keys that vary),
 each experiment with its own metric (training: items/s of its summary row; matmul: TFLOP/s;
@@ -15,7 +15,10 @@ Two trees: points matched by config and device; per point the change, its signif
 discovery rate over all points: ``--alpha``) and one verdict of ``perflab.analysis.verdicts``: PASS,
 FAIL, INCONCLUSIVE (how many more repeats would do) or INCOMPARABLE (which machine identity
 fields differ; ``--allow-mixed`` judges them anyway). ``--fail-if-slower PCT`` sets the gate
-(default 10 %). Exit codes: 0 pass, 1 fail, 2 usage error, 3 could not judge.
+(default 10 %). Exit codes: 0 pass, 1 fail, 2 usage error, 3 could not judge (a crash too:
+one line, the traceback with ``PERFLAB_DEBUG=1``). A row whose metric, or a sample whose
+time, is NaN, not a number or <= 0 is left out of its point and said; a point left with
+nothing to judge is INCONCLUSIVE.
 
 Ratio, speedup and the significance words all come from the same metric in its own
 direction: higher is better for rates (tested on per-sample rates), lower for times.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,13 +37,22 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis.frames import config_column, device_family, identity_columns, sample_values
-from perflab.analysis.stats import ALPHA, Difference, compare_samples, detectable_change, fdr, repeats_needed
+from perflab.analysis.stats import (
+    ALPHA,
+    Difference,
+    compare_samples,
+    detectable_change,
+    fdr,
+    repeats_needed,
+    usable,
+)
 from perflab.analysis.verdicts import (
     DEFAULT_GATE_PCT,
     PASS_EXIT,
     UNJUDGED_EXIT,
     USAGE_EXIT,
     Verdict,
+    could_not_judge,
     exit_code,
     meaning,
 )
@@ -48,6 +61,7 @@ from perflab.errors import ConfigError, OneLineParser
 from perflab.results import load
 from perflab.store import files
 from perflab.store.columns import JUDGED, higher_is_better, unit_of
+from perflab.store.rows import Notes
 
 COUNT_KEYS = ("cfg.devices.count", "n_devices")
 SUPERLINEAR = 1.1  # efficiency above this is physically suspect
@@ -67,9 +81,10 @@ def select(
     tree: str = "",
 ) -> pd.DataFrame:
     """The ok rows, of one experiment, with ``KEY=VALUE`` filters; refuses a ``metric`` no row
-    has (``tree``: which of two trees, for the message)."""
+    has (``tree``: which tree, for the message: ``NEW (path)``)."""
     if df.empty:
-        raise CompareError("no rows to compare")
+        said = "; ".join(df.attrs.get("notes", []))
+        raise CompareError(f"{tree + ': ' if tree else ''}no rows to compare" + (f" ({said})" if said else ""))
     df = df[df["status"].astype("string") == "ok"]
     if experiment is not None:
         if experiment not in set(df["experiment"].astype("string")):
@@ -132,8 +147,13 @@ def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["measurement"].astype("string").isin(keep)] if keep else rows
 
 
-def samples_by_row(paths: Sequence[str | Path]) -> dict[str, np.ndarray]:
-    """Every row's raw sample seconds (not its warm-up) under ``paths``, by row id."""
+UNUSABLE_SAMPLES = "left out {n} unusable sample{s} (NaN, not a number, or <= 0 s) of the rows"
+
+
+def samples_by_row(paths: Sequence[str | Path], notes: Notes | None = None) -> dict[str, np.ndarray]:
+    """Every row's raw sample seconds (not its warm-up) under ``paths``, by row id; a sample
+    that is no time (NaN, not a number, <= 0) is left out and said: in ``notes`` by row id
+    (kind ``UNUSABLE_SAMPLES``), else as a warning."""
     try:
         s = load(*paths, samples=True)
     except FileNotFoundError:
@@ -141,7 +161,17 @@ def samples_by_row(paths: Sequence[str | Path]) -> dict[str, np.ndarray]:
     if s.empty:
         return {}
     s = s[s["phase"].astype("string") == "sample"]
-    return {str(k): g["seconds"].to_numpy(float) for k, g in s.groupby("row_id", observed=True)}
+    own = notes if notes is not None else Notes()
+    out = {}
+    for k, g in s.groupby("row_id", observed=True):
+        seconds = pd.to_numeric(g["seconds"], errors="coerce").to_numpy(float)
+        kept = usable(seconds)
+        if len(kept) < len(seconds):
+            own.add(UNUSABLE_SAMPLES, k, count=len(seconds) - len(kept))
+        out[str(k)] = kept
+    if notes is None:
+        own.say()
+    return out
 
 
 def compare(
@@ -161,7 +191,8 @@ def compare(
     ``df.attrs["notes"]`` holds the lines worth showing (pooled configs, differing metrics,
     suspect figures). Each line's raw values of its metric are in its ``_samples`` column.
     """
-    df = select(load(*paths) if rows is None else rows, experiment, where, metric)
+    tree = ", ".join(map(str, paths)) if rows is None else ""
+    df = select(load(*paths) if rows is None else rows, experiment, where, metric, tree=tree)
     if baseline:
         _check_baseline(df, baseline)
     if samples is None:
@@ -243,18 +274,20 @@ def _one_experiment(
     for values, part in df.groupby(group, dropna=False, sort=True, observed=True):
         values = values if isinstance(values, tuple) else (values,)
         entry: dict[str, Any] = {"experiment": name, **dict(zip(group, values)), "metric": metric}
-        per_run = pd.to_numeric(part[metric], errors="coerce")
-        entry[metric] = float(per_run.median())
+        usable_part = measured(part, metric, samples)
+        per_run = pd.to_numeric(usable_part.rows[metric], errors="coerce")
+        entry[metric] = usable_part.value
         entry["runs"] = int(part["run_id"].nunique())
+        if usable_part.left_out:
+            entry["left_out"] = ", ".join(usable_part.left_out)
+            notes.append(f"{name} {entry['measurement']}: left out {entry['left_out']}")
         if entry["runs"] > 1 and per_run.mean():
             cv = float(per_run.std(ddof=1) / per_run.mean())
             entry["cv_between_runs"] = cv
             if cv > NOISY_BETWEEN_RUNS:
                 point = ", ".join(f"{k.removeprefix('cfg.')}={v}" for k, v in zip(group, values))
                 notes.append(f"{name} {point}: {metric} varies {cv:.0%} between runs ({entry['runs']} runs)")
-        values_per_sample = [sample_values(samples, r, metric) for _, r in part.iterrows()]
-        pooled_samples = np.concatenate(values_per_sample) if values_per_sample else np.array([])
-        entry["_samples"] = pooled_samples
+        entry["_samples"] = usable_part.samples
         seconds = [samples.get(str(r["row_id"]), np.array([])) for _, r in part.iterrows()] if samples else []
         pooled_seconds = np.concatenate(seconds) if seconds else np.array([])
         if len(pooled_seconds) >= 3:  # of the times, as the job's table and bench.noise_threshold
@@ -379,7 +412,8 @@ def ab(
     ``change`` saying which. ``df.attrs["notes"]`` holds the lines worth showing."""
     a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
     b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
-    samples = {**samples_by_row([base]), **samples_by_row([new])}
+    said = {"BASE": Notes(), "NEW": Notes()}  # samples left out when read, by row id
+    samples = {**samples_by_row([base], said["BASE"]), **samples_by_row([new], said["NEW"])}
     entries, notes, pooled = [], [], []
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
         pa = summary_rows(name, a[a["experiment"].astype("string") == name])
@@ -408,12 +442,14 @@ def ab(
                 entries.append(entry)
                 continue
             ra, rb = ga[point], gb[point]
-            va, vb = float(pd.to_numeric(ra[m]).median()), float(pd.to_numeric(rb[m]).median())
+            sides = {"BASE": measured(ra, m, samples, said["BASE"]), "NEW": measured(rb, m, samples, said["NEW"])}
+            va, vb = sides["BASE"].value, sides["NEW"].value
             higher = higher_is_better(m)
             speedup = (vb / va) if higher else (va / vb)
             differ, unknown = identity_differences(ra, rb)
-            sa, sb = _pool(samples, ra, m), _pool(samples, rb, m)
+            sa, sb = sides["BASE"].samples, sides["NEW"].samples
             test = _verdict(sa, sb, higher, m)
+            left = "; ".join(f"in {side}: {', '.join(x.left_out)}" for side, x in sides.items() if x.left_out)
             entry.update(
                 base=va,
                 new=vb,
@@ -430,8 +466,17 @@ def ab(
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
             if unknown:
                 notes.append(f"{name} {label['measurement']}: identity not checked for {', '.join(unknown)}")
-            pooled.append(entry)
+            if left:
+                entry["left_out"] = left
+                notes.append(f"{entry['_name']}: left out {left}")
             entries.append(entry)
+            empty = [side for side, x in sides.items() if math.isnan(x.value)]
+            if empty:  # nothing of this point to judge on a side: said, never a pass
+                entry["verdict"] = Verdict.INCONCLUSIVE.value
+                entry["why"] = f"no usable {m} in {' and '.join(empty)} (left out {left})"
+                entry["significance"] = test.words
+                continue
+            pooled.append(entry)
     judge(pooled, gate_pct, alpha, allow_mixed)
     out = pd.DataFrame(entries)
     first = [c for c in AB_FIRST if c in out] + [c for c in out if c.startswith("cfg.")]
@@ -554,6 +599,8 @@ def _size(speedup: float) -> str:
 
 def _inconclusive(p: dict[str, Any], gate_pct: float, level: float) -> str:
     a, b = p["_base_samples"], p["_new_samples"]
+    if (not len(a) or not len(b)) and p.get("left_out"):
+        return f"too few usable samples of {p['metric']} to test (left out {p['left_out']})"
     if not len(a) or not len(b):
         return f"no raw samples of {p['metric']} to test (results.samples=false?)"
     have = f"have {len(a)} and {len(b)}"
@@ -583,9 +630,37 @@ def _points(df: pd.DataFrame, columns: list[str]) -> dict[tuple, pd.DataFrame]:
     )
 
 
-def _pool(samples: dict[str, np.ndarray], rows: pd.DataFrame, metric: str) -> np.ndarray:
-    parts = [sample_values(samples, r, metric) for _, r in rows.iterrows()]
-    return np.concatenate(parts) if parts else np.array([])
+@dataclass
+class Measured:
+    """What a point's rows give to judge it by: the rows whose metric is usable, the median of
+    it, their usable raw samples as values of the metric, and what was left out, in words."""
+
+    rows: pd.DataFrame
+    value: float
+    samples: np.ndarray
+    left_out: list[str]
+
+
+def measured(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], said: Notes | None = None) -> Measured:
+    """A point's usable values: a row whose metric is NaN, not a number or <= 0 is left out
+    with its samples, and so is a sample that implies no positive value (``said``: the notes of
+    ``samples_by_row``, for the samples left out when they were read). Nothing usable: value
+    NaN, no samples."""
+    values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    good = np.isfinite(values) & (values > 0)
+    kept = rows[good]
+    parts = [sample_values(samples, r, metric) for _, r in kept.iterrows()]
+    pooled = np.concatenate(parts) if parts else np.array([])
+    clean = usable(pooled)
+    at_read = sum(said.of(r).get(UNUSABLE_SAMPLES, 0) for r in kept["row_id"].astype(str)) if said else 0
+    left = []
+    if not good.all():
+        n = int((~good).sum())
+        left.append(f"{n} row{'s' if n != 1 else ''} whose {metric} is NaN, not a number or <= 0")
+    if at_read + len(pooled) - len(clean):
+        n = at_read + len(pooled) - len(clean)
+        left.append(f"{n} sample{'s' if n != 1 else ''} that give no positive {metric} (NaN, not a number, <= 0)")
+    return Measured(kept, float(np.median(values[good])) if good.any() else math.nan, clean, left)
 
 
 def regressions(table: pd.DataFrame, pct: float | None = None) -> pd.DataFrame:
@@ -650,12 +725,10 @@ def to_json(table: pd.DataFrame, *, two_trees: bool, code: int | None = None, ga
     import json
 
     visible = table.drop(columns=[c for c in table.columns if c.startswith("_")])
-    records = [
-        {k: _json_value(v) for k, v in r.items() if _json_value(v) is not None} for r in visible.to_dict("records")
-    ]
+    records = [{k: _json_value(v) for k, v in r.items() if not _absent(v)} for r in visible.to_dict("records")]
     notes = table.attrs.get("notes", [])
     if not two_trees:
-        return json.dumps({"rows": records, "notes": notes}, indent=1)
+        return json.dumps({"rows": records, "notes": notes}, indent=1, allow_nan=False)
     judged = [r for r in records if "verdict" in r]
     gate_pct, alpha = table.attrs.get("gate_pct", DEFAULT_GATE_PCT), table.attrs.get("alpha", ALPHA)
     exit_ = verdict_of(table) if code is None else code
@@ -671,17 +744,22 @@ def to_json(table: pd.DataFrame, *, two_trees: bool, code: int | None = None, ga
         "only_in_new": [r for r in records if r.get("change") == "only in new"],
         "notes": notes,
     }
-    return json.dumps(out, indent=1)
+    return json.dumps(out, indent=1, allow_nan=False)
+
+
+def _absent(v: object) -> bool:
+    """An empty cell: left out of a JSON record."""
+    return v is None or v is pd.NA or (isinstance(v, (float, np.floating)) and math.isnan(v))
 
 
 def _json_value(v: object) -> object:
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
-        return None
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
+    """A cell as a valid JSON value: numbers as numbers, an infinite one as null (JSON has no
+    infinity: ``detectable_pct`` null means no change was detectable), the rest as text."""
     if isinstance(v, (np.integer, np.floating, np.bool_)):
-        return v.item()
-    return v if isinstance(v, (int, float, bool, str)) else str(v)
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v if v is None or isinstance(v, (int, float, bool, str)) else str(v)
 
 
 def to_github(table: pd.DataFrame) -> str:
@@ -713,9 +791,22 @@ def to_github(table: pd.DataFrame) -> str:
     return json.dumps(out, indent=1)
 
 
+PROG = "perflab compare"  # how its lines start (``python -m perflab.compare`` is the same command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; exit codes are perflab.analysis.verdicts' (0 pass, 1 fail, 2 usage, 3 not judged)."""
-    parser = OneLineParser(prog="python -m perflab.compare", description=__doc__.split("\n\n")[0])
+    """The command line; exit codes are perflab.analysis.verdicts' (0 pass, 1 fail, 2 usage, 3 not
+    judged): a crash is 3 in one line, never 1, which means FAIL."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # the reader went away: the perflab command ends quietly
+        raise
+    except Exception as err:  # damage no reader foresaw, or a bug
+        return could_not_judge(PROG, err)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="one results tree (or run/sweep dir, or CSV), or BASE NEW")
     parser.add_argument("--by", nargs="+", help="config keys to compare over (default: the ones that vary)")
     parser.add_argument("--baseline", help="KEY=VALUE the others are compared with, e.g. devices.count=1")
@@ -773,10 +864,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 where=args.where,
             )
     except (CompareError, FileNotFoundError, ConfigError) as err:
-        print(f"perflab.compare: error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
         return USAGE_EXIT
     except registry.ExperimentError as err:  # an experiment of the tree whose module does not import here
-        print(f"perflab.compare: error: {err.line()}", file=sys.stderr)
+        print(f"{PROG}: error: {err.line()}", file=sys.stderr)
         return USAGE_EXIT
     code = verdict_of(table) if two else PASS_EXIT
     if args.format == "json":
@@ -799,18 +890,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             written = plots.write(figures(rows, samples_by_row(args.paths[-1:])), rows, args.plot)
         except ConfigError as err:
-            print(f"perflab.compare: error: {err}", file=sys.stderr)
+            print(f"{PROG}: error: {err}", file=sys.stderr)
             return USAGE_EXIT
         for line in written:
             print(line, file=sys.stderr if args.format in ("json", "github") else sys.stdout)
     if two:
         say = sys.stderr if args.format in ("json", "github", "csv") else sys.stdout
         print(meaning(gate, args.alpha, args.fail_if_slower is not None), file=say)
-        print(f"perflab.compare: {summary(table)} -> exit {code}", file=sys.stderr)
+        print(f"{PROG}: {summary(table)} -> exit {code}", file=sys.stderr)
         slow = regressions(table)
         if len(slow):
             print(
-                f"perflab.compare: {len(slow)} point(s) significantly slower than the base by more than {gate:g}%",
+                f"{PROG}: {len(slow)} point(s) significantly slower than the base by more than {gate:g}%",
                 file=sys.stderr,
             )
     return code

@@ -1,8 +1,8 @@
 """History: every (experiment, point, machine identity) series lined up by the code under test,
 its change points found and labelled.
 
-    python -m perflab.history PATH... [--experiment NAME] [--metric M] [--threshold PCT]
-                                      [--min-segment N] [--alpha A] [--format md|json]
+    perflab history PATH... [--experiment NAME] [--metric M] [--threshold PCT]
+                            [--min-segment N] [--alpha A] [--format md|json]
 
 A series is one point (measurement and the config keys that say what is measured, on one kind
 of device) on one machine identity (``perflab.measure.environment.IDENTITY``): rows of another machine
@@ -27,8 +27,16 @@ least ``--threshold`` %, 5 by default, and significant), ``improvement`` (the sa
 ``suspicious`` (a change point that is smaller or not significant). ``change_pct`` is the change
 of the metric itself (negative: the metric fell; for a time that is faster).
 
+Suspect measurements (rows perflab flagged ``suspect``: a busy machine, too few samples, above
+the measured peak): a subject's value comes from its clean rows; a subject with none is kept and
+marked, and each series with such subjects says how many and why. A change found among them is
+reported as any other (as compare still judges a suspect point, and says so), but a series long
+enough to judge whose clean subjects are fewer than a change needs cannot be called unchanged:
+could not judge. Rows and samples whose metric is NaN, not a number or <= 0 are left out, said.
+
 Exit codes (``perflab.analysis.verdicts``): 1 if any regression, 0 if none, 2 usage error, 3 if no series
-has the ``2 x --min-segment`` subjects a change needs.
+has the ``2 x --min-segment`` subjects a change needs, or a series has too few clean ones (above),
+or it crashed (one line; the traceback with ``PERFLAB_DEBUG=1``).
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis.stats import ALPHA, compare_samples, fdr
-from perflab.analysis.verdicts import DEFAULT_STEP_PCT, USAGE_EXIT, Change, history_exit_code
+from perflab.analysis.verdicts import DEFAULT_STEP_PCT, USAGE_EXIT, Change, could_not_judge, history_exit_code
 from perflab.errors import OneLineParser
 from perflab.store.columns import higher_is_better
 
@@ -71,6 +79,7 @@ class Subject:
     run_dirs: list[str]
     time: str
     commit_time: str = ""
+    suspect: str = ""  # why every row of it was flagged suspect ("" if it has a clean one)
 
 
 @dataclass
@@ -108,8 +117,8 @@ class ChangePoint:
             "experiment": s.experiment,
             "measurement": s.measurement,
             "metric": s.metric,
-            "before": {"subject": b.name, "value": self.before, "time": b.time},
-            "after": {"subject": a.name, "value": self.after, "time": a.time},
+            "before": {"subject": b.name, "value": self.before, "time": b.time, "suspect": b.suspect},
+            "after": {"subject": a.name, "value": self.after, "time": a.time, "suspect": a.suspect},
             "change_pct": self.change_pct,
             "label": self.label,
             "run_dirs": {"before": b.run_dirs, "after": a.run_dirs},
@@ -120,15 +129,24 @@ class ChangePoint:
 # --- series -------------------------------------------------------------------------------------
 
 
-def build_series(rows: pd.DataFrame, samples: Mapping[str, np.ndarray], metric: str | None = None) -> list[Series]:
-    """Every (experiment, point, identity) series of ``rows`` (ok rows only), subjects in order."""
-    from perflab.analysis.frames import device_family, identity_columns, sample_values
-    from perflab.compare import metric_for, summary_rows
+def build_series(
+    rows: pd.DataFrame,
+    samples: Mapping[str, np.ndarray],
+    metric: str | None = None,
+    notes: list[str] | None = None,
+) -> list[Series]:
+    """Every (experiment, point, identity) series of ``rows`` (ok rows only), subjects in order.
+    A subject's value comes from its clean rows; a subject with none (every row flagged
+    ``suspect``) keeps its rows and says why (``Subject.suspect``). Rows and samples of no use
+    (NaN, not a number, <= 0: ``compare.measured``) are left out; ``notes`` gets a line saying so."""
+    from perflab.analysis.frames import device_family, identity_columns
+    from perflab.compare import measured, metric_for, summary_rows
     from perflab.measure.environment import IDENTITY
 
     if rows.empty or "status" not in rows:
         return []
     rows = rows[rows["status"].astype("string") == "ok"]
+    by_row = dict(samples)
     out = []
     for name, part in rows.groupby(rows["experiment"].astype("string"), sort=True):
         part = summary_rows(str(name), part).copy()  # one block per dtype again: a loaded tree is fragmented
@@ -152,25 +170,47 @@ def build_series(rows: pd.DataFrame, samples: Mapping[str, np.ndarray], metric: 
                 m,
                 higher_is_better(m),
             )
+            left = 0
             for subject, rs in g.groupby("_subject", sort=False):
-                values_ = pd.to_numeric(rs[m], errors="coerce").dropna()
-                if values_.empty:
+                flagged = _flagged(rs)
+                clean = rs[~flagged]  # a subject's suspect rows are left out of it where it has clean ones
+                point = measured(clean if len(clean) else rs, m, by_row)
+                left += len(point.left_out) > 0
+                if math.isnan(point.value):
                     continue
-                pooled = [sample_values(dict(samples), r, m) for _, r in rs.iterrows()] if samples else []
                 series.subjects.append(
                     Subject(
                         str(subject),
-                        float(values_.median()),
-                        np.concatenate(pooled) if pooled else np.array([]),
+                        point.value,
+                        point.samples,
                         sorted({str(d) for d in rs.get("run_dir", pd.Series(dtype=str)).dropna()}),
                         _first(rs, "timestamp"),
                         _first(rs, "subject_time"),
+                        suspect="" if len(clean) else _reasons(rs),
                     )
+                )
+            if left and notes is not None:
+                notes.append(
+                    f"{series.label}: left out of {left} subject(s) rows or samples whose {m} is NaN, "
+                    "not a number or <= 0"
                 )
             if series.subjects:
                 series.subjects = order_subjects(series.subjects)
                 out.append(series)
     return out
+
+
+def _flagged(rows: pd.DataFrame) -> np.ndarray:
+    """Which rows perflab flagged ``suspect`` (a busy machine, too few samples, above the peak)."""
+    if "suspect" not in rows:
+        return np.zeros(len(rows), bool)
+    return rows["suspect"].astype("string").fillna("").str.strip().ne("").to_numpy(bool)
+
+
+def _reasons(rows: pd.DataFrame) -> str:
+    """The distinct reasons the rows were flagged suspect, in one line."""
+    flagged = rows.loc[_flagged(rows), "suspect"] if "suspect" in rows else []
+    return "; ".join(sorted({part.strip() for text in flagged for part in str(text).split(";") if part.strip()}))
 
 
 def _text(v: object) -> str:
@@ -286,23 +326,32 @@ def judgeable(series: list[Series], min_segment: int = MIN_SEGMENT) -> bool:
     return any(len(s.subjects) >= 2 * min_segment for s in series)
 
 
+def doubtful(series: list[Series], min_segment: int = MIN_SEGMENT) -> list[Series]:
+    """The series long enough to judge whose clean subjects (not flagged suspect) are too few
+    for a change: a busy machine's measurements cannot show that nothing changed. A change
+    found in them is still reported (as compare still judges a suspect point, and says so)."""
+    need = 2 * min_segment
+    return [s for s in series if len(s.subjects) >= need > sum(not x.suspect for x in s.subjects)]
+
+
 # --- output -------------------------------------------------------------------------------------
 
 
-def to_json(changes: list[ChangePoint]) -> str:
-    return json.dumps({"changes": [c.as_json() for c in changes]}, indent=1)
+def to_json(changes: list[ChangePoint], notes: Sequence[str] = ()) -> str:
+    return json.dumps({"changes": [c.as_json() for c in changes], "notes": list(notes)}, indent=1)
 
 
 def to_text(series: list[Series], changes: list[ChangePoint]) -> str:
-    lines = ["| series | machine | metric | subjects | first | last |", "|---|---|---|---|---|---|"]
+    lines = ["| series | machine | metric | subjects | suspect | first | last |", "|---|---|---|---|---|---|---|"]
     for s in series:
         machine = s.identity.get("cpu_model", "") or s.identity.get("gpu_model", "")
         threads = s.identity.get("num_threads")
         machine += f", {threads} threads" if threads else ""
         first, last = s.subjects[0], s.subjects[-1]
+        flagged = sum(bool(x.suspect) for x in s.subjects)
         lines.append(
-            f"| {s.label} | {machine} | {s.metric} | {len(s.subjects)} | {first.value:.4g} ({first.name}) | "
-            f"{last.value:.4g} ({last.name}) |"
+            f"| {s.label} | {machine} | {s.metric} | {len(s.subjects)} | {flagged or ''} | "
+            f"{first.value:.4g} ({first.name}) | {last.value:.4g} ({last.name}) |"
         )
     if changes:
         lines += [
@@ -342,13 +391,27 @@ def report_section(rows: pd.DataFrame, samples: Mapping[str, Any] | None = None)
         '<section id="trends"><h2>Trends over the code under test</h2>'
         f"<p>{len(series)} series of the same point on the same machine over {max(len(s.subjects) for s in series)} "
         "subjects (results.subject); change points from ruptures' PELT, each judged as a step "
-        "(python -m perflab.history).</p>"
+        "(perflab history).</p>"
         f"{figure}<ul>{items or '<li>no change point</li>'}</ul></section>"
     )
 
 
+PROG = "perflab history"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m perflab.history", description=__doc__.split("\n\n")[0])
+    """The command line; exit codes are perflab.analysis.verdicts' (0 none, 1 a regression, 2 usage,
+    3 could not judge: too little or too suspect history, or a crash)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # the reader went away: the perflab command ends quietly
+        raise
+    except Exception as err:  # damage no reader foresaw, or a bug: never exit 1, which means a regression
+        return could_not_judge(PROG, err)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="results trees, run or sweep dirs, CSV files")
     parser.add_argument("--experiment", help="only this experiment")
     parser.add_argument("--metric", help="column to follow (default: each experiment's own)")
@@ -357,6 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--alpha", type=float, default=ALPHA, help="false discovery rate over all changes (0.05)")
     parser.add_argument("--format", choices=("md", "json"), default="md")
     args = parser.parse_args(argv)
+    notes: list[str] = []
     try:
         if not 0 < args.alpha < 1:
             raise HistoryError(f"--alpha {args.alpha}: allowed: a number between 0 and 1")
@@ -366,29 +430,49 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if not math.isfinite(args.threshold) or args.threshold < 0:
             raise HistoryError(f"--threshold {args.threshold}: allowed: a number >= 0 (percent)")
-        series = load_series(args.paths, args.experiment, args.metric)
+        series = load_series(args.paths, args.experiment, args.metric, notes)
     except (HistoryError, FileNotFoundError) as err:
-        print(f"perflab.history: error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
         return USAGE_EXIT
     changes = judge(series, threshold_pct=args.threshold, min_segment=args.min_segment, alpha=args.alpha)
     judged = judgeable(series, args.min_segment)
-    code = history_exit_code([Change(c.label) for c in changes], judged)
-    print(to_json(changes) if args.format == "json" else to_text(series, changes))
+    unsure = doubtful(series, args.min_segment)
+    notes += [suspect_line(s, args.min_segment) for s in series if any(x.suspect for x in s.subjects)]
+    code = history_exit_code([Change(c.label) for c in changes], judged, bool(unsure))
+    print(to_json(changes, notes) if args.format == "json" else to_text(series, changes))
+    for note in notes:
+        print(f"{PROG}: {note}", file=sys.stderr)
     if not judged:
         longest = max((len(s.subjects) for s in series), default=0)
         print(
-            f"perflab.history: too little history: the longest series has {longest} subject(s); a change needs "
+            f"{PROG}: too little history: the longest series has {longest} subject(s); a change needs "
             f"{args.min_segment} on each side ({2 * args.min_segment})",
             file=sys.stderr,
         )
     counts = {label.value: sum(c.label == label.value for c in changes) for label in Change}
     said = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no change point"
-    print(f"perflab.history: {len(series)} series, {said} -> exit {code}", file=sys.stderr)
+    if unsure:
+        said += f"; {len(unsure)} series too suspect to call unchanged"
+    print(f"{PROG}: {len(series)} series, {said} -> exit {code}", file=sys.stderr)
     return code
 
 
-def load_series(paths: Sequence[str], experiment: str | None = None, metric: str | None = None) -> list[Series]:
-    """The series of the rows under ``paths`` (one line for a path that holds none)."""
+def suspect_line(series: Series, min_segment: int = MIN_SEGMENT) -> str:
+    """What a series' suspect subjects mean for its verdict, in one line."""
+    flagged = [x for x in series.subjects if x.suspect]
+    reasons = "; ".join(dict.fromkeys(r for x in flagged for r in x.suspect.split("; ")))
+    clean, need = len(series.subjects) - len(flagged), 2 * min_segment
+    head = f"{series.label}: {len(flagged)} of {len(series.subjects)} subjects' measurements were flagged suspect"
+    if len(series.subjects) >= need > clean:
+        return f"{head} ({reasons}): {clean} clean, a change needs {need}: not called unchanged"
+    return f"{head} ({reasons}); judged with them"
+
+
+def load_series(
+    paths: Sequence[str], experiment: str | None = None, metric: str | None = None, notes: list[str] | None = None
+) -> list[Series]:
+    """The series of the rows under ``paths`` (one line for a path that holds none); ``notes``
+    gets what was left out of them (see build_series)."""
     from perflab.compare import samples_by_row
     from perflab.results import load
 
@@ -402,7 +486,7 @@ def load_series(paths: Sequence[str], experiment: str | None = None, metric: str
         )
     if metric is not None and (metric not in rows or pd.to_numeric(rows[metric], errors="coerce").isna().all()):
         raise HistoryError(f"--metric {metric}: no row has a value of it")
-    return build_series(rows, samples_by_row(list(paths)), metric)
+    return build_series(rows, samples_by_row(list(paths)), metric, notes)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""Loading results into pandas, and ``python -m perflab.results``: past runs, like ``git log``.
+"""Loading results into pandas, and ``perflab results``: past runs, like ``git log``.
 
-python -m perflab.results [PATH]            the runs under PATH (default outputs/), newest first
-python -m perflab.results show RUN          one run's table (RUN: a run id, a prefix, or a path)
-python -m perflab.results reindex [PATH]    rebuild the derived index (done points, row segments)
-python -m perflab.results export FILE [PATH] [--parquet]   every row under PATH in one CSV (or Parquet) file
+perflab results [PATH]            the runs under PATH (default outputs/), newest first
+perflab results show RUN          one run's table (RUN: a run id, a prefix, or a path)
+perflab results reindex [PATH]    rebuild the derived index (done points, row segments)
+perflab results export FILE [PATH] [--parquet]   every row under PATH in one CSV (or Parquet) file
 """
 
 from __future__ import annotations
@@ -44,24 +44,19 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
             frames.append(read_csv(path, ("row_id", "seconds") if samples else OWN_HEADER, notes=notes))
         elif not path.is_dir():
             raise FileNotFoundError(f"no results at {path}")
-        elif samples:
-            frames += [
-                read_csv(d / SAMPLES, ("row_id", "seconds"), notes=notes)
-                for d in run_dirs(path, notes)
-                if (d / SAMPLES).is_file() and not (d / SAMPLES).is_symlink()
-            ]
+        elif samples:  # the tree's own notes are said when its rows are loaded
+            frames += [read_samples(d / SAMPLES, notes) for d in run_dirs(path, Notes())]
         elif store.is_store(path):
             frames.append(index.load_tree(path, experiment, notes))
         else:
-            for d in run_dirs(path, notes):
-                if (d / RESULTS).is_file() and not (d / RESULTS).is_symlink():
-                    record = RunRecord.read(d)
-                    part = read_csv(d / RESULTS, notes=notes)
-                    frames.append(part.assign(run_dir=str(d.resolve()), run_outcome=record.outcome if record else ""))
+            dirs = [d for d in run_dirs(path, notes) if (d / RESULTS).is_file() and not (d / RESULTS).is_symlink()]
+            frames.append(index.read_runs(dirs, [str(d.resolve()) for d in dirs], "run_dir", notes))
     notes.say()
     frames = [f for f in frames if not f.empty]
     if not frames:
-        return pd.DataFrame()
+        empty = pd.DataFrame()
+        empty.attrs["notes"] = notes.lines()
+        return empty
     df = concat(frames)
     key = ["row_id", "phase", "i"] if samples else ["row_id"]
     if all(k in df for k in key):
@@ -71,6 +66,20 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
     df = fix_dtypes(df)
     df.attrs["notes"] = notes.lines()
     return df
+
+
+def read_samples(path: Path, notes: Notes):
+    """One run dir's samples.csv (an empty frame if it has none, or one that is a symlink or not
+    a regular file: ``notes`` says the latter)."""
+    import pandas as pd
+
+    kind = files.kind_of(path)
+    if kind == "missing" or path.is_symlink():
+        return pd.DataFrame()
+    if kind != "a regular file":
+        notes.add(store.NOT_PLAIN, path)
+        return pd.DataFrame()
+    return read_csv(path, ("row_id", "seconds"), notes=notes)
 
 
 def run_dirs(top: Path, notes: Notes | None = None) -> Iterator[Path]:
@@ -88,35 +97,42 @@ def run_dirs(top: Path, notes: Notes | None = None) -> Iterator[Path]:
 
 
 def runs(top: Path) -> list[tuple[Path, RunRecord]]:
-    return scan(top)[0]
+    return scan(top)
 
 
-def scan(top: Path) -> tuple[list[tuple[Path, RunRecord]], list[Path]]:
-    """(runs with their records, newest first; run folders whose run.json is there but not a
-    record perflab can read), in one pass over the tree."""
-    found, unreadable = [], []
-    for d in store.run_dirs(top):
-        record = RunRecord.read(d)
+def scan(top: Path, notes: Notes | None = None) -> list[tuple[Path, RunRecord]]:
+    """Runs with their records, newest first, in one pass over the tree; a run folder whose
+    run.json is there but unreadable is left out, as ``load`` leaves out its rows (``notes``
+    says so, in the loader's words)."""
+    found = []
+    for d in store.run_dirs(top, notes):
+        record = index.record_of(d, notes)
         if record is not None:
             found.append((d, record))
-        elif (d / RECORD).exists():
-            unreadable.append(d)
-    return sorted(found, key=lambda dr: dr[1].started, reverse=True), unreadable
+    return sorted(found, key=lambda dr: dr[1].started, reverse=True)
 
 
 def listing(top: Path, limit: int = 50) -> str:
-    """One block per run, newest first: id, when, experiment, outcome and rows, the keys it set,
-    and its headline figure."""
+    """One block per run, newest first: id, when, experiment, outcome and rows (and rows its
+    run.json counts that its results.csv lacks), the keys it set, and its headline figure; then
+    what was left out, in the loader's words."""
     from perflab.analysis.table import figure
 
     lines = []
-    found, bad = scan(top)
+    notes = Notes()
+    found = scan(top, notes)
     for run_dir, record in found[:limit]:
-        rows = rows_of(run_dir).to_dict("records") if record.outcome != "done" else []
+        linked = (run_dir / RESULTS).is_symlink()  # not read, as load() reads none (scan's notes say so)
+        table = rows_of(run_dir) if record.outcome != "done" and not linked else None
+        rows = table.to_dict("records") if table is not None else []
         counts: dict[str, int] = {}
         for row in rows:
             counts[row.get("status")] = counts.get(row.get("status"), 0) + 1
-        outcome = record.outcome + (f" ({', '.join(f'{n} {s}' for s, n in counts.items())})" if counts else "")
+        said = [f"{n} {s}" for s, n in counts.items()]
+        lost = index.missing_rows(record, table, run_dir / RESULTS, notes) if table is not None else 0
+        if lost:
+            said.append(f"{lost} of its {record.rows} rows missing")
+        outcome = record.outcome + (f" ({', '.join(said)})" if said else "")
         if record.outcome == "done":
             outcome += f" (same as {record.same_as})"
         keys = _set_keys(run_dir)
@@ -129,9 +145,7 @@ def listing(top: Path, limit: int = 50) -> str:
             lines.append(f"    {' '.join(keys)}")
         if shown or record.error:
             lines.append(f"    {shown}{'  ' if shown and record.error else ''}{record.error}")
-    if bad:
-        shown = ", ".join(str(d) for d in bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
-        lines.append(f"left out, their run.json unreadable: {shown}")
+    lines += notes.lines()
     return "\n".join(lines) if lines else f"no runs under {top}"
 
 
@@ -221,8 +235,11 @@ def at_least_one(text: str) -> int:
     return int(text)
 
 
+PROG = "perflab results"  # how its lines start (``python -m perflab.results`` is the same command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m perflab.results", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("words", nargs="*", help="[PATH] | show RUN [PATH] | reindex [PATH] | export FILE [PATH]")
     parser.add_argument("-n", type=at_least_one, default=50, help="how many runs to list (default 50)")
     parser.add_argument("--parquet", action="store_true", help="export: write Parquet instead of CSV")
@@ -255,12 +272,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             parser.error(f"unknown command: {' '.join(words)}")
     except (LookupError, FileNotFoundError) as err:
-        print(f"perflab.results: error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     except Exception as err:  # a ConfigError from export's checks, say
         if type(err).__name__ != "ConfigError":
             raise
-        print(f"perflab.results: error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     return 0
 

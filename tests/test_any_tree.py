@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -181,6 +182,57 @@ def test_rows_of_a_killed_run_are_marked_by_its_outcome(mixed):
     assert load(mixed / "runs")["run_outcome"].eq("running").sum() == 1, "the same outside a store"
 
 
+@pytest.mark.timeout(60)  # without the rule a FIFO blocks its reader for ever: this fails instead
+def test_a_fifo_or_folder_in_place_of_a_run_file_is_skipped_and_said(mixed, tmp_path, capsys, caplog):
+    expected = sorted(load(mixed)["row_id"])
+    (mixed / "runs" / "x").mkdir()
+    os.mkfifo(mixed / "runs" / "x" / "results.csv")
+    (mixed / "runs" / "y").mkdir()
+    (mixed / "runs" / "y" / "run.json").mkdir()
+    (mixed / "runs" / "m" / "samples.csv").unlink()
+    os.mkfifo(mixed / "runs" / "m" / "samples.csv")
+    os.mkfifo(mixed / "runs" / "t-ddp-1" / "run.json.new")
+    os.replace(mixed / "runs" / "t-ddp-1" / "run.json.new", mixed / "runs" / "t-ddp-1" / "run.json")
+    with caplog.at_level(logging.WARNING, logger="perflab"):
+        df = load(mixed)
+        assert sorted(df["row_id"]) == [r for r in expected if not r.startswith("t-ddp-1")]
+        assert "m#1" not in set(compare.samples_by_row([mixed]))
+    lines = [r.getMessage() for r in caplog.records]
+    said = "non-regular files (a FIFO, a device, a folder) where perflab keeps a run's files"
+    assert any(f"skipped 3 {said}" in line and "runs/x/results.csv" in line for line in lines), lines
+    assert any("skipped 1 non-regular file (" in line and "runs/m/samples.csv" in line for line in lines), lines
+    assert any("left out 1 run whose run.json is unreadable" in line for line in lines), lines
+    assert compare.main([str(mixed), str(mixed)]) == 3  # judged (3 samples a side: inconclusive), not hung
+    assert results_main([str(mixed)]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped 3 {said}" in out and "t-ddp-1" not in out.split("skipped")[0]
+
+
+def test_missing_rows_and_unreadable_records_one_rule_for_every_reader(tmp_path, capsys, caplog):
+    tree = tmp_path / "d1"
+    for name, damage in (("cut", "inside the header"), ("bare", "header only")):
+        _run(tree, name, "matmul", [{"measurement": "cpu alone", "median_s": 0.02, "tflops": 0.1}])
+        record = RunRecord.read(tree / "runs" / name)
+        record.rows = 1
+        record.save(tree / "runs" / name)
+        results = tree / "runs" / name / "results.csv"
+        header = results.read_text().splitlines()[0]
+        results.write_text(header[:20] if damage == "inside the header" else header + "\n")
+    shutil.rmtree(tree / ".perflab", ignore_errors=True)
+    assert results_main([str(tree)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ok (1 of its 1 rows missing)") == 2
+    assert "2 rows missing: a results.csv holds fewer rows than its run.json counts" in out
+    for where in (tree, tree / "runs"):  # through the index, and run dir by run dir
+        with caplog.at_level(logging.WARNING, logger="perflab"):
+            assert load(where).empty
+        assert "2 rows missing" in caplog.text and "skipped 1 torn or malformed line" in caplog.text
+        caplog.clear()
+    _run(tmp_path / "b", "b", "matmul", [{"measurement": "cpu alone", "median_s": 0.02, "tflops": 0.1}])
+    assert compare.main([str(tmp_path / "b"), str(tree)]) == 2
+    assert f"compare: error: NEW ({tree}): no rows to compare (" in capsys.readouterr().err
+
+
 # --- outputs never replace a user's file ----------------------------------------------------------
 
 
@@ -199,7 +251,7 @@ def test_report_and_plots_replace_only_what_perflab_wrote(mixed, tmp_path, capsy
     (folder / "scaling.png").write_bytes(b"my picture")
     for where in (folder, mine, "/dev/null"):
         assert compare.main([str(mixed), "--plot", str(where)]) == 2
-        assert "perflab.compare: error: --plot=" in capsys.readouterr().err
+        assert "perflab compare: error: --plot=" in capsys.readouterr().err
     assert (folder / "scaling.png").read_bytes() == b"my picture" and mine.read_text() == "my notes\n"
     if plots.SOFTWARE and pytest.importorskip("matplotlib"):
         fresh = tmp_path / "fresh"

@@ -149,12 +149,13 @@ def test_filters_and_one_line_errors(tmp_path, capsys):
     assert len(compare.compare(tmp_path, where=["devices.count=2"])) == 1
     assert compare.main([str(tmp_path), "--by", "nope.key"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "perflab.compare: error: --by nope.key: not a key of train's results; allowed: a config key, e.g. devices.count"
+        "perflab compare: error: --by nope.key: not a key of train's results; allowed: a config key, e.g. devices.count"
     )
     assert compare.main([str(tmp_path), "--experiment", "matmul"]) == 2
     assert "--experiment matmul: no ok rows of it (have: train)" in capsys.readouterr().err
     assert compare.main([str(tmp_path), "--metric", "tflop"]) == 2
-    assert "--metric tflop: no row has a value of it; allowed: a numeric column, e.g." in capsys.readouterr().err
+    said = f"--metric tflop: no row of {tmp_path} has a value of it; allowed: a numeric column, e.g."
+    assert said in capsys.readouterr().err
     assert compare.main([str(tmp_path), str(tmp_path), "--metric", "tflop"]) == 2
     assert f"--metric tflop: no row of BASE ({tmp_path}) has a value of it" in capsys.readouterr().err
     assert compare.main([str(tmp_path), "--baseline", "nosuch=1"]) == 2

@@ -258,7 +258,7 @@ def test_command_line_mistakes_of_the_tools_are_one_line_without_a_usage_block(c
             main(argv)
         err = capsys.readouterr().err
         assert code.value.code == 2 and len(err.strip().splitlines()) == 1 and "usage:" not in err, err
-        assert err.startswith(f"python -m perflab.{command}: error: ") and err.rstrip().endswith("(see --help)")
+        assert err.startswith(f"perflab {command}: error: ") and err.rstrip().endswith("(see --help)")
 
 
 @pytest.mark.slow

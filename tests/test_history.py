@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from perflab import history
@@ -29,9 +30,10 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def write_history(root, name, medians, *, seed, identity=IDENTITY, spread=0.01, size=256):
+def write_history(root, name, medians, *, seed, identity=IDENTITY, spread=0.01, size=256, suspect=()):
     """One run dir per subject (s00, s01, ...), as a matmul job writes it: raw sample times
-    around each median, the rate the job reports, the subject's commit time in order."""
+    around each median, the rate the job reports, the subject's commit time in order; the
+    subjects numbered in ``suspect`` measured on a busy machine (their rows flagged)."""
     rng = np.random.default_rng(seed)
     for i, median in enumerate(medians):
         times = median * (1 + rng.normal(0, spread, 12))
@@ -51,6 +53,7 @@ def write_history(root, name, medians, *, seed, identity=IDENTITY, spread=0.01, 
                 "timestamp": f"2026-02-01T00:00:{i:02d}+00:00",
                 "run_dir": str(root / run),
                 "cfg.experiment.size": size,
+                "suspect": "busy: other processes took 60% of the CPUs" if i in suspect else "",
                 **identity,
             },
             samples=list(times),
@@ -92,6 +95,52 @@ def test_another_machine_is_another_series_and_too_little_history_is_exit_3(tmp_
     )
     assert history.main([str(tmp_path / "nope")]) == 2
     assert history.main([str(tmp_path), "--min-segment", "1"]) == 2
+
+
+def test_a_series_of_suspect_subjects_is_not_called_unchanged(tmp_path, capsys):
+    write_history(tmp_path / "busy", "busy", [1.0] * 6, seed=6, suspect={0, 1, 2, 4, 5})
+    assert history.main([str(tmp_path / "busy")]) == 3
+    out, err = capsys.readouterr()
+    assert "| matmul cpu alone | Test CPU, 2 threads | tflops | 6 | 5 |" in out
+    assert (
+        "perflab history: matmul cpu alone: 5 of 6 subjects' measurements were flagged suspect (busy: other "
+        "processes took 60% of the CPUs): 1 clean, a change needs 6: not called unchanged"
+    ) in err
+    assert err.strip().endswith("1 series, no change point; 1 series too suspect to call unchanged -> exit 3")
+    # Enough clean subjects: judged, and said; a regression among suspect subjects is still one.
+    write_history(tmp_path / "some", "some", [1.0] * 6 + [1.3] * 6, seed=7, suspect={3, 7}, size=512)
+    assert history.main([str(tmp_path / "some"), "--format", "json"]) == 1
+    out, err = capsys.readouterr()
+    (change,) = json.loads(out)["changes"]
+    assert change["label"] == "regression" and "2 of 12 subjects' measurements were flagged suspect" in err
+    # A subject whose metric is no number is left out, and said.
+    results = tmp_path / "some" / "some-11" / "results.csv"
+    table = pd.read_csv(results, dtype=str, keep_default_na=False).assign(tflops="abc")
+    table.to_csv(results, index=False)
+    notes: list[str] = []
+    (series,) = history.load_series([str(tmp_path / "some")], notes=notes)
+    assert len(series.subjects) == 11 and notes == [
+        "matmul cpu alone: left out of 1 subject(s) rows or samples whose tflops is NaN, not a number or <= 0"
+    ]
+
+
+def test_a_crash_is_one_line_and_exit_3_never_the_1_of_a_regression(tmp_path, capsys, monkeypatch):
+    write_history(tmp_path, "a", [1.0] * 6, seed=8)
+
+    def broken(*args, **kwargs):
+        raise ValueError("cannot convert float NaN to integer")
+
+    monkeypatch.setattr(history, "judge", broken)  # a bug, or damage no reader foresaw
+    monkeypatch.delenv("PERFLAB_DEBUG", raising=False)
+    assert history.main([str(tmp_path)]) == 3
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "perflab history: could not judge: ValueError: cannot convert float NaN to integer; "
+        "PERFLAB_DEBUG=1 shows the traceback -> exit 3"
+    ]
+
+
+def test_its_lines_start_with_the_command_as_typed(cli, work):
+    assert cli("history", str(work / "nowhere"), rc=2).err.startswith("perflab history: error: ")
 
 
 @pytest.mark.slow

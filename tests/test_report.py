@@ -191,16 +191,16 @@ def test_without_matplotlib_it_still_renders_and_says_so(tree, monkeypatch):
 def test_a_bad_path_is_one_line_and_exit_2(work, capsys):
     assert report.main(["no/such/tree"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("perflab.report: error: no/such/tree") and err.count("\n") == 1
+    assert err.startswith("perflab report: error: no/such/tree") and err.count("\n") == 1
     (work / "empty").mkdir()
     assert report.main([str(work / "empty")]) == 2
-    assert capsys.readouterr().err.startswith("perflab.report: error: no result rows under")
+    assert capsys.readouterr().err.startswith("perflab report: error: no result rows under")
 
 
 def test_an_output_that_is_a_folder_is_refused(tree, work, capsys):
     (work / "out").mkdir()
     assert report.main([str(tree), "-o", str(work / "out")]) == 2
-    assert capsys.readouterr().err.startswith("perflab.report: error: ")
+    assert capsys.readouterr().err.startswith("perflab report: error: ")
 
 
 def test_several_paths_and_error_rows(tree, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -75,8 +76,12 @@ def test_a_damaged_run_is_left_out_and_said_and_damaged_cells_read_as_missing(hi
     (second / "run.json").write_text(json.dumps({**record, "started": 5}))
     assert results.main([str(history)]) == 0
     out = capsys.readouterr().out
-    assert f"left out, their run.json unreadable: {first}, {second}" in out and third.name in out
-    missing = results.load(history)["median_s"].isna().sum()
+    said = "left out 2 runs whose run.json is unreadable (damaged, or not perflab's)"
+    assert f"{said}: {first / 'run.json'}, {second / 'run.json'}" in out and third.name in out
+    df = results.load(history)  # the loader: the same rule, said in the same words
+    assert not ({first.name, second.name} & {os.path.basename(d) for d in df["run_dir"]})
+    assert any(note.startswith(said) for note in df.attrs["notes"])
+    missing = df["median_s"].isna().sum()
     table = pd.read_csv(third / "results.csv", dtype=str, keep_default_na=False)
     table.loc[0, "median_s"] = "notanumber"
     table.to_csv(third / "results.csv", index=False)

@@ -283,3 +283,93 @@ def test_a_significant_improvement_passes_even_where_a_slowdown_would_not_show(t
     point(tmp_path / "new", "b", noisy(rng, 1.0, 12, 0.3))  # but 3x faster does
     (row,) = compare.ab(tmp_path / "base", tmp_path / "new").to_dict("records")
     assert row["detectable_pct"] > 10 and row["verdict"] == "PASS" and "faster, significantly" in row["why"]
+
+
+# --- damaged values, crashes and what a CI log reads -------------------------------------------
+
+
+def _edit(run_dir, **cells):
+    """Overwrite cells of a run's results.csv as text (a hand edit, a damaged copy)."""
+    table = pd.read_csv(run_dir / "results.csv", dtype=str, keep_default_na=False)
+    for column, value in cells.items():
+        table[column] = value
+    table.to_csv(run_dir / "results.csv", index=False)
+
+
+def test_unusable_values_are_left_out_said_and_a_point_with_none_is_inconclusive(tmp_path, capsys):
+    rng = np.random.default_rng(7)
+    point(tmp_path / "base", "a", noisy(rng, 1.0, 30))
+    damaged = {
+        "nan_samples": lambda d: point(d, "n", [math.nan] * 30),  # samples.csv seconds empty
+        "text_metric": lambda d: (point(d, "t", noisy(rng, 1.0, 30)), _edit(d / "t", tflops="abc")),
+        "negative_time": lambda d: (point(d, "m", noisy(rng, 1.0, 30)), _edit(d / "m", median_s="-1")),
+    }
+    for name, make in damaged.items():
+        make(tmp_path / name)
+        assert compare.main([str(tmp_path / "base"), str(tmp_path / name)]) == 3, name
+        out, err = capsys.readouterr()
+        assert "INCONCLUSIVE" in out and "note: matmul / cpu alone / experiment.size=256 / CPU: left out in NEW" in out
+        assert "Traceback" not in err and err.strip().endswith("1 point in both trees: 1 INCONCLUSIVE -> exit 3")
+    (row,) = compare.ab(tmp_path / "base", tmp_path / "text_metric").to_dict("records")
+    assert row["why"].startswith("no usable tflops in NEW (left out in NEW: 1 row whose tflops is NaN, not a number")
+    # A few bad samples among good ones: left out and said, the rest judged.
+    point(tmp_path / "some", "s", noisy(rng, 1.0, 30))
+    with open(tmp_path / "some" / "s" / "samples.csv", "a") as f:
+        f.write("s#1,s,matmul,cpu alone,sample,30,nan\ns#1,s,matmul,cpu alone,sample,31,-1\n")
+    (row,) = compare.ab(tmp_path / "base", tmp_path / "some").to_dict("records")
+    assert row["verdict"] == "PASS" and row["left_out"].startswith("in NEW: 2 samples that give no positive tflops")
+    # The statistics themselves never crash on such values.
+    bad = np.array([math.nan, -1.0, 0.0, math.inf])
+    assert math.isinf(stats.repeats_needed(bad, bad, 10)) and math.isinf(stats.detectable_change(bad, bad))
+    assert math.isnan(stats.compare_samples(bad, [1.0, 2.0, 3.0], higher_is_better=False).p_value)
+
+
+def test_a_crash_is_one_line_and_exit_3_never_the_1_of_a_fail(tmp_path, capsys, monkeypatch):
+    rng = np.random.default_rng(8)
+    point(tmp_path / "base", "a", noisy(rng, 1.0, 10))
+    point(tmp_path / "new", "b", noisy(rng, 1.0, 10))
+
+    def broken(*args, **kwargs):
+        raise ValueError("cannot convert float NaN\nto integer")
+
+    monkeypatch.setattr(compare, "judge", broken)  # damage no reader foresaw: a bug in the judging
+    monkeypatch.delenv(verdicts.DEBUG_ENV, raising=False)
+    assert compare.main([str(tmp_path / "base"), str(tmp_path / "new")]) == verdicts.UNJUDGED_EXIT
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "perflab compare: could not judge: ValueError: cannot convert float NaN to integer; "
+        "PERFLAB_DEBUG=1 shows the traceback -> exit 3"
+    ]
+    monkeypatch.setenv(verdicts.DEBUG_ENV, "1")
+    assert compare.main([str(tmp_path / "base"), str(tmp_path / "new")]) == 3
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+def test_json_holds_valid_numbers_only_and_each_outcome_ends_with_its_exit_line(tmp_path, capsys):
+    rng = np.random.default_rng(9)
+    point(tmp_path / "base", "a", noisy(rng, 1.0, 3))  # 3 a side: no change is detectable
+    point(tmp_path / "new", "b", noisy(rng, 1.0, 3))
+    assert compare.main([str(tmp_path / "base"), str(tmp_path / "new"), "--format", "json"]) == 3
+    text, err = capsys.readouterr()
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    (p,) = json.loads(text, parse_constant=refuse)["points"]
+    assert "detectable_pct" in p and p["detectable_pct"] is None and p["verdict"] == "INCONCLUSIVE"
+    assert err.strip().endswith("-> exit 3")
+    point(tmp_path / "other", "c", noisy(rng, 1.0, 3), size=64)  # no point in both trees
+    assert compare.main([str(tmp_path / "base"), str(tmp_path / "other")]) == 3
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .endswith(
+            "0 points in both trees; 1 only in base (not judged: no ok row of it in NEW); 1 only in new -> exit 3"
+        )
+    )
+
+
+def test_lines_start_with_the_command_as_typed(cli, work):
+    assert cli("compare", str(work / "nowhere"), rc=2).err.startswith("perflab compare: error: ")
+    assert cli("results", str(work / "nowhere"), rc=2).err.startswith("perflab results: error: ")

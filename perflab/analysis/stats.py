@@ -26,6 +26,14 @@ MW_EFFICIENCY = 3 / math.pi  # Mann-Whitney's efficiency relative to the t-test 
 IQR_TO_SIGMA = 1.349  # IQR / 1.349 estimates a normal distribution's standard deviation
 
 
+def usable(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The values a ratio of medians and a log spread can use: finite and above 0 (a time or a
+    rate; NaN, inf, 0 and negatives are damage, never a measurement). Callers say what they
+    left out; the functions below drop it too, so that no input crashes them."""
+    x = np.asarray(values, float)
+    return x[np.isfinite(x) & (x > 0)]
+
+
 @dataclass(frozen=True)
 class Difference:
     p_value: float
@@ -51,8 +59,8 @@ def compare_samples(
     """``new`` against ``base`` (raw samples of one metric): speedup, p-value, interval, words."""
     from scipy import stats
 
-    a, b = np.asarray(base, float), np.asarray(new, float)
-    ratio = float(np.median(b) / np.median(a))
+    a, b = usable(base), usable(new)
+    ratio = float(np.median(b) / np.median(a)) if len(a) and len(b) else math.nan
     speedup = ratio if higher_is_better else 1 / ratio
     if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
         return Difference(
@@ -123,10 +131,8 @@ def detectable_change(
     ``alpha``. An estimate from the samples at hand: with few samples their spread is itself
     uncertain.
     """
-    a, b = np.asarray(base, float), np.asarray(new, float)
+    a, b = usable(base), usable(new)
     if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES or smallest_p(len(a), len(b)) > alpha:
-        return math.inf
-    if (a <= 0).any() or (b <= 0).any():
         return math.inf
     z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
     d = z * _log_spread(a, b) * math.sqrt(1 / len(a) + 1 / len(b)) / math.sqrt(MW_EFFICIENCY)
@@ -144,8 +150,8 @@ def repeats_needed(
     """Samples a side that would make a ``pct`` % change detectable (``detectable_change``
     <= pct), at the spread these samples show: the formula above solved for m = n, and at least
     the smallest count whose attainable p-value is below ``alpha``. Infinite for pct <= 0."""
-    a, b = np.asarray(base, float), np.asarray(new, float)
-    if pct <= 0 or len(a) < 2 or len(b) < 2 or (a <= 0).any() or (b <= 0).any():
+    a, b = usable(base), usable(new)
+    if not pct > 0 or len(a) < 2 or len(b) < 2:
         return math.inf
     z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
     spread = _log_spread(a, b)

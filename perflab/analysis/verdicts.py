@@ -13,9 +13,13 @@ compare, per point of NEW against the same point of BASE:
 
 history, per change point of a series: ``regression``, ``improvement``, ``suspicious``.
 
+history, per series: a series long enough to judge whose subjects are mostly flagged suspect
+(fewer clean ones than a change needs) cannot be called unchanged: could not judge (3).
+
 Exit codes (compare and history alike): 0 pass, 1 fail (a FAIL, a regression), 2 a usage
 error, 3 could not judge (nothing matched, any point INCONCLUSIVE or INCOMPARABLE, too
-little history). A gate never passes by accident: judging nothing is 3, not 0.
+little or too suspect history, a crash). A gate never passes by accident: judging nothing is
+3, not 0; and a crash is never 1.
 """
 
 from __future__ import annotations
@@ -59,11 +63,32 @@ def exit_code(verdicts: Iterable[Verdict]) -> int:
     return PASS_EXIT
 
 
-def history_exit_code(changes: Iterable[Change], judged: bool) -> int:
-    """1 if any regression, else 3 if no series had enough subjects to judge, else 0."""
+def history_exit_code(changes: Iterable[Change], judged: bool, doubtful: bool = False) -> int:
+    """1 if any regression, else 3 if no series had enough subjects to judge or a series had
+    too few clean ones (``doubtful``: its subjects flagged suspect), else 0."""
     if Change.REGRESSION in set(changes):
         return FAIL_EXIT
-    return PASS_EXIT if judged else UNJUDGED_EXIT
+    return PASS_EXIT if judged and not doubtful else UNJUDGED_EXIT
+
+
+DEBUG_ENV = "PERFLAB_DEBUG"  # set (to anything but 0): a crash of compare or history shows its traceback
+
+
+def could_not_judge(prog: str, err: BaseException) -> int:
+    """A judge that crashed (damage no reader foresaw, a bug) says so in one line and exits 3,
+    never 1: exit 1 means FAIL, and a crash is no evidence of a regression. The traceback goes
+    to stderr only with ``PERFLAB_DEBUG=1``."""
+    import os
+    import sys
+    import traceback
+
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    if debug:
+        traceback.print_exception(err, file=sys.stderr)
+    text = " ".join(str(err).split()) or "no message"
+    hint = "" if debug else f"; {DEBUG_ENV}=1 shows the traceback"
+    print(f"{prog}: could not judge: {type(err).__name__}: {text}{hint} -> exit {UNJUDGED_EXIT}", file=sys.stderr)
+    return UNJUDGED_EXIT
 
 
 def meaning(gate_pct: float, alpha: float, given: bool) -> str:

@@ -99,7 +99,7 @@ def write(html_text: str, out: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m perflab.report", description=(__doc__ or "").split("\n\n")[0])
+    parser = OneLineParser(prog="perflab report", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("paths", nargs="+", metavar="PATH", help="results trees, run or sweep dirs, or CSV files")
     parser.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="default: report.html")
     args = parser.parse_args(argv)
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_output(args.output)
         write(build(*args.paths), args.output)
     except ReportError as err:
-        print(f"perflab.report: error: {err}", file=sys.stderr)
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
     print(args.output)
     return 0

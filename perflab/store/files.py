@@ -16,7 +16,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable
 
 from perflab.errors import ConfigError
 
@@ -39,9 +39,32 @@ def kind_of(path: Path) -> str:
         return "missing"
     except OSError as err:  # a name too long, a link loop, a dead network mount
         return f"unreachable ({err.strerror})"
+    return _kind(mode)
+
+
+def _kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "a regular file"
     return next((name for test, name in _KINDS.items() if test(mode)), "not a regular file")
+
+
+def open_regular(path: str | os.PathLike) -> BinaryIO:
+    """The regular file at ``path`` (symlinks followed), open for reading; OSError for anything
+    else there: a FIFO would block its reader forever, a device never end. Opened without
+    blocking, then checked, so nothing waits for a writer that never comes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    f = os.fdopen(fd, "rb")
+    kind = _kind(os.fstat(fd).st_mode)
+    if kind != "a regular file":
+        f.close()
+        raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(path))
+    return f
+
+
+def read_regular(path: str | os.PathLike) -> bytes:
+    """The bytes of the regular file at ``path``; OSError for anything else (see open_regular)."""
+    with open_regular(path) as f:
+        return f.read()
 
 
 def target(path: Path) -> Path:

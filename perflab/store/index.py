@@ -12,6 +12,7 @@ import secrets
 import shutil
 import time
 from pathlib import Path
+from typing import Sequence
 
 from perflab.store import files
 from perflab.store.rows import RESULTS, Notes, concat, fix_dtypes, read_many
@@ -51,7 +52,7 @@ def _manifest(path: Path) -> tuple[dict[str, list[int]], dict[str, dict[str, int
     """The sources a segment's manifest lists, and what was skipped in them when they were
     read (so every later load still says it); None if it is not of this format (or damaged:
     ValueError, OSError); FileNotFoundError if it went meanwhile (a concurrent compaction)."""
-    data = json.loads(path.read_text())
+    data = json.loads(files.read_regular(path))
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("sources"), dict):
         return None
     noted = data.get("notes")
@@ -117,7 +118,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     for source, kinds in noted.items():
         if source in indexed:
             for kind, count in kinds.items():
-                notes.add(kind, _results_of(root, source), count)
+                notes.add(kind, _place(root, source, kind), count)
     fresh = [s for s in sources if s not in indexed]
     if fresh:
         now = Notes()
@@ -125,7 +126,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
         for kind, places in now.kinds.items():
             for place, count in places.items():
                 notes.add(kind, place, count)
-        skipped = {s: now.of(_results_of(root, s)) for s in fresh}
+        skipped = {s: {**now.of(_results_of(root, s)), **now.of(_place(root, s, RECORD_UNREADABLE))} for s in fresh}
         if new.empty and any(skipped.values()):  # nothing but what was skipped: remember that much
             new = pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
         if not new.empty or any(skipped.values()):
@@ -150,15 +151,60 @@ def _results_of(root: Path, source: str) -> Path:
     return (Path(source) if Path(source).is_absolute() else root / source) / RESULTS
 
 
-def _read_sources(root: Path, sources: list[str], notes: Notes | None = None):
-    """Rows of many run dirs, with a ``_source`` column (see rows.read_many) and each row's
-    ``run_outcome`` from its run dir's run.json."""
+def _place(root: Path, source: str, kind: str) -> Path:
+    """The file a note of ``kind`` about a run dir names: its run.json, or its results.csv."""
+    return _results_of(root, source).with_name(RECORD if kind == RECORD_UNREADABLE else RESULTS)
+
+
+def _read_sources(root: Path, sources: list[str], notes: Notes):
+    """Rows of many run dirs under ``root``, with a ``_source`` column (see read_runs)."""
     dirs = [Path(s) if Path(s).is_absolute() else root / s for s in sources]
-    df = read_many([_results_of(root, s) for s in sources], labels=sources, column="_source", notes=notes)
+    return read_runs(dirs, sources, "_source", notes)
+
+
+# What every reader of run dirs does with their run.json (one rule: load() through the index or
+# run dir by run dir, compare, report, and ``perflab results``, which says the same lines): the
+# rows of a run whose run.json is there but unreadable (damaged, or not perflab's) are left out,
+# as its listing leaves the run out; a run whose results.csv holds fewer rows than its run.json
+# counts (cut short, or damaged) is said to miss them.
+RECORD_UNREADABLE = "left out {n} run{s} whose run.json is unreadable (damaged, or not perflab's)"
+ROWS_MISSING = "{n} row{s} missing: a results.csv holds fewer rows than its run.json counts (cut short, or damaged)"
+
+
+def record_of(run_dir: Path, notes: Notes | None = None) -> RunRecord | None:
+    """A run dir's record; None if it has none, or an unreadable one (then ``notes`` says so)."""
+    record = RunRecord.read(run_dir)
+    if record is None and notes is not None and os.path.lexists(run_dir / RECORD):
+        notes.add(RECORD_UNREADABLE, run_dir / RECORD)
+    return record
+
+
+def missing_rows(record: RunRecord | None, rows, results: Path, notes: Notes) -> int:
+    """How many of the rows ``record`` counts are not among ``rows`` (its run's rows as read);
+    said in ``notes`` (place: the results.csv)."""
+    if record is None or not record.rows:
+        return 0
+    have = int((rows["run_id"].astype("string") == record.run_id).sum()) if "run_id" in rows else 0
+    if have < record.rows:
+        notes.add(ROWS_MISSING, results, count=record.rows - have)
+    return max(0, record.rows - have)
+
+
+def read_runs(dirs: Sequence[Path], labels: Sequence[str], column: str, notes: Notes):
+    """The rows of run dirs (rows.read_many), each labelled with its dir's label in ``column``
+    and with ``run_outcome``, what its run.json says (``running``: killed, or not ended yet;
+    empty: no run.json); the rule above for unreadable records and missing rows."""
+    import pandas as pd
+
+    records = {label: record_of(d, notes) for label, d in zip(labels, dirs)}
+    kept = [(d, label) for d, label in zip(dirs, labels) if not notes.of(d / RECORD).get(RECORD_UNREADABLE)]
+    df = read_many([d / RESULTS for d, _ in kept], labels=[label for _, label in kept], column=column, notes=notes)
+    for d, label in kept:
+        mine = df[df[column] == label] if not df.empty else pd.DataFrame()
+        missing_rows(records[label], mine, d / RESULTS, notes)
     if not df.empty:
-        records = {s: RunRecord.read(d) for s, d in zip(sources, dirs)}
-        outcomes = {s: r.outcome if r else "" for s, r in records.items()}
-        df["run_outcome"] = df["_source"].map(outcomes).astype("string")
+        outcomes = {label: r.outcome if r else "" for label, r in records.items()}
+        df["run_outcome"] = df[column].map(outcomes).astype("string")
     return df
 
 

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from perflab.store import columns
+from perflab.store import columns, files
 
 log = logging.getLogger("perflab")
 
@@ -70,11 +70,12 @@ def csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = 
 
 
 def header_of(path: Path) -> list[str]:
-    """The first line of a CSV file as column names ([] if empty or unreadable as text)."""
+    """The first line of a CSV file as column names ([] if empty, unreadable as text, or not a
+    regular file)."""
     try:
-        with path.open(newline="", errors="strict") as f:
-            return next(csv.reader(f), [])
-    except (UnicodeDecodeError, csv.Error):
+        with files.open_regular(path) as f:
+            return next(csv.reader([f.readline().decode("utf-8", errors="strict")]), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
         return []
 
 
@@ -85,6 +86,12 @@ OWN_HEADER = ("row_id", "run_id")
 
 def is_ours(header: Sequence[str]) -> bool:
     return tuple(header[: len(OWN_HEADER)]) == OWN_HEADER
+
+
+def cut_header(text: str) -> bool:
+    """A file of ours cut short inside its header line: perflab ends every line it writes."""
+    own = ",".join(OWN_HEADER)
+    return bool(text) and "\n" not in text and (own.startswith(text) or text.startswith(own))
 
 
 class Notes:
@@ -141,8 +148,13 @@ def read_csv(
     import pandas as pd
 
     own = notes if notes is not None else Notes()
-    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines(keepends=True)
+    lines = files.read_regular(path).decode("utf-8", errors="replace").splitlines(keepends=True)
     if not lines:
+        return pd.DataFrame()
+    if cut_header(lines[0]):
+        own.add(TORN, path)
+        if notes is None:
+            own.say()
         return pd.DataFrame()
     header = _fields(lines[0])
     if header is None or not is_ours(header) or not set(columns_required) <= set(header):
@@ -192,13 +204,16 @@ def read_many(paths: Sequence[Path], labels: Sequence[str], column: str, notes: 
     by_label = dict(zip(labels, paths))
     for path, label in zip(paths, labels):
         try:
-            text = path.read_bytes().decode("utf-8", errors="replace")
+            text = files.read_regular(path).decode("utf-8", errors="replace")
         except FileNotFoundError:  # removed since the walk found it
             continue
         except OSError as err:  # a directory where the file belongs, an I/O error
             notes.add(UNREADABLE.replace("{why}", err.strerror or type(err).__name__), path)
             continue
         header, _, body = text.partition("\n")
+        if cut_header(text):
+            notes.add(TORN, path)
+            continue
         if not is_ours(_fields(header) or []):
             if text.strip():
                 notes.add(FOREIGN, path)

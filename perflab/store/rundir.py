@@ -67,7 +67,7 @@ class RunRecord:
     def read(cls, run_dir: Path) -> "RunRecord | None":
         """The record, or None if there is none (or it is unreadable: then the run is not done)."""
         try:
-            data = json.loads((run_dir / RECORD).read_text())
+            data = json.loads(files.read_regular(run_dir / RECORD))  # a FIFO there blocks no reader
             known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
             record = cls(**known)
         except (OSError, ValueError, TypeError, AttributeError):  # AttributeError: not an object
@@ -101,7 +101,7 @@ def overrides_of(run_dir: Path) -> list[str]:
     import yaml
 
     try:
-        items = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()) or []
+        items = yaml.safe_load(files.read_regular(run_dir / ".hydra" / "overrides.yaml")) or []
     except (OSError, ValueError):
         return []
     return [str(o) for o in items] if isinstance(items, list) else []

@@ -48,9 +48,13 @@ def check(root: Path) -> None:
 # dirs, the index writing segments) already go through it, so the readers go too: a reader that
 # refused would hide every run written there. Each real folder is visited once (a link loop
 # ends). A ``results.csv`` that is itself a symlink is never read: perflab writes real files, so
-# a linked one is someone else's data (it could point anywhere, a password file included).
+# a linked one is someone else's data (it could point anywhere, a password file included). Nor
+# is a results.csv or run.json that is not a regular file (a FIFO would block its reader forever,
+# a device never end): perflab writes regular files only (the samples loader says the same of
+# a samples.csv).
 
 RESULTS_LINK = "skipped {n} symlinked results.csv (perflab writes real files; a link is not followed)"
+NOT_PLAIN = "skipped {n} non-regular file{s} (a FIFO, a device, a folder) where perflab keeps a run's files"
 
 
 def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[str, dict[str, os.DirEntry]]]:
@@ -68,17 +72,30 @@ def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[s
         except OSError:
             continue
         if RECORD in entries or RESULTS in entries:
-            results = entries.get(RESULTS)
-            if results is not None and results.is_symlink():
-                if notes is not None:
-                    notes.add(RESULTS_LINK, results.path)
-                entries.pop(RESULTS)
+            for name in (RESULTS, RECORD):
+                entry = entries.get(name)
+                why = _not_ours(entry) if entry is not None else ""
+                if entry is not None and why:
+                    if notes is not None:
+                        notes.add(why, entry.path)
+                    entries.pop(name)
             yield here, entries
             continue
         stack += sorted(
             (e.path for e in entries.values() if not e.name.startswith(".") and _is_dir(e)),
             reverse=True,
         )
+
+
+def _not_ours(entry: os.DirEntry) -> str:
+    """Why a run dir's file is not read ("" if it is): a symlinked results.csv, or anything but a
+    regular file (symlinks followed) under one of the run files' names."""
+    try:
+        if entry.name == RESULTS and entry.is_symlink():
+            return RESULTS_LINK
+        return "" if entry.is_file() else NOT_PLAIN
+    except OSError:
+        return NOT_PLAIN
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
