@@ -60,7 +60,7 @@ from perflab.config import registry
 from perflab.errors import ConfigError, OneLineParser
 from perflab.results import load
 from perflab.store import files
-from perflab.store.columns import JUDGED, higher_is_better, unit_of
+from perflab.store.columns import JUDGED, RATES, higher_is_better, unit_of
 from perflab.store.rows import Notes
 
 COUNT_KEYS = ("cfg.devices.count", "n_devices")
@@ -642,12 +642,13 @@ class Measured:
 
 
 def measured(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], said: Notes | None = None) -> Measured:
-    """A point's usable values: a row whose metric is NaN, not a number or <= 0 is left out
-    with its samples, and so is a sample that implies no positive value (``said``: the notes of
-    ``samples_by_row``, for the samples left out when they were read). Nothing usable: value
-    NaN, no samples."""
+    """A point's usable values: a row whose metric is NaN or not a number -- or, for a time or a
+    rate, <= 0 (an accuracy of 0 is a value) -- is left out with its samples, and so is a sample
+    that implies no positive value (``said``: the notes of ``samples_by_row``, for the samples
+    left out when they were read). Nothing usable: value NaN, no samples."""
     values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    good = np.isfinite(values) & (values > 0)
+    timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s")
+    good = np.isfinite(values) & ((values > 0) if timed else True)
     kept = rows[good]
     parts = [sample_values(samples, r, metric) for _, r in kept.iterrows()]
     pooled = np.concatenate(parts) if parts else np.array([])
@@ -656,7 +657,8 @@ def measured(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], sa
     left = []
     if not good.all():
         n = int((~good).sum())
-        left.append(f"{n} row{'s' if n != 1 else ''} whose {metric} is NaN, not a number or <= 0")
+        why = "NaN, not a number or <= 0" if timed else "NaN or not a number"
+        left.append(f"{n} row{'s' if n != 1 else ''} whose {metric} is {why}")
     if at_read + len(pooled) - len(clean):
         n = at_read + len(pooled) - len(clean)
         left.append(f"{n} sample{'s' if n != 1 else ''} that give no positive {metric} (NaN, not a number, <= 0)")

@@ -373,3 +373,10 @@ def test_json_holds_valid_numbers_only_and_each_outcome_ends_with_its_exit_line(
 def test_lines_start_with_the_command_as_typed(cli, work):
     assert cli("compare", str(work / "nowhere"), rc=2).err.startswith("perflab compare: error: ")
     assert cli("results", str(work / "nowhere"), rc=2).err.startswith("perflab results: error: ")
+
+
+def test_only_a_time_or_a_rate_must_be_positive_an_accuracy_of_0_is_a_value():
+    rows = pd.DataFrame({"row_id": ["a", "b"], "test_acc": [0.0, 0.5], "median_s": [0.0, 1.0]})
+    assert compare.measured(rows, "test_acc", {}).value == 0.25 and not compare.measured(rows, "test_acc", {}).left_out
+    timed = compare.measured(rows, "median_s", {})
+    assert timed.value == 1.0 and timed.left_out == ["1 row whose median_s is NaN, not a number or <= 0"]
