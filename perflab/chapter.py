@@ -3,8 +3,10 @@ sized to a time budget, each of the book's claims judged, in one report.
 
     python -m perflab.chapter [--budget MINUTES] [-o report.html] [--store DIR] [--fresh]
 
-1. Calibrate (seconds): the machine as it is now, other processes' load included
-   (:func:`perflab.measure.sizing.calibrate`).
+1. Calibrate (seconds; shown as it goes): the machine as it is now, other processes' load
+   included (:func:`perflab.measure.sizing.calibrate`), and each experiment's own probes (a
+   training step) while the smallest plan is made. A budget that even the smallest sizes do not
+   fit is refused here, naming the budget that does, before anything is measured.
 2. Plan: every experiment that takes part (a ``chapter`` hook and a ``CHAPTER_SHARE``) gets its
    share of the budget and returns its points, sized, each with why these sizes
    (:mod:`perflab.measure.sizing`); the ones that measure the machine's peaks go first, the rest in the
@@ -44,7 +46,7 @@ from perflab.analysis.claims import section_key
 from perflab.config import registry
 from perflab.errors import ConfigError, OneLineParser
 from perflab.job import logs
-from perflab.measure.sizing import Machine, Point, calibrate
+from perflab.measure.sizing import Machine, Point, calibrate, showing
 from perflab.store import files
 
 log = logging.getLogger("perflab")
@@ -55,6 +57,7 @@ MARGIN = 0.8  # the plan fills this share of the time left: the machine's noise 
 FIRST_JOB_S = 3.0  # the first job's own start (Hydra's first compose, imports), beside its estimate
 PRIOR_S = 60.0  # how much on-time work the pace starts from (see Progress.finish)
 GROW_FROM, GROW_MAX = 1.5, 1.5  # ahead of time, what is left grows when it would fill under 2/3 of it, by 1.5x at most
+SMALLEST_S = 1.0  # the seconds that size every experiment at its smallest (each hook's lower bounds)
 
 
 @dataclass
@@ -164,6 +167,85 @@ def resize(chapter: Chapter, started: set[int], left_s: float, late: float) -> f
                 chapter.points[i] = with_module(new, module)
         chapter.seconds[module] = seconds
     return factor if changed else 1.0
+
+
+# --- calibrating ------------------------------------------------------------------------------
+
+
+def calibration() -> tuple[Machine, float]:
+    """The machine as it is now and the seconds of every job at its smallest sizes: sizing's own
+    measurements, then the experiments' probes (a training step each), timed while the smallest
+    plan is made. ``machine.seconds`` is all of it, wall time from start to end."""
+    start = time.monotonic()
+    with Calibrating() as shown, showing(shown.step):
+        machine = calibrate()
+        smallest = sum(p.estimate_s for p in plan(machine, SMALLEST_S)[0])
+    machine.seconds = time.monotonic() - start
+    return machine, smallest
+
+
+def too_short(text: str, budget_min: float, spent_s: float, smallest_s: float) -> ConfigError | None:
+    """The error for a budget that the jobs do not fit even at their smallest sizes, naming the
+    smallest that does here (what was spent so far, the first job's start, the jobs, the report;
+    rounded up to half a minute); None when they fit."""
+    needed = spent_s + FIRST_JOB_S + smallest_s + REPORT_S
+    if needed <= 60 * budget_min:
+        return None
+    return ConfigError(
+        "--budget",
+        text,
+        f"at least {math.ceil(needed / 30) / 2:g} minutes on this machine as it is now",
+        f"too short: starting and calibrating took {clock(spent_s)}, the jobs at their smallest sizes "
+        f"need {clock(smallest_s)} and the report ~{clock(REPORT_S)}",
+    )
+
+
+class Calibrating:
+    """Calibration's progress once it has taken more than a couple of seconds: what it measures
+    and the seconds so far, as a status line on a terminal, elsewhere a line per measurement."""
+
+    QUIET_S = 2.0  # a calibration this short shows nothing
+
+    def __init__(self) -> None:
+        self.start, self.what, self.shown = time.monotonic(), "", ""
+        self.tty = sys.stderr.isatty()
+        self.bar: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def __enter__(self) -> "Calibrating":
+        threading.Thread(target=self._tick, daemon=True, name="perflab-chapter-calibrating").start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        with self._lock:
+            if self.bar is not None:
+                self.bar.close()
+
+    def step(self, what: str) -> None:
+        self.what = what
+        self._draw()
+
+    def _draw(self) -> None:
+        spent = time.monotonic() - self.start
+        with self._lock:
+            if spent < self.QUIET_S or self._stop.is_set():
+                return
+            line = f"    calibrating ({spent:.0f} s so far): {self.what}"
+            if self.tty:
+                if self.bar is None:
+                    from tqdm import tqdm
+
+                    self.bar = tqdm(bar_format="{desc}", file=sys.stderr, leave=False)
+                self.bar.set_description_str(line)
+            elif self.what != self.shown:
+                print(line, flush=True)
+                self.shown = self.what
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            self._draw()
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -376,6 +458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _jobs_to_files() as log_to:
             return _chapter(args, budget, deadline, log_to)
+    except ConfigError as err:  # a budget too short for this machine: said once calibrated
+        print(f"perflab chapter: error: {err.line()}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(
             "\nperflab chapter: stopped; the points measured are kept. The same command continues "
@@ -391,6 +476,7 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
     store = args.store
     say(f"perflab chapter: Dive into Deep Learning, chapter 13 (13.1-13.7), within {budget:g} min")
     prior = None if args.fresh else unfinished(store, budget)
+    smallest = 0.0
     if prior is not None:
         old_folder, chapter = prior
         done = sum(o in ("ok", "done") for o in chapter.outcomes.values())
@@ -399,14 +485,18 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
             f"{done} of {len(chapter.points)} points done"
         )
         chapter.redo = False
+        say(f"  on {chapter.machine.words()}")
     else:
-        say("  calibrating (a few seconds) ...")
-        machine = calibrate()
+        say("  calibrating: a matmul, a memory copy, a tiny op and a training step of each model (seconds) ...")
+        machine, smallest = calibration()
+        say(f"  on {machine.words()}")
+        refused = too_short(args.budget, budget, time.time() - (deadline - 60 * budget), smallest)
+        if refused is not None:
+            raise refused
         left = deadline - time.time() - REPORT_S - FIRST_JOB_S
-        points, seconds = plan(machine, max(1.0, left * MARGIN))
+        points, seconds = plan(machine, left * MARGIN)
         chapter = Chapter(budget, socket.gethostname(), _now(), machine, points, seconds)
     machine = chapter.machine
-    say(f"  on {machine.words()}")
     if not machine.gpu:
         say(
             "  no GPU here: the CPU stands in. Where the book uses 2 GPUs, 2 CPU workers (each half the "
@@ -423,8 +513,11 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
     total = sum(p.estimate_s for p in chapter.points)
     left = deadline - time.time()
     say(f"  {len(chapter.points)} jobs, estimated {clock(total)} of the {clock(left)} left; rows: {folder}")
-    if total > left - REPORT_S:
-        say("  the budget is tight: at their smallest sizes the jobs need more; some verdicts will be UNDERPOWERED")
+    if smallest > (left - REPORT_S) * MARGIN or total > left - REPORT_S:
+        say(
+            "  the budget is tight: at their smallest sizes the jobs leave little room for the machine's noise; "
+            "some verdicts will be UNDERPOWERED"
+        )
     progress = Progress(total)
     logs.LIVE[0] = False  # one bar for the chapter: the jobs draw none of their own
     try:

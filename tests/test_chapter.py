@@ -1,6 +1,8 @@
-"""``perflab chapter`` end to end, as a user runs it: a tiny budget, Ctrl-C after its first
-points, the same command again (which continues), then the report in a real browser, and the
-rows as an ordinary results tree. Slow: minutes of CPU (the chapter's smallest sizes)."""
+"""``perflab chapter`` end to end, as a user runs it: a budget too short for this machine
+(refused once calibrated), a tiny one that fits, Ctrl-C after its first points, the same command
+again (which continues), then the report in a real browser, and the rows as an ordinary results
+tree. Slow: minutes of CPU (the chapter's smallest sizes). Fast: the budget's check and the
+calibration's progress, on a machine the tests describe."""
 
 from __future__ import annotations
 
@@ -9,19 +11,22 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from test_claims import machine
 from test_report import CHROMIUM, body_data, chromium
 
+from perflab import chapter as chapter_module
 from perflab.analysis.claims import VERDICTS
 
 SECTIONS = ["13.1", "13.2", "13.3", "13.4", "13.5", "13.6", "13.7"]
 
 
-def chapter(work: Path, *args: str) -> subprocess.Popen:
+def chapter(work: Path, budget: float | str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "perflab.chapter", "--budget", "3", "-o", "report.html", *args],
+        [sys.executable, "-m", "perflab.chapter", "--budget", str(budget), "-o", "report.html", *args],
         cwd=work,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -34,8 +39,28 @@ def sweeps(work: Path) -> list[Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # a busy machine names a budget of several minutes, run twice (stopped, continued)
 def test_the_chapter_runs_stops_continues_judges_and_reports(work, tmp_path):
-    first = chapter(work)
+    # A budget nothing fits: refused once calibrated, naming the one that works here; nothing run.
+    short = chapter(work, "0.001", "--store", "elsewhere")
+    assert short.stdout is not None and short.stderr is not None
+    seen = [(time.monotonic(), line) for line in short.stdout]
+    err = short.stderr.read()
+    said = "".join(line for _, line in seen)
+    assert short.wait(timeout=60) == 2, said + err
+    assert len(err.strip().splitlines()) == 1 and "--budget=0.001: too short: starting and calibrating took" in err
+    assert not (work / "elsewhere" / "sweeps").exists(), "nothing run"
+    # the calibration's figure is all of it (its training steps too), shown as it goes when seconds long
+    began = next(t for t, line in seen if "  calibrating: a matmul" in line)
+    ended, words = next((t, line) for t, line in seen if "(calibrated in" in line)
+    figure = float(re.findall(r"calibrated in ([\d.]+) s", words)[0])
+    assert figure >= 0.8 * (ended - began) - 0.5, (figure, ended - began)
+    if figure > 2 * chapter_module.Calibrating.QUIET_S:
+        assert re.search(r"    calibrating \(\d+ s so far\): \w+ training", said), said
+    works = float(re.findall(r"allowed: at least ([\d.]+) minutes on this machine", err)[0])
+    budget = max(3.0, works + 0.5)  # the next calibration is as noisy as that one
+
+    first = chapter(work, budget)
     lines = []
     assert first.stdout is not None
     for line in first.stdout:  # stop it (Ctrl-C) once two points are done
@@ -53,7 +78,7 @@ def test_the_chapter_runs_stops_continues_judges_and_reports(work, tmp_path):
     assert not plan["finished"] and plan["outcomes"] == {"0": "ok", "1": "ok"}
     assert all(p["why"] for p in plan["points"]), "every size says why"
 
-    second = chapter(work)
+    second = chapter(work, budget)
     out, err = second.communicate(timeout=900)
     assert second.returncode == 0, out + err
     assert "continuing the chapter started" in out and "0 of" not in out.split("continuing")[1].split("\n")[0]
@@ -63,7 +88,7 @@ def test_the_chapter_runs_stops_continues_judges_and_reports(work, tmp_path):
     assert [r["outcome"] for r in reused] == ["done", "done"], "the points done before are reused, not measured again"
     assert json.loads((continued[0] / "chapter.json").read_text())["finished"]
     assert json.loads((stopped / "chapter.json").read_text())["finished"] == f"continued in {continued[0].name}"
-    assert re.search(r"done in \d+:\d\d of the 3:00 budget", out)
+    assert re.search(rf"done in \d+:\d\d of the {chapter_module.clock(60 * budget)} budget", out)
     assert (continued[0] / "sweep.csv").is_file()
 
     # every claim has a verdict, every section is there, in the report and on the terminal
@@ -105,3 +130,36 @@ def test_a_bad_budget_or_output_is_one_line_and_nothing_runs(work):
         )
         assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (work / "outputs" / "sweeps").exists()
+
+
+# --- fast: what the chapter decides, on a machine the tests describe (no measuring) -----------
+
+
+def test_a_budget_the_smallest_sizes_do_not_fit_is_refused_naming_the_smallest_that_does():
+    points, _ = chapter_module.plan(machine(), chapter_module.SMALLEST_S)
+    smallest = sum(p.estimate_s for p in points)
+    assert smallest == pytest.approx(sum(p.estimate_s for p in chapter_module.plan(machine(), 0.01)[0]), rel=0.01)
+    err = chapter_module.too_short("0.001", 0.001, 20.0, smallest)
+    assert err is not None
+    line = err.line()
+    assert line.startswith("--budget=0.001: too short: starting and calibrating took 0:20, the jobs at their smallest")
+    works = float(re.findall(r"allowed: at least ([\d.]+) minutes on this machine as it is now$", line)[0])
+    assert chapter_module.too_short(f"{works:g}", works, 20.0, smallest) is None, "the budget it names fits"
+    assert chapter_module.too_short("x", works - 0.5, 20.0, smallest) is not None, "the smallest (to half a minute)"
+
+
+def test_a_calibration_of_seconds_shows_what_it_measures(capsys, monkeypatch):
+    from perflab.measure.sizing import showing
+
+    described = machine()
+    with chapter_module.Calibrating() as shown, showing(shown.step):  # quick: shows nothing
+        described.probe("lenet training, batch 64 (images/s)", lambda: 1.0)
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(chapter_module.Calibrating, "QUIET_S", 0.0)
+    with chapter_module.Calibrating() as shown, showing(shown.step):
+        described.probe("resnet18 training, batch 8 (images/s)", lambda: 1.0)
+        described.probe("resnet18 training, batch 8 (images/s)", lambda: 1.0)  # kept: not measured again
+    shown_lines = capsys.readouterr().out.splitlines()
+    assert shown_lines == ["    calibrating (0 s so far): resnet18 training, batch 8 (images/s)"]
+    described.probe("lenet training, batch 32 (images/s)", lambda: 1.0)
+    assert capsys.readouterr().out == "", "outside a calibration nothing is shown"
