@@ -21,7 +21,8 @@ sized to a time budget, each of the book's claims judged, in one report.
 
 Ctrl-C stops at once (the point being measured becomes a ``cancelled`` row) and the same
 command continues where it stopped: the plan is kept in ``<sweep dir>/chapter.json``. A chapter
-that ended is measured anew by the next command; ``--fresh`` starts anew after a stop too.
+that ended is measured anew by the next command; ``--fresh`` starts anew after a stop too; a plan
+that cannot be read, or does not match the experiments here, is said and a new chapter starts.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from perflab.analysis.claims import section_key
 from perflab.config import registry
@@ -89,22 +93,46 @@ class Chapter:
         files.write_atomic(folder / PLAN, json.dumps(data, indent=2) + "\n")
 
     @classmethod
-    def read(cls, folder: Path) -> "Chapter | None":
+    def read(cls, folder: Path) -> "Chapter":
+        """The plan kept in ``folder``, checked against this class's fields and types (OmegaConf's
+        structured config) and against the experiments here; :class:`Unreadable` otherwise."""
+        path = folder / PLAN
         try:
-            data = json.loads((folder / PLAN).read_text())
-            return cls(
-                budget_min=float(data["budget_min"]),
-                host=str(data["host"]),
-                started=str(data["started"]),
-                finished=str(data.get("finished", "")),
-                redo=bool(data.get("redo", True)),
-                machine=Machine.from_dict(data["machine"]),
-                seconds={str(k): float(v) for k, v in data["seconds"].items()},
-                points=[Point.from_dict(p) for p in data["points"]],
-                outcomes={str(k): str(v) for k, v in data.get("outcomes", {}).items()},
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError(f"JSON {type(data).__name__}, not an object")
+            chapter = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), data))
+        except (OSError, ValueError, OmegaConfBaseException) as err:
+            key = getattr(err, "full_key", "")
+            raise Unreadable(path, (f"{key}: " if key else "") + (str(err).strip().splitlines() or [""])[0]) from err
+        assert isinstance(chapter, cls)
+        why = chapter.mismatch()
+        if why:
+            raise Unreadable(path, why)
+        return chapter
+
+    def mismatch(self) -> str:
+        """Why these points cannot be run as this plan says ("" when they can): a point of an
+        experiment that does not take part here, or has no share; an outcome of no point."""
+        taking = taking_part()
+        for i, p in enumerate(self.points):
+            if p.module not in taking or p.module not in self.seconds:
+                return f"points[{i}]: module {p.module!r} is no experiment of the chapter here"
+        numbers = {str(i) for i in range(len(self.points))}
+        stray = sorted(set(self.outcomes) - numbers)
+        if stray:
+            n = len(self.points)
+            return f"outcomes: an outcome of point {stray[0]}, but the plan has {n} point{'s' if n != 1 else ''}"
+        return ""
+
+
+class Unreadable(Exception):
+    """A chapter's plan that cannot be continued: not JSON, not a plan, or not one of the
+    experiments here. The chapter says so and a new one starts; the file is left as it is."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        self.path, self.why = path, why
+        super().__init__(f"{path}: {why}")
 
 
 # --- the plan ---------------------------------------------------------------------------------
@@ -377,13 +405,14 @@ def run_points(chapter: Chapter, folder: Path, store: Path, deadline: float, pro
 
 
 def unfinished(store: Path, budget_min: float) -> tuple[Path, Chapter] | None:
-    """The newest chapter of this host and budget under ``store``, if it did not end."""
+    """The newest chapter of this host and budget under ``store``, if it did not end. Raises
+    :class:`Unreadable` when a newer plan cannot be read (it may have been that chapter's)."""
     sweeps = store / "sweeps"
     if not sweeps.is_dir():
         return None
     for folder in sorted((p for p in sweeps.iterdir() if "_chapter-" in p.name), reverse=True):
-        found = Chapter.read(folder)
-        if found and found.host == socket.gethostname() and found.budget_min == budget_min:
+        found = Chapter.read(folder)  # Unreadable: it may have been this host's and budget's
+        if found.host == socket.gethostname() and found.budget_min == budget_min:
             return None if found.finished else (folder, found)  # the newest one decides
     return None
 
@@ -475,7 +504,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: Callable[[Path], None]) -> int:
     store = args.store
     say(f"perflab chapter: Dive into Deep Learning, chapter 13 (13.1-13.7), within {budget:g} min")
-    prior = None if args.fresh else unfinished(store, budget)
+    try:
+        prior = None if args.fresh else unfinished(store, budget)
+    except Unreadable as err:
+        say(f"  cannot continue the newest chapter: its plan {err.path} is unreadable ({err.why}); a new one starts")
+        prior = None
     smallest = 0.0
     if prior is not None:
         old_folder, chapter = prior
@@ -506,8 +539,8 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
     log_to(folder)
     chapter.save(folder)
     if prior is not None:  # the stopped one is continued here, not again by the next command
-        stopped = Chapter.read(prior[0])
-        if stopped is not None:
+        with contextlib.suppress(Unreadable):  # read a moment ago; gone or changed meanwhile: left as it is
+            stopped = Chapter.read(prior[0])
             stopped.finished = f"continued in {folder.name}"
             stopped.save(prior[0])
     total = sum(p.estimate_s for p in chapter.points)

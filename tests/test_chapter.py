@@ -1,14 +1,15 @@
 """``perflab chapter`` end to end, as a user runs it: a budget too short for this machine
 (refused once calibrated), a tiny one that fits, Ctrl-C after its first points, the same command
 again (which continues), then the report in a real browser, and the rows as an ordinary results
-tree. Slow: minutes of CPU (the chapter's smallest sizes). Fast: the budget's check and the
-calibration's progress, on a machine the tests describe."""
+tree. Slow: minutes of CPU (the chapter's smallest sizes). Fast: the plan kept between commands,
+the budget's check, the calibration's progress, on a machine the tests describe."""
 
 from __future__ import annotations
 
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from perflab import chapter as chapter_module
 from perflab.analysis.claims import VERDICTS
 
 SECTIONS = ["13.1", "13.2", "13.3", "13.4", "13.5", "13.6", "13.7"]
+DAMAGED = '{"budget_min": 0.001, "points": [\n'  # a plan cut off mid-write
 
 
 def chapter(work: Path, budget: float | str, *args: str) -> subprocess.Popen:
@@ -41,7 +43,11 @@ def sweeps(work: Path) -> list[Path]:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)  # a busy machine names a budget of several minutes, run twice (stopped, continued)
 def test_the_chapter_runs_stops_continues_judges_and_reports(work, tmp_path):
-    # A budget nothing fits: refused once calibrated, naming the one that works here; nothing run.
+    # A damaged plan in another tree and a budget nothing fits: the plan is said to be unreadable
+    # (and left as it is); the budget is refused once calibrated, naming the one that works here.
+    damaged = work / "elsewhere" / "sweeps" / "2020-01-01_00-00-00_chapter-0badf00d" / "chapter.json"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_text(DAMAGED)
     short = chapter(work, "0.001", "--store", "elsewhere")
     assert short.stdout is not None and short.stderr is not None
     seen = [(time.monotonic(), line) for line in short.stdout]
@@ -49,7 +55,8 @@ def test_the_chapter_runs_stops_continues_judges_and_reports(work, tmp_path):
     said = "".join(line for _, line in seen)
     assert short.wait(timeout=60) == 2, said + err
     assert len(err.strip().splitlines()) == 1 and "--budget=0.001: too short: starting and calibrating took" in err
-    assert not (work / "elsewhere" / "sweeps").exists(), "nothing run"
+    assert f"cannot continue the newest chapter: its plan {damaged.relative_to(work)} is unreadable" in said
+    assert damaged.read_text() == DAMAGED and [*damaged.parent.parent.iterdir()] == [damaged.parent], "nothing run"
     # the calibration's figure is all of it (its training steps too), shown as it goes when seconds long
     began = next(t for t, line in seen if "  calibrating: a matmul" in line)
     ended, words = next((t, line) for t, line in seen if "(calibrated in" in line)
@@ -133,6 +140,45 @@ def test_a_bad_budget_or_output_is_one_line_and_nothing_runs(work):
 
 
 # --- fast: what the chapter decides, on a machine the tests describe (no measuring) -----------
+
+
+def stopped_plan(store: Path, budget: float = 3.0) -> Path:
+    """A chapter of this host stopped after its first point, as ``perflab chapter`` keeps it."""
+    folder = store / "sweeps" / "2026-01-01_10-00-00_chapter-aa"
+    folder.mkdir(parents=True)
+    points, seconds = chapter_module.plan(machine(), 100.0)
+    plan = chapter_module.Chapter(budget, socket.gethostname(), "then", machine(), points, seconds)
+    plan.outcomes = {"0": "ok"}
+    plan.save(folder)
+    return folder
+
+
+def test_a_plan_that_cannot_be_read_or_does_not_match_the_experiments_is_said_not_continued(tmp_path):
+    folder = stopped_plan(tmp_path)
+    found = chapter_module.unfinished(tmp_path, 3.0)
+    assert found is not None and found[1] == chapter_module.Chapter.read(folder), "a sound plan continues"
+    kept = json.loads((folder / "chapter.json").read_text())
+    made_up = {"section": "13.4", "preset": "made_up", "overrides": [], "estimate_s": 1.0, "why": "-"}
+    two_done = {"0": "ok", "1": "ok"}
+    cases = {
+        DAMAGED: "Expecting value",
+        "[]": "not an object",
+        json.dumps({**kept, "points": [{**made_up, "module": "matmul"}], "outcomes": two_done}): (
+            "an outcome of point 1, but the plan has 1 point"  # was "2 of 1 points done", then an IndexError
+        ),
+        json.dumps({**kept, "points": [{**made_up, "module": "made_up"}]}): "module 'made_up' is no experiment",
+        json.dumps(
+            {**kept, "points": [{**made_up, "module": "matmul", "why": None}]}
+        ): "why: Incompatible value 'None'",
+        json.dumps({**kept, "points": [made_up]}): "points[0]: module '' is no experiment",  # none named
+        json.dumps({**kept, "budget_min": "soon"}): "budget_min: Value 'soon'",
+    }
+    for text, why in cases.items():
+        (folder / "chapter.json").write_text(text)
+        with pytest.raises(chapter_module.Unreadable) as err:
+            chapter_module.unfinished(tmp_path, 3.0)
+        assert err.value.path == folder / "chapter.json" and why in err.value.why, (text, err.value.why)
+        assert (folder / "chapter.json").read_text() == text, "left as it is"
 
 
 def test_a_budget_the_smallest_sizes_do_not_fit_is_refused_naming_the_smallest_that_does():
