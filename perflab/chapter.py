@@ -487,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _jobs_to_files() as log_to:
             return _chapter(args, budget, deadline, log_to)
-    except ConfigError as err:  # a budget too short for this machine: said once calibrated
+    except ConfigError as err:  # found once calibrated: a budget too short for this machine
         print(f"perflab chapter: error: {err.line()}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
