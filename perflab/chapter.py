@@ -3,8 +3,10 @@ sized to a time budget, each of the book's claims judged, in one report.
 
     python -m perflab.chapter [--budget MINUTES] [-o report.html] [--store DIR] [--fresh]
 
-1. Calibrate (seconds): the machine as it is now, other processes' load included
-   (:func:`perflab.measure.sizing.calibrate`).
+1. Calibrate (seconds; shown as it goes): the machine as it is now, other processes' load
+   included (:func:`perflab.measure.sizing.calibrate`), and each experiment's own probes (a
+   training step) while the smallest plan is made. A budget that even the smallest sizes do not
+   fit is refused here, naming the budget that does, before anything is measured.
 2. Plan: every experiment that takes part (a ``chapter`` hook and a ``CHAPTER_SHARE``) gets its
    share of the budget and returns its points, sized, each with why these sizes
    (:mod:`perflab.measure.sizing`); the ones that measure the machine's peaks go first, the rest in the
@@ -19,7 +21,8 @@ sized to a time budget, each of the book's claims judged, in one report.
 
 Ctrl-C stops at once (the point being measured becomes a ``cancelled`` row) and the same
 command continues where it stopped: the plan is kept in ``<sweep dir>/chapter.json``. A chapter
-that ended is measured anew by the next command; ``--fresh`` starts anew after a stop too.
+that ended is measured anew by the next command; ``--fresh`` starts anew after a stop too; a plan
+that cannot be read, or does not match the experiments here, is said and a new chapter starts.
 """
 
 from __future__ import annotations
@@ -40,11 +43,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
 from perflab.analysis.claims import section_key
 from perflab.config import registry
 from perflab.errors import ConfigError, OneLineParser
 from perflab.job import logs
-from perflab.measure.sizing import Machine, Point, calibrate
+from perflab.measure.sizing import Machine, Point, calibrate, showing
 from perflab.store import files
 
 log = logging.getLogger("perflab")
@@ -55,6 +61,7 @@ MARGIN = 0.8  # the plan fills this share of the time left: the machine's noise 
 FIRST_JOB_S = 3.0  # the first job's own start (Hydra's first compose, imports), beside its estimate
 PRIOR_S = 60.0  # how much on-time work the pace starts from (see Progress.finish)
 GROW_FROM, GROW_MAX = 1.5, 1.5  # ahead of time, what is left grows when it would fill under 2/3 of it, by 1.5x at most
+SMALLEST_S = 1.0  # the seconds that size every experiment at its smallest (each hook's lower bounds)
 
 
 @dataclass
@@ -86,22 +93,46 @@ class Chapter:
         files.write_atomic(folder / PLAN, json.dumps(data, indent=2) + "\n")
 
     @classmethod
-    def read(cls, folder: Path) -> "Chapter | None":
+    def read(cls, folder: Path) -> "Chapter":
+        """The plan kept in ``folder``, checked against this class's fields and types (OmegaConf's
+        structured config) and against the experiments here; :class:`Unreadable` otherwise."""
+        path = folder / PLAN
         try:
-            data = json.loads((folder / PLAN).read_text())
-            return cls(
-                budget_min=float(data["budget_min"]),
-                host=str(data["host"]),
-                started=str(data["started"]),
-                finished=str(data.get("finished", "")),
-                redo=bool(data.get("redo", True)),
-                machine=Machine.from_dict(data["machine"]),
-                seconds={str(k): float(v) for k, v in data["seconds"].items()},
-                points=[Point.from_dict(p) for p in data["points"]],
-                outcomes={str(k): str(v) for k, v in data.get("outcomes", {}).items()},
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError(f"JSON {type(data).__name__}, not an object")
+            chapter = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), data))
+        except (OSError, ValueError, OmegaConfBaseException) as err:
+            key = getattr(err, "full_key", "")
+            raise Unreadable(path, (f"{key}: " if key else "") + (str(err).strip().splitlines() or [""])[0]) from err
+        assert isinstance(chapter, cls)
+        why = chapter.mismatch()
+        if why:
+            raise Unreadable(path, why)
+        return chapter
+
+    def mismatch(self) -> str:
+        """Why these points cannot be run as this plan says ("" when they can): a point of an
+        experiment that does not take part here, or has no share; an outcome of no point."""
+        taking = taking_part()
+        for i, p in enumerate(self.points):
+            if p.module not in taking or p.module not in self.seconds:
+                return f"points[{i}]: module {p.module!r} is no experiment of the chapter here"
+        numbers = {str(i) for i in range(len(self.points))}
+        stray = sorted(set(self.outcomes) - numbers)
+        if stray:
+            n = len(self.points)
+            return f"outcomes: an outcome of point {stray[0]}, but the plan has {n} point{'s' if n != 1 else ''}"
+        return ""
+
+
+class Unreadable(Exception):
+    """A chapter's plan that cannot be continued: not JSON, not a plan, or not one of the
+    experiments here. The chapter says so and a new one starts; the file is left as it is."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        self.path, self.why = path, why
+        super().__init__(f"{path}: {why}")
 
 
 # --- the plan ---------------------------------------------------------------------------------
@@ -164,6 +195,85 @@ def resize(chapter: Chapter, started: set[int], left_s: float, late: float) -> f
                 chapter.points[i] = with_module(new, module)
         chapter.seconds[module] = seconds
     return factor if changed else 1.0
+
+
+# --- calibrating ------------------------------------------------------------------------------
+
+
+def calibration() -> tuple[Machine, float]:
+    """The machine as it is now and the seconds of every job at its smallest sizes: sizing's own
+    measurements, then the experiments' probes (a training step each), timed while the smallest
+    plan is made. ``machine.seconds`` is all of it, wall time from start to end."""
+    start = time.monotonic()
+    with Calibrating() as shown, showing(shown.step):
+        machine = calibrate()
+        smallest = sum(p.estimate_s for p in plan(machine, SMALLEST_S)[0])
+    machine.seconds = time.monotonic() - start
+    return machine, smallest
+
+
+def too_short(text: str, budget_min: float, spent_s: float, smallest_s: float) -> ConfigError | None:
+    """The error for a budget that the jobs do not fit even at their smallest sizes, naming the
+    smallest that does here (what was spent so far, the first job's start, the jobs, the report;
+    rounded up to half a minute); None when they fit."""
+    needed = spent_s + FIRST_JOB_S + smallest_s + REPORT_S
+    if needed <= 60 * budget_min:
+        return None
+    return ConfigError(
+        "--budget",
+        text,
+        f"at least {math.ceil(needed / 30) / 2:g} minutes on this machine as it is now",
+        f"too short: starting and calibrating took {clock(spent_s)}, the jobs at their smallest sizes "
+        f"need {clock(smallest_s)} and the report ~{clock(REPORT_S)}",
+    )
+
+
+class Calibrating:
+    """Calibration's progress once it has taken more than a couple of seconds: what it measures
+    and the seconds so far, as a status line on a terminal, elsewhere a line per measurement."""
+
+    QUIET_S = 2.0  # a calibration this short shows nothing
+
+    def __init__(self) -> None:
+        self.start, self.what, self.shown = time.monotonic(), "", ""
+        self.tty = sys.stderr.isatty()
+        self.bar: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def __enter__(self) -> "Calibrating":
+        threading.Thread(target=self._tick, daemon=True, name="perflab-chapter-calibrating").start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        with self._lock:
+            if self.bar is not None:
+                self.bar.close()
+
+    def step(self, what: str) -> None:
+        self.what = what
+        self._draw()
+
+    def _draw(self) -> None:
+        spent = time.monotonic() - self.start
+        with self._lock:
+            if spent < self.QUIET_S or self._stop.is_set():
+                return
+            line = f"    calibrating ({spent:.0f} s so far): {self.what}"
+            if self.tty:
+                if self.bar is None:
+                    from tqdm import tqdm
+
+                    self.bar = tqdm(bar_format="{desc}", file=sys.stderr, leave=False)
+                self.bar.set_description_str(line)
+            elif self.what != self.shown:
+                print(line, flush=True)
+                self.shown = self.what
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            self._draw()
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -295,13 +405,14 @@ def run_points(chapter: Chapter, folder: Path, store: Path, deadline: float, pro
 
 
 def unfinished(store: Path, budget_min: float) -> tuple[Path, Chapter] | None:
-    """The newest chapter of this host and budget under ``store``, if it did not end."""
+    """The newest chapter of this host and budget under ``store``, if it did not end. Raises
+    :class:`Unreadable` when a newer plan cannot be read (it may have been that chapter's)."""
     sweeps = store / "sweeps"
     if not sweeps.is_dir():
         return None
     for folder in sorted((p for p in sweeps.iterdir() if "_chapter-" in p.name), reverse=True):
-        found = Chapter.read(folder)
-        if found and found.host == socket.gethostname() and found.budget_min == budget_min:
+        found = Chapter.read(folder)  # Unreadable: it may have been this host's and budget's
+        if found.host == socket.gethostname() and found.budget_min == budget_min:
             return None if found.finished else (folder, found)  # the newest one decides
     return None
 
@@ -376,6 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _jobs_to_files() as log_to:
             return _chapter(args, budget, deadline, log_to)
+    except ConfigError as err:  # found once calibrated: a budget too short for this machine
+        print(f"perflab chapter: error: {err.line()}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(
             "\nperflab chapter: stopped; the points measured are kept. The same command continues "
@@ -390,7 +504,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: Callable[[Path], None]) -> int:
     store = args.store
     say(f"perflab chapter: Dive into Deep Learning, chapter 13 (13.1-13.7), within {budget:g} min")
-    prior = None if args.fresh else unfinished(store, budget)
+    try:
+        prior = None if args.fresh else unfinished(store, budget)
+    except Unreadable as err:
+        say(f"  cannot continue the newest chapter: its plan {err.path} is unreadable ({err.why}); a new one starts")
+        prior = None
+    smallest = 0.0
     if prior is not None:
         old_folder, chapter = prior
         done = sum(o in ("ok", "done") for o in chapter.outcomes.values())
@@ -399,14 +518,18 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
             f"{done} of {len(chapter.points)} points done"
         )
         chapter.redo = False
+        say(f"  on {chapter.machine.words()}")
     else:
-        say("  calibrating (a few seconds) ...")
-        machine = calibrate()
+        say("  calibrating: a matmul, a memory copy, a tiny op and a training step of each model (seconds) ...")
+        machine, smallest = calibration()
+        say(f"  on {machine.words()}")
+        refused = too_short(args.budget, budget, time.time() - (deadline - 60 * budget), smallest)
+        if refused is not None:
+            raise refused
         left = deadline - time.time() - REPORT_S - FIRST_JOB_S
-        points, seconds = plan(machine, max(1.0, left * MARGIN))
+        points, seconds = plan(machine, left * MARGIN)
         chapter = Chapter(budget, socket.gethostname(), _now(), machine, points, seconds)
     machine = chapter.machine
-    say(f"  on {machine.words()}")
     if not machine.gpu:
         say(
             "  no GPU here: the CPU stands in. Where the book uses 2 GPUs, 2 CPU workers (each half the "
@@ -416,15 +539,18 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
     log_to(folder)
     chapter.save(folder)
     if prior is not None:  # the stopped one is continued here, not again by the next command
-        stopped = Chapter.read(prior[0])
-        if stopped is not None:
+        with contextlib.suppress(Unreadable):  # read a moment ago; gone or changed meanwhile: left as it is
+            stopped = Chapter.read(prior[0])
             stopped.finished = f"continued in {folder.name}"
             stopped.save(prior[0])
     total = sum(p.estimate_s for p in chapter.points)
     left = deadline - time.time()
     say(f"  {len(chapter.points)} jobs, estimated {clock(total)} of the {clock(left)} left; rows: {folder}")
-    if total > left - REPORT_S:
-        say("  the budget is tight: at their smallest sizes the jobs need more; some verdicts will be UNDERPOWERED")
+    if smallest > (left - REPORT_S) * MARGIN or total > left - REPORT_S:
+        say(
+            "  the budget is tight: at their smallest sizes the jobs leave little room for the machine's noise; "
+            "some verdicts will be UNDERPOWERED"
+        )
     progress = Progress(total)
     logs.LIVE[0] = False  # one bar for the chapter: the jobs draw none of their own
     try:

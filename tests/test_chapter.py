@@ -1,27 +1,34 @@
-"""``perflab chapter`` end to end, as a user runs it: a tiny budget, Ctrl-C after its first
-points, the same command again (which continues), then the report in a real browser, and the
-rows as an ordinary results tree. Slow: minutes of CPU (the chapter's smallest sizes)."""
+"""``perflab chapter`` end to end, as a user runs it: a budget too short for this machine
+(refused once calibrated), a tiny one that fits, Ctrl-C after its first points, the same command
+again (which continues), then the report in a real browser, and the rows as an ordinary results
+tree. Slow: minutes of CPU (the chapter's smallest sizes). Fast: the plan kept between commands,
+the budget's check, the calibration's progress, on a machine the tests describe."""
 
 from __future__ import annotations
 
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from test_claims import machine
 from test_report import CHROMIUM, body_data, chromium
 
+from perflab import chapter as chapter_module
 from perflab.analysis.claims import VERDICTS
 
 SECTIONS = ["13.1", "13.2", "13.3", "13.4", "13.5", "13.6", "13.7"]
+DAMAGED = '{"budget_min": 0.001, "points": [\n'  # a plan cut off mid-write
 
 
-def chapter(work: Path, *args: str) -> subprocess.Popen:
+def chapter(work: Path, budget: float | str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "perflab.chapter", "--budget", "3", "-o", "report.html", *args],
+        [sys.executable, "-m", "perflab.chapter", "--budget", str(budget), "-o", "report.html", *args],
         cwd=work,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -34,8 +41,33 @@ def sweeps(work: Path) -> list[Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # a busy machine names a budget of several minutes, run twice (stopped, continued)
 def test_the_chapter_runs_stops_continues_judges_and_reports(work, tmp_path):
-    first = chapter(work)
+    # A damaged plan in another tree and a budget nothing fits: the plan is said to be unreadable
+    # (and left as it is); the budget is refused once calibrated, naming the one that works here.
+    damaged = work / "elsewhere" / "sweeps" / "2020-01-01_00-00-00_chapter-0badf00d" / "chapter.json"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_text(DAMAGED)
+    short = chapter(work, "0.001", "--store", "elsewhere")
+    assert short.stdout is not None and short.stderr is not None
+    seen = [(time.monotonic(), line) for line in short.stdout]
+    err = short.stderr.read()
+    said = "".join(line for _, line in seen)
+    assert short.wait(timeout=60) == 2, said + err
+    assert len(err.strip().splitlines()) == 1 and "--budget=0.001: too short: starting and calibrating took" in err
+    assert f"cannot continue the newest chapter: its plan {damaged.relative_to(work)} is unreadable" in said
+    assert damaged.read_text() == DAMAGED and [*damaged.parent.parent.iterdir()] == [damaged.parent], "nothing run"
+    # the calibration's figure is all of it (its training steps too), shown as it goes when seconds long
+    began = next(t for t, line in seen if "  calibrating: a matmul" in line)
+    ended, words = next((t, line) for t, line in seen if "(calibrated in" in line)
+    figure = float(re.findall(r"calibrated in ([\d.]+) s", words)[0])
+    assert figure >= 0.8 * (ended - began) - 0.5, (figure, ended - began)
+    if figure > 2 * chapter_module.Calibrating.QUIET_S:
+        assert re.search(r"    calibrating \(\d+ s so far\): \w+ training", said), said
+    works = float(re.findall(r"allowed: at least ([\d.]+) minutes on this machine", err)[0])
+    budget = max(3.0, works + 0.5)  # the next calibration is as noisy as that one
+
+    first = chapter(work, budget)
     lines = []
     assert first.stdout is not None
     for line in first.stdout:  # stop it (Ctrl-C) once two points are done
@@ -53,7 +85,7 @@ def test_the_chapter_runs_stops_continues_judges_and_reports(work, tmp_path):
     assert not plan["finished"] and plan["outcomes"] == {"0": "ok", "1": "ok"}
     assert all(p["why"] for p in plan["points"]), "every size says why"
 
-    second = chapter(work)
+    second = chapter(work, budget)
     out, err = second.communicate(timeout=900)
     assert second.returncode == 0, out + err
     assert "continuing the chapter started" in out and "0 of" not in out.split("continuing")[1].split("\n")[0]
@@ -63,7 +95,7 @@ def test_the_chapter_runs_stops_continues_judges_and_reports(work, tmp_path):
     assert [r["outcome"] for r in reused] == ["done", "done"], "the points done before are reused, not measured again"
     assert json.loads((continued[0] / "chapter.json").read_text())["finished"]
     assert json.loads((stopped / "chapter.json").read_text())["finished"] == f"continued in {continued[0].name}"
-    assert re.search(r"done in \d+:\d\d of the 3:00 budget", out)
+    assert re.search(rf"done in \d+:\d\d of the {chapter_module.clock(60 * budget)} budget", out)
     assert (continued[0] / "sweep.csv").is_file()
 
     # every claim has a verdict, every section is there, in the report and on the terminal
@@ -105,3 +137,75 @@ def test_a_bad_budget_or_output_is_one_line_and_nothing_runs(work):
         )
         assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (work / "outputs" / "sweeps").exists()
+
+
+# --- fast: what the chapter decides, on a machine the tests describe (no measuring) -----------
+
+
+def stopped_plan(store: Path, budget: float = 3.0) -> Path:
+    """A chapter of this host stopped after its first point, as ``perflab chapter`` keeps it."""
+    folder = store / "sweeps" / "2026-01-01_10-00-00_chapter-aa"
+    folder.mkdir(parents=True)
+    points, seconds = chapter_module.plan(machine(), 100.0)
+    plan = chapter_module.Chapter(budget, socket.gethostname(), "then", machine(), points, seconds)
+    plan.outcomes = {"0": "ok"}
+    plan.save(folder)
+    return folder
+
+
+def test_a_plan_that_cannot_be_read_or_does_not_match_the_experiments_is_said_not_continued(tmp_path):
+    folder = stopped_plan(tmp_path)
+    found = chapter_module.unfinished(tmp_path, 3.0)
+    assert found is not None and found[1] == chapter_module.Chapter.read(folder), "a sound plan continues"
+    kept = json.loads((folder / "chapter.json").read_text())
+    made_up = {"section": "13.4", "preset": "made_up", "overrides": [], "estimate_s": 1.0, "why": "-"}
+    two_done = {"0": "ok", "1": "ok"}
+    cases = {
+        DAMAGED: "Expecting value",
+        "[]": "not an object",
+        json.dumps({**kept, "points": [{**made_up, "module": "matmul"}], "outcomes": two_done}): (
+            "an outcome of point 1, but the plan has 1 point"  # was "2 of 1 points done", then an IndexError
+        ),
+        json.dumps({**kept, "points": [{**made_up, "module": "made_up"}]}): "module 'made_up' is no experiment",
+        json.dumps(
+            {**kept, "points": [{**made_up, "module": "matmul", "why": None}]}
+        ): "why: Incompatible value 'None'",
+        json.dumps({**kept, "points": [made_up]}): "points[0]: module '' is no experiment",  # none named
+        json.dumps({**kept, "budget_min": "soon"}): "budget_min: Value 'soon'",
+    }
+    for text, why in cases.items():
+        (folder / "chapter.json").write_text(text)
+        with pytest.raises(chapter_module.Unreadable) as err:
+            chapter_module.unfinished(tmp_path, 3.0)
+        assert err.value.path == folder / "chapter.json" and why in err.value.why, (text, err.value.why)
+        assert (folder / "chapter.json").read_text() == text, "left as it is"
+
+
+def test_a_budget_the_smallest_sizes_do_not_fit_is_refused_naming_the_smallest_that_does():
+    points, _ = chapter_module.plan(machine(), chapter_module.SMALLEST_S)
+    smallest = sum(p.estimate_s for p in points)
+    assert smallest == pytest.approx(sum(p.estimate_s for p in chapter_module.plan(machine(), 0.01)[0]), rel=0.01)
+    err = chapter_module.too_short("0.001", 0.001, 20.0, smallest)
+    assert err is not None
+    line = err.line()
+    assert line.startswith("--budget=0.001: too short: starting and calibrating took 0:20, the jobs at their smallest")
+    works = float(re.findall(r"allowed: at least ([\d.]+) minutes on this machine as it is now$", line)[0])
+    assert chapter_module.too_short(f"{works:g}", works, 20.0, smallest) is None, "the budget it names fits"
+    assert chapter_module.too_short("x", works - 0.5, 20.0, smallest) is not None, "the smallest (to half a minute)"
+
+
+def test_a_calibration_of_seconds_shows_what_it_measures(capsys, monkeypatch):
+    from perflab.measure.sizing import showing
+
+    described = machine()
+    with chapter_module.Calibrating() as shown, showing(shown.step):  # quick: shows nothing
+        described.probe("lenet training, batch 64 (images/s)", lambda: 1.0)
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(chapter_module.Calibrating, "QUIET_S", 0.0)
+    with chapter_module.Calibrating() as shown, showing(shown.step):
+        described.probe("resnet18 training, batch 8 (images/s)", lambda: 1.0)
+        described.probe("resnet18 training, batch 8 (images/s)", lambda: 1.0)  # kept: not measured again
+    shown_lines = capsys.readouterr().out.splitlines()
+    assert shown_lines == ["    calibrating (0 s so far): resnet18 training, batch 8 (images/s)"]
+    described.probe("lenet training, batch 32 (images/s)", lambda: 1.0)
+    assert capsys.readouterr().out == "", "outside a calibration nothing is shown"

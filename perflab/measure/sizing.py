@@ -9,15 +9,17 @@ on one device. An experiment that takes part in the chapter defines
   chapter(machine, seconds) -> [Point]   its points, sized to about ``seconds`` in all
 
 and may time its own workload once with :meth:`Machine.probe` (a training step, say), kept
-with the calibration so that a continued chapter does not time it again.
+with the calibration so that a continued chapter does not time it again. Inside
+:func:`showing`, each measurement is named as it starts (the chapter's progress meanwhile).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 JOB_OVERHEAD_S = 1.0  # composing, checking and recording one job, beside its measurements (measured: 0.3-0.6 s)
 
@@ -33,7 +35,7 @@ class Machine:
     copy_gbps: float  # a memory copy on one device, bytes read + written per second
     op_us: float  # a tiny op, issued and finished
     others_pct: float  # other processes' share of the CPUs while calibrating (nan: unknown)
-    seconds: float  # how long the calibration took
+    seconds: float  # how long the calibration took, wall time (the chapter's: its probes included)
     probes: dict[str, float] = field(default_factory=dict)  # experiments' own timings (Machine.probe)
 
     @property
@@ -47,6 +49,7 @@ class Machine:
     def probe(self, name: str, measure: Callable[[], float]) -> float:
         """An experiment's own timing (seconds, a rate ...), measured once and kept."""
         if name not in self.probes:
+            _show(name)
             self.probes[name] = float(measure())
         return self.probes[name]
 
@@ -87,6 +90,25 @@ class Point:
         return cls(**data)
 
 
+_SHOWN: list[Callable[[str], None]] = []  # see showing()
+
+
+@contextlib.contextmanager
+def showing(step: Callable[[str], None]) -> Iterator[None]:
+    """Within: ``step(what)`` is called as each measurement of the calibration starts (its own,
+    then each new :meth:`Machine.probe`), so that a calibration of seconds shows what it does."""
+    _SHOWN.append(step)
+    try:
+        yield
+    finally:
+        _SHOWN.remove(step)
+
+
+def _show(what: str) -> None:
+    for step in _SHOWN:
+        step(what)
+
+
 def calibrate() -> Machine:
     """About a second of measuring: which devices, a float32 matmul's rate, a memory copy's
     bandwidth and a tiny op's cost on one of them (means: the machine as it is, its busy
@@ -99,6 +121,7 @@ def calibrate() -> Machine:
     from perflab.measure.watch import Machine as Load
 
     start = time.perf_counter()
+    _show("a float32 matmul, a memory copy and a tiny op")
     inventory = Inventory.detect()
     device = resolve_devices(DevicesConfig(spec="auto", count=1), inventory).devices[0]
     sync = [device]
