@@ -24,7 +24,7 @@ from perflab.errors import ConfigError, MissingDevice, first_line
 from perflab.job import sharing as launchers
 from perflab.job.context import Context
 from perflab.job.ending import Place, Result, discard, record_time, refuse, save_record
-from perflab.job.stop import Stopped, on_stop_signals, raise_if_stopped, stop_signals_held
+from perflab.job.stop import Stopped, on_stop_signals, raise_if_stopped, stop_of, stop_signals_held
 from perflab.measure import memory
 from perflab.measure.devices import Device, resolve
 from perflab.measure.environment import environment, subject
@@ -134,22 +134,32 @@ class GuardedJob:
                     raise_if_stopped()  # a stop whose own raise Python swallowed is still a stop
             except ConfigError as err:
                 return refuse(err, place, self.record, ctx.identity, self.writer)
-            except Stopped as stop:
-                self.outcome = stop.status
-                self.job_row(stop.status, stop.why)
-                if not os.environ.get("SUBMITIT_EXECUTOR"):  # not a SLURM job of its own: the whole command stops
-                    self.interrupted = KeyboardInterrupt()
-            except KeyboardInterrupt as stop:
-                self.outcome, self.interrupted = "cancelled", stop
-                self.job_row("cancelled", "interrupted (Ctrl-C)")
+            except (Stopped, KeyboardInterrupt) as stop:
+                self.stopped(stop)
             except Exception as exc:  # a crash is a row, not a lost job
-                self.crashed(exc)
+                signalled = stop_of(exc)  # a signal that a library's own handler turned into its exception
+                if signalled is not None:
+                    self.stopped(signalled)
+                else:
+                    self.crashed(exc)
         return None
+
+    def stopped(self, stop: BaseException) -> None:
+        """A stop signal (``cancelled`` / ``timeout``) or Ctrl-C as the job's row; the whole
+        command stops too, but for a stop signal to a SLURM job of its own."""
+        if isinstance(stop, Stopped):
+            self.outcome = stop.status
+            self.job_row(stop.status, stop.why)
+            if not os.environ.get("SUBMITIT_EXECUTOR"):
+                self.interrupted = KeyboardInterrupt()
+        else:
+            self.outcome, self.interrupted = "cancelled", stop
+            self.job_row("cancelled", "interrupted (Ctrl-C)")
 
     def crashed(self, exc: Exception) -> None:
         """A crash as the job's row: ``oom`` or ``error`` with one line, its traceback in error.txt."""
         place = self.place
-        self.outcome = "oom" if memory.is_oom(exc) else _stopped(exc) or "error"
+        self.outcome = "oom" if memory.is_oom(exc) else "error"
         line = (
             files.os_line(exc)
             if isinstance(exc, OSError) and _write_failed(exc)
@@ -256,10 +266,3 @@ def quiet_library_logs() -> None:
     for name in QUIET_LOGGERS:
         logger = logging.getLogger(name)
         logger.handlers, logger.propagate = files, False
-
-
-def _stopped(exc: BaseException) -> str | None:
-    """The elastic agent turns a stop signal into its own exception while workers run."""
-    if type(exc).__name__ == "SignalException":
-        return "cancelled"
-    return None
