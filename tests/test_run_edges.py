@@ -9,7 +9,9 @@ The user's experiments are a package written here and registered as pip would le
 from __future__ import annotations
 
 import csv
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +24,8 @@ from test_contract import install  # noqa: F401 - the fixture
 
 from perflab.results import load
 from perflab.store.rundir import RunRecord
+
+from conftest import FAST
 
 AGENT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # torch's agent takes them
 
@@ -177,3 +181,27 @@ def test_ctrl_c_after_workers_returned_stops_the_job_as_ctrl_c(edgepkg, work):
     assert (record.outcome, record.error) == ("cancelled", "interrupted (Ctrl-C)")
     rows = load(run_dir).set_index("measurement")
     assert rows.loc["workers returned", "note"] == "SIGINT: default_int_handler", "Python's own, once they are gone"
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_ddp_training_is_ctrl_c_and_its_summary_says_what_it_knows(work):
+    args = [
+        "+experiment=train",
+        "strategy=ddp",
+        "devices.spec=cpu",
+        "devices.count=2",
+        "data.train_size=512",
+        "data.test_size=128",
+        "trainer.batch_size=64",
+        "trainer.epochs=100",
+        *FAST,
+    ]
+    proc = perflab_process(work, *args)
+    out = ctrl_c_once(proc, work, "epoch")
+    assert proc.returncode == 130, out
+    assert "job: cancelled: interrupted (Ctrl-C)" in out and "SignalException" not in out
+    for what in ("model", "devices", "global batch", "learning rate"):
+        assert f"{what}: ? here" not in out, out  # the epoch rows know them
+    assert "devices: 2 here" in out and re.search(r"global batch: \d+ here", out)
+    run_dir, record = only_run(work)
+    assert record.outcome == "cancelled" and json.loads((run_dir / "run.json").read_text())["outcome"] == "cancelled"
