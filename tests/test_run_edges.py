@@ -111,6 +111,27 @@ def only_run(work: Path) -> tuple[Path, RunRecord]:
     return run_dir, record
 
 
+# --- a run that ends without a result ---------------------------------------------------------------
+
+
+def test_an_experiment_that_records_nothing_is_an_error_not_a_silent_pass(edgepkg, cli, work):
+    ran = cli("+experiment=edges", rc=1)
+    assert "job: error: edges recorded no rows" in ran.out
+    run_dir, record = only_run(work)  # the run stays, and says what came of it
+    assert (record.outcome, record.complete, record.rows) == ("error", False, 1)
+    assert record.error == "edges recorded no rows"
+    df = load(work / "outputs")
+    assert df[["measurement", "status", "error"]].values.tolist() == [["job", "error", "edges recorded no rows"]]
+
+
+def test_sys_exit_in_an_experiment_is_an_error_row_like_any_crash(edgepkg, cli, work):
+    ran = cli("+experiment=edges", "experiment.does=exit", rc=1)
+    assert "job: error: SystemExit: 0" in ran.out
+    run_dir, record = only_run(work)
+    assert (record.outcome, record.error) == ("error", "SystemExit: 0"), "not left saying running"
+    assert "sys.exit(0)" in (run_dir / "error.txt").read_text()  # where it exited
+
+
 # --- Ctrl-C after and during worker processes -----------------------------------------------------
 
 

@@ -132,11 +132,14 @@ class GuardedJob:
                     seed_everything(self.settings.seed)
                     self.experiment.run(ctx)
                     raise_if_stopped()  # a stop whose own raise Python swallowed is still a stop
+                    if not (self.rows() or place.helper or ctx.recorded_elsewhere):  # a silent pass is no result
+                        self.outcome = "error"
+                        self.job_row("error", f"{self.experiment.name} recorded no rows")
             except ConfigError as err:
                 return refuse(err, place, self.record, ctx.identity, self.writer)
             except (Stopped, KeyboardInterrupt) as stop:
                 self.stopped(stop)
-            except Exception as exc:  # a crash is a row, not a lost job
+            except (Exception, SystemExit) as exc:  # a crash (sys.exit too) is a row, not a lost job
                 signalled = stop_of(exc)  # a signal that a library's own handler turned into its exception
                 if signalled is not None:
                     self.stopped(signalled)
@@ -156,7 +159,7 @@ class GuardedJob:
             self.outcome, self.interrupted = "cancelled", stop
             self.job_row("cancelled", "interrupted (Ctrl-C)")
 
-    def crashed(self, exc: Exception) -> None:
+    def crashed(self, exc: Exception | SystemExit) -> None:
         """A crash as the job's row: ``oom`` or ``error`` with one line, its traceback in error.txt."""
         place = self.place
         self.outcome = "oom" if memory.is_oom(exc) else "error"
@@ -203,10 +206,9 @@ class GuardedJob:
         """run.json says what came of the job; a complete one is marked done; the job's table;
         then an interrupt goes on."""
         place, record = self.place, self.record
-        # This run's rows: not another writer's in the same dir (the sweep's own row for a job that
-        # it thought lost, the rows of a stalled earlier run of a requeued SLURM job).
-        rows = [row for row in self.writer.rows if row.get("run_id") == record.run_id]
-        if place.helper or (self.outcome == "ok" and not rows):
+        rows = self.rows()
+        assert self.ctx is not None, "open() first"
+        if place.helper or (self.ctx.recorded_elsewhere and not rows):
             # A node of a multi-node run whose workers hold no rank 0: the node with it records the
             # point (under SLURM, in this same job dir, which stays).
             if not place.helper:
@@ -232,6 +234,11 @@ class GuardedJob:
             log.info("\n%s\n\nrows: %s", table, place.run_dir / RESULTS)
         self.go_on()
         return Result(self.outcome, place.run_dir, rows, record.error)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """This run's rows: not another writer's in the same dir (the sweep's own row for a job that
+        it thought lost, the rows of a stalled earlier run of a requeued SLURM job)."""
+        return [row for row in self.writer.rows if row.get("run_id") == self.record.run_id]
 
     def go_on(self) -> None:
         """A stop that ends the whole command (Ctrl-C, a stop signal outside SLURM) goes on."""
