@@ -132,6 +132,29 @@ def test_sys_exit_in_an_experiment_is_an_error_row_like_any_crash(edgepkg, cli, 
     assert "sys.exit(0)" in (run_dir / "error.txt").read_text()  # where it exited
 
 
+# --- hooks after the measurement --------------------------------------------------------------------
+
+
+def test_a_hook_that_fails_after_the_measurement_is_one_line_and_the_rows_stand(edgepkg, cli, work):
+    ran = cli("+experiment=loud")  # exit 0: the job is ok
+    said = ran.out + ran.err
+    assert "Traceback" not in said and "Error executing job" not in said
+    for line in (
+        "edgepkg.loud.headline failed: KeyError: 'gbps'",
+        "edgepkg.loud.work failed: ZeroDivisionError: division by zero",
+        "edgepkg.loud.report failed: ValueError: no section",
+        "edgepkg.loud.label failed: KeyError: 'epoch'",  # once, not once per row
+        "edgepkg.loud.progress failed: RuntimeError: no line",  # its first line
+    ):
+        assert said.count(line) == 1, (line, said)
+    assert "second line" not in said
+    assert "sum: ok" in said and "product: ok" in said  # the generic progress line stands in
+    table = said[said.index("measurement ") :]
+    assert table.splitlines()[2].startswith("sum ") and table.splitlines()[3].startswith("product ")
+    _, record = only_run(work)
+    assert (record.outcome, record.complete, record.rows) == ("ok", True, 2)
+
+
 # --- Ctrl-C after and during worker processes -----------------------------------------------------
 
 
