@@ -243,9 +243,13 @@ def report(rows: DataFrame, samples: Samples) -> Section:
     number_, title, words, setup = BOOK.get(text(names[0]) if len(names) else "", ("", "Training", "", []))
 
     def ours(column: str) -> Callable[[Sequence[Mapping[str, Any]]], str]:
+        """A run's value: its summary row's; a run stopped before its summary, its newest row's
+        that has one (every epoch row carries the model, devices, global batch and lr)."""
+
         def value(r: Sequence[Mapping[str, Any]]) -> str:
             summary = [x for x in r if x.get("measurement") == "train"]
-            return text(summary[-1].get(column)) if summary else ""
+            found = summary or [x for x in r if text(x.get(column))]
+            return text(found[-1].get(column)) if found else ""
 
         return value
 

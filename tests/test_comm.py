@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 
 import perflab
 from perflab.measure import costmodel
+from perflab.store.rundir import RunRecord
 
 MB, GB = 1e6, 1e9
+AGENT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # torch's agent takes them
 
 
 def test_cost_model_reproduces_the_books_worked_example():
@@ -55,10 +62,41 @@ def test_allreduce_over_two_gloo_workers(work):
     assert logs, "the workers' logs are inside the run dir"
 
 
-def test_workers_leave_no_temp_dirs_behind(work):
+def test_workers_leave_no_temp_dirs_nor_signal_handlers_behind(work):
+    """torch's elastic agent installs its own SIGINT / SIGTERM handlers while workers run: once
+    they are gone, Ctrl-C stops the next job and reaches the caller as KeyboardInterrupt."""
     import glob
     import tempfile
 
+    handlers = {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS}
     before = set(glob.glob(f"{tempfile.gettempdir()}/torchelastic_*"))
     perflab.run("quick/comm", ["devices.spec=cpu", "devices.count=2", "experiment.max_bytes=4096"])
     assert set(glob.glob(f"{tempfile.gettempdir()}/torchelastic_*")) == before
+    assert {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS} == handlers
+
+    (comm,) = (work / "outputs" / "runs").iterdir()
+    started, done = threading.Event(), threading.Event()
+
+    def ctrl_c_once_measuring() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not done.is_set():
+            if any((d / "run.json").is_file() for d in (work / "outputs" / "runs").iterdir() if d != comm):
+                started.set()
+                time.sleep(0.2)  # measuring by now
+                if not done.is_set():
+                    os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=ctrl_c_once_measuring, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            perflab.run("quick/matmul", ["bench.repeats=100000"])
+    finally:
+        done.set()
+        thread.join()
+    assert started.is_set()
+    (stopped,) = [d for d in (work / "outputs" / "runs").iterdir() if d != comm]
+    record = RunRecord.read(stopped)
+    assert record is not None and (record.outcome, record.error) == ("cancelled", "interrupted (Ctrl-C)")

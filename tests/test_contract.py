@@ -64,7 +64,7 @@ def install(tmp_path, monkeypatch):
     for name in added:  # this process's ConfigStore forgets them too
         for group in (repo.get("experiment", {}), repo.get("schema", {}).get("experiment", {})):
             group.pop(f"{name}.yaml", None)
-    for module in [m for m in sys.modules if m.split(".")[0] in ("userpkg", "brokenpkg", "oddpkg")]:
+    for module in [m for m in sys.modules if m.split(".")[0] in ("userpkg", "brokenpkg", "oddpkg", "edgepkg")]:
         del sys.modules[module]
 
 

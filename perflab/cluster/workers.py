@@ -6,17 +6,24 @@ On one node the rendezvous is ``localhost:0`` (like ``torchrun --standalone``: a
 no race); with ``nnodes`` > 1 every node runs the same command with the same endpoint and
 id. Workers' logs go to ``<run dir>/workers/``, and each worker dies with the job: a job
 killed with ``kill -9`` leaves no orphans behind.
+
+While workers run, torch's agent holds SIGINT, SIGTERM, SIGHUP and SIGQUIT (its handler raises
+``SignalException`` to shut the workers down). ``launch`` gives the handlers that were there
+back when it returns, and a signal the agent took is then delivered again to them: Ctrl-C is a
+KeyboardInterrupt, a job's stop signal its ``Stopped``, as if no workers had run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from perflab.measure.devices import Device
 
@@ -32,7 +39,7 @@ def launch(
     max_restarts: int = 0,
 ) -> dict[int, Any]:
     """Run ``entrypoint(*args)`` in ``nproc`` worker processes here; return values by global rank."""
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     config = LaunchConfig(
@@ -51,9 +58,33 @@ def launch(
     level = noisy.level
     noisy.setLevel(logging.WARNING)
     try:
-        return elastic_launch(config, _worker)(os.getpid(), _log_file(log_dir), entrypoint, *args)
+        with handlers_kept():
+            return elastic_launch(config, _worker)(os.getpid(), _log_file(log_dir), entrypoint, *args)
+    except SignalException as stop:
+        signal.raise_signal(stop.sigval)  # to the handler the agent had displaced: it raises its own stop
+        raise  # a signal that handler ignores: the workers are gone all the same
     finally:
         noisy.setLevel(level)
+
+
+# What torch's agent takes while its workers run (TORCHELASTIC_SIGNALS_TO_HANDLE's default).
+AGENT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n))
+
+
+@contextlib.contextmanager
+def handlers_kept() -> Iterator[None]:
+    """This process's handlers of :data:`AGENT_SIGNALS` as they were before the block, whatever
+    it installed (main thread only: no handler can be set elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            if old is not None:  # None: set outside Python, and it cannot be put back
+                signal.signal(sig, old)
 
 
 def _log_file(log_dir: Path) -> str:

@@ -10,7 +10,9 @@ its own experiments there in its pyproject.toml exactly as a user's package decl
 
 An experiment with no YAML preset runs on its Config's defaults (``+experiment=mine``); presets
 (``conf/experiment/NAME.yaml``, or the user's own config dir via ``--config-dir`` or
-``hydra.searchpath``) set other values. Every hook is read here, through :class:`Experiment`.
+``hydra.searchpath``) set other values. Every hook is read here, through :class:`Experiment`; the
+hooks called after the measurement (work, headline, the report's setup lines, label, progress)
+are called through one door, :meth:`Experiment.after`, where a failure costs one line, not the job.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 from perflab.config import contract
 from perflab.config.schema import PerflabConfig
@@ -33,6 +36,9 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
     from perflab.job.context import Context
+
+log = logging.getLogger("perflab")
+T = TypeVar("T")
 
 GROUP = "perflab.experiments"
 OURS = "perflab"  # the distribution whose experiments are the built-ins
@@ -116,6 +122,11 @@ class Experiment:
     name: str
     module: ModuleType
     declared: Declared
+    said: set[tuple[str, str]] = field(default_factory=set, init=False, compare=False, repr=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Sent to a worker process (inside a job's Context) by name: registered there anew."""
+        return get, (self.name,)
 
     @property
     def hooks(self) -> contract.Hooks:
@@ -137,10 +148,6 @@ class Experiment:
     def beside(self) -> tuple[str, ...]:
         return self.hooks.BESIDE
 
-    @property
-    def progress(self) -> Optional[Callable[[contract.Row], Optional[str]]]:
-        return self.hooks.progress
-
     def run(self, ctx: Context) -> None:
         self.hooks.run(ctx)
 
@@ -150,14 +157,57 @@ class Experiment:
         if fn:
             fn(settings, devices)
 
+    # --- the hooks called after the measurement: a failure is a line, the rows stand -------------
+
+    def after(self, hook: str, call: Callable[[Callable[..., Any]], T], instead: Callable[[str], T]) -> T | None:
+        """``call(the hook)``, or, where it raises, ``instead`` of its line ("mine.headline failed:
+        KeyError: 'x'"): a hook that runs once the rows are saved never costs the job or its
+        table. None where the module defines no such hook."""
+        fn = getattr(self.hooks, hook)
+        if fn is None:
+            return None
+        try:
+            return call(fn)
+        except Exception as err:
+            return instead(f"{self.module.__name__}.{hook} failed: {type(err).__name__}: {first_line(err)}")
+
+    def once(self, line: str, row: Mapping[str, Any]) -> None:
+        """Log a per-row hook's failure once per run (not once per row)."""
+        key = (line, str(row.get("run_id", "")))
+        if key not in self.said:
+            self.said.add(key)
+            log.warning("%s", line)
+
+    def progress(self, row: Mapping[str, Any]) -> str | None:
+        """Its own line as a row is recorded (None: the generic one, also where its hook fails)."""
+        found = self.after("progress", lambda fn: fn(row), lambda line: self.once(line, row))
+        return None if found is None else str(found)
+
     def label(self, row: Mapping[str, Any]) -> str:
-        """How the job's table names a row (default: its measurement)."""
-        fn = self.hooks.label
-        return str(fn(row)) if fn else str(row.get("measurement", ""))
+        """How the job's table names a row (default, and where its hook fails: its measurement)."""
+        found = self.after("label", lambda fn: str(fn(row)), lambda line: self.once(line, row))
+        return found or str(row.get("measurement", ""))
 
     def headline(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
-        fn = self.hooks.headline
-        return [str(line) for line in fn(rows)] if fn else []
+        """The figures that matter, under the job's table (where its hook fails: that line)."""
+        return self.after("headline", lambda fn: [str(line) for line in fn(rows)], lambda line: [line]) or []
+
+    def work(self, rows: Sequence[Mapping[str, Any]]) -> str:
+        """How much work a timed call did ("" without a work hook; where it fails: that line)."""
+        return (self.after("work", lambda fn: str(fn(rows)), str) or "") if rows else ""
+
+    def beside_reference(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+        """The terminal's lines of its report section: each setup line, this run's beside the
+        reference's (nothing without a report hook; where it fails: that line)."""
+        import pandas as pd
+
+        def setup(fn: Callable[..., Any]) -> list[str]:
+            s = self.section(pd.DataFrame(list(rows)), {})
+            return [f"{x.what}: {x.here or '?'} here; {s.reference}: {x.reference}" for x in s.setup]
+
+        return self.after("report", setup, lambda line: [line]) or []
+
+    # --- the report's hooks ----------------------------------------------------------------------
 
     def section(self, rows: DataFrame, samples: contract.Samples) -> contract.Section:
         """Its section of the report (rows: one preset's), or a plain one without a report hook."""
@@ -174,29 +224,10 @@ class Experiment:
         fn = self.hooks.claims
         return list(fn(rows, tree)) if fn else []
 
-    def work(self, rows: Sequence[Mapping[str, Any]]) -> str:
-        """How much work a timed call did ("" without a work hook, or when it fails: words only)."""
-        fn = self.hooks.work
-        try:
-            return str(fn(rows)) if fn and rows else ""
-        except Exception:
-            return ""
-
     def chapter(self, machine: Any, seconds: float) -> list[Any]:
         """Its points in ``perflab chapter``, sized to ``seconds`` (none without a chapter hook)."""
         fn = self.hooks.chapter
         return list(fn(machine, seconds)) if fn and self.hooks.CHAPTER_SHARE > 0 else []
-
-    def beside_reference(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
-        """The terminal's lines of its report section: each setup line, this run's beside the
-        reference's (nothing when its hook has none, or fails: the job's own table stands)."""
-        import pandas as pd
-
-        try:
-            s = self.section(pd.DataFrame(list(rows)), {})
-        except Exception:  # never costs the job its table
-            return []
-        return [f"{x.what}: {x.here or '?'} here; {s.reference}: {x.reference}" for x in s.setup]
 
     @property
     def summary(self) -> str:

@@ -67,6 +67,7 @@ class Context:
     peaks: Peaks = field(default_factory=lambda: Peaks(None))
     progress: Callable[[Mapping[str, Any]], str | None] | None = None  # the experiment's own line
     metric: str = ""  # the experiment's headline metric, for the progress lines
+    recorded_elsewhere: bool = False  # a node of a multi-node run whose workers hold no rank 0
 
     @property
     def params(self) -> Any:
@@ -99,10 +100,12 @@ class Context:
         max_restarts: int = 0,
     ) -> dict[int, Any]:
         """Run ``entrypoint(ctx, *args)`` in ``nproc`` worker processes (a process group each
-        joins with ``perflab.cluster.workers.init_process_group``); logs in ``<run dir>/workers``."""
+        joins with ``perflab.cluster.workers.init_process_group``); logs in ``<run dir>/workers``.
+        Returns their values by global rank; where none is rank 0 (a further node of a multi-node
+        run), the node with it records the point and this job records nothing."""
         from perflab.cluster import workers
 
-        return workers.launch(
+        returned = workers.launch(
             entrypoint,
             self,
             *args,
@@ -113,6 +116,8 @@ class Context:
             run_id=rdzv_id or self.run_id,
             max_restarts=max_restarts,
         )
+        self.recorded_elsewhere = 0 not in returned
+        return returned
 
     def measure(
         self,

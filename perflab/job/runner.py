@@ -24,7 +24,7 @@ from perflab.errors import ConfigError, MissingDevice, first_line
 from perflab.job import sharing as launchers
 from perflab.job.context import Context
 from perflab.job.ending import Place, Result, discard, record_time, refuse, save_record
-from perflab.job.stop import Stopped, on_stop_signals, raise_if_stopped, stop_signals_held
+from perflab.job.stop import Stopped, on_stop_signals, raise_if_stopped, stop_of, stop_signals_held
 from perflab.measure import memory
 from perflab.measure.devices import Device, resolve
 from perflab.measure.environment import environment, subject
@@ -132,24 +132,37 @@ class GuardedJob:
                     seed_everything(self.settings.seed)
                     self.experiment.run(ctx)
                     raise_if_stopped()  # a stop whose own raise Python swallowed is still a stop
+                    if not (self.rows() or place.helper or ctx.recorded_elsewhere):  # a silent pass is no result
+                        self.outcome = "error"
+                        self.job_row("error", f"{self.experiment.name} recorded no rows")
             except ConfigError as err:
                 return refuse(err, place, self.record, ctx.identity, self.writer)
-            except Stopped as stop:
-                self.outcome = stop.status
-                self.job_row(stop.status, stop.why)
-                if not os.environ.get("SUBMITIT_EXECUTOR"):  # not a SLURM job of its own: the whole command stops
-                    self.interrupted = KeyboardInterrupt()
-            except KeyboardInterrupt as stop:
-                self.outcome, self.interrupted = "cancelled", stop
-                self.job_row("cancelled", "interrupted (Ctrl-C)")
-            except Exception as exc:  # a crash is a row, not a lost job
-                self.crashed(exc)
+            except (Stopped, KeyboardInterrupt) as stop:
+                self.stopped(stop)
+            except (Exception, SystemExit) as exc:  # a crash (sys.exit too) is a row, not a lost job
+                signalled = stop_of(exc)  # a signal that a library's own handler turned into its exception
+                if signalled is not None:
+                    self.stopped(signalled)
+                else:
+                    self.crashed(exc)
         return None
 
-    def crashed(self, exc: Exception) -> None:
+    def stopped(self, stop: BaseException) -> None:
+        """A stop signal (``cancelled`` / ``timeout``) or Ctrl-C as the job's row; the whole
+        command stops too, but for a stop signal to a SLURM job of its own."""
+        if isinstance(stop, Stopped):
+            self.outcome = stop.status
+            self.job_row(stop.status, stop.why)
+            if not os.environ.get("SUBMITIT_EXECUTOR"):
+                self.interrupted = KeyboardInterrupt()
+        else:
+            self.outcome, self.interrupted = "cancelled", stop
+            self.job_row("cancelled", "interrupted (Ctrl-C)")
+
+    def crashed(self, exc: Exception | SystemExit) -> None:
         """A crash as the job's row: ``oom`` or ``error`` with one line, its traceback in error.txt."""
         place = self.place
-        self.outcome = "oom" if memory.is_oom(exc) else _stopped(exc) or "error"
+        self.outcome = "oom" if memory.is_oom(exc) else "error"
         line = (
             files.os_line(exc)
             if isinstance(exc, OSError) and _write_failed(exc)
@@ -193,10 +206,9 @@ class GuardedJob:
         """run.json says what came of the job; a complete one is marked done; the job's table;
         then an interrupt goes on."""
         place, record = self.place, self.record
-        # This run's rows: not another writer's in the same dir (the sweep's own row for a job that
-        # it thought lost, the rows of a stalled earlier run of a requeued SLURM job).
-        rows = [row for row in self.writer.rows if row.get("run_id") == record.run_id]
-        if place.helper or (self.outcome == "ok" and not rows):
+        rows = self.rows()
+        assert self.ctx is not None, "open() first"
+        if place.helper or (self.ctx.recorded_elsewhere and not rows):
             # A node of a multi-node run whose workers hold no rank 0: the node with it records the
             # point (under SLURM, in this same job dir, which stays).
             if not place.helper:
@@ -222,6 +234,11 @@ class GuardedJob:
             log.info("\n%s\n\nrows: %s", table, place.run_dir / RESULTS)
         self.go_on()
         return Result(self.outcome, place.run_dir, rows, record.error)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """This run's rows: not another writer's in the same dir (the sweep's own row for a job that
+        it thought lost, the rows of a stalled earlier run of a requeued SLURM job)."""
+        return [row for row in self.writer.rows if row.get("run_id") == self.record.run_id]
 
     def go_on(self) -> None:
         """A stop that ends the whole command (Ctrl-C, a stop signal outside SLURM) goes on."""
@@ -256,10 +273,3 @@ def quiet_library_logs() -> None:
     for name in QUIET_LOGGERS:
         logger = logging.getLogger(name)
         logger.handlers, logger.propagate = files, False
-
-
-def _stopped(exc: BaseException) -> str | None:
-    """The elastic agent turns a stop signal into its own exception while workers run."""
-    if type(exc).__name__ == "SignalException":
-        return "cancelled"
-    return None

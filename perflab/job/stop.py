@@ -4,7 +4,8 @@ more ``ok`` rows after it was told.
 
 submitit (Hydra's SLURM launcher) ignores SIGTERM and answers the time-limit signal (SIGUSR2,
 ``signal_delay_s`` before the limit) by requeueing; inside a perflab job ours take over for
-the job's duration and the previous handlers come back afterwards.
+the job's duration and the previous handlers come back afterwards. torch's elastic agent turns
+a signal into its own exception while workers run (:func:`stop_of` reads it as the stop it is).
 """
 
 from __future__ import annotations
@@ -27,6 +28,19 @@ class Stopped(BaseException):
 SIGNALS = {signal.SIGTERM: ("cancelled", "stopped by SIGTERM (kill, scancel, preemption, a lost node, or a shutdown)")}
 if hasattr(signal, "SIGUSR2"):
     SIGNALS[signal.SIGUSR2] = ("timeout", "stopped by SIGUSR2: SLURM's warning that the time limit is near")
+
+
+def stop_of(exc: BaseException) -> BaseException | None:
+    """torch elastic's ``SignalException`` (its handler turns a signal into an exception) as the
+    stop it stands for: KeyboardInterrupt for Ctrl-C, :class:`Stopped` for a stop signal or any
+    other; None for an exception that no signal raised."""
+    sig = getattr(exc, "sigval", None)
+    if type(exc).__name__ != "SignalException" or sig is None:
+        return None
+    if sig == signal.SIGINT:
+        return KeyboardInterrupt()
+    status, why = SIGNALS.get(sig, ("cancelled", f"stopped by {signal.Signals(sig).name}"))
+    return Stopped(status, why)
 
 
 # The stop signals received in the current block. A signal can land while Python runs a
