@@ -470,12 +470,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     some point failed (the report is written all the same), 2 a usage error, 130 stopped."""
     args = parse(argv)
     from perflab import report
-    from perflab.store import tree as store
+    from perflab.store import tree
 
     try:
         budget = budget_minutes(args.budget)
         report.check_output(args.output)
-        store.check(args.store)
+        tree.check(args.store)
     except ConfigError as err:
         print(f"perflab chapter: error: {err.line()}", file=sys.stderr)
         return 2

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from perflab.errors import OneLineParser
-from perflab.store import done_marks, files, index
-from perflab.store import tree as store
+from perflab.store import done_marks, files, index, tree
 from perflab.store.rows import OWN_HEADER, RESULTS, SAMPLES, Notes, concat, csv_text, fix_dtypes, read_csv
 from perflab.store.rundir import RECORD, RunRecord, overrides_of, rows_of
 
@@ -46,7 +45,7 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
             raise FileNotFoundError(f"no results at {path}")
         elif samples:  # the tree's own notes are said when its rows are loaded
             frames += [read_samples(d / SAMPLES, notes) for d in run_dirs(path, Notes())]
-        elif store.is_store(path):
+        elif tree.is_store(path):
             frames.append(index.load_tree(path, experiment, notes))
         else:
             dirs = [d for d in run_dirs(path, notes) if (d / RESULTS).is_file() and not (d / RESULTS).is_symlink()]
@@ -77,7 +76,7 @@ def read_samples(path: Path, notes: Notes):
     if kind == "missing" or path.is_symlink():
         return pd.DataFrame()
     if kind != "a regular file":
-        notes.add(store.NOT_PLAIN, path)
+        notes.add(tree.NOT_PLAIN, path)
         return pd.DataFrame()
     return read_csv(path, ("row_id", "seconds"), notes=notes)
 
@@ -85,7 +84,7 @@ def read_samples(path: Path, notes: Notes):
 def run_dirs(top: Path, notes: Notes | None = None) -> Iterator[Path]:
     """Run dirs under ``top``, and the earlier runs its "done" points stand for."""
     seen: set[Path] = set()
-    for d in store.run_dirs(top, notes):
+    for d in tree.run_dirs(top, notes):
         record = RunRecord.read(d)
         target = Path(record.same_as) if record and record.outcome == "done" and record.same_as else d
         if target.resolve() not in seen:
@@ -105,7 +104,7 @@ def scan(top: Path, notes: Notes | None = None) -> list[tuple[Path, RunRecord]]:
     run.json is there but unreadable is left out, as ``load`` leaves out its rows (``notes``
     says so, in the loader's words)."""
     found = []
-    for d in store.run_dirs(top, notes):
+    for d in tree.run_dirs(top, notes):
         record = index.record_of(d, notes)
         if record is not None:
             found.append((d, record))
@@ -252,10 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             top = Path(words[1]) if len(words) > 1 else Path("outputs")
             if not top.is_dir():
                 raise LookupError(f"{top}: no such folder (give the results tree)")
-            if not store.is_store(top):  # it would write .perflab/ there and read every run below
+            if not tree.is_store(top):  # it would write .perflab/ there and read every run below
                 raise LookupError(f"{top}: not a results tree; allowed: a folder holding runs/, sweeps/ or .perflab/")
             for part in ("done", "index"):  # claims stay: they are sweeps running now, not derived
-                shutil.rmtree(store.meta(top) / part, ignore_errors=True)
+                shutil.rmtree(tree.meta(top) / part, ignore_errors=True)
             done = done_marks.rebuild_done(top)
             rows = len(index.load_tree(top))
             print(f"reindexed {top}: {done} complete runs, {rows} rows")

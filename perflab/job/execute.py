@@ -6,9 +6,9 @@ of a sweep, on any launcher), ``perflab.run()`` and the tests all take.
   claim     in a sweep: this point is ours, or wait for whoever measures it
   devices   resolve them; missing ones are an error or a ``skipped`` row  (perflab.job.runner: open)
   refute    the experiment's ``check`` against those devices (TF32 on a CPU), before run.json
-            says "running"                                           (guard: run)
-  run       the experiment; a crash, an OOM or a stop signal becomes a row  (guard: run)
-  record    run.json says what came of it; a complete point is marked done  (guard: close)
+            says "running"                                           (runner: run)
+  run       the experiment; a crash, an OOM or a stop signal becomes a row  (runner: run)
+  record    run.json says what came of it; a complete point is marked done  (runner: close)
 
 A bad value is refused in one line: nothing is written for a single run; a sweep point
 leaves an ``error`` row and the sweep goes on. Where a job runs and how it ends without
@@ -31,8 +31,7 @@ from perflab.config.schema import PerflabConfig, config_hash, resolve_all, valid
 from perflab.errors import ConfigError
 from perflab.job.ending import Place, Result, record_time, refuse, reuse, save_record
 from perflab.measure.peaks import Peaks
-from perflab.store import done_marks, files, point_claims
-from perflab.store import tree as store
+from perflab.store import done_marks, files, point_claims, tree
 from perflab.store.rows import flatten
 from perflab.store.rundir import RunRecord, rows_of, set_aside_earlier_run
 
@@ -102,9 +101,9 @@ def execute(cfg: DictConfig, place: Place) -> Result:
             return reuse(got, place, record)
         claim = got
     try:
-        from perflab.job import runner as guard  # torch from here on
+        from perflab.job import runner  # torch from here on
 
-        return guard.run(settings, experiment, peaks, place, record, identity)
+        return runner.run(settings, experiment, peaks, place, record, identity)
     finally:
         if claim is not None:
             claim.release()
@@ -136,7 +135,7 @@ def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
     """The typed config, its experiment, and every path the job will write: before any work."""
     install.check_torch_pair()
     settings, experiment = check_values(cfg)
-    store.check(Path(settings.results.store))
+    tree.check(Path(settings.results.store))
     if settings.results.ledger:
         from perflab.store import ledger
 

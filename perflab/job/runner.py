@@ -21,7 +21,7 @@ from perflab.analysis.table import job_table
 from perflab.config.registry import Experiment
 from perflab.config.schema import PerflabConfig
 from perflab.errors import ConfigError, MissingDevice, first_line
-from perflab.job import sharing as launchers
+from perflab.job import sharing
 from perflab.job.context import Context
 from perflab.job.ending import Place, Result, discard, record_time, refuse, save_record
 from perflab.job.stop import Stopped, on_stop_signals, raise_if_stopped, stop_of, stop_signals_held
@@ -91,7 +91,7 @@ class GuardedJob:
         try:
             resolved = resolve(self.settings.devices)
             self.devices, fallback = resolved.devices, resolved.fallback
-            beside = launchers.beside(place, self.devices)
+            beside = sharing.beside(place, self.devices)
         except MissingDevice as missing:
             if not (on_missing == "skip" or (on_missing == "auto" and place.in_sweep)):
                 return refuse(missing, place, record, identity)
