@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import csv
 import json
-import multiprocessing as mp
 import os
 import re
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -128,26 +128,30 @@ def test_ledger_survives_different_column_sets(tmp_path):
     assert pd.isna(df.loc[0, "tflops"]) and df.loc[1, "tflops"] == 1.5
 
 
-def _append_many(path: str, worker: int, count: int) -> None:
-    for i in range(count):
-        extra = {f"only_worker_{worker}": i} if i % 5 == 0 else {}
-        ledger.append(Path(path), [row(f"w{worker}", i, **extra)])
+# Each writer is a fresh interpreter that imports perflab.store.ledger alone: a multiprocessing child
+# would import this test module again, and through conftest torch and Hydra (seconds each).
+APPEND_EACH = (
+    "import json, sys; from pathlib import Path; from perflab.store import ledger\n"
+    "for r in json.loads(sys.argv[2]): ledger.append(Path(sys.argv[1]), [r])"
+)
+
+
+def _rows_of(worker: int, count: int) -> list[dict]:
+    return [row(f"w{worker}", i, **({f"only_worker_{worker}": i} if i % 5 == 0 else {})) for i in range(count)]
 
 
 def test_many_processes_append_to_one_ledger(tmp_path):
     path = tmp_path / "ledger.csv"
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_append_many, args=(str(path), w, 15)) for w in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    writers = [
+        subprocess.Popen([sys.executable, "-c", APPEND_EACH, str(path), json.dumps(_rows_of(w, 15))]) for w in range(4)
+    ]
+    assert [p.wait(timeout=120) for p in writers] == [0, 0, 0, 0]
     with path.open(newline="") as f:
-        rows = list(csv.reader(f))
-    header, body = rows[0], rows[1:]
+        lines = list(csv.reader(f))
+    header, body = lines[0], lines[1:]
     assert all(len(r) == len(header) for r in body)
     assert {r[0] for r in body} == {f"w{w}#{i}" for w in range(4) for i in range(15)}
+    assert {f"only_worker_{w}" for w in range(4)} <= set(header), "new columns from every writer, in one header"
 
 
 @pytest.mark.parametrize(
