@@ -54,12 +54,19 @@ def assert_same(a: dict, b: dict, exact: bool = False) -> None:
         torch.testing.assert_close(b[key], a[key], rtol=0 if exact else 1e-4, atol=0 if exact else 1e-5)
 
 
+# Enough steps (48) to learn well above chance, on few images (3 x 512).
+LEARNS = [*SMALL, "data.train_size=512", "trainer.batch_size=32", "trainer.epochs=3"]
+# 8 steps only: beyond ~20 steps at this lr, float rounding grows chaotically (even ``single``
+# with 1 vs 2 threads drifts apart by ~1e-3), so equality is tested early.
+FEW_STEPS = [*SMALL, "data.train_size=256", "trainer.batch_size=32", "trainer.epochs=1"]
+
+
 @pytest.fixture(scope="module")
 def strategy_runs(tmp_path_factory):
     """Each strategy trains the same LeNet on the same data and global batch for 3 epochs."""
     os.chdir(tmp_path_factory.mktemp("strategies"))
     return {
-        name: perflab.run("train", [*SMALL, "trainer.epochs=3", f"strategy={name}", f"devices.count={n}"])
+        name: perflab.run("train", [*LEARNS, f"strategy={name}", f"devices.count={n}"])
         for name, n in STRATEGIES.items()
     }
 
@@ -70,8 +77,8 @@ def test_every_strategy_trains_and_learns(strategy_runs, name):
     epochs, summary = df[df["measurement"] == "epoch"], df[df["measurement"] == "train"].iloc[0]
     assert epochs["epoch"].tolist() == [1, 2, 3] and (df["status"] == "ok").all()
     assert (epochs["train_s"] > 0).all() and (epochs["eval_s"] > 0).all()
-    assert (epochs["items_per_s"] * epochs["train_s"]).round().eq(1024).all(), "each image once per epoch, all ranks"
-    assert (df.dropna(subset=["global_batch"])["global_batch"] == 64).all()
+    assert (epochs["items_per_s"] * epochs["train_s"]).round().eq(512).all(), "each image once per epoch, all ranks"
+    assert (df.dropna(subset=["global_batch"])["global_batch"] == 32).all()
     assert epochs["train_loss"].iloc[-1] < epochs["train_loss"].iloc[0]
     assert summary["test_acc"] > 0.5, "well above chance (0.1) on the learnable synthetic set"
     assert summary["n"] == 2 and summary["warmup_n"] == 1  # epoch 1 is the warm-up
@@ -88,13 +95,10 @@ def test_every_strategy_trains_and_learns(strategy_runs, name):
 
 @pytest.fixture(scope="module")
 def few_step_runs(tmp_path_factory):
-    """8 steps only: beyond ~20 steps at this lr, float rounding grows chaotically (even
-    ``single`` with 1 vs 2 threads drifts apart by ~1e-3), so equality is tested early."""
+    """Each strategy trains 8 steps (FEW_STEPS) of the same LeNet on the same data and global batch."""
     os.chdir(tmp_path_factory.mktemp("few_steps"))
     return {
-        name: perflab.run(
-            "train", [*SMALL, "trainer.epochs=1", "data.train_size=512", f"strategy={name}", f"devices.count={n}"]
-        )
+        name: perflab.run("train", [*FEW_STEPS, f"strategy={name}", f"devices.count={n}"])
         for name, n in STRATEGIES.items()
     }
 
@@ -144,7 +148,7 @@ def test_a_sweep_re_run_resumes_a_point_that_was_stopped(cli, work, monkeypatch)
     assert train["resumed_from_epoch"].tolist() == [1, 0]
 
 
-def test_two_nodes_of_one_ddp_run_match_single_device_training(work):
+def test_two_nodes_of_one_ddp_run_match_single_device_training(work, few_step_runs):
     """strategy.nnodes=2 as on two machines: two perflab processes, one worker each, meeting at
     one rendezvous (here both on localhost). The node whose worker is rank 0 records the run."""
     import socket
@@ -154,9 +158,7 @@ def test_two_nodes_of_one_ddp_run_match_single_device_training(work):
         port = s.getsockname()[1]
     args = [
         "+experiment=train",
-        *SMALL,
-        "trainer.epochs=1",
-        "data.train_size=512",
+        *FEW_STEPS,
         "strategy=ddp",
         "devices.spec=cpu",
         "devices.count=1",
@@ -180,8 +182,7 @@ def test_two_nodes_of_one_ddp_run_match_single_device_training(work):
     (run,) = (work / "outputs" / "runs").iterdir()  # one node recorded it; the other left nothing
     two = load(run)
     assert (two["status"] == "ok").all() and two[two["measurement"] == "train"]["world_size"].tolist() == [2]
-    single = perflab.run("train", [*SMALL, "trainer.epochs=1", "data.train_size=512"])
-    assert_same(weights(single), weights(two))
+    assert_same(weights(few_step_runs["single"]), weights(two))
 
 
 def test_a_stopped_helper_node_writes_nothing_in_the_job_dir_it_shares(work):
@@ -367,8 +368,22 @@ def test_a_killed_ddp_job_leaves_no_workers_behind(work):
 
 
 def test_batches_come_from_the_real_loader_with_workers(work):
+    import gc
+
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
     df = perflab.run("train", [*SMALL, "data.train_size=256", "trainer.epochs=1", "data.workers=1"])
     assert (df["status"] == "ok").all() and (df["cfg.data.workers"] == 1).all()
+    # A known bug (perflab.train.data): Batches keeps its persistent-worker DataLoader in a
+    # reference cycle (Batches -> DataLoader -> _EpochBatches -> Batches), so the loaders' worker
+    # processes outlive the job until a cyclic GC, where torch's shutdown then waits 5 s per
+    # loader: a caller of perflab.run() stalls 10 s at some later moment (here: in a later test).
+    # Shut them down now, and say so until the job does it itself.
+    alive = [it for it in gc.get_objects() if type(it) is _MultiProcessingDataLoaderIter and it._workers]
+    for it in alive:
+        it._shutdown_workers()
+    if alive:
+        pytest.xfail(f"{len(alive)} DataLoader(s) kept their worker processes after perflab.run() returned")
 
 
 def test_quick_presets_of_the_books_training_keep_the_books_settings(compose_cfg):
