@@ -21,7 +21,7 @@ from conftest import FAST, cpu_only, presets, run_subprocess
 
 # Quick variants that still take long in the fast suite get a cheaper stand-in here (the full
 # quick variant runs in a slow test of its own).
-CHEAPER = {"compile": ["experiment.backend=eager"], "resnet18_concise": ["data.train_size=64", "data.test_size=32"]}
+CHEAPER = {"compile": ["experiment.backend=eager"], "resnet18_concise": ["data.train_size=32", "data.test_size=16"]}
 
 
 def run_dirs(work):
@@ -90,12 +90,13 @@ def test_auto_parallel_on_cpu_uses_labelled_workers(work):
 
 @cpu_only
 def test_async_compute_says_cpu_ops_are_synchronous(work):
-    df = perflab.run("quick/async_compute", FAST).set_index("measurement")
+    small = ["experiment.size=64", "experiment.train_steps=2", "experiment.train_batch=16"]
+    df = perflab.run("quick/async_compute", [*FAST, *small]).set_index("measurement")
     assert df.loc["torch cpu, no sync (host dispatch)", "timer"] == "wall_nosync"
     assert df.loc["torch cpu, synced (device time)", "timer"] == "wall_sync"
     assert "synchronously" in df.loc["torch cpu, no sync (host dispatch)", "note"]
-    item = df.loc["lenet cpu x4 steps, .item() every step"]
-    free = df.loc["lenet cpu x4 steps, free-running (device time)"]
+    item = df.loc["lenet cpu x2 steps, .item() every step"]
+    free = df.loc["lenet cpu x2 steps, free-running (device time)"]
     assert item["slowdown_vs_free"] == pytest.approx(item["median_s"] / free["median_s"])
 
 
