@@ -6,29 +6,45 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 
 import pandas as pd
 import pytest
 
-from perflab import results
+from perflab import app, results
 from perflab.analysis.table import job_table
 from perflab.job import context
 
 from conftest import FAST
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A run, a sweep of two points (one refused) and a training run: built once per module."""
+    root = tmp_path_factory.mktemp("history")
+    jobs = [
+        ["+experiment=quick/matmul", *FAST, "results.table=false"],
+        [
+            "-m",
+            "+experiment=quick/matmul",
+            *FAST,
+            "devices.spec=cpu,[cuda:99]",
+            "devices.on_missing=error",
+            "results.table=false",
+        ],
+        ["+experiment=quick/train", "data.train_size=256", "trainer.epochs=1", *FAST, "results.table=false"],
+    ]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        for args in jobs:
+            assert app.main(args) == 0, args
+    return root / "outputs"
+
+
 @pytest.fixture
-def history(cli, work):
-    cli("+experiment=quick/matmul", *FAST, "results.table=false")
-    cli(
-        "-m",
-        "+experiment=quick/matmul",
-        *FAST,
-        "devices.spec=cpu,[cuda:99]",
-        "devices.on_missing=error",
-        "results.table=false",
-    )
-    cli("+experiment=quick/train", "data.train_size=256", "trainer.epochs=1", *FAST, "results.table=false")
+def history(built, work):
+    """Each test's own copy of the tree (some damage it)."""
+    shutil.copytree(built, work / "outputs")
     return work / "outputs"
 
 
