@@ -35,7 +35,18 @@ def test_latency_and_bus_bandwidth():
     assert costmodel.ring_s(1 * GB, 64, 1 * GB) < costmodel.ring_book_s(1 * GB, 1 * GB)
 
 
-def test_allreduce_over_two_gloo_workers(work):
+def test_allreduce_over_two_gloo_workers_leaves_no_temp_dir_nor_signal_handler_behind(work, monkeypatch):
+    """Two gloo workers measure allreduce; after them no torchelastic_* temp dir is left (a
+    private TMPDIR: other jobs' come and go in the shared one). torch's elastic agent installs its
+    own SIGINT / SIGTERM handlers while workers run: once they are gone, Ctrl-C stops the next
+    job and reaches the caller as KeyboardInterrupt."""
+    import tempfile
+
+    tmp = work / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the workers' ...
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))  # ... and the launcher's, in this process
+    handlers = {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS}
     df = perflab.run(
         "quick/comm",
         [
@@ -60,18 +71,7 @@ def test_allreduce_over_two_gloo_workers(work):
     assert book["model_s"] == pytest.approx(0.080) and book["book_s"] == pytest.approx(0.080)
     logs = list((work / "outputs" / "runs").glob("*/workers"))
     assert logs, "the workers' logs are inside the run dir"
-
-
-def test_workers_leave_no_temp_dirs_nor_signal_handlers_behind(work):
-    """torch's elastic agent installs its own SIGINT / SIGTERM handlers while workers run: once
-    they are gone, Ctrl-C stops the next job and reaches the caller as KeyboardInterrupt."""
-    import glob
-    import tempfile
-
-    handlers = {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS}
-    before = set(glob.glob(f"{tempfile.gettempdir()}/torchelastic_*"))
-    perflab.run("quick/comm", ["devices.spec=cpu", "devices.count=2", "experiment.max_bytes=4096"])
-    assert set(glob.glob(f"{tempfile.gettempdir()}/torchelastic_*")) == before
+    assert not list(tmp.glob("torchelastic_*")), "the workers' temp dirs are removed"
     assert {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS} == handlers
 
     (comm,) = (work / "outputs" / "runs").iterdir()
