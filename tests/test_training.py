@@ -377,12 +377,9 @@ def test_batches_come_from_the_real_loader_with_workers(work):
 
     from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
-    # A known bug (perflab.train.data): Batches keeps its persistent-worker DataLoader in a
-    # reference cycle (Batches -> DataLoader -> _EpochBatches -> Batches), so the loaders' worker
-    # processes outlive the job until a cyclic GC, where torch's shutdown then waits 5 s per
-    # loader: a caller of perflab.run() stalls 10 s at some later moment. No cyclic GC until the
-    # leftover loaders are shut down here (then none stalls), and an xfail says so until the job
-    # does it itself.
+    # The loaders' worker processes end with the training (Trainer.fit closes its Batches), not at
+    # some later cyclic GC, whose shutdown of them would stall a caller of perflab.run() 5 s per
+    # loader. No cyclic GC during the run, so a loader left alive is seen (and then shut down).
     gc.disable()
     try:
         df = perflab.run("train", [*SMALL, "data.train_size=256", "trainer.epochs=1", "data.workers=1"])
@@ -392,8 +389,7 @@ def test_batches_come_from_the_real_loader_with_workers(work):
     finally:
         gc.enable()
     assert (df["status"] == "ok").all() and (df["cfg.data.workers"] == 1).all()
-    if alive:
-        pytest.xfail(f"{len(alive)} DataLoader(s) kept their worker processes after perflab.run() returned")
+    assert not alive, f"{len(alive)} DataLoader(s) kept their worker processes after perflab.run() returned"
 
 
 def test_quick_presets_of_the_books_training_keep_the_books_settings(compose_cfg):

@@ -202,6 +202,14 @@ class Trainer:
     # --- the run ------------------------------------------------------------------------
 
     def fit(self) -> None:
+        """Train, then end the data loaders' worker processes (whatever stopped the training)."""
+        try:
+            self.run_epochs()
+        finally:
+            self.train_batches.close()
+            self.test_batches.close()
+
+    def run_epochs(self) -> None:
         if self.start >= self.t.epochs:
             if self.rank == 0:
                 self.ctx.record(
