@@ -4,6 +4,7 @@ perflab.run() in a scratch directory, and the real config tree composed as Hydra
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,6 +18,12 @@ from perflab import app
 from perflab.config import registry
 from perflab.config.composition import register
 from perflab.config.registry import config_dir
+
+# The tests of Ctrl-C need Python's own SIGINT handler, here and in the perflab processes they
+# start: a shell that runs the tests in the background (``.ci/run &``, nohup) starts them with
+# SIGINT ignored, and an ignored signal stays ignored in every child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Every job in the fast tests: few samples, no minimum time (the quick/ presets set the sizes).
 FAST = ["bench.warmup=1", "bench.repeats=3", "bench.min_time_s=0"]
