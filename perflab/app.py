@@ -13,12 +13,10 @@ import importlib
 import logging
 import os
 import re
-import signal
 import sys
-import threading
 import traceback
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence
+from typing import NoReturn, Sequence
 
 from perflab.config import registry
 from perflab.config.composition import (
@@ -30,6 +28,7 @@ from perflab.config.composition import (
 )
 from perflab.config.session import CURRENT, Session
 from perflab.errors import ConfigError
+from perflab.job.stop import terminate_as_interrupt
 
 log = logging.getLogger("perflab")
 
@@ -88,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.argv = ["perflab", *args]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach us whole, to be made one line here
     logging.captureWarnings(True)  # library warnings go to the job's log file, not the terminal
-    terminate = _terminate_as_interrupt()
+    terminate = terminate_as_interrupt()
     try:
         import hydra
 
@@ -131,23 +130,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.argv = saved_argv
         CURRENT.reset(token)
         terminate()
-
-
-def _terminate_as_interrupt() -> Callable[[], None]:
-    """SIGTERM (``kill``, a closing session) ends the command as Ctrl-C does: a sweep cancels
-    the jobs it submitted and still prints its summary. Returns what restores the old handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, previous)
-
-    return restore
 
 
 def help_text(args: Sequence[str]) -> int:

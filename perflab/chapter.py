@@ -33,7 +33,6 @@ import json
 import logging
 import math
 import secrets
-import signal
 import socket
 import sys
 import threading
@@ -50,6 +49,7 @@ from perflab.analysis.claims import section_key
 from perflab.config import registry
 from perflab.errors import ConfigError, OneLineParser
 from perflab.job import logs
+from perflab.job.stop import terminate_as_interrupt
 from perflab.measure.sizing import Machine, Point, calibrate, showing
 from perflab.store import files
 
@@ -483,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"perflab chapter: error: {err}", file=sys.stderr)
         return 2
     deadline = started_at() + 60 * budget
-    restore = _terminate_as_interrupt()
+    restore = terminate_as_interrupt()
     try:
         with _jobs_to_files() as log_to:
             return _chapter(args, budget, deadline, log_to)
@@ -635,22 +635,6 @@ def _jobs_to_files() -> Iterator[Callable[[Path], None]]:
             root.removeHandler(handler)
             handler.close()
         root.setLevel(level)
-
-
-def _terminate_as_interrupt() -> Callable[[], None]:
-    """SIGTERM ends the chapter as Ctrl-C does (the point being measured becomes a row)."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, previous)
-
-    return restore
 
 
 if __name__ == "__main__":

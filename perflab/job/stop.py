@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 class Stopped(BaseException):
@@ -90,3 +90,21 @@ def raise_if_stopped() -> None:
     """Raise the stop a signal asked for, if its own raise was swallowed."""
     if _received:
         raise _received[0]
+
+
+def terminate_as_interrupt() -> Callable[[], None]:
+    """SIGTERM (``kill``, a closing session) ends a command as Ctrl-C does: a sweep cancels the
+    jobs it submitted and still prints its summary; the chapter's point being measured becomes a
+    row. Returns what restores the old handler (nothing to do off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
