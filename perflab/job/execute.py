@@ -103,7 +103,7 @@ def execute(cfg: DictConfig, place: Place) -> Result:
     try:
         from perflab.job import runner  # torch from here on
 
-        return runner.run(settings, experiment, peaks, place, record, identity)
+        return runner.GuardedJob(settings, experiment, peaks, place, record, identity).go()
     finally:
         if claim is not None:
             claim.release()

@@ -36,22 +36,6 @@ from perflab.store.rundir import RunRecord, RunWriter
 log = logging.getLogger("perflab")
 
 
-def run(
-    settings: PerflabConfig,
-    experiment: Experiment,
-    peaks: Peaks,
-    place: Place,
-    record: RunRecord,
-    identity: dict[str, Any],
-) -> Result:
-    """One job's torch half: open, run, close (a refusal at open or run ends it there)."""
-    job = GuardedJob(settings, experiment, peaks, place, record, identity)
-    refused = job.open()
-    if refused is None:
-        refused = job.run()
-    return refused if refused is not None else job.close()
-
-
 class GuardedJob:
     """One job between its checks and its record: what it ran on, what came of it, and what
     stopped it (an interrupt re-raised once the job is recorded)."""
@@ -75,6 +59,13 @@ class GuardedJob:
         self.outcome = "ok"
         self.interrupted: BaseException | None = None
         self.said: list[str] = []  # what the job's own row says (kept here too, in case it cannot be written)
+
+    def go(self) -> Result:
+        """One job's torch half: open, run, close (a refusal at open or run ends it there)."""
+        refused = self.open()
+        if refused is None:
+            refused = self.run()
+        return refused if refused is not None else self.close()
 
     # --- open ------------------------------------------------------------------------------------
 
