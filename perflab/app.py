@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return usage_error(mistake)
         if "--help" in args or "-h" in args:
             return help_text([a for a in args if a not in ("--help", "-h")])
-        registry.discover()  # every experiment imports and fits the contract, or one line and nothing runs
+        chosen_experiments_work(args)  # the chosen one imports and fits the contract, or one line and nothing runs
     except ConfigError as err:  # an experiment that does not register (ExperimentError), a config dir
         return usage_error(err.line())
     multirun = any(a in ("-m", "--multirun") for a in args)
@@ -284,6 +284,16 @@ FLAGS_WITH_VALUE = (
     *("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--cfg", "-c"),
     *("--package", "-p", "--info", "-i", "--experimental-rerun"),
 )
+
+
+def chosen_experiments_work(args: Sequence[str]) -> None:
+    """Raise the one line of a chosen experiment (``+experiment=NAME``, or each of a sweep's
+    list) that cannot be used; a broken experiment of another package is not this job's concern."""
+    for arg in args:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key == "experiment":
+            for name in value.split(","):
+                registry.check_chosen(name.strip())
 
 
 def version_line() -> str:

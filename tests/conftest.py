@@ -15,7 +15,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from perflab import app
-from perflab.config import registry
+from perflab.config import install, registry
 from perflab.config.composition import register
 from perflab.config.registry import config_dir
 
@@ -24,6 +24,17 @@ from perflab.config.registry import config_dir
 # SIGINT ignored, and an ignored signal stays ignored in every child.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_sessionstart(session):
+    """A broken install fails every test the same way: say it once, and run none."""
+    from perflab.errors import ConfigError
+
+    try:
+        install.check_torch_pair()
+    except ConfigError as err:
+        pytest.exit(f"perflab's install is broken, fix it first: {err.line()}", returncode=2)
+
 
 # Every job in the fast tests: few samples, no minimum time (the quick/ presets set the sizes).
 FAST = ["bench.warmup=1", "bench.repeats=3", "bench.min_time_s=0"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 
 import pandas as pd
 import pytest
@@ -17,7 +18,7 @@ from perflab.config import registry
 from perflab.errors import Refused
 from perflab.results import load
 
-from conftest import FAST, cpu_only, presets, run_subprocess
+from conftest import FAST, ROOT, cpu_only, presets, run_subprocess
 
 # Quick variants that still take long in the fast suite get a cheaper stand-in here; each runs as
 # shipped in the slow set (test_config composes and validates every preset as shipped).
@@ -363,19 +364,52 @@ def test_experiment_without_plus_subcommands_version_and_short_ids(cli, work):
     assert cli("--version").out.startswith(f"perflab {perflab.__version__} (torch ")
 
 
-def test_a_torchvision_not_built_for_the_installed_torch_is_one_line(monkeypatch):
+def test_a_torchvision_not_built_for_the_installed_torch_is_one_line_naming_a_pair_that_exists(monkeypatch):
     from importlib import metadata
 
     from perflab.config import install
     from perflab.errors import ConfigError
 
+    pair = install.tested_pair()  # read back from perflab's own metadata: pyproject's caps
+    caps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert pair is not None and {f"torch>=2.11,<2.{int(pair[0][2:]) + 1}"} <= set(caps)
+    assert install.release(pair[1])[1] == install.release(pair[0])[1] + install.TORCHVISION_MINOR_OFFSET
+    tested = f"the pair perflab is tested with (pip install 'torch=={pair[0]}.*' 'torchvision=={pair[1]}.*')"
+    real = metadata.version
     versions = {"torch": "2.13.0", "torchvision": "0.29.1"}
     monkeypatch.setattr(metadata, "version", lambda name: versions[name])
     with pytest.raises(ConfigError) as refused:
         install.check_torch_pair()
     assert refused.value.line() == (
         "torchvision=0.29.1: not built for the installed torch 2.13.0; allowed: torchvision 0.28.* beside torch "
-        "2.13.0 (pip install 'torchvision==0.28.*'), or the torch its release pairs with"
+        f"2.13.0 (pip install 'torchvision==0.28.*'), or {tested}"
     )
-    versions.update(torch="2.14.1+cpu")
+    versions.update(
+        torch="2.99.0", torchvision="0.29.2"
+    )  # a torch newer than any tested: its torchvision may not exist
+    with pytest.raises(ConfigError) as refused:
+        install.check_torch_pair()
+    assert refused.value.line() == (f"torchvision=0.29.2: not built for the installed torch 2.99.0; allowed: {tested}")
+    versions.update(torch="2.14.1+cpu", torchvision="0.29.1")
     install.check_torch_pair()  # a matching pair, local build tags aside
+    monkeypatch.setattr(metadata, "version", real)
+    install.check_torch_pair()  # and the pair installed here
+
+
+def test_a_broken_install_stops_the_tests_at_once_with_one_line(tmp_path):
+    """A torchvision not built for the installed torch: the test run says so once, runs nothing."""
+    meta = tmp_path / "torchvision-0.99.0.dist-info"  # seen first on sys.path, as a wrong install would be
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.99.0\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/test_columns.py", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = [line for line in proc.stdout.splitlines() if "install is broken" in line]  # pytest's own frame around it
+    assert len(said) == 1 and "torchvision=0.99.0: not built for the installed torch" in said[0]
+    assert " passed" not in proc.stdout and " failed" not in proc.stdout

@@ -67,6 +67,7 @@ def compose(experiment: str, overrides: Sequence[str] = ()):
             said = "no experiment named" if not experiment else f"a {type(experiment).__name__}, not a name"
             raise ConfigError("experiment", experiment, experiments_allowed(), problem=said)
         register()
+        registry.check_chosen(experiment)
         check_search_path(overrides)
     except ConfigError as err:
         raise Refused(err.line()) from None

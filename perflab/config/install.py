@@ -1,10 +1,16 @@
 """What the installation itself must get right before any job: a torch and a torchvision built
 for each other. A mismatched pair imports torch fine and then fails deep inside a job
 (``operator torchvision::nms does not exist``); read from the packages' metadata, it is one line
-at start, without importing either."""
+at start, without importing either.
+
+The pair the tests passed on is written once, as the upper bounds of ``torch`` and
+``torchvision`` in pyproject.toml (``torch<2.15`` allows 2.14 at most): pip installs the newest
+pair below them, and this module reads them back from perflab's own metadata to name that pair.
+"""
 
 from __future__ import annotations
 
+import re
 from importlib import metadata
 
 from perflab.errors import ConfigError
@@ -20,9 +26,25 @@ def release(version: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def torchvision_for(torch_version: str) -> str:
-    major, minor = release(torch_version)
-    return f"0.{minor + TORCHVISION_MINOR_OFFSET}.*" if major == 2 else "the release its table pairs with it"
+def tested_pair() -> tuple[str, str] | None:
+    """The newest (torch, torchvision) releases perflab's install allows, as ``2.14`` and
+    ``0.29``: one below each upper bound perflab declares. None when perflab's metadata cannot
+    be read or declares no bound."""
+    try:
+        requires = metadata.requires("perflab") or []
+    except metadata.PackageNotFoundError:
+        return None
+    caps = {}
+    for line in requires:
+        found = re.match(r"(torchvision|torch)(?![\w.-])[^;]*?<\s*(\d+)\.(\d+)", line)
+        if found and "extra ==" not in line:
+            name, major, minor = found.group(1), int(found.group(2)), int(found.group(3))
+            caps[name] = f"{major}.{minor - 1}"
+    return (caps["torch"], caps["torchvision"]) if len(caps) == 2 else None
+
+
+def pair_command(pair: tuple[str, str]) -> str:
+    return f"pip install 'torch=={pair[0]}.*' 'torchvision=={pair[1]}.*'"
 
 
 def check_torch_pair() -> None:
@@ -31,13 +53,19 @@ def check_torch_pair() -> None:
         torch, vision = metadata.version("torch"), metadata.version("torchvision")
     except metadata.PackageNotFoundError:
         return
-    t, v, wanted = release(torch), release(vision), torchvision_for(torch)
+    t, v = release(torch), release(vision)
     if t[0] == 2 and v[0] == 0 and v[1] == t[1] + TORCHVISION_MINOR_OFFSET:
         return
+    tested = tested_pair()
+    options = []
+    if t[0] == 2 and (tested is None or t <= release(tested[0])):  # its torchvision existed when perflab was tested
+        wanted = f"0.{t[1] + TORCHVISION_MINOR_OFFSET}.*"
+        options.append(f"torchvision {wanted} beside torch {torch} (pip install 'torchvision=={wanted}')")
+    if tested is not None:
+        options.append(f"the pair perflab is tested with ({pair_command(tested)})")
     raise ConfigError(
         "torchvision",
         vision,
-        f"torchvision {wanted} beside torch {torch} (pip install 'torchvision=={wanted}'), "
-        "or the torch its release pairs with",
+        ", or ".join(options) or "the torchvision release built for it",
         problem=f"not built for the installed torch {torch}",
     )

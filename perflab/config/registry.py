@@ -17,6 +17,7 @@ are called through one door, :meth:`Experiment.after`, where a failure costs one
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.metadata
@@ -76,29 +77,37 @@ class Declared:
 
 
 @functools.cache
-def declared() -> dict[str, Declared]:
-    """Every experiment the installed packages declare, by name; no module imported."""
+def entries() -> tuple[dict[str, Declared], dict[str, ExperimentError]]:
+    """The group's entries, by name: those that can be imported, and those declared wrongly (a
+    malformed entry point, a name two packages declare), each with its one line."""
     found: dict[str, Declared] = {}
+    wrong: dict[str, ExperimentError] = {}
     for ep in importlib.metadata.entry_points(group=GROUP):
         dist = ep.dist
         d = Declared(ep.name, ep.module, dist.name if dist else "?", dist.version if dist else "")
         if ep.attr or not NAME.fullmatch(ep.name):
-            raise ExperimentError(
+            wrong[ep.name] = ExperimentError(
                 ep.name,
                 f"{ep.value}, from {d.package}",
                 f'entry point {ep.name} = "{ep.value}" in group {GROUP}',
                 'a name of letters, digits and _ and a module path: mine = "userpkg.experiments.mine"',
             )
+            continue
         other = found.get(ep.name)
         if other is not None and other.module != d.module:
             if d.builtin:  # the name was perflab's first: the other package is the one to rename
                 d, other = other, d
-            raise ExperimentError(
+            wrong[ep.name] = ExperimentError(
                 ep.name,
                 str(d),
                 f"{other.package} declares an experiment of that name too ({other.module})",
                 f"one package per name: rename it in {d.package}'s pyproject.toml",
             )
+            if not other.builtin:  # neither is perflab's: the name is nobody's until one renames it
+                found.pop(ep.name)
+                continue
+            found[ep.name] = other
+            continue
         found[ep.name] = d
     if not any(d.builtin for d in found.values()):
         raise ExperimentError(
@@ -107,7 +116,13 @@ def declared() -> dict[str, Declared]:
             f"{OURS}'s own experiments are not registered: its install metadata is out of date",
             "re-install it (pip install -e . in a clone, or pip install perflab)",
         )
-    return dict(sorted(found.items()))
+    return dict(sorted(found.items())), wrong
+
+
+def declared() -> dict[str, Declared]:
+    """Every experiment the installed packages declare, by name; no module imported. A name
+    declared wrongly is left out (:func:`broken` says why)."""
+    return entries()[0]
 
 
 def names() -> list[str]:
@@ -254,7 +269,33 @@ def get(name: str) -> Experiment:
 
 
 def discover() -> dict[str, Experiment]:
-    return {name: get(name) for name in names()}
+    """Every experiment that imports and fits the contract; the others are in :func:`broken`."""
+    found: dict[str, Experiment] = {}
+    for name in names():
+        with contextlib.suppress(ExperimentError):
+            found[name] = get(name)
+    return found
+
+
+def broken() -> dict[str, ExperimentError]:
+    """Every declared experiment that cannot be used, with its one line: a broken package breaks
+    only its own experiments (listed as broken, refused when chosen), never the others."""
+    found = dict(entries()[1])
+    for name in names():
+        try:
+            get(name)
+        except ExperimentError as err:
+            found[name] = err
+    return dict(sorted(found.items()))
+
+
+def check_chosen(name: str) -> None:
+    """Raise the one line of ``name`` if it is an experiment that cannot be used (a preset or
+    an unknown name is for composing to judge)."""
+    if name in declared():
+        get(name)
+    elif name in entries()[1]:
+        raise entries()[1][name]
 
 
 def of_rows(rows: DataFrame) -> Experiment | None:
@@ -314,8 +355,10 @@ def listing(config_dirs: Sequence[Path] = ()) -> str:
     to read their docstrings: one that does not import is an ExperimentError), then the presets of
     the user's own config dirs (``--config-dir``, ``hydra.searchpath``)."""
     choices = presets()
-    theirs = [get(name) for name, d in declared().items() if not d.builtin]
-    width = max(map(len, [*choices, *(e.name for e in theirs)]), default=0)
+    usable = discover()
+    theirs = [e for e in usable.values() if not e.declared.builtin]
+    wrong = broken()
+    width = max(map(len, [*choices, *(e.name for e in theirs), *wrong]), default=0)
     lines = [
         "perflab: choose an experiment with +experiment=NAME"
         "  [how long its default run and its quick/ variant take on a 2-core CPU]",
@@ -327,6 +370,9 @@ def listing(config_dirs: Sequence[Path] = ()) -> str:
     if theirs:
         lines += ["", "From other packages (entry points perflab.experiments; run on their Config's defaults):"]
         lines += [f"  {e.name.ljust(width)}  {e.summary} [{e.declared}]" for e in theirs]
+    if wrong:
+        lines += ["", "Broken (refused when chosen; every other experiment runs):"]
+        lines += [f"  {name.ljust(width)}  {err.line()}" for name, err in wrong.items()]
     for folder in config_dirs:
         found = presets(folder)
         if found:

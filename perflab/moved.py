@@ -1,0 +1,31 @@
+"""Public names that moved keep their old imports for one release, with a DeprecationWarning
+that names the new import (CHANGELOG.md lists every move and the release that drops it)."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any, Callable
+
+FACE = "perflab.experiment"  # where an experiment's author imports from now
+DROPPED_IN = "0.4.0"
+
+
+def forward(old: str, new: str) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for the old module ``old``: each name comes from the face when
+    the face has it, else from its new home ``new``."""
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        face = importlib.import_module(FACE)
+        where = FACE if name in face.__all__ else new
+        value = getattr(importlib.import_module(where), name)
+        warnings.warn(
+            f"{old}.{name} moved: use 'from {where} import {name}' ({old} goes in perflab {DROPPED_IN})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value
+
+    return __getattr__
