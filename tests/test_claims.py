@@ -404,3 +404,23 @@ def test_each_job_says_how_much_work_it_timed_beside_the_book():
     assert line.startswith("work: 1 epoch of 1024 sequences at global batch 256 on 1 device"), line
     sizes = {"cfg.experiment.min_bytes": 4096, "cfg.experiment.max_bytes": 65536}
     assert "4 KiB to 64 KiB per rank (3 sizes)" in chapter.work_line("comm", [row("allreduce", **sizes)])
+
+
+def test_an_mfu_above_a_peak_counted_at_a_clock_that_is_no_maximum_is_not_suspect():
+    """A VM's TSC rate (2.30 GHz) is no turbo clock: a single-thread matmul beats a peak counted
+    with it. That peak is a floor, and a figure above it is not flagged; above a peak counted at
+    cpufreq's maximum, it is."""
+    from perflab.job.context import beyond_peak
+
+    def peak(source: str) -> flops.CpuPeak:
+        cpu = flops.CpuDescription(frozenset({"avx2", "avx", "fma"}), cores=1, ghz=2.3, clock_source=source)
+        found = flops.cpu_datasheet("float32", threads=1, cpu=cpu)
+        assert found is not None
+        return found
+
+    floor = peak(f"cpu MHz in /proc/cpuinfo, a VM's TSC rate ({flops.TURBO_UNKNOWN})")
+    ceiling = peak("cpufreq's maximum, a single-core turbo")
+    assert flops.is_lower_bound(floor.basis) and not flops.is_lower_bound(ceiling.basis)
+    assert beyond_peak({"mfu": 1.05, "datasheet_basis": floor.basis}) == ""
+    assert beyond_peak({"mfu": 1.05, "datasheet_basis": ceiling.basis}).startswith("MFU 105%: above the datasheet peak")
+    assert beyond_peak({"mfu": 0.9, "datasheet_basis": ceiling.basis}) == ""

@@ -282,7 +282,9 @@ class Context:
 
 def beyond_peak(fields: Mapping[str, Any]) -> str:
     """Why a figure above 100 % of the measured peak, or of the datasheet's (an MFU above 1), is
-    suspect ("" if it is above neither)."""
+    suspect ("" if it is above neither). A CPU peak counted with a clock that is no maximum is a
+    floor (:func:`perflab.measure.flops.is_lower_bound`): an MFU above it is no suspect."""
+    from perflab.measure import flops
     from perflab.store.rows import number
 
     said = []
@@ -293,7 +295,7 @@ def beyond_peak(fields: Mapping[str, Any]) -> str:
             "for this work (measured smaller, or on a busy machine): run +experiment=hardware again"
         )
     mfu = number(fields.get("mfu"))
-    if mfu is not None and mfu > 1:
+    if mfu is not None and mfu > 1 and not flops.is_lower_bound(fields.get("datasheet_basis")):
         said.append(
             f"MFU {mfu:.0%}: above the datasheet peak, whose figure is low for this device "
             "(datasheet_basis says how it was derived)"

@@ -185,6 +185,13 @@ AMX_FLOPS_PER_CYCLE = 1024  # Intel AMX (TMUL): 1024 bf16/fp16 operations per cy
 TURBO_UNKNOWN = "turbo may run higher"  # said of a clock that is no maximum: the derived peak may be low
 
 
+def is_lower_bound(basis: object) -> bool:
+    """Whether a CPU peak's ``datasheet_basis`` counted with a clock that is no maximum (a VM's
+    TSC rate, the clock now, a base clock): such a peak is a floor, and a measurement above it
+    says the CPU ran faster than reported, not that the measurement is wrong."""
+    return TURBO_UNKNOWN in str(basis or "")
+
+
 @dataclass(frozen=True)
 class CpuPeak:
     tflops: float
