@@ -114,3 +114,20 @@ def test_the_roofline_places_a_matmul_under_the_roofs_the_hardware_job_measured(
     assert y == pytest.approx(np.minimum(peak, bandwidth * x / 1e3))
     (point,) = [c.get_offsets()[0] for c in ax.collections if "matmul" in c.get_label()]
     assert tuple(point) == pytest.approx((matmul["intensity"], matmul["tflops"]))
+
+
+def test_threads_that_wait_for_a_cpu_are_said_on_screen_with_the_fix(cli, monkeypatch):
+    from itertools import count
+
+    from perflab.measure import watch
+
+    calls = count()  # every window: 14 ns run, 86 ns waited in the run queue
+
+    def run_queue():
+        k = next(calls)
+        return {1: (14 * k, 86 * k)}
+
+    monkeypatch.setattr(watch, "run_queue", run_queue)
+    out = " ".join(cli("+experiment=quick/matmul", *FAST).out.split())  # the note is wrapped to the terminal
+    assert "its threads spent 86% of their runnable time waiting for a CPU" in out
+    assert "run with fewer threads, as many as the cores that are free: OMP_NUM_THREADS=1 perflab" in out

@@ -185,9 +185,16 @@ class Machine:
         if not math.isnan(self.waited_share) and self.waited_share > limit:
             reasons.append(
                 f"its threads spent {self.waited_share:.0%} of their runnable time waiting for a CPU "
-                "(other busy processes, or more threads than cores)"
+                f"(other busy processes, or more threads than free cores): {FEWER_THREADS}"
             )
         return "the machine was busy: " + "; ".join(reasons) if reasons else ""
+
+
+# The fix for threads that wait for a CPU, said where it is seen (docs/running.md measures it).
+FEWER_THREADS = (
+    "run with fewer threads, as many as the cores that are free: OMP_NUM_THREADS=1 perflab ... "
+    "(docs/running.md#what-omp_num_threads-does)"
+)
 
 
 def run_queue() -> dict[int, tuple[int, int]]:
