@@ -267,10 +267,10 @@ def test_a_mistake_in_a_users_preset_is_one_line_naming_its_file(install, cli, w
             "not_yaml.yaml": f"{header}{body}  rows: [1,\n",
             "misspelt.yaml": f"{header}{body}  rowz: 1024\n",
             "headless.yaml": f"{body}  rows: 1024\n",
-            "elsewhere.yaml": header + PRESET.format(base="rmsnorm", key="rows"),
+            "elsewhere.yaml": header + PRESET.format(base="nowhere_norm", key="rows"),  # installed nowhere
         },
     )
-    (work / "pkg" / "pyproject.toml").write_text('[project.entry-points."perflab.experiments"]\nrmsnorm = "x.y"\n')
+    (work / "pkg" / "pyproject.toml").write_text('[project.entry-points."perflab.experiments"]\nnowhere_norm = "x.y"\n')
     where = f"{mine}/experiment"
 
     def said(name: str) -> str:
@@ -292,7 +292,8 @@ def test_a_mistake_in_a_users_preset_is_one_line_naming_its_file(install, cli, w
         "(experiment.experiment: unknown key); allowed: `# @package _global_` as the first line of a preset"
     )
     assert said("elsewhere").startswith(
-        f"In {where}/elsewhere.yaml: its defaults list names rmsnorm, and experiment rmsnorm is not installed here "
+        f"In {where}/elsewhere.yaml: its defaults list names nowhere_norm, and experiment nowhere_norm is not "
+        "installed here "
         f"(pip install -e {os.path.relpath(work / 'pkg')} declares it); allowed: an installed experiment or preset: "
     )
     with pytest.raises(Refused) as refused:  # the same line from Python
