@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -52,6 +53,7 @@ from perflab.job import logs
 from perflab.job.stop import terminate_as_interrupt
 from perflab.measure.sizing import Machine, Point, calibrate, showing
 from perflab.store import files
+from perflab.store.tree import meta
 
 log = logging.getLogger("perflab")
 
@@ -210,6 +212,48 @@ def calibration() -> tuple[Machine, float]:
         smallest = sum(p.estimate_s for p in plan(machine, SMALLEST_S)[0])
     machine.seconds = time.monotonic() - start
     return machine, smallest
+
+
+CALIBRATION = "calibration.json"  # in the store's .perflab/: the last calibration, per machine identity
+
+
+def machine_key() -> str:
+    """What a calibration holds for: the machine's identity (CPU, cores, governor, GPU, torch and
+    the libraries under it), torch's threads and perflab's version (its sizing may change)."""
+    import torch
+
+    from perflab.measure.environment import IDENTITY, environment
+
+    env = environment()
+    identity = {k: str(env.get(k, "")) for k in IDENTITY if k != "num_threads"}
+    identity.update(threads=str(torch.get_num_threads()), perflab=str(env.get("perflab_version", "")))
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def kept_calibration(store: Path) -> tuple[Machine, float, str] | None:
+    """The calibration kept for this machine in ``store`` (machine, smallest seconds, when it was
+    measured), or None: none kept, another machine's, or unreadable (measured anew)."""
+    path = meta(store) / CALIBRATION
+    try:
+        kept = json.loads(files.read_regular(path)).get(machine_key())
+        return Machine.from_dict(kept["machine"]), float(kept["smallest_s"]), str(kept["when"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def keep_calibration(store: Path, machine: Machine, smallest: float) -> None:
+    """Keep this machine's calibration for the next chapter (a store that cannot be written keeps
+    none: the next chapter calibrates again)."""
+    path = meta(store) / CALIBRATION
+    try:
+        kept = json.loads(files.read_regular(path))
+        kept = kept if isinstance(kept, dict) else {}
+    except (OSError, ValueError):
+        kept = {}
+    kept[machine_key()] = {"machine": machine.as_dict(), "smallest_s": smallest, "when": _now()}
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files.write_atomic(path, json.dumps(kept, indent=2) + "\n")
 
 
 def too_short(text: str, budget_min: float, spent_s: float, smallest_s: float) -> ConfigError | None:
@@ -438,6 +482,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--store", type=Path, default=Path("outputs"), help="the results tree (default outputs)")
     parser.add_argument("--fresh", action="store_true", help="measure anew even where a stopped chapter could continue")
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure the machine anew (by default the last calibration of this machine in the store is kept)",
+    )
     return parser.parse_args(argv)
 
 
@@ -520,8 +569,14 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
         chapter.redo = False
         say(f"  on {chapter.machine.words()}")
     else:
-        say("  calibrating: a matmul, a memory copy, a tiny op and a training step of each model (seconds) ...")
-        machine, smallest = calibration()
+        kept = None if args.calibrate else kept_calibration(store)
+        if kept is None:
+            say("  calibrating: a matmul, a memory copy, a tiny op and a training step of each model (seconds) ...")
+            machine, smallest = calibration()
+            keep_calibration(store, machine, smallest)
+        else:
+            machine, smallest, when = kept
+            say(f"  this machine's calibration of {when} is kept (--calibrate measures it again)")
         say(f"  on {machine.words()}")
         refused = too_short(args.budget, budget, time.time() - (deadline - 60 * budget), smallest)
         if refused is not None:

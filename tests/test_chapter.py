@@ -209,3 +209,26 @@ def test_a_calibration_of_seconds_shows_what_it_measures(capsys, monkeypatch):
     assert shown_lines == ["    calibrating (0 s so far): resnet18 training, batch 8 (images/s)"]
     described.probe("lenet training, batch 32 (images/s)", lambda: 1.0)
     assert capsys.readouterr().out == "", "outside a calibration nothing is shown"
+
+
+def test_a_machine_calibrated_before_answers_a_budget_without_calibrating_again(work, capsys, monkeypatch):
+    store = work / "outputs"
+    described = machine()
+    chapter_module.keep_calibration(store, described, 200.0)
+    kept = chapter_module.kept_calibration(store)
+    assert kept is not None and kept[0] == described and kept[1] == 200.0
+
+    def calibrating_again():
+        raise AssertionError("calibrated again")
+
+    monkeypatch.setattr(chapter_module, "calibration", calibrating_again)
+    assert chapter_module.main(["--budget", "0.5", "--store", str(store)]) == 2
+    said = capsys.readouterr()
+    assert "this machine's calibration of " in said.out and "is kept (--calibrate measures it again)" in said.out
+    assert "--budget=0.5: too short" in said.err and "the jobs at their smallest sizes need 3:20" in said.err
+    with pytest.raises(AssertionError, match="calibrated again"):  # asked for: measured anew
+        chapter_module.main(["--budget", "0.5", "--store", str(store), "--calibrate"])
+    monkeypatch.setattr(chapter_module, "machine_key", lambda: "another machine")
+    assert chapter_module.kept_calibration(store) is None, "another machine's calibration is not this one's"
+    (store / ".perflab" / chapter_module.CALIBRATION).write_text('{"cut off')
+    assert chapter_module.kept_calibration(store) is None, "a damaged file: calibrated anew"
