@@ -232,3 +232,25 @@ def test_a_machine_calibrated_before_answers_a_budget_without_calibrating_again(
     assert chapter_module.kept_calibration(store) is None, "another machine's calibration is not this one's"
     (store / ".perflab" / chapter_module.CALIBRATION).write_text('{"cut off')
     assert chapter_module.kept_calibration(store) is None, "a damaged file: calibrated anew"
+
+
+def test_a_slow_models_training_probe_times_one_step_after_its_warm_up():
+    import torch
+
+    from perflab.measure import sizing
+
+    calls = []
+
+    class Slow(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 10)
+
+        def forward(self, x):
+            calls.append(1)
+            time.sleep(sizing.PROBE_S * 1.1)
+            return self.fc(x.flatten(1))
+
+    rate = sizing.training_rate(machine(), "slow", Slow, (4,), batch=2)
+    assert len(calls) == 2, "a warm-up step and one timed"
+    assert 0 < rate < 2 / sizing.PROBE_S

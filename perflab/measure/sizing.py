@@ -191,11 +191,16 @@ def large_matmul(machine: Machine, seconds: float = 0.02) -> int:
     return round_to(n, 128, 256, 8192)
 
 
+PROBE_STEPS, PROBE_S = 3, 1.0  # a training probe times up to 3 steps, fewer once a second has passed
+
+
 def training_rate(
     machine: Machine, name: str, build: Callable[[], Any], shape: tuple[int, ...], batch: int, classes: int = 10
 ) -> float:
     """Images per second of SGD steps of ``build()`` on ``batch`` random inputs of ``shape`` on
-    one device of the machine: a warm-up step, then three timed (kept as a probe)."""
+    one device of the machine: a warm-up step, then up to three timed, one where a step takes
+    a second or more (a slow model's probe would otherwise cost the calibration most of its
+    time); kept as a probe."""
 
     def measure() -> float:
         import torch
@@ -215,11 +220,12 @@ def training_rate(
         step()
         if machine.gpu:
             torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(3):
+        start, steps = time.perf_counter(), 0
+        while steps < PROBE_STEPS and (steps == 0 or time.perf_counter() - start < PROBE_S):
             step()
+            steps += 1
         if machine.gpu:
             torch.cuda.synchronize()
-        return 3 * batch / (time.perf_counter() - start)
+        return steps * batch / (time.perf_counter() - start)
 
     return machine.probe(f"{name} training, batch {batch} (images/s)", measure)
