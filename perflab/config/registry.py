@@ -121,7 +121,7 @@ def entries() -> tuple[dict[str, Declared], dict[str, ExperimentError]]:
 
 def declared() -> dict[str, Declared]:
     """Every experiment the installed packages declare, by name; no module imported. A name
-    declared wrongly is left out (:func:`broken` says why)."""
+    declared wrongly is left out (:func:`entries` says why)."""
     return entries()[0]
 
 
@@ -269,24 +269,12 @@ def get(name: str) -> Experiment:
 
 
 def discover() -> dict[str, Experiment]:
-    """Every experiment that imports and fits the contract; the others are in :func:`broken`."""
+    """Every experiment that imports and fits the contract (the others are refused when chosen)."""
     found: dict[str, Experiment] = {}
     for name in names():
         with contextlib.suppress(ExperimentError):
             found[name] = get(name)
     return found
-
-
-def broken() -> dict[str, ExperimentError]:
-    """Every declared experiment that cannot be used, with its one line: a broken package breaks
-    only its own experiments (listed as broken, refused when chosen), never the others."""
-    found = dict(entries()[1])
-    for name in names():
-        try:
-            get(name)
-        except ExperimentError as err:
-            found[name] = err
-    return dict(sorted(found.items()))
 
 
 def check_chosen(name: str) -> None:
@@ -352,12 +340,16 @@ def register_configs() -> None:
 
 def listing(config_dirs: Sequence[Path] = ()) -> str:
     """``perflab`` alone: perflab's presets, then the experiments other packages declare (imported
-    to read their docstrings: one that does not import is an ExperimentError), then the presets of
+    to read their docstrings), those that cannot be used with their one line, then the presets of
     the user's own config dirs (``--config-dir``, ``hydra.searchpath``)."""
     choices = presets()
-    usable = discover()
-    theirs = [e for e in usable.values() if not e.declared.builtin]
-    wrong = broken()
+    theirs, wrong = [], dict(entries()[1])  # perflab's own are not imported to list them
+    for name, d in declared().items():
+        if not d.builtin:
+            try:
+                theirs.append(get(name))
+            except ExperimentError as err:
+                wrong[name] = err
     width = max(map(len, [*choices, *(e.name for e in theirs), *wrong]), default=0)
     lines = [
         "perflab: choose an experiment with +experiment=NAME"
