@@ -12,6 +12,7 @@ next to its code; its fields are flat so every knob sweeps as ``experiment.<name
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -35,6 +36,9 @@ PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 VOLATILE = {"volatile": True}  # field metadata: changing this key does not change what is measured
+# Field metadata of a key added after runs were hashed: at its default it is left out of the hash,
+# so that every run from before it measured, and hashes, the same as before.
+LATER = {"later": True}
 
 
 def volatile(default: Any) -> Any:
@@ -157,6 +161,10 @@ class ModelConfig:
     init: str = "default"  # default (the factory's) | book_normal (N(0, 0.01)) | xavier
     channels_last: bool = False  # weights and inputs in NHWC (torch.channels_last): image data only
     args: Dict[str, Any] = field(default_factory=dict)  # the factory's own arguments (the keys added with +)
+    # model=hf: a Hugging Face model by name (a local folder, a hub id), or random weights from a config
+    name: Optional[str] = field(default=None, metadata=LATER)
+    config: Dict[str, Any] = field(default_factory=dict, metadata=LATER)  # model_type: gpt2, n_layer: 2 ...
+    task: Optional[str] = field(default=None, metadata=LATER)  # auto | causal-lm | image-classification ...
 
     def __post_init__(self) -> None:
         require(bool(self._target_), "_target_", self._target_, "a factory's dotted path, e.g. pkg.module.MyNet")
@@ -169,6 +177,9 @@ class ModelConfig:
         own, _, name = self._target_.rpartition(".")
         if own != MODELS_MODULE:
             return self._target_
+        if name == "hf":  # hf.gpt2 (from a config), hf./models/tiny-gpt2 (a folder), hf.org/name
+            typed = self.config.get("model_type") or str(self.config.get("_target_", "")).rpartition(".")[2]
+            return f"hf.{self.name or typed or '?'}"
         return f"{name}.{self.arch}" if name in ("torchvision", "timm") else name
 
 
@@ -452,6 +463,17 @@ def volatile_keys() -> list[str]:
     return keys
 
 
+def later_defaults() -> dict[str, Any]:
+    """Dotted keys added after runs were hashed (``LATER``), with their defaults."""
+    found: dict[str, Any] = {}
+    for name, section in SECTIONS.items():
+        for f in fields(section):
+            if f.metadata.get("later"):
+                default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                found[f"{name}.{f.name}"] = default
+    return found
+
+
 def config_hash(cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
     """A short, stable hash of a resolved config, without the volatile keys (and ``ignore``).
 
@@ -459,11 +481,16 @@ def config_hash(cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
     compare matches rows of two trees by it.
     """
     skip = set(volatile_keys()) | set(ignore) | {"hydra"}
+    later = later_defaults()
 
     def keep(node: Any, path: str = "") -> Any:
         if not isinstance(node, Mapping):
             return node
-        return {k: keep(v, f"{path}{k}.") for k, v in node.items() if f"{path}{k}" not in skip}
+        return {
+            k: keep(v, f"{path}{k}.")
+            for k, v in node.items()
+            if f"{path}{k}" not in skip and not (f"{path}{k}" in later and v == later[f"{path}{k}"])
+        }
 
     text = json.dumps(keep(cfg), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
