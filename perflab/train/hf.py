@@ -185,7 +185,10 @@ def _model_class(transformers: Any, cfg: Any, task: str, named: bool) -> Any:
     names, auto_class = by_task[task]
     if cfg.model_type not in names:
         raise ConfigError(
-            "model.task", task, f"a task {cfg.model_type} has a model for", problem=f"{cfg.model_type} has no {task} model"
+            "model.task",
+            task,
+            f"a task {cfg.model_type} has a model for",
+            problem=f"{cfg.model_type} has no {task} model",
         )
     return auto_class
 
