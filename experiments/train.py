@@ -64,7 +64,7 @@ class Config(ExperimentConfig):
 def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
     """Strategy, precision and batch against the resolved devices: before anything runs."""
     from perflab.measure import dynamo, precision
-    from perflab.train import data, loop
+    from perflab.train import data, loop, optim
     from perflab.train.strategies import NOT_COMPILABLE
 
     for section in ("model", "data", "strategy", "trainer"):
@@ -82,6 +82,7 @@ def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
     if s.trainer.compile and s.strategy.name in NOT_COMPILABLE:
         raise ConfigError("trainer.compile", True, "false with this strategy", problem=NOT_COMPILABLE[s.strategy.name])
     precision.check("trainer.precision", s.trainer.precision, devices)
+    optim.optimizer_class(s.trainer.optimizer)  # one that imports and is an optimizer
     if s.trainer.compile:
         dynamo.check_backend("trainer.compile_backend", s.trainer.compile_backend)
     if s.strategy.name == "ddp" and s.strategy.backend == "nccl" and any(d.type != "cuda" for d in devices):

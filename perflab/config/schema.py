@@ -33,6 +33,7 @@ DATASETS = ("fashion_mnist", "synthetic", "tokens", "torchvision")
 STRATEGIES = ("single", "scratch", "data_parallel", "ddp")
 BACKENDS = ("auto", "nccl", "gloo")
 PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
+OPTIMIZERS = ("sgd", "adam", "adamw")  # or a torch.optim.Optimizer class's dotted path
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 VOLATILE = {"volatile": True}  # field metadata: changing this key does not change what is measured
@@ -254,7 +255,7 @@ class StrategyConfig:
 
 @dataclass
 class TrainerConfig:
-    """The training loop: epochs, batch and learning-rate rule, SGD, precision, compile, checkpoints."""
+    """The training loop: epochs, batch and learning-rate rule, the optimizer, precision, compile, checkpoints."""
 
     epochs: int = 10
     batch_size: int = 256  # scaling=strong: the global batch; weak: the batch per device
@@ -263,8 +264,10 @@ class TrainerConfig:
     base_batch: int = 256
     lr_rule: str = "none"  # none | linear | sqrt: lr = lr * f(global batch / base_batch)
     warmup_epochs: float = 0.0  # ramp linearly from lr to the scaled lr (Goyal et al. 2017: 5)
-    momentum: float = 0.9
+    momentum: float = 0.9  # SGD's (and a class's that takes momentum)
     weight_decay: float = 0.0
+    optimizer: str = field(default="sgd", metadata=LATER)  # sgd | adam | adamw | pkg.module.OptimizerClass
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999], metadata=LATER)  # adam, adamw
     eval_batch: int = 1024
     precision: str = "fp32"  # fp32 | tf32 (CUDA only) | bf16-mixed | fp16-mixed (torch.autocast)
     compile: bool = False  # torch.compile the model (compile time gets its own row)
@@ -284,8 +287,26 @@ class TrainerConfig:
         require(self.warmup_epochs >= 0, "warmup_epochs", self.warmup_epochs, "a number >= 0")
         require(0 <= self.momentum < 1, "momentum", self.momentum, "0 <= momentum < 1")
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
+        require(
+            self.optimizer in OPTIMIZERS or _dotted(self.optimizer),
+            "optimizer",
+            self.optimizer,
+            f"{', '.join(OPTIMIZERS)}, or an optimizer class's dotted path (torch.optim.RMSprop)",
+        )
+        betas = list(self.betas)
+        require(
+            len(betas) == 2 and all(0 <= b < 1 for b in betas),
+            "betas",
+            betas,
+            "two numbers in [0, 1), e.g. [0.9,0.999]",
+        )
         require(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "an integer >= 0")
         require(bool(self.checkpoint_dir.strip()), "checkpoint_dir", self.checkpoint_dir, "a directory path")
+
+
+def _dotted(text: str) -> bool:
+    parts = str(text).split(".")
+    return len(parts) >= 2 and all(p.isidentifier() for p in parts)
 
 
 @dataclass

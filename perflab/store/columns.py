@@ -81,6 +81,10 @@ COLUMNS: dict[str, Column] = {
         _c("overlap_speedup", "", "x", "higher"),
         _c("speedup_vs_eager", "", "x", "higher"),
         _c("peak_tflops", "", "TFLOP/s", "higher"),
+        _c("forward_s", "float", "s", "lower"),  # a training step's phases, seconds per step (perflab.train.optim)
+        _c("backward_s", "float", "s", "lower"),
+        _c("optimizer_s", "float", "s", "lower"),
+        _c("optimizer", "text"),
         _c("epoch", "int"),
         _c("epochs", "int"),
         _c("phase", "category"),
