@@ -165,7 +165,7 @@ def _model_class(transformers: Any, cfg: Any, task: str, named: bool) -> Any:
     classifier, a sequence classifier, the base model."""
     from transformers.models.auto import modeling_auto as auto
 
-    by_task = {
+    by_task: dict[str, tuple[Any, Any]] = {
         "causal-lm": (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, transformers.AutoModelForCausalLM),
         "image-classification": (
             auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES,
@@ -211,10 +211,10 @@ def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     ``num_channels`` x ``image_size`` with ``num_labels`` scores. None for a model that is not HF."""
     from perflab.train.data import Spec
 
-    inner = getattr(net, "inner", net)
+    inner: Any = getattr(net, "inner", net)
     if not is_hf(inner):
         return None
-    cfg = inner.config
+    cfg: Any = inner.config
     if getattr(cfg, "image_size", None) and hasattr(cfg, "num_channels"):
         size = cfg.image_size if isinstance(cfg.image_size, int) else cfg.image_size[0]
         return Spec((cfg.num_channels, size, size), getattr(cfg, "num_labels", 2))

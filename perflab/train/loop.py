@@ -499,7 +499,7 @@ class Trainer:
         return iter(tqdm(it, total=total, desc=desc, leave=False, unit="batch"))
 
 
-def step_split(epochs: list[Epoch]) -> dict[str, float]:
+def step_split(epochs: list[Epoch]) -> dict[str, Any]:
     """Forward, backward and optimizer seconds per step, the mean over these epochs (none where
     the strategy's step has no such split)."""
     split = [e.phases for e in epochs if e.phases]
