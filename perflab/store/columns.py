@@ -85,6 +85,8 @@ COLUMNS: dict[str, Column] = {
         _c("backward_s", "float", "s", "lower"),
         _c("optimizer_s", "float", "s", "lower"),
         _c("optimizer", "text"),
+        _c("load_s", "float", "s", "lower"),  # +experiment=infer / generate: the model built and moved
+        _c("kv_cache_mb", "float", "MB", "lower"),  # +experiment=generate: the KV cache after all tokens
         _c("epoch", "int"),
         _c("epochs", "int"),
         _c("phase", "category"),

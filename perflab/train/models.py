@@ -12,6 +12,7 @@ perflab's own factories:
 - ``resnet18_tv``: torchvision's ``resnet18`` with its stem fitted to the input channels.
 - ``mlp``: the book's MLP of 13.1 (512 -> 256 -> 128 -> 2).
 - ``torchvision`` / ``timm``: any model of theirs by name (``model.arch``), no weights.
+- ``gpt2``: a small GPT-2 of transformers, random weights, the data's vocabulary.
 - ``hf``: a Hugging Face model by name (a local folder, a hub id) or from a config class
   (perflab.train.hf); any transformers model a ``_target_`` builds is called through
   ``hf.Unwrapped`` too, so that its output is a tensor.
@@ -149,6 +150,18 @@ def hf(name: str | None = None, config: Any = None, task: str = "auto") -> nn.Mo
     from perflab.train import hf as hf_models
 
     return hf_models.build(name, config, task)
+
+
+def gpt2(
+    vocab_size: int = 256, n_layer: int = 2, n_embd: int = 128, n_head: int = 4, n_positions: int = 1024
+) -> nn.Module:
+    """A small GPT-2 of transformers with random weights (``pip install 'perflab[hf]'``), its
+    vocabulary the data's: the generate experiment's default model."""
+    from perflab.train import hf as hf_models
+
+    config = {"model_type": "gpt2", "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head}
+    ends = {"bos_token_id": 0, "eos_token_id": 0}  # inside the vocabulary, whatever its size
+    return hf_models.build(config={**config, "vocab_size": vocab_size, "n_positions": n_positions, **ends})
 
 
 def _refit_first_conv(net: nn.Module, in_channels: int) -> None:
