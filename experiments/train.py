@@ -215,15 +215,19 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         f"per device), epoch {human_time(summary.get('median_s'))}, final test acc "
         f"{number(summary.get('test_acc')) or 0:.3f}"
     )
+    tflops = number(summary.get("tflops"))
+    why = next((n for n in str(summary.get("note", "")).split("; ") if n.startswith("FLOPs not estimated")), "")
     lines = [
         line,
-        f"model FLOPs: {number(summary.get('tflops')) or 0:.3g} TFLOP/s achieved"
+        f"model FLOPs: {tflops:.3g} TFLOP/s achieved"
         + (f", MFU {float(summary['mfu']):.1%}" if number(summary.get("mfu")) is not None else "")
         + (
             f", {float(summary['pct_of_peak']):.0f}% of the measured peak"
             if number(summary.get("pct_of_peak")) is not None
             else ""
-        ),
+        )
+        if tflops is not None
+        else f"model FLOPs: unknown ({why or 'not counted'})",  # unknown is said, never 0
     ]
     wait = number(summary.get("data_wait_frac"))
     if wait is not None:

@@ -44,6 +44,9 @@ def test_a_gpt2_from_a_local_folder_trains_with_no_adapter(work, gpt2_folder):
     summary = df[df["measurement"] == "train"].iloc[0]
     assert summary["model"] == f"hf.{gpt2_folder}" and summary["items_unit"] == "tokens"
     assert summary["cfg.model.name"] == str(gpt2_folder) and summary["items_per_s"] > 0
+    # its masking code reads values back (no meta run): counted on a real copy, attention included
+    matmuls = 12 * 32 * 32 + 32 * 100  # per layer: qkv, proj, 2 MLP (4x wide); the head over the vocabulary
+    assert summary["flops_per_item"] > 6 * matmuls and summary["tflops"] > 0
 
 
 def test_random_weights_from_a_config_and_a_plain_transformers_target_train(work):

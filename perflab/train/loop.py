@@ -510,14 +510,22 @@ def training_flops_per_item(model: torch.nn.Module, spec: data.Spec) -> float:
     """Forward + backward FLOPs per item (an image, a token ...), counted on a shape-only
     (meta) copy of the model with a batch of two of the data's real shape and dtype (BatchNorm
     in training mode needs more than one value per channel), so that nothing runs and no
-    state (BatchNorm statistics) changes."""
+    state (BatchNorm statistics) changes. A model that reads a value back while it runs (a
+    ``.item()``: Hugging Face's masking code) cannot run on meta tensors: it is counted on a
+    real copy with a real batch of two instead, the model itself still untouched."""
     import copy
 
-    meta = copy.deepcopy(model).to("meta").train()
-    x = spec.example(2, "meta")
+    def counted(device: str) -> float:
+        net = copy.deepcopy(model).to(device).train()
+        x = spec.example(2, device)
 
-    def step() -> None:
-        out = meta(x)
-        (out if isinstance(out, torch.Tensor) else out[0]).float().sum().backward()
+        def step() -> None:
+            out = net(x)
+            (out if isinstance(out, torch.Tensor) else out[0]).float().sum().backward()
 
-    return flops.count(step) / (2 * spec.items_per_sample)
+        return flops.count(step) / (2 * spec.items_per_sample)
+
+    try:
+        return counted("meta")
+    except Exception:  # a value read back on a meta tensor: count it for real, on the CPU
+        return counted("cpu")
