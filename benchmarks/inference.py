@@ -4,7 +4,10 @@ way round ...): a timm ResNet-18 forward (batch 1, 3x224x224, eval, inference_mo
 GPT-2's prefill (time to first token) and decode (seconds per token). The figure compared is
 the best sample (min) of each side, which other work on a shared machine disturbs least, and
 the median beside it. Goal (issue 30): perflab / torch.utils.benchmark within +-3 % on best
-samples. optimum-benchmark is not installed here (and has no offline install): not compared.
+samples. Decode per token: perflab times each token; torch.utils.benchmark's side is (the whole
+generate - the prefill) / the decode steps, an average over a call's tokens, so its "best" is no
+single token's: compare decode's medians. optimum-benchmark is not installed here (and has no
+offline install): not compared.
 
     python benchmarks/inference.py [--rounds 3] [--out benchmarks/results/inference.csv]
 
