@@ -103,3 +103,16 @@ def test_an_hf_output_becomes_a_tensor_in_one_place():
     assert isinstance(out, torch.Tensor) and out.shape == (2, 8, 100)
     spec = hf.input_spec(net, seq_len=500)
     assert spec.tokens and spec.shape == (64,) and spec.classes == 100, "capped at the model's positions"
+
+
+def test_random_weights_pick_the_task_a_config_is_for():
+    from perflab.train import hf
+
+    def chosen(model_type):
+        return hf._model_class(transformers, transformers.AutoConfig.for_model(model_type), "auto", False)
+
+    assert {t: chosen(t) for t in ("gpt2", "bert", "vit")} == {
+        "gpt2": transformers.AutoModelForCausalLM,
+        "bert": transformers.AutoModelForSequenceClassification,  # an encoder: no causal head unless is_decoder
+        "vit": transformers.AutoModelForImageClassification,
+    }

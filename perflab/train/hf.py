@@ -161,8 +161,9 @@ def _config_from(given: Any) -> Any:
 
 def _model_class(transformers: Any, cfg: Any, task: str, named: bool) -> Any:
     """The class to build: the folder's own architecture (``config.architectures``), else the
-    task's Auto class for this config: a causal LM where the config has one, then an image
-    classifier, a sequence classifier, the base model."""
+    task's Auto class for this config: a causal LM where the config has one (an encoder such as
+    BERT only when its config says ``is_decoder``), then an image classifier, a sequence
+    classifier, the base model."""
     from transformers.models.auto import modeling_auto as auto
 
     by_task: dict[str, tuple[Any, Any]] = {
@@ -181,7 +182,11 @@ def _model_class(transformers: Any, cfg: Any, task: str, named: bool) -> Any:
         own = (getattr(cfg, "architectures", None) or [None])[0] if named else None
         if own and hasattr(transformers, own):
             return getattr(transformers, own)
-        task = next((t for t, (names, _) in by_task.items() if cfg.model_type in names), "base")
+        encoder = cfg.model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(cfg, "is_decoder", False)
+        fits = [t for t, (names, _) in by_task.items() if cfg.model_type in names]
+        if encoder and "causal-lm" in fits:  # BERT and kin: a causal head is theirs only as a decoder
+            fits.remove("causal-lm")
+        task = fits[0] if fits else "base"
     names, auto_class = by_task[task]
     if cfg.model_type not in names:
         raise ConfigError(
