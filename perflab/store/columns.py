@@ -87,6 +87,9 @@ COLUMNS: dict[str, Column] = {
         _c("optimizer", "text"),
         _c("load_s", "float", "s", "lower"),  # +experiment=infer / generate: the model built and moved
         _c("kv_cache_mb", "float", "MB", "lower"),  # +experiment=generate: the KV cache after all tokens
+        _c("joules_per_call", "float", "J", "lower"),  # RAPL / NVML over the samples (perflab.measure.energy)
+        _c("joules_per_item", "float", "J/item", "lower"),
+        _c("energy_note", "text"),  # why a row has no joules
         _c("epoch", "int"),
         _c("epochs", "int"),
         _c("phase", "category"),
