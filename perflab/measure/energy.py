@@ -50,7 +50,7 @@ class Energy:
             for p in packages:
                 (p / "energy_uj").read_text()
                 wrap = float((p / "max_energy_range_uj").read_text()) / 1e6
-                self.readers.append(lambda p=p: float((p / "energy_uj").read_text()) / 1e6)
+                self.readers.append(_rapl_reader(p / "energy_uj"))
                 self.wraps.append(wrap)
         except (OSError, ValueError) as err:
             self.readers, self.wraps = [], []
@@ -67,7 +67,7 @@ class Energy:
                 uuid = str(torch.cuda.get_device_properties(d.index).uuid)
                 handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
                 pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)  # millijoules since the driver loaded
-                self.readers.append(lambda h=handle: pynvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1e3)
+                self.readers.append(_nvml_reader(pynvml, handle))
                 self.wraps.append(math.inf)
         except Exception as err:  # no nvidia-ml-py, no driver, a GPU without the counter
             return f"no NVML energy counter ({type(err).__name__}; pip install 'perflab[gpu]')"
@@ -96,3 +96,11 @@ class Energy:
         if items_per_call:
             out["joules_per_item"] = per_call / items_per_call
         return out
+
+
+def _rapl_reader(path: Path) -> Callable[[], float]:
+    return lambda: float(path.read_text()) / 1e6  # microjoules
+
+
+def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], float]:
+    return lambda: float(nvml.nvmlDeviceGetTotalEnergyConsumption(handle)) / 1e3  # millijoules
