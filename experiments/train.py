@@ -64,7 +64,7 @@ class Config(ExperimentConfig):
 def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
     """Strategy, precision and batch against the resolved devices: before anything runs."""
     from perflab.measure import dynamo, precision
-    from perflab.train import data, loop
+    from perflab.train import data, loop, optim
     from perflab.train.strategies import NOT_COMPILABLE
 
     for section in ("model", "data", "strategy", "trainer"):
@@ -82,6 +82,7 @@ def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
     if s.trainer.compile and s.strategy.name in NOT_COMPILABLE:
         raise ConfigError("trainer.compile", True, "false with this strategy", problem=NOT_COMPILABLE[s.strategy.name])
     precision.check("trainer.precision", s.trainer.precision, devices)
+    optim.optimizer_class(s.trainer.optimizer)  # one that imports and is an optimizer
     if s.trainer.compile:
         dynamo.check_backend("trainer.compile_backend", s.trainer.compile_backend)
     if s.strategy.name == "ddp" and s.strategy.backend == "nccl" and any(d.type != "cuda" for d in devices):
@@ -214,15 +215,19 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         f"per device), epoch {human_time(summary.get('median_s'))}, final test acc "
         f"{number(summary.get('test_acc')) or 0:.3f}"
     )
+    tflops = number(summary.get("tflops"))
+    why = next((n for n in str(summary.get("note", "")).split("; ") if n.startswith("FLOPs not estimated")), "")
     lines = [
         line,
-        f"model FLOPs: {number(summary.get('tflops')) or 0:.3g} TFLOP/s achieved"
+        f"model FLOPs: {tflops:.3g} TFLOP/s achieved"
         + (f", MFU {float(summary['mfu']):.1%}" if number(summary.get("mfu")) is not None else "")
         + (
             f", {float(summary['pct_of_peak']):.0f}% of the measured peak"
             if number(summary.get("pct_of_peak")) is not None
             else ""
-        ),
+        )
+        if tflops is not None
+        else f"model FLOPs: unknown ({why or 'not counted'})",  # unknown is said, never 0
     ]
     wait = number(summary.get("data_wait_frac"))
     if wait is not None:

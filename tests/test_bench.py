@@ -190,3 +190,28 @@ def test_benchmark_block_reads_the_clock_around_the_work():
 
 def test_benchmark_elapsed_is_nan_until_the_block_ends():
     assert math.isnan(Benchmark("x").elapsed)
+
+
+def test_every_timed_row_has_latency_percentiles_and_says_when_too_few_samples_make_them():
+    a = np.arange(1, 201, dtype=float) / 1000
+    s = Stats(list(a), "wall_sync")
+    row = s.as_row()
+    assert [row[k] for k in ("p50_s", "p90_s", "p99_s")] == pytest.approx(np.percentile(a, [50, 90, 99]))
+    assert row["tail_note"] == "", "200 samples: a p99 has two beyond it"
+    few = Stats([1.0] * 19 + [2.0], "wall_sync").as_row()
+    assert few["p99_s"] == pytest.approx(np.percentile([1.0] * 19 + [2.0], 99)) and few["p90_s"] == 1.0
+    assert few["tail_note"].startswith("p99 of 20 samples: interpolated between the largest")
+    assert "p90 and p99 of 5 samples" in Stats([1.0] * 5, "wall_sync").as_row()["tail_note"]
+
+
+def test_a_percentile_is_judged_on_the_raw_samples_like_the_median():
+    import pandas as pd
+
+    from perflab.analysis.frames import sample_values
+    from perflab.store.columns import COLUMNS, JUDGED
+
+    row = pd.Series({"row_id": "r1", "median_s": 2.0, "p99_s": 3.0})
+    seconds = np.array([1.0, 2.0, 3.0])
+    for metric in ("p50_s", "p90_s", "p99_s"):
+        assert metric in JUDGED and COLUMNS[metric].unit == "s" and COLUMNS[metric].better == "lower"
+        assert list(sample_values({"r1": seconds}, row, metric)) == [1.0, 2.0, 3.0]

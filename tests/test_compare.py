@@ -66,6 +66,7 @@ def matmul_run(root, name, size, times):
             "status": "ok",
             "n": len(times),
             "median_s": median,
+            "p99_s": float(np.percentile(times, 99)),
             "noisy": False,
             "tflops": 2 * size**3 / median / 1e12,
             "device_name": "CPU (2 threads)",
@@ -271,3 +272,13 @@ def test_a_run_with_devices_count_auto_beside_counted_runs_is_compared_not_crash
     table = compare.compare(tmp_path).set_index("cfg.devices.spec")
     assert table.loc["auto", "items_per_s"] == 90.0 and pd.isna(table.loc["auto", "speedup"])  # unknown count
     assert table[table["cfg.devices.count"] == 2]["speedup"].tolist() == [1.8]
+
+
+def test_a_latency_percentile_is_judged_from_the_raw_samples_not_inconclusive(tmp_path):
+    """p99_s is a time whose raw samples are the seconds: an A/B on it finds the 2.5x slowdown."""
+    rng = np.random.default_rng(2)
+    for tree, median in (("base", 2e-3), ("slow", 5e-3)):
+        times = rng.normal(median, 0.1e-3, 12)
+        matmul_run(tmp_path / tree, tree, 256, times)
+    (row,) = compare.ab(tmp_path / "base", tmp_path / "slow", metric="p99_s").to_dict("records")
+    assert row["metric"] == "p99_s" and row["verdict"] == "FAIL" and row["significant"], row["why"]

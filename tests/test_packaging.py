@@ -47,7 +47,7 @@ def test_installed_wheel_runs_from_any_directory(tmp_path):
     ):
         assert expected in names
     assert not any(n.startswith("experiments/") for n in names), "no top-level package to clash with users' own"
-    assert "hydra_plugins/perflab_slurm/__init__.py" in names
+    assert {"hydra_plugins/perflab_slurm/__init__.py", "hydra_plugins/perflab_slurm/_launcher.py"} <= set(names)
     subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
 
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -89,3 +89,16 @@ def test_installed_wheel_runs_from_any_directory(tmp_path):
     assert report.returncode == 0, report.stderr
     assert 'data-experiment="matmul"' in (work / "report.html").read_text()  # found through the wheel's entry points
     assert list((site / "bin").glob("perflab")), "the console script is installed"
+
+
+def test_without_the_launchers_extra_a_run_prints_no_hydra_plugin_warning(tmp_path):
+    """Hydra imports every plugin at each start; perflab's SLURM launcher needs the submitit
+    launcher, and without it (no perflab[launchers]) it is no plugin, and says nothing."""
+    code = (
+        "import sys; sys.modules['hydra_plugins.hydra_submitit_launcher'] = None\n"  # as if not installed
+        "import perflab\n"
+        "perflab.run('quick/matmul', ['bench.repeats=1', 'bench.min_time_s=0', 'results.table=false'])\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert "hydra_plugins" not in ran.stderr and "Error importing" not in ran.stderr, ran.stderr

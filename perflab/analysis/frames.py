@@ -14,7 +14,7 @@ import pandas as pd
 
 from perflab.config import schema
 from perflab.config.schema import MODELS_MODULE
-from perflab.store.columns import RATES
+from perflab.store.columns import PERCENTILES, RATES
 from perflab.store.rows import number
 
 # How a config key reads beside its value; any other key reads "<its last part> <value>"
@@ -190,10 +190,15 @@ def device_family(name: object) -> str:
     return re.sub(r" \(\d+ threads?\)", "", str(name))
 
 
+# Statistics of a row's seconds whose raw samples are the seconds themselves.
+PER_SAMPLE_TIMES = frozenset({"median_s", "mean_s", "min_s", *PERCENTILES})
+
+
 def sample_values(samples: dict[str, np.ndarray], row: pd.Series, metric: str) -> np.ndarray:
-    """A row's raw samples as values of ``metric``: seconds for times; for rates, the rate each
-    sample implies (metric x median / sample seconds)."""
-    if not samples or metric not in RATES | {"median_s", "mean_s", "min_s"}:
+    """A row's raw samples as values of ``metric``: seconds for times (a statistic of them:
+    median, mean, min, a percentile -- compare tests whether their distribution moved); for
+    rates, the rate each sample implies (metric x median / sample seconds)."""
+    if not samples or metric not in RATES | PER_SAMPLE_TIMES:
         return np.array([])
     seconds = samples.get(str(row["row_id"]))
     if seconds is None or not len(seconds):

@@ -12,6 +12,7 @@ next to its code; its fields are flat so every knob sweeps as ``experiment.<name
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -32,9 +33,13 @@ DATASETS = ("fashion_mnist", "synthetic", "tokens", "torchvision")
 STRATEGIES = ("single", "scratch", "data_parallel", "ddp")
 BACKENDS = ("auto", "nccl", "gloo")
 PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
+OPTIMIZERS = ("sgd", "adam", "adamw")  # or a torch.optim.Optimizer class's dotted path
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 VOLATILE = {"volatile": True}  # field metadata: changing this key does not change what is measured
+# Field metadata of a key added after runs were hashed: at its default it is left out of the hash,
+# so that every run from before it measured, and hashes, the same as before.
+LATER = {"later": True}
 
 
 def volatile(default: Any) -> Any:
@@ -157,6 +162,10 @@ class ModelConfig:
     init: str = "default"  # default (the factory's) | book_normal (N(0, 0.01)) | xavier
     channels_last: bool = False  # weights and inputs in NHWC (torch.channels_last): image data only
     args: Dict[str, Any] = field(default_factory=dict)  # the factory's own arguments (the keys added with +)
+    # model=hf: a Hugging Face model by name (a local folder, a hub id), or random weights from a config
+    name: Optional[str] = field(default=None, metadata=LATER)
+    config: Dict[str, Any] = field(default_factory=dict, metadata=LATER)  # model_type: gpt2, n_layer: 2 ...
+    task: Optional[str] = field(default=None, metadata=LATER)  # auto | causal-lm | image-classification ...
 
     def __post_init__(self) -> None:
         require(bool(self._target_), "_target_", self._target_, "a factory's dotted path, e.g. pkg.module.MyNet")
@@ -169,6 +178,9 @@ class ModelConfig:
         own, _, name = self._target_.rpartition(".")
         if own != MODELS_MODULE:
             return self._target_
+        if name == "hf":  # hf.gpt2 (from a config), hf./models/tiny-gpt2 (a folder), hf.org/name
+            typed = self.config.get("model_type") or str(self.config.get("_target_", "")).rpartition(".")[2]
+            return f"hf.{self.name or typed or '?'}"
         return f"{name}.{self.arch}" if name in ("torchvision", "timm") else name
 
 
@@ -243,7 +255,7 @@ class StrategyConfig:
 
 @dataclass
 class TrainerConfig:
-    """The training loop: epochs, batch and learning-rate rule, SGD, precision, compile, checkpoints."""
+    """The training loop: epochs, batch and learning-rate rule, the optimizer, precision, compile, checkpoints."""
 
     epochs: int = 10
     batch_size: int = 256  # scaling=strong: the global batch; weak: the batch per device
@@ -252,8 +264,10 @@ class TrainerConfig:
     base_batch: int = 256
     lr_rule: str = "none"  # none | linear | sqrt: lr = lr * f(global batch / base_batch)
     warmup_epochs: float = 0.0  # ramp linearly from lr to the scaled lr (Goyal et al. 2017: 5)
-    momentum: float = 0.9
+    momentum: float = 0.9  # SGD's (and a class's that takes momentum)
     weight_decay: float = 0.0
+    optimizer: str = field(default="sgd", metadata=LATER)  # sgd | adam | adamw | pkg.module.OptimizerClass
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999], metadata=LATER)  # adam, adamw
     eval_batch: int = 1024
     precision: str = "fp32"  # fp32 | tf32 (CUDA only) | bf16-mixed | fp16-mixed (torch.autocast)
     compile: bool = False  # torch.compile the model (compile time gets its own row)
@@ -273,8 +287,26 @@ class TrainerConfig:
         require(self.warmup_epochs >= 0, "warmup_epochs", self.warmup_epochs, "a number >= 0")
         require(0 <= self.momentum < 1, "momentum", self.momentum, "0 <= momentum < 1")
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
+        require(
+            self.optimizer in OPTIMIZERS or _dotted(self.optimizer),
+            "optimizer",
+            self.optimizer,
+            f"{', '.join(OPTIMIZERS)}, or an optimizer class's dotted path (torch.optim.RMSprop)",
+        )
+        betas = list(self.betas)
+        require(
+            len(betas) == 2 and all(0 <= b < 1 for b in betas),
+            "betas",
+            betas,
+            "two numbers in [0, 1), e.g. [0.9,0.999]",
+        )
         require(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "an integer >= 0")
         require(bool(self.checkpoint_dir.strip()), "checkpoint_dir", self.checkpoint_dir, "a directory path")
+
+
+def _dotted(text: str) -> bool:
+    parts = str(text).split(".")
+    return len(parts) >= 2 and all(p.isidentifier() for p in parts)
 
 
 @dataclass
@@ -452,6 +484,17 @@ def volatile_keys() -> list[str]:
     return keys
 
 
+def later_defaults() -> dict[str, Any]:
+    """Dotted keys added after runs were hashed (``LATER``), with their defaults."""
+    found: dict[str, Any] = {}
+    for name, section in SECTIONS.items():
+        for f in fields(section):
+            if f.metadata.get("later"):
+                default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                found[f"{name}.{f.name}"] = default
+    return found
+
+
 def config_hash(cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
     """A short, stable hash of a resolved config, without the volatile keys (and ``ignore``).
 
@@ -459,11 +502,16 @@ def config_hash(cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
     compare matches rows of two trees by it.
     """
     skip = set(volatile_keys()) | set(ignore) | {"hydra"}
+    later = later_defaults()
 
     def keep(node: Any, path: str = "") -> Any:
         if not isinstance(node, Mapping):
             return node
-        return {k: keep(v, f"{path}{k}.") for k, v in node.items() if f"{path}{k}" not in skip}
+        return {
+            k: keep(v, f"{path}{k}.")
+            for k, v in node.items()
+            if f"{path}{k}" not in skip and not (f"{path}{k}" in later and v == later[f"{path}{k}"])
+        }
 
     text = json.dumps(keep(cfg), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

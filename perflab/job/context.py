@@ -23,6 +23,7 @@ from perflab.job.stop import raise_if_stopped
 from perflab.measure import bench
 from perflab.measure.bench import Part, Stats, Variant
 from perflab.measure.devices import Device
+from perflab.measure.energy import Energy
 from perflab.measure.peaks import Peaks
 from perflab.measure.watch import GpuState, Machine, Memory
 from perflab.store.outcome import ROW_STATUSES
@@ -152,12 +153,13 @@ class Context:
         devices = {name: self.devices if p.devices is None else list(p.devices) for name, p in parts.items()}
         everything = list({d.name: d for ds in devices.values() for d in ds}.values())
         memory = Memory(everything)
+        energy = Energy(everything)
         gpu = GpuState(everything)
         status = Status(", ".join(parts))
 
         @contextlib.contextmanager
         def around(name: str) -> Iterator[None]:
-            with memory.sample(name), watch(name) if watch else contextlib.nullcontext():
+            with memory.sample(name), energy.sample(name), watch(name) if watch else contextlib.nullcontext():
                 yield
             gpu.sample()
             status.sampled()
@@ -180,6 +182,7 @@ class Context:
                 **self._derived(part, s, devices[name]),
                 **related.get(name, {}),
                 **memory.columns(name),
+                **energy.columns(name, s.n * s.calls_per_sample, part.items),
                 **machine.columns(),
                 **gpu.columns(),
             }

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from perflab.measure.devices import Device, synchronize
+from perflab.store.columns import PERCENTILES
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,20 @@ class Stats:
         self.std = float(a.std(ddof=1)) if self.n >= FEW else math.nan
         q1, q3 = np.percentile(a, [25, 75])
         self.iqr = float(q3 - q1) if self.n >= FEW else math.nan
+        self.percentiles = {k: float(v) for k, v in zip(PERCENTILES, np.percentile(a, list(PERCENTILES.values())))}
+
+    @property
+    def tail(self) -> str:
+        """Which percentiles lie beyond every sample but one or none ("" when n is enough for
+        p99): such a percentile is an interpolation between the largest samples, no tail."""
+        thin = [k.removesuffix("_s") for k, q in PERCENTILES.items() if q > 50 and self.n * (100 - q) < 100]
+        if not thin:
+            return ""
+        needs = ", ".join(f"a {k} {round(100 / (100 - PERCENTILES[f'{k}_s']))}" for k in thin)
+        return (
+            f"{' and '.join(thin)} of {self.n} sample{'s' if self.n != 1 else ''}: interpolated between "
+            f"the largest, no tail (samples needed: {needs})"
+        )
 
     @property
     def noisy(self) -> bool | None:
@@ -114,6 +129,8 @@ class Stats:
             "min_s": self.min,
             "max_s": self.max,
             "iqr_s": self.iqr,
+            **self.percentiles,
+            "tail_note": self.tail,
             "noisy": self.noisy,
             "warmup_n": len(self.warmup),
             "warmup_first_s": self.warmup[0] if self.warmup else math.nan,

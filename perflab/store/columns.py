@@ -56,6 +56,10 @@ COLUMNS: dict[str, Column] = {
         _c("min_s", "float", "s", "lower", lead=True),
         _c("max_s", "float", "s", lead=True),
         _c("iqr_s", "float", "s", lead=True),
+        _c("p50_s", "float", "s", "lower", lead=True),
+        _c("p90_s", "float", "s", "lower", lead=True),
+        _c("p99_s", "float", "s", "lower", lead=True),
+        _c("tail_note", "text", lead=True),  # a p90 / p99 of too few samples to be a tail (bench.PERCENTILES)
         _c("noisy", "flag", lead=True),
         _c("warmup_n", "int", lead=True),
         _c("warmup_first_s", "float", "s", lead=True),
@@ -77,6 +81,15 @@ COLUMNS: dict[str, Column] = {
         _c("overlap_speedup", "", "x", "higher"),
         _c("speedup_vs_eager", "", "x", "higher"),
         _c("peak_tflops", "", "TFLOP/s", "higher"),
+        _c("forward_s", "float", "s", "lower"),  # a training step's phases, seconds per step (perflab.train.optim)
+        _c("backward_s", "float", "s", "lower"),
+        _c("optimizer_s", "float", "s", "lower"),
+        _c("optimizer", "text"),
+        _c("load_s", "float", "s", "lower"),  # +experiment=infer / generate: the model built and moved
+        _c("kv_cache_mb", "float", "MB", "lower"),  # +experiment=generate: the KV cache after all tokens
+        _c("joules_per_call", "float", "J", "lower"),  # RAPL / NVML over the samples (perflab.measure.energy)
+        _c("joules_per_item", "float", "J/item", "lower"),
+        _c("energy_note", "text"),  # why a row has no joules
         _c("epoch", "int"),
         _c("epochs", "int"),
         _c("phase", "category"),
@@ -97,6 +110,10 @@ COLUMNS: dict[str, Column] = {
     )
 }
 
+# Latency percentiles of every timed row (perflab.measure.bench.Stats), by column. The q-th
+# percentile of n samples has (1 - q) x n of them beyond it: with fewer than 1 / (1 - q) samples
+# (10 for p90, 100 for p99) it is an interpolation between the largest, said in ``tail_note``.
+PERCENTILES = {"p50_s": 50, "p90_s": 90, "p99_s": 99}
 LEADING = tuple(c.name for c in COLUMNS.values() if c.lead)
 RATES = frozenset(c.name for c in COLUMNS.values() if c.rate)
 # Read back as such whatever a file's cell holds (a damaged cell reads as missing).

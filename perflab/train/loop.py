@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -32,7 +32,7 @@ from perflab.measure import bench, flops
 from perflab.measure import precision as precisions
 from perflab.measure.devices import Device
 from perflab.measure.watch import Machine, Memory
-from perflab.train import checkpoint, data, models
+from perflab.train import checkpoint, data, models, optim
 from perflab.train.strategies import STRATEGIES, Knobs, correct
 
 log = logging.getLogger("perflab")
@@ -92,6 +92,7 @@ class Epoch:
     rss_peak_mb: float
     others_cpu_pct: float
     cpu_s: float  # CPU seconds of the timed pass: this process and its children, summed over ranks
+    phases: dict[str, float] = field(default_factory=dict)  # forward/backward/optimizer s per step (rank 0's)
 
 
 class Trainer:
@@ -138,10 +139,9 @@ class Trainer:
             self.t.precision, s.model.channels_last, self.t.compile, self.t.compile_mode, self.t.compile_backend
         )
 
-        def make_opt(params: Any) -> torch.optim.Optimizer:
-            return torch.optim.SGD(params, lr=self.plan.lr, momentum=self.t.momentum, weight_decay=self.t.weight_decay)
-
-        self.strategy = STRATEGIES[s.strategy.name](model, self.devices, make_opt, self.knobs)
+        self.strategy = STRATEGIES[s.strategy.name](
+            model, self.devices, optim.factory(self.t, self.plan.lr), self.knobs
+        )
         resolved = OmegaConf.to_container(OmegaConf.structured(s), resolve=True)
         self.folder = Path(self.t.checkpoint_dir).resolve() / checkpoint.key(resolved)  # type: ignore[arg-type]
         self.start, self.source = self.resume()
@@ -156,6 +156,7 @@ class Trainer:
             "precision": self.t.precision,
             "channels_last": s.model.channels_last,
             "compiled": self.t.compile,
+            "optimizer": optim.described(self.t),
             "flops_per_item": self.flops_per_item,
             "intensity": self.intensity,
             "items_unit": self.spec.unit,
@@ -244,6 +245,7 @@ class Trainer:
         correct = torch.zeros((), device=self.main, dtype=torch.long)
         seen, wait, lr = 0, 0.0, self.plan.lr
         memory = Memory(self.devices)
+        s.phases = optim.Phases(self.main) if s.splits_step else optim.NoPhases()
         with memory.sample(), Machine() as machine:
             s.sync()
             t0 = time.perf_counter()
@@ -266,8 +268,11 @@ class Trainer:
             train_s = time.perf_counter() - t0
         bad = ~torch.isfinite(losses)  # the first NaN/inf step of the run, or -1
         first_bad = torch.where(bad.any(), bad.int().argmax() + epoch * steps + 1, -1)
+        split = s.phases.totals()
+        done = s.phases.complete
+        s.phases = optim.NoPhases()
         test_right, test_seen, eval_s = self.evaluate()
-        return self.reduce(
+        result = self.reduce(
             epoch,
             losses.sum(),
             correct,
@@ -282,6 +287,8 @@ class Trainer:
             memory.columns()["rss_peak_mb"],
             machine,
         )
+        result.phases = {f"{p}_s": split[p] / done for p in optim.PHASES} if done else {}
+        return result
 
     def first_compiled_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The step that compiles, timed on its own (two syncs, once per run)."""
@@ -410,6 +417,7 @@ class Trainer:
             input_bound=e.data_wait_s / e.train_s >= INPUT_BOUND,
             rss_peak_mb=e.rss_peak_mb,
             others_cpu_pct=e.others_cpu_pct,
+            **e.phases,
             **per_step,
             note=self.notes,
             **self.fixed,
@@ -468,6 +476,7 @@ class Trainer:
             data_wait_frac=sum(e.data_wait_s for e in timed_epochs) / sum(e.train_s for e in timed_epochs),
             rss_peak_mb=max(e.rss_peak_mb for e in epochs),
             others_cpu_pct=max(e.others_cpu_pct for e in timed_epochs),
+            **step_split(timed_epochs),
             suspect=stats.suspect,
             note=note,
             **self.fixed,
@@ -490,18 +499,33 @@ class Trainer:
         return iter(tqdm(it, total=total, desc=desc, leave=False, unit="batch"))
 
 
+def step_split(epochs: list[Epoch]) -> dict[str, Any]:
+    """Forward, backward and optimizer seconds per step, the mean over these epochs (none where
+    the strategy's step has no such split)."""
+    split = [e.phases for e in epochs if e.phases]
+    return {k: sum(p[k] for p in split) / len(split) for k in split[0]} if split else {}
+
+
 def training_flops_per_item(model: torch.nn.Module, spec: data.Spec) -> float:
     """Forward + backward FLOPs per item (an image, a token ...), counted on a shape-only
     (meta) copy of the model with a batch of two of the data's real shape and dtype (BatchNorm
     in training mode needs more than one value per channel), so that nothing runs and no
-    state (BatchNorm statistics) changes."""
+    state (BatchNorm statistics) changes. A model that reads a value back while it runs (a
+    ``.item()``: Hugging Face's masking code) cannot run on meta tensors: it is counted on a
+    real copy with a real batch of two instead, the model itself still untouched."""
     import copy
 
-    meta = copy.deepcopy(model).to("meta").train()
-    x = spec.example(2, "meta")
+    def counted(device: str) -> float:
+        net = copy.deepcopy(model).to(device).train()
+        x = spec.example(2, device)
 
-    def step() -> None:
-        out = meta(x)
-        (out if isinstance(out, torch.Tensor) else out[0]).float().sum().backward()
+        def step() -> None:
+            out = net(x)
+            (out if isinstance(out, torch.Tensor) else out[0]).float().sum().backward()
 
-    return flops.count(step) / (2 * spec.items_per_sample)
+        return flops.count(step) / (2 * spec.items_per_sample)
+
+    try:
+        return counted("meta")
+    except Exception:  # a value read back on a meta tensor: count it for real, on the CPU
+        return counted("cpu")

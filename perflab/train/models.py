@@ -12,6 +12,10 @@ perflab's own factories:
 - ``resnet18_tv``: torchvision's ``resnet18`` with its stem fitted to the input channels.
 - ``mlp``: the book's MLP of 13.1 (512 -> 256 -> 128 -> 2).
 - ``torchvision`` / ``timm``: any model of theirs by name (``model.arch``), no weights.
+- ``gpt2``: a small GPT-2 of transformers, random weights, the data's vocabulary.
+- ``hf``: a Hugging Face model by name (a local folder, a hub id) or from a config class
+  (perflab.train.hf); any transformers model a ``_target_`` builds is called through
+  ``hf.Unwrapped`` too, so that its output is a tensor.
 
 Everything a user's factory can get wrong is answered before the timed loop, in one line
 (:func:`check`): a target that does not import, an argument it does not take, an output that
@@ -139,6 +143,27 @@ def timm(arch: str, num_classes: int = 1000, in_channels: int = 3, **kwargs: Any
     return timm_lib.create_model(arch, pretrained=False, num_classes=num_classes, in_chans=in_channels, **kwargs)
 
 
+def hf(name: str | None = None, config: Any = None, task: str = "auto") -> nn.Module:
+    """A Hugging Face model as it comes (``pip install 'perflab[hf]'``): ``model.name``, a
+    local folder or a hub id, or ``model.config.*``, random weights from a config class;
+    its inputs come from its config (perflab.train.hf)."""
+    from perflab.train import hf as hf_models
+
+    return hf_models.build(name, config, task)
+
+
+def gpt2(
+    vocab_size: int = 256, n_layer: int = 2, n_embd: int = 128, n_head: int = 4, n_positions: int = 1024
+) -> nn.Module:
+    """A small GPT-2 of transformers with random weights (``pip install 'perflab[hf]'``), its
+    vocabulary the data's: the generate experiment's default model."""
+    from perflab.train import hf as hf_models
+
+    config = {"model_type": "gpt2", "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head}
+    ends = {"bos_token_id": 0, "eos_token_id": 0}  # inside the vocabulary, whatever its size
+    return hf_models.build(config={**config, "vocab_size": vocab_size, "n_positions": n_positions, **ends})
+
+
 def _refit_first_conv(net: nn.Module, in_channels: int) -> None:
     """Replace the first 3-channel convolution by one that takes ``in_channels``."""
     for parent in net.modules():
@@ -229,6 +254,18 @@ def arguments(cfg: ModelConfig, data: Any) -> dict[str, Any]:
     args = {k: v for k, v in decided.items() if k in named}
     if "arch" in named and cfg.arch is not None:  # model=torchvision / model=timm
         args["arch"] = cfg.arch
+    given = {"name": cfg.name, "config": {k: v for k, v in cfg.config.items() if v is not None}, "task": cfg.task}
+    for key, value in given.items():  # model=hf's keys: for a factory that takes them
+        if not value:
+            continue
+        if key not in named:
+            raise ConfigError(
+                f"model.{key}",
+                value,
+                "model=hf (a Hugging Face model), or leave it out",
+                problem=f"{cfg.label} takes no {key}",
+            )
+        args[key] = value
     return {**args, **cfg.args}
 
 
@@ -308,6 +345,10 @@ def build(cfg: ModelConfig, data: Any) -> nn.Module:
             "a factory that returns an nn.Module",
             problem=f"it returned {type(net).__name__}",
         )
+    from perflab.train import hf as hf_models
+
+    if hf_models.is_hf(net):  # its output an object: called through the one place that unwraps it
+        net = hf_models.Unwrapped(net)
     if cfg.init != "default":
         net.apply(_book_normal if cfg.init == "book_normal" else _xavier)
     return net
@@ -317,7 +358,13 @@ def check(cfg: ModelConfig, data: Any, batch: int = 2) -> nn.Module:
     """Build the model and run it once on a small batch of the data's shape (eval mode, no
     gradients, on the CPU): a model that does not take the data, or whose output does not
     fit it, is one line with both shapes, before anything is timed. Returns the model."""
+    from perflab.train import hf as hf_models
+
     net = build(cfg, data)
+    misfit = hf_models.misfit(net, data)
+    if misfit is not None:
+        key, value, allowed, problem = misfit
+        raise ConfigError(key, value, allowed, problem=f"{problem} ({cfg.label})")
     x = data.example(batch)
     want = data.output_shape(batch)
     try:

@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 from perflab.measure import precision as precisions
 from perflab.measure.devices import Device, synchronize
+from perflab.train.optim import NoPhases, Phases
 
 MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -42,6 +43,8 @@ class Single:
 
     name = "single"
     note = ""
+    phases: Phases = NoPhases()  # where each step's time goes (the loop sets one per epoch)
+    splits_step = True  # one forward, backward and optimizer phase per step, to be timed apart
 
     def __init__(
         self, model: nn.Module, devices: list[Device], make_optimizer: MakeOptimizer, knobs: Knobs = Knobs()
@@ -78,16 +81,20 @@ class Single:
         with precisions.applied(self.knobs.precision, x.device.type):
             out = model(x)
             loss = F.cross_entropy(out.flatten(0, -2).float(), y.flatten(), reduction="sum")
+        self.phases.mark("forward")
         self.scaler.scale(loss / batch).backward()
+        self.phases.mark("backward")
         return loss.detach(), correct(out.detach(), y)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         opt = self.optimizers[0]
         opt.zero_grad(set_to_none=True)
+        self.phases.start()  # forward: the batch onto the device, the model, the loss
         x, y = self.inputs(x), y.to(self.device, non_blocking=True)
         loss, right = self.forward_loss(self.model, x, y, y.numel())
         self.scaler.step(opt)
         self.scaler.update()
+        self.phases.mark("optimizer")
         return loss, right
 
     def set_lr(self, lr: float) -> None:
@@ -125,6 +132,7 @@ class Scratch(Single):
     first device and broadcast back (allreduce), then the same SGD step on every replica."""
 
     name = "scratch"
+    splits_step = False  # each replica's forward and backward in turn, then the allreduce
 
     def __init__(
         self, model: nn.Module, devices: list[Device], make_optimizer: MakeOptimizer, knobs: Knobs = Knobs()

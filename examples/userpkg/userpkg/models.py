@@ -49,12 +49,19 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.step(x)[0]
+
+    def step(self, x: torch.Tensor, cache: tuple | None = None) -> tuple[torch.Tensor, tuple]:
+        """The block on new tokens ``x``, after the keys and values of the earlier ones (``cache``,
+        None for a prompt): its output and the keys and values so far, the KV cache."""
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
         q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None)  # one new token sees them all
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.norm2(x))
+        return x + self.mlp(self.norm2(x)), (k, v)
 
 
 class TinyTransformer(nn.Module):
@@ -73,3 +80,15 @@ class TinyTransformer(nn.Module):
         positions = torch.arange(ids.shape[1], device=ids.device)
         x = self.tokens(ids) + self.positions(positions)
         return self.head(self.norm(self.blocks(x)))
+
+    def decode(self, ids: torch.Tensor, cache: list | None = None) -> tuple[torch.Tensor, list]:
+        """perflab's generation protocol: logits ``(B, T, vocab_size)`` for the new tokens
+        ``ids`` (the prompt when ``cache`` is None, then one token at a time) and the KV cache
+        to pass with the next ones."""
+        start = 0 if cache is None else cache[0][0].shape[2]
+        x = self.tokens(ids) + self.positions(torch.arange(start, start + ids.shape[1], device=ids.device))
+        kept = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block.step(x, None if cache is None else cache[i])
+            kept.append(kv)
+        return self.head(self.norm(x)), kept

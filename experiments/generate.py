@@ -1,0 +1,262 @@
+"""Generation by a causal language model: ``prefill`` (time to the first token, per prompt
+length) and ``decode`` (per-token latency, its percentiles, and tokens/s as ``items_per_s``),
+the whole ``generate`` call, and the KV cache's memory; prompt length x new tokens x batch as
+keys to sweep. Greedy decoding, every run exactly ``new_tokens`` long.
+
+A Hugging Face model generates through its own ``generate``; a user's model through a plain
+greedy loop over its ``decode(ids, cache) -> (logits, cache)`` (the protocol: logits
+``(B, T, vocab)`` for the new tokens ``ids``, the prompt when ``cache`` is None, then one
+token at a time with the cache it returned). Each token's time is read when its logits are
+ready (after a sync on a GPU, which HF's ``generate`` does every token anyway to check for
+its end)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from perflab.config.schema import PRECISIONS, ExperimentConfig, PerflabConfig, one_of, positive
+from perflab.errors import ConfigError, first_line
+
+if TYPE_CHECKING:
+    from perflab.job.context import Context
+    from perflab.measure.devices import Device
+
+METRIC = "items_per_s"
+SUMMARY_ROWS = ("decode",)
+PROTOCOL = (
+    "a Hugging Face causal LM (model=hf), or a model with decode(ids, cache) -> (logits, cache) (docs/inference.md)"
+)
+
+
+@dataclass
+class Config(ExperimentConfig):
+    prompt_len: int = 64  # prompt tokens (random ids of the model's vocabulary)
+    new_tokens: int = 32  # tokens generated per call, greedily, no early end
+    batch: int = 1  # prompts per call
+    precision: str = "fp32"  # fp32 | tf32 (CUDA) | bf16-mixed | fp16-mixed (autocast)
+
+    def __post_init__(self) -> None:
+        positive(self, "prompt_len", "new_tokens", "batch")
+        one_of(self, "precision", PRECISIONS)
+
+
+class Generator:
+    """One model's greedy generation, the same call for HF and a user's model: ``run(ids, n)``
+    generates ``n`` tokens and returns the seconds at which each token's logits were ready
+    (``times[0]``: the first token's, after the prefill) and the KV cache it kept."""
+
+    def __init__(self, net: Any, device: Device) -> None:
+        from perflab.train import hf
+
+        self.net, self.device = net, device
+        self.inner = getattr(net, "inner", net)
+        self.hf = hf.is_hf(self.inner)
+
+    def now(self) -> float:
+        from perflab.measure.devices import synchronize
+
+        synchronize([self.device])
+        return time.perf_counter()
+
+    def run(self, ids: Any, n: int) -> tuple[list[float], Any]:
+        import torch
+
+        times: list[float] = []
+        if self.hf:
+            from transformers import LogitsProcessor, LogitsProcessorList
+
+            outer = self
+
+            class Stamp(LogitsProcessor):
+                def __call__(self, input_ids: Any, scores: Any) -> Any:
+                    times.append(outer.now())
+                    return scores
+
+            eos = getattr(self.inner.generation_config, "eos_token_id", None)
+            out = self.inner.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                num_beams=1,
+                pad_token_id=eos if isinstance(eos, int) else 0,
+                logits_processor=LogitsProcessorList([Stamp()]),
+                return_dict_in_generate=True,
+                use_cache=True,
+            )
+            return times, out.past_key_values
+        logits, cache = self.inner.decode(ids, None)
+        token = logits[:, -1:].argmax(-1)
+        times.append(self.now())
+        for _ in range(n - 1):
+            logits, cache = self.inner.decode(token, cache)
+            token = logits[:, -1:].argmax(-1)
+            times.append(self.now())
+        return times, cache
+
+
+def spec_of(net: Any, settings: PerflabConfig, prompt_len: int) -> Any:
+    from perflab.train import data, hf
+
+    return hf.input_spec(net, prompt_len) or data.spec(settings.data)  # type: ignore[arg-type]
+
+
+def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
+    """A causal LM (HF's, or one with ``decode``) whose positions hold prompt + new tokens,
+    which generates them for one prompt: before anything is timed."""
+    import torch
+
+    from perflab.measure import precision
+    from perflab.train import data, hf, models
+
+    p: Any = settings.experiment
+    precision.check("experiment.precision", p.precision, devices[:1])
+    if settings.model is None or settings.data is None:
+        raise ConfigError("model", None, "a model and a data config (the generate preset's defaults)")
+    net = models.build(settings.model, data.spec(settings.data))
+    inner = getattr(net, "inner", net)
+    label = settings.model.label
+    if hf.is_hf(inner):
+        if not (hasattr(inner, "can_generate") and inner.can_generate()):
+            raise ConfigError("model", label, PROTOCOL, problem=f"{type(inner).__name__} does not generate")
+        longest = hf.max_positions(inner.config)
+        if longest and p.prompt_len + p.new_tokens > longest:
+            raise ConfigError(
+                "experiment.prompt_len",
+                p.prompt_len,
+                f"prompt_len + new_tokens <= {longest}",
+                problem=f"with new_tokens={p.new_tokens} it outgrows the model's {longest} positions",
+            )
+    elif not callable(getattr(inner, "decode", None)):
+        raise ConfigError("model", label, PROTOCOL, problem="it has no decode(ids, cache) method")
+    spec = spec_of(net, settings, p.prompt_len)
+    if not spec.tokens:
+        raise ConfigError("data", settings.data.name, "data=tokens (a language model's vocabulary: data.vocab_size)")
+    try:
+        with torch.inference_mode():
+            Generator(net.eval(), devices[0]).run(torch.randint(0, spec.classes, (1, p.prompt_len)), p.new_tokens)
+    except Exception as err:
+        raise ConfigError(
+            "model", label, PROTOCOL, problem=f"generating failed: {type(err).__name__}: {first_line(err)}"
+        ) from None
+
+
+def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
+    """Bytes of every tensor in a KV cache, whatever holds them (tuples, lists, a DynamicCache)."""
+    import torch
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(o, seen) for o in obj)
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(o, seen) for o in obj.values())
+    if hasattr(obj, "__dict__") and type(obj).__module__.startswith("transformers"):
+        return sum(tensor_bytes(o, seen) for o in vars(obj).values())
+    return 0
+
+
+def run(ctx: Context) -> None:
+    import torch
+
+    from perflab.experiments import infer
+    from perflab.measure import bench, precision
+    from perflab.measure.devices import on_device
+
+    p, s = ctx.params, ctx.settings
+    d = ctx.devices[0]
+    assert s.model is not None
+    net, loaded = infer.load(ctx, d)
+    spec = spec_of(net, s, p.prompt_len)
+    gen = Generator(net, d)
+    knobs: dict[str, Any] = {
+        "model": s.model.label,
+        "prompt_len": p.prompt_len,
+        "new_tokens": p.new_tokens,
+        "batch": p.batch,
+        "precision": p.precision,
+        "items_unit": "tokens",
+        "load_s": loaded["load_s"],
+        "generator": "transformers generate (greedy)" if gen.hf else "greedy loop over decode(ids, cache)",
+    }
+    ctx.record("load", devices=[d], **{**knobs, **loaded}, note=infer.LOAD_NOTE)
+    ids = torch.randint(0, spec.classes, (p.batch, p.prompt_len), device=d.torch)
+    runs: list[list[float]] = []
+
+    def timed(n: int) -> Callable[[], object]:
+        def call() -> None:
+            t0 = gen.now()
+            times, _ = gen.run(ids, n)
+            runs.append([t - t0 for t in times])
+
+        return call
+
+    with on_device(d), torch.inference_mode(), precision.applied(p.precision, d.type):
+        _, cache = gen.run(ids, p.new_tokens)
+        kv_mb = tensor_bytes(cache) / 2**20
+        ctx.measure(
+            "prefill",
+            timed(1),
+            [d],
+            items=p.batch * p.prompt_len,
+            **knobs,
+            note="time to the first token: the prompt's forward and the first greedy choice; "
+            "items_per_s: prompt tokens/s",
+        )
+        runs.clear()
+        whole = ctx.measure(
+            "generate",
+            timed(p.new_tokens),
+            [d],
+            items=p.batch * p.new_tokens,
+            kv_cache_mb=kv_mb,
+            **knobs,
+            note="the whole call: prefill, then new_tokens - 1 decode steps",
+        )
+    warm = ctx.settings.bench.warmup if len(runs) > ctx.settings.bench.warmup else 0
+    steps = [b - a for r in runs[warm:] for a, b in zip(r, r[1:])]
+    if not steps:
+        ctx.skip("decode", "new_tokens=1: no decode step after the first token", [d])
+        return
+    stats = bench.stats_of(steps, noise_threshold=ctx.settings.bench.noise_threshold)
+    ctx.record(
+        "decode",
+        stats,
+        devices=[d],
+        items_per_s=p.batch / stats.median,
+        kv_cache_mb=kv_mb,
+        **knobs,
+        suspect=stats.suspect,
+        note=f"per-token latency: each decode step of the {whole.n} timed generate calls (with the KV cache); "
+        f"items_per_s: tokens/s of the batch; kv_cache_mb: the cache after prompt_len + new_tokens tokens",
+    )
+
+
+def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    from perflab.analysis.table import human_time
+    from perflab.store.rows import number
+
+    by = {str(r.get("measurement")): r for r in rows if r.get("status") == "ok"}
+    lines = []
+    if "prefill" in by:
+        r = by["prefill"]
+        lines.append(
+            f"{r.get('model')}: time to first token {human_time(r.get('median_s'))} "
+            f"(p99 {human_time(r.get('p99_s'))}) for {number(r.get('batch')) or 0:.0f} x "
+            f"{number(r.get('prompt_len')) or 0:.0f} prompt tokens"
+        )
+    if "decode" in by:
+        r = by["decode"]
+        lines.append(
+            f"decode: {number(r.get('items_per_s')) or 0:.4g} tokens/s, per token p50 {human_time(r.get('p50_s'))}, "
+            f"p90 {human_time(r.get('p90_s'))}, p99 {human_time(r.get('p99_s'))} (n={r.get('n')}); "
+            f"KV cache {number(r.get('kv_cache_mb')) or 0:.3g} MB"
+        )
+    return lines

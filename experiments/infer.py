@@ -1,0 +1,192 @@
+"""Inference: forward latency and throughput of any model perflab builds (its own, a
+``_target_``, torchvision's, timm's, Hugging Face's) across batch sizes, in eval mode under
+``torch.inference_mode``; the model's load time and memory; its first call apart from the
+warm-up and the samples. Precision, channels_last and torch.compile as in the compile and
+training experiments."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from perflab.config.schema import COMPILE_MODES, PRECISIONS, ExperimentConfig, PerflabConfig, one_of, require
+from perflab.errors import ConfigError, first_line
+
+if TYPE_CHECKING:
+    from perflab.job.context import Context
+    from perflab.measure.devices import Device
+
+METRIC = "median_s"
+LOAD_NOTE = (
+    "the model built (a folder's weights read) and moved to the device, once; the check before the job "
+    "built it too, so a folder's files come from the page cache"
+)
+
+
+@dataclass
+class Config(ExperimentConfig):
+    batches: list[int] = field(default_factory=lambda: [1, 8, 32])  # inputs per call, one row each
+    seq_len: int = 128  # a Hugging Face language model's tokens per input (its positions at most)
+    precision: str = "fp32"  # fp32 | tf32 (CUDA) | bf16-mixed | fp16-mixed (autocast)
+    channels_last: bool = False  # image inputs: weights and inputs in NHWC
+    compile: bool = False  # torch.compile the model (its first call, compiling, gets first_call_s)
+    compile_mode: str = "default"
+    backend: str = "inductor"
+
+    def __post_init__(self) -> None:
+        batches = list(self.batches)
+        require(bool(batches) and all(b >= 1 for b in batches), "batches", batches, "a non-empty list of integers >= 1")
+        require(self.seq_len >= 1, "seq_len", self.seq_len, "an integer >= 1")
+        one_of(self, "precision", PRECISIONS)
+        one_of(self, "compile_mode", COMPILE_MODES)
+
+
+def inputs_of(net: Any, settings: PerflabConfig, seq_len: int) -> Any:
+    """What the model takes: a Hugging Face model's inputs from its config (its vocabulary, its
+    image size), any other's from the data config (data.shape, data=tokens)."""
+    from perflab.train import data, hf
+
+    return hf.input_spec(net, seq_len) or data.spec(settings.data)  # type: ignore[arg-type]
+
+
+def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
+    """The model builds and takes its inputs (a dry forward on two), TF32 and compile as the
+    devices allow, NHWC only for images: before anything is timed."""
+    import torch
+
+    from perflab.measure import dynamo, precision
+    from perflab.train import data, hf, models
+
+    p: Any = settings.experiment
+    precision.check("experiment.precision", p.precision, devices[:1])
+    if p.compile:
+        dynamo.check_backend("experiment.backend", p.backend)
+    if settings.model is None or settings.data is None:
+        raise ConfigError("model", None, "a model and a data config (the infer preset's defaults)")
+    net = models.build(settings.model, data.spec(settings.data))
+    spec = inputs_of(net, settings, p.seq_len)
+    if p.channels_last and not spec.images:
+        raise ConfigError(
+            "experiment.channels_last",
+            True,
+            "false with these inputs",
+            problem=f"NHWC is a layout of images (C, H, W); the inputs here are {spec.describe()}",
+        )
+    if hf.input_spec(net) is None:
+        models.check(settings.model, spec)
+        return
+    try:
+        with torch.inference_mode():
+            net.eval()(spec.example(2))
+    except Exception as err:
+        raise ConfigError(
+            "model",
+            settings.model.label,
+            "a model that runs on the inputs its config describes",
+            problem=f"it fails on {tuple(spec.example(2).shape)}: {type(err).__name__}: {first_line(err)}",
+        ) from None
+
+
+def load(ctx: Context, device: Device) -> tuple[Any, dict[str, Any]]:
+    """Build the model (from its folder, for a Hugging Face one) and move it to the device,
+    timed once, with the memory it took: the ``load`` row's columns."""
+    import torch
+
+    from perflab.measure.devices import synchronize
+    from perflab.measure.watch import Memory
+    from perflab.train import data, models
+
+    s = ctx.settings
+    memory = Memory([device])
+    torch.manual_seed(s.seed)
+    with memory.sample("load"):
+        t0 = time.perf_counter()
+        net = models.build(s.model, data.spec(s.data)).to(device.torch).eval()  # type: ignore[arg-type]
+        synchronize([device])
+        seconds = time.perf_counter() - t0
+    params = sum(p.numel() for p in net.parameters())
+    weights = sum(p.numel() * p.element_size() for p in net.parameters()) + sum(
+        b.numel() * b.element_size() for b in net.buffers()
+    )
+    return net, {
+        "load_s": seconds,
+        "params": params,
+        "weights_mb": weights / 2**20,
+        **memory.columns("load"),
+    }
+
+
+def run(ctx: Context) -> None:
+    import torch
+
+    from perflab.measure import flops, precision
+    from perflab.measure.bench import Benchmark
+    from perflab.measure.devices import on_device
+
+    p, s = ctx.params, ctx.settings
+    d = ctx.devices[0]
+    assert s.model is not None
+    model, loaded = load(ctx, d)
+    spec = inputs_of(model, s, p.seq_len)
+    knobs: dict[str, Any] = {
+        "model": s.model.label,
+        "input": spec.describe(),
+        "precision": p.precision,
+        "channels_last": p.channels_last,
+        "compiled": p.compile,
+        "items_unit": spec.unit,
+        "load_s": loaded["load_s"],
+    }
+    ctx.record("load", devices=[d], **{**knobs, **loaded}, note=LOAD_NOTE)
+    if p.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    run_model: Any = model
+    if p.compile:
+        torch._dynamo.reset()
+        run_model = torch.compile(model, mode=p.compile_mode, backend=p.backend)
+    how = "eval mode, torch.inference_mode()" + (f", torch.compile(mode={p.compile_mode})" if p.compile else "")
+    with on_device(d), torch.inference_mode(), precision.applied(p.precision, d.type):
+        for batch in p.batches:
+            x = spec.example(batch, d.torch)
+            if p.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            per_call, flops_note = flops.estimated("FLOPs", lambda x=x: flops.count(lambda: model(x)))
+            with Benchmark("first call", [d], report=False) as first:
+                run_model(x)
+            ctx.measure(
+                f"forward batch {batch}",
+                lambda x=x: run_model(x),
+                [d],
+                items=batch * spec.items_per_sample,
+                flops=per_call,
+                dtype=p.precision,
+                batch=batch,
+                first_call_s=first.elapsed,
+                **knobs,
+                note="; ".join(n for n in (how, flops_note) if n),
+            )
+
+
+def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    from perflab.analysis.table import human_time
+    from perflab.store.rows import number
+
+    lines = []
+    for r in rows:
+        if r.get("status") != "ok":
+            continue
+        if r.get("measurement") == "load":
+            lines.append(
+                f"{r.get('model')}: loaded in {human_time(r.get('load_s'))}, "
+                f"{number(r.get('params')) or 0:,.0f} parameters ({number(r.get('weights_mb')) or 0:.1f} MB)"
+            )
+        elif str(r.get("measurement", "")).startswith("forward batch"):
+            unit = r.get("items_unit") or "items"
+            lines.append(
+                f"batch {number(r.get('batch')) or 0:.0f}: p50 {human_time(r.get('p50_s'))}, "
+                f"p90 {human_time(r.get('p90_s'))}, "
+                f"p99 {human_time(r.get('p99_s'))} (n={r.get('n')}), {number(r.get('items_per_s')) or 0:.4g} "
+                f"{unit}/s; first call {human_time(r.get('first_call_s'))}"
+            )
+    return lines

@@ -1,0 +1,100 @@
+"""The inference and generation experiments: latency percentiles and throughput across batch
+sizes for any model perflab builds; prefill, decode and the KV cache of a causal LM, Hugging
+Face's through its generate, a user's through its decode(ids, cache). Tiny models: seconds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import perflab
+from perflab.errors import Refused
+
+from conftest import FAST, ROOT
+
+transformers = pytest.importorskip("transformers")
+QUIET = ["results.table=false", *FAST]
+USERPKG = ROOT / "examples" / "userpkg"
+
+
+@pytest.fixture(scope="module")
+def gpt2_folder(tmp_path_factory):
+    from test_hf import save_gpt2
+
+    return save_gpt2(tmp_path_factory.mktemp("models") / "tiny-gpt2")
+
+
+@pytest.fixture
+def userpkg(work, monkeypatch):
+    monkeypatch.syspath_prepend(str(USERPKG))
+    return work
+
+
+def test_inference_of_a_torchvision_model_across_batches_with_percentiles(work):
+    df = perflab.run(
+        "quick/infer",
+        ["model=torchvision", "model.arch=resnet18", "data.shape=[3,32,32]", "experiment.batches=[1,2]", *QUIET],
+    )
+    assert (df["status"] == "ok").all(), df[["measurement", "error"]]
+    load = df[df["measurement"] == "load"].iloc[0]
+    assert load["load_s"] > 0 and load["params"] == 11_181_642 and load["rss_peak_mb"] > 0
+    timed = df[df["measurement"].str.startswith("forward batch")].set_index("batch")
+    assert list(timed.index) == [1, 2] and (timed["items_unit"] == "images").all()
+    assert ((timed["p50_s"] <= timed["p90_s"]) & (timed["p90_s"] <= timed["p99_s"])).all()
+    assert list(timed["items_per_s"]) == pytest.approx(list(timed.index / timed["median_s"]))
+    assert (timed["first_call_s"] > 0).all() and (timed["warmup_n"] == 1).all()
+    assert (timed["tail_note"].str.startswith("p99 of 3 samples") | timed["tail_note"].str.startswith("p90")).all()
+    assert "torch.inference_mode()" in timed["note"].iloc[0] and (timed["tflops"] > 0).all()
+
+
+def test_inference_of_an_hf_model_takes_its_inputs_from_its_config(work, gpt2_folder):
+    df = perflab.run("quick/infer", ["model=hf", f"model.name={gpt2_folder}", "experiment.batches=[2]", *QUIET])
+    row = df[df["measurement"] == "forward batch 2"].iloc[0]
+    assert row["status"] == "ok" and row["input"] == "(B, 32) token ids < 100" and row["items_unit"] == "tokens"
+    assert row["items_per_s"] == pytest.approx(2 * 32 / row["median_s"])
+
+
+def test_a_gpt2_from_a_folder_generates_prefill_decode_and_its_kv_cache(work, gpt2_folder):
+    df = perflab.run(
+        "quick/generate",
+        ["model=hf", f"model.name={gpt2_folder}", "experiment.prompt_len=8", "experiment.new_tokens=5", *QUIET],
+    )
+    assert (df["status"] == "ok").all(), df[["measurement", "error"]]
+    rows = df.set_index("measurement")
+    assert rows.loc["prefill", "items_per_s"] == pytest.approx(8 / rows.loc["prefill", "median_s"])
+    decode = rows.loc["decode"]
+    assert decode["n"] == 3 * 4, "each timed call's 4 decode steps, warm-up left out"
+    assert decode["items_per_s"] == pytest.approx(1 / decode["median_s"]) and decode["p99_s"] >= decode["p50_s"]
+    # 1 layer: keys and values of 8 + 5 - 1 tokens, 32 wide, float32
+    assert decode["kv_cache_mb"] == pytest.approx(2 * 12 * 32 * 4 / 2**20)
+    assert rows.loc["generate", "median_s"] > rows.loc["prefill", "median_s"]
+
+
+def test_a_users_model_with_a_kv_cache_generates_through_its_decode(userpkg):
+    from userpkg.models import TinyTransformer
+
+    net = TinyTransformer(vocab_size=50, seq_len=32, d_model=32).eval()
+    ids = torch.randint(0, 50, (2, 6))
+    logits, cache = net.decode(ids)
+    step, _ = net.decode(logits[:, -1:].argmax(-1), cache)
+    full = net(torch.cat([ids, logits[:, -1:].argmax(-1)], dim=1))
+    assert torch.allclose(step[:, -1], full[:, -1], atol=1e-5), "the cache gives what recomputing gives"
+    df = perflab.run(
+        "quick/generate",
+        ["model._target_=userpkg.models.TinyTransformer", "+model.d_model=32", "data.vocab_size=50", *QUIET],
+    )
+    decode = df[df["measurement"] == "decode"].iloc[0]
+    assert decode["status"] == "ok" and decode["generator"] == "greedy loop over decode(ids, cache)"
+
+
+@pytest.mark.parametrize(
+    "overrides, line",
+    [
+        (["model=lenet"], "model=lenet: it has no decode(ids, cache) method; allowed: a Hugging Face causal LM"),
+        (["experiment.prompt_len=1020"], "experiment.prompt_len=1020: with new_tokens=8 it outgrows the model's 1024"),
+    ],
+)
+def test_generation_refuses_what_cannot_generate_in_one_line(work, overrides, line):
+    with pytest.raises(Refused) as refused:
+        perflab.run("quick/generate", [*overrides, *QUIET])
+    assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
