@@ -200,7 +200,8 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.analysis.table import human_time
+    from perflab.analysis.table import human_time, in_unit, rate
+    from perflab.measure import flops
     from perflab.store.rows import number
 
     summary = next((r for r in reversed(rows) if r.get("measurement") == "train" and r.get("status") == "ok"), None)
@@ -216,8 +217,12 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     )
     lines = [
         line,
-        f"model FLOPs: {number(summary.get('tflops')) or 0:.3g} TFLOP/s achieved"
-        + (f", MFU {float(summary['mfu']):.1%}" if number(summary.get("mfu")) is not None else "")
+        f"model FLOPs: {rate(summary, 'tflops') or in_unit(0, 'TFLOP/s')} achieved"
+        + (
+            f", {flops.mfu_words(float(summary['mfu']), summary.get('datasheet_basis'))}"
+            if number(summary.get("mfu")) is not None
+            else ""
+        )
         + (
             f", {float(summary['pct_of_peak']):.0f}% of the measured peak"
             if number(summary.get("pct_of_peak")) is not None
