@@ -271,3 +271,23 @@ def test_a_run_with_devices_count_auto_beside_counted_runs_is_compared_not_crash
     table = compare.compare(tmp_path).set_index("cfg.devices.spec")
     assert table.loc["auto", "items_per_s"] == 90.0 and pd.isna(table.loc["auto", "speedup"])  # unknown count
     assert table[table["cfg.devices.count"] == 2]["speedup"].tolist() == [1.8]
+
+
+def test_the_markdown_table_keeps_what_a_person_reads():
+    """``perflab compare TREE``: no column that is empty in every row (27 columns of which most
+    were empty on a tree of a few experiments), and a suspect row by its first reason's head."""
+    table = pd.DataFrame(
+        {
+            "experiment": ["matmul", "hardware"],
+            "measurement": ["cpu alone", "cpu host memory copy"],
+            "median_s": [1e-3, 2e-3],
+            "test_acc": [float("nan"), float("nan")],
+            "cfg.trainer.batch_size": [None, None],
+            "suspect": ["the machine was busy: other processes used 85% of the CPUs; its threads spent 84%", ""],
+            "_key": ["a", "b"],
+        }
+    )
+    lines = compare.to_markdown(table).splitlines()
+    assert lines[0] == "| experiment | measurement | median_s | suspect |"
+    assert lines[2] == "| matmul | cpu alone | 0.001 | the machine was busy ... |"
+    assert lines[3] == "| hardware | cpu host memory copy | 0.002 |  |"
