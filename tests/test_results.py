@@ -14,6 +14,7 @@ import pytest
 from perflab import app, results
 from perflab.analysis.table import job_table
 from perflab.job import context
+from perflab.store.rundir import folder_id
 
 from conftest import FAST
 
@@ -133,3 +134,22 @@ def test_a_status_line_shows_on_a_terminal_and_erases_itself(monkeypatch):
         status.sampled()
     text = err.getvalue()
     assert "measuring cpu alone: 1 samples" in text and text.endswith("\r\033[K")
+
+
+def test_the_run_id_shown_is_found_in_the_run_folders_name(history, capsys):
+    """``perflab results`` showed ``20261124-111316-4ecf12b771c1`` for the folder
+    ``…_05555a3e``: now the id names its folder (a sweep job's: the sweep's id and its number),
+    and that part alone finds the run."""
+    found = results.runs(history)
+    assert len(found) == 4
+    for run_dir, record in found:
+        short = folder_id(run_dir)
+        assert short and record.run_id.split("-")[2] == short, (run_dir, record.run_id)
+        where = str(run_dir.relative_to(history))
+        assert short.split(".")[0] in where
+        assert results.find_run(short, history) == run_dir
+    assert sum("." in folder_id(d) for d, _ in found) == 2  # the sweep's two jobs
+    assert results.main([str(history)]) == 0
+    listed = capsys.readouterr().out
+    for run_dir, record in found:
+        assert record.run_id in listed and folder_id(run_dir).split(".")[0] in listed
