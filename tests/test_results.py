@@ -153,3 +153,16 @@ def test_the_run_id_shown_is_found_in_the_run_folders_name(history, capsys):
     listed = capsys.readouterr().out
     for run_dir, record in found:
         assert record.run_id in listed and folder_id(run_dir).split(".")[0] in listed
+
+
+def test_an_iqr_of_few_samples_and_a_tiny_rate_read_as_what_they_are():
+    """From 3 samples an IQR says little: "?" (the n beside it), never a reassuring "0.0%"; a rate
+    of 2.51e-05 TFLOP/s reads 25.1 MFLOP/s, in the progress line and the job's table alike."""
+    from perflab.analysis.table import progress_line
+
+    few = {"measurement": "cpu alone", "status": "ok", "n": 3, "median_s": 0.19, "iqr_s": 0.0, "tflops": 2.51e-05}
+    line = progress_line(few, "tflops")
+    assert "IQR ?, n=3" in line and "25.1 MFLOP/s" in line and "e-05" not in line
+    assert "0.0%" not in job_table([few], metric="tflops") and "25.1 MFLOP/s" in job_table([few], metric="tflops")
+    enough = {**few, "n": 5, "iqr_s": 0.019, "tflops": 0.131}
+    assert "IQR 10.0%, n=5" in progress_line(enough, "tflops") and "0.131 TFLOP/s" in progress_line(enough, "tflops")
