@@ -403,14 +403,16 @@ def two_core_page() -> str:
             "run_id": "par",
             "experiment": "auto_parallel",
             "cfg.experiment.name": "auto_parallel",
-            "measurement": ["cpu#0 alone", "cpu#1 alone", "cpu#0 + cpu#1 together"],
-            "status": "ok",
+            "measurement": ["cpu#0 alone", "cpu#1 alone", "cpu#0 + cpu#1 together", "compute + copy to CPU"],
+            "status": ["ok", "ok", "ok", "skipped"],
+            "error": ["", "", "", "needs a CUDA device"],
             "n": 10,
-            "median_s": [3e-3, 3e-3, 5e-3],
-            "iqr_s": [1e-4, 1e-4, 1e-4],
-            "tflops": [0.036, 0.036, 0.04],
-            "devices": ["cpu#0", "cpu#1", "cpu#0+cpu#1"],
+            "median_s": [3e-3, 3e-3, 5e-3, None],
+            "iqr_s": [1e-4, 1e-4, 1e-4, None],
+            "tflops": [0.036, 0.036, 0.04, None],
+            "devices": ["cpu#0", "cpu#1", "cpu#0+cpu#1", "cpu#0+cpu#1"],
             "device_name": "CPU (1 thread)",
+            "suspect": [busy(80), busy(80), busy(80), ""],
             "fallback": "no CUDA device: ran on the CPU; no GPU: the CPU split into 2 workers",
         }
     )
@@ -439,10 +441,16 @@ def test_a_reason_every_row_gives_is_said_once(two_core_page):
     matmul = section(two_core_page, "sec-matmul")
     rows = matmul[matmul.index('class="rows"') :]
     assert rows.count("the machine was busy") == 1
-    assert "Every row: the machine was busy: other processes used 83 to 85% of the CPUs" in rows
+    assert "Every measured row: the machine was busy: other processes used 83 to 85% of the CPUs" in rows
     warnings = section(two_core_page, "warnings")
     suspect = re.findall(r'data-kind="suspect"><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td>', warnings)
-    assert suspect == [("matmul", "cpu alone", "3 runs")]
+    assert suspect == [
+        ("matmul", "cpu alone", "3 runs"),
+        ("auto_parallel", "cpu#0 alone, cpu#1 alone, cpu#0 + cpu#1 together", "par"),
+    ]
+    parallel = section(two_core_page, "sec-auto_parallel")
+    assert parallel.count("the machine was busy") == 1 and "Every measured row: the machine was busy" in parallel
+    assert "needs a CUDA device" in parallel  # a skipped part keeps its own reason
 
 
 def test_words_about_size_and_rates_come_from_the_figures(two_core_page):

@@ -48,6 +48,7 @@ ENV_DETAILS = (
 TEXT_LIKE = ("devices", "device_name", "num_threads", "slurm_job_id", "slurm_node", "slurm_nodes")
 UNNAMED = "(unnamed)"
 MAX_DEVICE_IDS = 8  # named in a section's first line; more are counted
+MAX_NAMED = 4  # measurements named in one warning that they share; more are counted
 
 
 def asset(name: str) -> str:
@@ -201,7 +202,10 @@ class Report:
             "; ".join(dict.fromkeys(text(r.get(c)) for c in ("error", "suspect", "note") if text(r.get(c))))
             for _, r in listed
         ]
-        shared, said = frames.shared_reasons(said)  # a reason every row gives is said once, under the table
+        measured = [i for i, (_, r) in enumerate(listed) if text(r.get("status")) == "ok"]
+        shared, rest = frames.shared_reasons([said[i] for i in measured])  # said once, under the table
+        for i, note in zip(measured, rest):
+            said[i] = note
         body, attrs = [], []
         for (label, r), notes in zip(listed, said):
             status = text(r.get("status"))
@@ -221,7 +225,7 @@ class Report:
             body.append(([esc(label)] if show_run else []) + cells)
             attrs.append(f'class="{esc(status)}{" flagged" if flagged else ""}"')
         more = len(s.rows) - len(listed)
-        tail = f'<p class="note shared">Every row: {esc("; ".join(shared))}</p>' if shared else ""
+        tail = f'<p class="note shared">Every measured row: {esc("; ".join(shared))}</p>' if shared else ""
         tail += (
             f'<p class="note">{more} more rows not shown here: the CSV files hold every row.</p>' if more > 0 else ""
         )
@@ -278,7 +282,7 @@ class Report:
         for column, flag in (("suspect", ""), ("noisy", "False")):
             if column in df:
                 flagged |= ~df[column].astype("string").fillna(flag).isin([flag, ""])
-        suspect: dict[tuple[str, str, str], list[tuple[str, str]]] = {}  # a measurement's reason, once over its runs
+        suspect: dict[tuple[str, str], list[tuple[str, str, str]]] = {}  # an experiment's reason, once
         for r in records(df[flagged]):
             status = text(r.get("status"))
             if status in FAILED:
@@ -286,8 +290,9 @@ class Report:
             elif status == "skipped":
                 add("skipped", r, text(r.get("error")) or "no reason given")
             if text(r.get("suspect")):
-                key = (text(r.get("experiment")), text(r.get("measurement")), frames.kind(text(r.get("suspect"))))
-                suspect.setdefault(key, []).append((text(r.get("run_id")), text(r.get("suspect"))))
+                key = (text(r.get("experiment")), frames.kind(text(r.get("suspect"))))
+                said = (text(r.get("measurement")), text(r.get("run_id")), text(r.get("suspect")))
+                suspect.setdefault(key, []).append(said)
             if str(r.get("noisy")) == "True":
                 add(
                     "noisy",
@@ -295,10 +300,12 @@ class Report:
                     f"IQR {spread(r, few=0)} of the median over n={text(r.get('n'))} samples "
                     "(above bench.noise_threshold)",
                 )
-        for (experiment, measurement, _), said in suspect.items():
-            runs = list(dict.fromkeys(run for run, _ in said))
+        for (experiment, _), said in suspect.items():
+            names = list(dict.fromkeys(m for m, _, _ in said))
+            runs = list(dict.fromkeys(run for _, run, _ in said))
+            measurement = ", ".join(names) if len(names) <= MAX_NAMED else f"{len(names)} measurements"
             run = runs[0] if len(runs) == 1 else f"{len(runs)} runs"
-            detail = frames.merged([reason for _, reason in said])
+            detail = frames.merged([reason for _, _, reason in said])
             kinds.setdefault("suspect", []).append([esc(experiment), esc(measurement), esc(run), esc(detail)])
         fallback = []
         if "fallback" in df:
