@@ -291,8 +291,9 @@ class Report:
                 add("skipped", r, text(r.get("error")) or "no reason given")
             if text(r.get("suspect")):
                 key = (text(r.get("experiment")), frames.kind(text(r.get("suspect"))))
-                said = (text(r.get("measurement")), text(r.get("run_id")), text(r.get("suspect")))
-                suspect.setdefault(key, []).append(said)
+                suspect.setdefault(key, []).append(
+                    (text(r.get("measurement")), text(r.get("run_id")), text(r.get("suspect")))
+                )
             if str(r.get("noisy")) == "True":
                 add(
                     "noisy",
@@ -300,20 +301,20 @@ class Report:
                     f"IQR {spread(r, few=0)} of the median over n={text(r.get('n'))} samples "
                     "(above bench.noise_threshold)",
                 )
-        for (experiment, _), said in suspect.items():
-            names = list(dict.fromkeys(m for m, _, _ in said))
-            runs = list(dict.fromkeys(run for _, run, _ in said))
+        for (experiment, _), given in suspect.items():
+            names = list(dict.fromkeys(m for m, _, _ in given))
+            ids = list(dict.fromkeys(run for _, run, _ in given))
             measurement = ", ".join(names) if len(names) <= MAX_NAMED else f"{len(names)} measurements"
-            run = runs[0] if len(runs) == 1 else f"{len(runs)} runs"
-            detail = frames.merged([reason for _, _, reason in said])
+            run = ids[0] if len(ids) == 1 else f"{len(ids)} runs"
+            detail = frames.merged([reason for _, _, reason in given])
             kinds.setdefault("suspect", []).append([esc(experiment), esc(measurement), esc(run), esc(detail)])
         fallback = []
         if "fallback" in df:
             for why, part in df[df["fallback"].fillna("").astype("string") != ""].groupby("fallback", observed=True):
-                names = ", ".join(sorted({text(x) for x in part.get("experiment", [])}))
+                which = ", ".join(sorted({text(x) for x in part.get("experiment", [])}))
                 n = part["run_id"].nunique() if "run_id" in part else 1
                 fallback.append(
-                    [esc(names), "", esc(f"{n} run{'s' if n != 1 else ''}"), esc(f"{why} ({len(part)} rows)")]
+                    [esc(which), "", esc(f"{n} run{'s' if n != 1 else ''}"), esc(f"{why} ({len(part)} rows)")]
                 )
         if fallback:
             kinds["fallback"] = fallback
