@@ -324,5 +324,7 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
             "a line in S (the ring's 2(n-1) latencies + 2(n-1)/n S/B), B and the latency fitted here",
             "R² ≥ 0.95 over 4 or more message sizes",
         )
-        out.append(checks.affine(outcome, xs, ys, doubt=checks.problems(measured_rows), describe=describe))
+        out.append(
+            checks.affine(outcome, xs, ys, doubt=checks.problems(measured_rows), describe=describe, intercept="latency")
+        )
     return out

@@ -370,7 +370,7 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
     from its own description, with its assumptions); a kernel launch costs about the book's
     10 us (GPUs; a CPU launches none)."""
     from perflab.analysis import checks
-    from perflab.measure import flops
+    from perflab.measure import flops, sizing
     from perflab.store.rows import number
 
     out = []
@@ -387,13 +387,17 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
             )
         )
         device = str(r.get("device_name", ""))
-        statement = f"A large float32 matmul ({n or 0:.0f}²) on {device} reaches at least half its datasheet peak"
+        statement = (
+            f"{sizing.matmul_words(n or 0).capitalize()} (float32) on {device} reaches at least half its datasheet peak"
+        )
         sheet = number(r.get("datasheet_tflops"))
         basis = str(r.get("datasheet_basis") or "") if isinstance(r.get("datasheet_basis"), str) else ""
+        turbo = flops.is_lower_bound(basis)
         expected = f"≥ {PEAK_SHARE:.0%} of {sheet:.3g} TFLOP/s" if sheet else "-"
+        if sheet and turbo:
+            expected += ", a lower bound on the peak"
         if basis:
             expected += f" ({basis})"
-        turbo = flops.TURBO_UNKNOWN in basis
         above = PEAK_ABOVE_TURBO if turbo else PEAK_ABOVE
         tolerance = f"at least {PEAK_SHARE:.0%}; above {above:.0%}: the datasheet's assumptions are low" + (
             " (the clock counted is no maximum)" if turbo else ""

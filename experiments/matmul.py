@@ -132,6 +132,8 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
 def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
     """13.4: a large matmul sustains most of the peak the hardware section measured."""
     from perflab.analysis import checks
+    from perflab.analysis.table import rate
+    from perflab.measure import sizing
     from perflab.store.rows import number
 
     out = []
@@ -140,7 +142,11 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
             continue
         n = number(r.get("cfg.experiment.size")) or 0
         dtype, device = r.get("cfg.experiment.dtype"), r.get("device_name")
-        statement = f"A large matmul ({n:.0f}², {dtype}) on {device} sustains most of the measured peak"
+        statement = f"{sizing.matmul_words(n).capitalize()} ({dtype}) on {device} sustains most of the measured peak"
+        if n < sizing.LARGE_MATMUL_MIN:
+            why = f"{n:.0f}² is no large matmul (from {sizing.LARGE_MATMUL_MIN}²): too small to be compute-bound"
+            out.append(checks.not_applicable("13.4", statement, BOOK, why, rate(r, "tflops")))
+            continue
         pct = number(r.get("pct_of_peak"))
         if pct is None:
             why = r.get("peak_not_taken") if isinstance(r.get("peak_not_taken"), str) else ""
@@ -150,7 +156,7 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
                     statement,
                     BOOK,
                     why or f"no measured peak for {r.get('device_name')} (+experiment=hardware measures it)",
-                    f"{number(r.get('tflops')) or 0:.3g} TFLOP/s",
+                    rate(r, "tflops"),
                 )
             )
             continue

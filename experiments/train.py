@@ -201,7 +201,8 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.analysis.table import human_time
+    from perflab.analysis.table import human_time, in_unit, rate
+    from perflab.measure import flops
     from perflab.store.rows import number
 
     summary = next((r for r in reversed(rows) if r.get("measurement") == "train" and r.get("status") == "ok"), None)
@@ -219,8 +220,12 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     why = next((n for n in str(summary.get("note", "")).split("; ") if n.startswith("FLOPs not estimated")), "")
     lines = [
         line,
-        f"model FLOPs: {tflops:.3g} TFLOP/s achieved"
-        + (f", MFU {float(summary['mfu']):.1%}" if number(summary.get("mfu")) is not None else "")
+        f"model FLOPs: {rate(summary, 'tflops')} achieved"
+        + (
+            f", {flops.mfu_words(float(summary['mfu']), summary.get('datasheet_basis'))}"
+            if number(summary.get("mfu")) is not None
+            else ""
+        )
         + (
             f", {float(summary['pct_of_peak']):.0f}% of the measured peak"
             if number(summary.get("pct_of_peak")) is not None

@@ -684,17 +684,25 @@ def verdict_of(table: pd.DataFrame) -> int:
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    def cell(v: object) -> str:
+    """The table a person reads: no column that is empty in every row, and a suspect row's
+    first reason by its head ("the machine was busy ..."; ``--format csv`` has them whole)."""
+
+    def cell(v: object, column: str) -> str:
         if isinstance(v, float):
             return "" if math.isnan(v) else f"{v:.4g}"
-        return str(v)
+        if column == "suspect" and isinstance(v, str) and v:
+            head = v.split(":")[0].split("; ")[0]
+            return head + (" ..." if len(head) < len(v) else "")
+        return "" if v is None or v is pd.NA else str(v)
 
     visible = [c for c in df.columns if not c.startswith("_")]
+    cells = [[cell(v, c) for v, c in zip(row, visible)] for row in df[visible].itertuples(index=False)]
+    kept = [i for i in range(len(visible)) if any(row[i] for row in cells)] if cells else list(range(len(visible)))
     lines = [
-        "| " + " | ".join(c.removeprefix("cfg.") for c in visible) + " |",
-        "|" + "|".join("---" for _ in visible) + "|",
+        "| " + " | ".join(visible[i].removeprefix("cfg.") for i in kept) + " |",
+        "|" + "|".join("---" for _ in kept) + "|",
     ]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df[visible].itertuples(index=False)]
+    lines += ["| " + " | ".join(row[i] for i in kept) + " |" for row in cells]
     return "\n".join(lines)
 
 

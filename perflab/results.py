@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 from perflab.errors import OneLineParser
 from perflab.store import done_marks, files, index, tree
 from perflab.store.rows import OWN_HEADER, RESULTS, SAMPLES, Notes, concat, csv_text, fix_dtypes, read_csv
-from perflab.store.rundir import RECORD, RunRecord, overrides_of, rows_of
+from perflab.store.rundir import RECORD, RunRecord, folder_id, overrides_of, rows_of
 
 
 def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool = False):
@@ -165,17 +165,11 @@ def find_run(ref: str, top: Path) -> Path:
         raise LookupError("RUN is empty: give a run id (or its start) or a run folder")
     if any((Path(ref) / name).is_file() for name in (RECORD, RESULTS)):
         return Path(ref)
-    # a run id or its start, or the run dir's name or the short id that ends it (what a job prints)
-    matches = [d for d, r in runs(top) if r.run_id.startswith(ref) or ref in (d.name, *_short_ids(d))]
+    # a run id or its start, or the run dir's name or the id that ends it (what a job prints)
+    matches = [d for d, r in runs(top) if r.run_id.startswith(ref) or ref in (d.name, folder_id(d))]
     if len(matches) != 1:
         raise LookupError(f"{ref}: {'no run' if not matches else f'{len(matches)} runs'} with that id under {top}")
     return matches[0]
-
-
-def _short_ids(run_dir: Path) -> tuple[str, ...]:
-    """The random id a run dir's name ends with (``2026-11-23_12-27-14_e7c42e06`` -> ``e7c42e06``)."""
-    head, sep, tail = run_dir.name.rpartition("_")
-    return (tail,) if sep and head else ()
 
 
 def show(run_dir: Path) -> str:

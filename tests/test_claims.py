@@ -424,3 +424,18 @@ def test_an_mfu_above_a_peak_counted_at_a_clock_that_is_no_maximum_is_not_suspec
     assert beyond_peak({"mfu": 1.05, "datasheet_basis": floor.basis}) == ""
     assert beyond_peak({"mfu": 1.05, "datasheet_basis": ceiling.basis}).startswith("MFU 105%: above the datasheet peak")
     assert beyond_peak({"mfu": 0.9, "datasheet_basis": ceiling.basis}) == ""
+
+
+def test_a_line_with_a_negative_latency_is_no_valid_ring_model():
+    """A fit of ``-636 us + S / 0.719 GB/s`` (a 2-core VM's) explains the times well but its
+    latency is below 0: not VALID, and the measured cell says why."""
+    sizes = [4096 * 4**i for i in range(6)]
+    line = [-636e-6 + s / 0.719e9 * (1 + 0.01 * (-1) ** i) for i, s in enumerate(sizes)]
+    c = checks.affine(outcome(), sizes, line, doubt="", describe=lambda a, b: f"{b * 1e6:.3g} us", intercept="latency")
+    assert c.verdict == UNDERPOWERED and "a negative latency is no latency" in c.measured
+    assert "below 0" in c.why and "more small sizes" in c.why
+    positive = [100e-6 + s / 1e9 for s in sizes]
+    assert (
+        checks.affine(outcome(), sizes, positive, doubt="", describe=lambda a, b: "", intercept="latency").verdict
+        == VALID
+    )

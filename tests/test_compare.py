@@ -282,3 +282,23 @@ def test_a_latency_percentile_is_judged_from_the_raw_samples_not_inconclusive(tm
         matmul_run(tmp_path / tree, tree, 256, times)
     (row,) = compare.ab(tmp_path / "base", tmp_path / "slow", metric="p99_s").to_dict("records")
     assert row["metric"] == "p99_s" and row["verdict"] == "FAIL" and row["significant"], row["why"]
+
+
+def test_the_markdown_table_keeps_what_a_person_reads():
+    """``perflab compare TREE``: no column that is empty in every row (27 columns of which most
+    were empty on a tree of a few experiments), and a suspect row by its first reason's head."""
+    table = pd.DataFrame(
+        {
+            "experiment": ["matmul", "hardware"],
+            "measurement": ["cpu alone", "cpu host memory copy"],
+            "median_s": [1e-3, 2e-3],
+            "test_acc": [float("nan"), float("nan")],
+            "cfg.trainer.batch_size": [None, None],
+            "suspect": ["the machine was busy: other processes used 85% of the CPUs; its threads spent 84%", ""],
+            "_key": ["a", "b"],
+        }
+    )
+    lines = compare.to_markdown(table).splitlines()
+    assert lines[0] == "| experiment | measurement | median_s | suspect |"
+    assert lines[2] == "| matmul | cpu alone | 0.001 | the machine was busy ... |"
+    assert lines[3] == "| hardware | cpu host memory copy | 0.002 |  |"

@@ -291,7 +291,8 @@ def test_the_examples_run_as_written(page, work):
     if page.name == "README.md":  # the commands wrote what they say
         assert (work / "report.html").is_file() and list((work / "outputs" / "sweeps").glob("*/sweep.csv"))
     if page.name == "compare.md":
-        assert (work / "plots" / "scaling.png").is_file()
+        assert (work / "outputs" / "plots" / "scaling.png").is_file()
+        assert not any((work / name).exists() for name in ("before", "after", "plots")), "files left in the clone"
     if page.name == "bring-your-own.md":  # the user's experiment got what a built-in gets
         report = (work / "report.html").read_text()
         assert 'data-experiment="rmsnorm"' in report and 'data-experiment="rmsnorm_llm"' in report

@@ -361,3 +361,121 @@ def test_legends_sit_outside_the_axes_and_the_roof_matches_the_points_precision(
     key = fig.legends[0].get_window_extent()
     assert not frame.overlaps(key), "the legend covers the axes"
     assert plots.roofline(rows.assign(flops_dtype="float16"), roofs) is None  # no roof of its precision: not drawn
+
+
+# --- what a new user on a 2-core machine read (issue 27) ----------------------------------------
+
+
+def busy(pct: int) -> str:
+    return (
+        f"the machine was busy: other processes used {pct}% of the CPUs meanwhile; its threads spent "
+        f"{pct - 1}% of their runnable time waiting for a CPU"
+    )
+
+
+@pytest.fixture(scope="module")
+def two_core_page() -> str:
+    """A matmul size sweep on one CPU and an auto_parallel run on the CPU split in two workers,
+    both fallen back from a GPU, on a busy machine: the rows as perflab writes them."""
+    sizes = [64, 128, 256]
+    sweep = pd.DataFrame(
+        {
+            "run_id": [f"run{s}" for s in sizes],
+            "experiment": "matmul",
+            "cfg.experiment.name": "matmul",
+            "cfg.experiment.size": sizes,
+            "cfg.experiment.dtype": "float32",
+            "measurement": "cpu alone",
+            "status": "ok",
+            "n": 3,
+            "median_s": [0.19, 0.19, 1e-3],
+            "iqr_s": [0.0, 0.01, 0.09],
+            "noisy": [False, False, True],
+            "tflops": [1.1e-5, 8.76e-5, 0.131],
+            "devices": "cpu",
+            "device_name": "CPU (2 threads)",
+            "suspect": [busy(83), busy(84), busy(85)],
+            "fallback": "no CUDA device: ran on the CPU",
+        }
+    )
+    split = pd.DataFrame(
+        {
+            "run_id": "par",
+            "experiment": "auto_parallel",
+            "cfg.experiment.name": "auto_parallel",
+            "measurement": ["cpu#0 alone", "cpu#1 alone", "cpu#0 + cpu#1 together", "compute + copy to CPU"],
+            "status": ["ok", "ok", "ok", "skipped"],
+            "error": ["", "", "", "needs a CUDA device"],
+            "n": 10,
+            "median_s": [3e-3, 3e-3, 5e-3, None],
+            "iqr_s": [1e-4, 1e-4, 1e-4, None],
+            "tflops": [0.036, 0.036, 0.04, None],
+            "devices": ["cpu#0", "cpu#1", "cpu#0+cpu#1", "cpu#0+cpu#1"],
+            "device_name": "CPU (1 thread)",
+            "suspect": [busy(80), busy(80), busy(80), ""],
+            "fallback": "no CUDA device: ran on the CPU; no GPU: the CPU split into 2 workers",
+        }
+    )
+    return report.Report(pd.concat([sweep, split], ignore_index=True), ["outputs"]).render()
+
+
+def test_a_fall_back_names_its_experiments_under_experiment(two_core_page):
+    warnings = section(two_core_page, "warnings")
+    fallbacks = warnings[warnings.index('data-kind="fallback"') :]
+    assert "<td>matmul</td><td></td><td>3 runs</td><td>no CUDA device: ran on the CPU (3 rows)</td>" in fallbacks
+
+
+def test_a_sweep_of_one_device_is_not_titled_devices_together(two_core_page):
+    matmul, parallel = section(two_core_page, "sec-matmul"), section(two_core_page, "sec-auto_parallel")
+    assert "then all devices together" not in matmul and "Each device alone (nothing run together)" in matmul
+    assert "Each device alone, then all devices together" in parallel
+
+
+def test_the_cpu_split_in_workers_is_said_as_workers_not_one_thread(two_core_page):
+    parallel = section(two_core_page, "sec-auto_parallel")
+    assert "on 2 devices (cpu#0, cpu#1), each CPU (1 thread)" in parallel
+    assert "; on CPU (2 threads)" in section(two_core_page, "sec-matmul")
+
+
+def test_a_reason_every_row_gives_is_said_once(two_core_page):
+    matmul = section(two_core_page, "sec-matmul")
+    rows = matmul[matmul.index('class="rows"') :]
+    assert rows.count("the machine was busy") == 1
+    assert "Every measured row: the machine was busy: other processes used 83 to 85% of the CPUs" in rows
+    warnings = section(two_core_page, "warnings")
+    suspect = re.findall(r'data-kind="suspect"><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td>', warnings)
+    assert suspect == [
+        ("matmul", "cpu alone", "3 runs"),
+        ("auto_parallel", "cpu#0 alone, cpu#1 alone, cpu#0 + cpu#1 together", "par"),
+    ]
+    parallel = section(two_core_page, "sec-auto_parallel")
+    assert parallel.count("the machine was busy") == 1 and "Every measured row: the machine was busy" in parallel
+    assert "needs a CUDA device" in parallel  # a skipped part keeps its own reason
+
+
+def test_words_about_size_and_rates_come_from_the_figures(two_core_page):
+    page = two_core_page
+    assert "A 64² matmul (float32)" in page and "A large matmul (64" not in page
+    assert "64² is no large matmul" in page
+    assert "11 MFLOP/s" in page and "87.6 MFLOP/s" in page and "0.131 TFLOP/s" in page
+    assert not re.search(r"\de-\d", page.split("<svg")[0]), "a rate in scientific notation"
+
+
+def test_an_iqr_of_three_samples_is_unknown_but_a_noisy_one_says_its_figure(two_core_page):
+    matmul = section(two_core_page, "sec-matmul")
+    assert "<td>0.0%</td>" not in matmul and "<td>?</td>" in matmul
+    assert "IQR 9000.0% of the median over n=3 samples" in section(two_core_page, "warnings")
+
+
+def test_an_mfu_above_a_peak_that_is_a_floor_says_so():
+    """A VM's TSC clock makes a CPU's datasheet peak a lower bound: an MFU of 105 % against it is
+    said as a share of that bound, never bare."""
+    from perflab.experiments import train
+    from perflab.measure import flops
+
+    basis = f"2 cores x 2.60 GHz ...; clock: a VM's TSC rate ({flops.TURBO_UNKNOWN})"
+    summary = {"measurement": "train", "status": "ok", "items_per_s": 100.0, "tflops": 2e-5, "mfu": 1.05}
+    (line,) = [x for x in train.headline([{**summary, "datasheet_basis": basis}]) if "MFU" in x]
+    assert "MFU 105.0% of a lower bound on the datasheet peak" in line and "20 MFLOP/s" in line
+    (plain,) = [x for x in train.headline([{**summary, "mfu": 0.4}]) if "MFU" in x]
+    assert plain.endswith("MFU 40.0%")

@@ -14,6 +14,7 @@ import pytest
 from perflab import app, results
 from perflab.analysis.table import job_table
 from perflab.job import context
+from perflab.store.rundir import folder_id
 
 from conftest import FAST
 
@@ -133,3 +134,35 @@ def test_a_status_line_shows_on_a_terminal_and_erases_itself(monkeypatch):
         status.sampled()
     text = err.getvalue()
     assert "measuring cpu alone: 1 samples" in text and text.endswith("\r\033[K")
+
+
+def test_the_run_id_shown_is_found_in_the_run_folders_name(history, capsys):
+    """``perflab results`` showed ``20261124-111316-4ecf12b771c1`` for the folder
+    ``…_05555a3e``: now the id names its folder (a sweep job's: the sweep's id and its number),
+    and that part alone finds the run."""
+    found = results.runs(history)
+    assert len(found) == 4
+    for run_dir, record in found:
+        short = folder_id(run_dir)
+        assert short and record.run_id.split("-")[2] == short, (run_dir, record.run_id)
+        where = str(run_dir.relative_to(history))
+        assert short.split(".")[0] in where
+        assert results.find_run(short, history) == run_dir
+    assert sum("." in folder_id(d) for d, _ in found) == 2  # the sweep's two jobs
+    assert results.main([str(history)]) == 0
+    listed = capsys.readouterr().out
+    for run_dir, record in found:
+        assert record.run_id in listed and folder_id(run_dir).split(".")[0] in listed
+
+
+def test_an_iqr_of_few_samples_and_a_tiny_rate_read_as_what_they_are():
+    """From 3 samples an IQR says little: "?" (the n beside it), never a reassuring "0.0%"; a rate
+    of 2.51e-05 TFLOP/s reads 25.1 MFLOP/s, in the progress line and the job's table alike."""
+    from perflab.analysis.table import progress_line
+
+    few = {"measurement": "cpu alone", "status": "ok", "n": 3, "median_s": 0.19, "iqr_s": 0.0, "tflops": 2.51e-05}
+    line = progress_line(few, "tflops")
+    assert "IQR ?, n=3" in line and "25.1 MFLOP/s" in line and "e-05" not in line
+    assert "0.0%" not in job_table([few], metric="tflops") and "25.1 MFLOP/s" in job_table([few], metric="tflops")
+    enough = {**few, "n": 5, "iqr_s": 0.019, "tflops": 0.131}
+    assert "IQR 10.0%, n=5" in progress_line(enough, "tflops") and "0.131 TFLOP/s" in progress_line(enough, "tflops")

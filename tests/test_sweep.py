@@ -207,3 +207,11 @@ def test_a_stop_signal_whose_raise_python_swallowed_still_stops_the_point(cli, w
     assert "sweep: 1 jobs: 1 cancelled" in ran.out
     rows = load(sweeps(work)[0] / SWEEP_CSV)
     assert rows["status"].tolist() == ["cancelled"] and "SIGTERM" in rows["error"].iloc[0]
+
+
+def test_a_sweep_says_its_own_lines_without_hydras_launcher_lines(cli, work):
+    """Hydra's ``[HYDRA] Launching 2 jobs locally`` / ``#0 : ...`` lines are quiet (its warnings
+    are not): perflab's own lines say what each job is and where it went."""
+    out = cli("-m", *MATMUL, "experiment.size=16,24").out
+    assert "[HYDRA]" not in out and "Launching 2 jobs" not in out, out
+    assert out.count("perflab matmul on ") == 2 and "sweep: 2 jobs: 2 ok" in out

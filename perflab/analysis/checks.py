@@ -280,10 +280,12 @@ def affine(
     min_r2: float = 0.95,
     doubt: str,
     describe: Callable[[float, float], str],
+    intercept: str = "",
 ) -> Claim:
     """``ys`` follow a line in ``xs`` with a positive slope (least squares): VALID when it
     explains at least ``min_r2`` of their variance over ``min_points`` points or more.
-    ``describe(slope, intercept)`` words the fitted model."""
+    ``describe(slope, intercept)`` words the fitted model. ``intercept`` names what the line's
+    intercept is (a latency): one below 0 is no such thing, and the fit judges nothing (UNDERPOWERED)."""
     from scipy import stats
 
     if len(xs) < min_points:
@@ -291,6 +293,15 @@ def affine(
     fit = stats.linregress(np.asarray(xs, float), np.asarray(ys, float))
     r2 = float(fit.rvalue) ** 2
     measured = f"{describe(float(fit.slope), float(fit.intercept))}; R² {r2:.3f} over {len(xs)} points"
+    if intercept and fit.slope > 0 and fit.intercept < 0:
+        measured += f"; a negative {intercept} is no {intercept}"
+        near = fit.intercept + Z * fit.intercept_stderr >= 0
+        why = f"the fitted {intercept} is below 0" + (
+            ", though 0 is within its 95 % interval: too small to tell at these sizes"
+            if near
+            else ", beyond its 95 % interval: the line does not hold down to the smallest sizes"
+        )
+        return outcome(measured, UNDERPOWERED, why + "; measure more small sizes, or more samples of each")
     if fit.slope > 0 and r2 >= min_r2:
         return outcome(measured, VALID)
     why = "the slope is not positive" if fit.slope <= 0 else f"the line explains only {r2:.0%} of the variance"

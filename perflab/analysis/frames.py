@@ -206,3 +206,45 @@ def sample_values(samples: dict[str, np.ndarray], row: pd.Series, metric: str) -
     if metric in RATES:
         return float(row[metric]) * float(row["median_s"]) / seconds
     return seconds
+
+
+# --- reasons several rows give ------------------------------------------------------------------
+
+NUMBER = re.compile(r"(\d+(?:\.\d+)?)")
+
+
+def reasons(note: str) -> list[str]:
+    """A note's reasons (a row's ``suspect`` joins several with "; ")."""
+    return [x.strip() for x in note.split("; ") if x.strip()]
+
+
+def kind(reason: str) -> str:
+    """A reason with its figures left out: "others used 83%" and "others used 85%" say the same."""
+    return NUMBER.sub("#", reason)
+
+
+def merged(said: Sequence[str]) -> str:
+    """Reasons of one kind said once, each figure that differs between them as its range
+    ("other processes used 83 to 85% of the CPUs")."""
+    parts = [NUMBER.split(s) for s in said]
+    out = list(parts[0])
+    for i in range(1, len(out), 2):  # the figures sit at the odd places
+        values = sorted({p[i] for p in parts}, key=float)
+        if len(values) > 1:
+            out[i] = f"{values[0]} to {values[-1]}"
+    return "".join(out)
+
+
+def shared_reasons(notes: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The reasons every one of several notes gives, said once (:func:`merged`), and each note
+    without them: a reason shared by every row is read once, not on each row."""
+    split = [reasons(n) for n in notes]
+    if len(split) < 2 or not all(split):
+        return [], list(notes)
+    every = set.intersection(*({kind(r) for r in rs} for rs in split))
+    shared = [
+        merged([r for rs in split for r in rs if kind(r) == k])
+        for k in dict.fromkeys(kind(r) for r in split[0])
+        if k in every
+    ]
+    return shared, ["; ".join(r for r in rs if kind(r) not in every) for rs in split]

@@ -375,10 +375,17 @@ def alone_together(rows: pd.DataFrame) -> Any:
     ax.set_xlim(0, max(v for v in [*values, *(i for i in ideals if math.isfinite(i))]) * 1.45)
     ax.set(
         xlabel="achieved TFLOP/s (higher is better)" if rate else "median time per call (s, lower is better)",
-        title="Each device alone, then all devices together",
+        title=_alone_together_title(part, len(frames.runs(part))),
     )
     _legend(fig, ax)
     return fig
+
+
+def _alone_together_title(part: pd.DataFrame, runs: int) -> str:
+    """What the bars are: devices alone and together, or (a sweep of one device, say) alone only."""
+    together = part["measurement"].astype("string").str.endswith(" together").any()
+    title = "Each device alone, then all devices together" if together else "Each device alone (nothing run together)"
+    return title + (f", in each of {runs} runs" if runs > 1 else "")
 
 
 def timings(rows: pd.DataFrame, title: str = "Median time per call") -> Any:

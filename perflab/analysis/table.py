@@ -1,5 +1,6 @@
 """Terminal output: one line per row as it is recorded, the job's table at the end, the sweep's
-table of points. One unit per quantity: seconds as s/ms/us/ns, TFLOP/s, GB/s, <items>/s.
+table of points. One unit per quantity: seconds as s/ms/us/ns, TFLOP/s, GB/s, <items>/s (a
+tiny rate in a smaller prefix: MFLOP/s, MB/s).
 Notes and errors are never cut: they wrap, under the table, each printed once."""
 
 from __future__ import annotations
@@ -27,6 +28,23 @@ def human_time(s: Any) -> str:
     return f"{s / 1e-9:.3g} ns"
 
 
+PREFIXES = {"T": 1e12, "G": 1e9, "M": 1e6, "k": 1e3, "": 1.0}
+SMALL = 0.01  # below this many of its unit a rate reads in a smaller one: 25.1 MFLOP/s, never 2.51e-05 TFLOP/s
+
+
+def in_unit(v: float, unit: str) -> str:
+    """A rate with its unit (TFLOP/s, GB/s ...); one below ``SMALL`` of it in the prefix that
+    makes it a number of 1 or more (GFLOP/s, MFLOP/s, MB/s ...)."""
+    prefix = next(
+        (p for p in PREFIXES if p and unit.startswith(p) and unit[len(p) :].startswith(("FLOP/s", "B/s"))), ""
+    )
+    if prefix and 0 < abs(v) < SMALL:
+        base = v * PREFIXES[prefix]
+        smaller = next((p for p, scale in PREFIXES.items() if abs(base) >= scale * 0.9995), "")
+        return f"{base / PREFIXES[smaller]:.3g} {smaller}{unit[len(prefix) :]}"
+    return f"{v:.3g} {unit}"
+
+
 RATE_ORDER = ("tflops", "gbps", "bus_gbps", "items_per_s")  # a row's headline rate, by preference
 
 
@@ -38,7 +56,7 @@ def rate(r: Row, metric: str = "") -> str:
         if v is not None:
             shown = columns.unit_of(col, str(r.get("items_unit") or "items"))
             if col != "items_per_s":
-                return f"{v:.3g} {shown}"
+                return in_unit(v, shown)
             return f"{v:,.0f} {shown}" if v >= 1e4 else f"{v:.4g} {shown}"  # 181,063 images/s, not 1.811e+05
     return ""
 
@@ -53,13 +71,17 @@ def figure(r: Row, metric: str) -> str:
     return human_time(value) if metric.endswith("_s") else f"{value:.4g} {metric}"
 
 
-def spread(r: Row) -> str:
+FEW_FOR_SPREAD = 5  # an IQR of fewer samples says little (of 3: "0.0%" when two agree)
+
+
+def spread(r: Row, few: int = FEW_FOR_SPREAD) -> str:
     """IQR / median: the one spread perflab shows everywhere (terminal, report, compare's
-    ``iqr_pct``) and the one ``bench.noise_threshold`` judges; "?" when too few samples."""
-    iqr, median = number(r.get("iqr_s")), number(r.get("median_s"))
+    ``iqr_pct``) and the one ``bench.noise_threshold`` judges; "?" (unknown) from fewer than
+    ``few`` samples."""
+    iqr, median, n = number(r.get("iqr_s")), number(r.get("median_s")), number(r.get("n"))
     if median is None:
         return ""
-    if iqr is None:
+    if iqr is None or (n is not None and n < few):
         return "?"
     return f"{iqr / median:.1%}" if median else ""
 

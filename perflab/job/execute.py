@@ -33,19 +33,24 @@ from perflab.job.ending import Place, Result, record_time, refuse, reuse, save_r
 from perflab.measure.peaks import Peaks
 from perflab.store import done_marks, files, point_claims, tree
 from perflab.store.rows import flatten
-from perflab.store.rundir import RunRecord, rows_of, set_aside_earlier_run
+from perflab.store.rundir import RunRecord, folder_id, rows_of, set_aside_earlier_run
 
 log = logging.getLogger("perflab")
 
 
-def new_run_id() -> str:
-    """Unique across machines and trees: the time, then 48 random bits."""
-    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(6)}"
+def new_run_id(run_dir: Path | None = None) -> str:
+    """Unique across machines and trees: the time, the id its folder is found by (so that the
+    run id ``perflab results`` shows names its folder: ``20261124-111316-4ecf12b7-05a3c1e9`` is
+    in ``runs/2026-11-24_11-13-16_4ecf12b7``), then 32 random bits (a requeued job runs again in
+    the same folder); without such a folder, 48 random bits."""
+    stamp = f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    folder = folder_id(run_dir) if run_dir is not None else ""
+    return f"{stamp}-{folder}-{secrets.token_hex(4)}" if folder else f"{stamp}-{secrets.token_hex(6)}"
 
 
 def execute(cfg: DictConfig, place: Place) -> Result:
     """Run one job (see the module docstring); never raises for a user mistake or a crash."""
-    run_id = new_run_id()
+    run_id = new_run_id(place.run_dir)
     try:
         resolved, refusal = resolve_all(cfg), None
     except ConfigError as err:  # refused below, once there is a record to say so

@@ -110,13 +110,18 @@ def concurrency_headline(rows: Sequence[Mapping[str, Any]], unit: str, column: s
     ok = [r for r in rows if r.get("status") == "ok"]
     alone = [r for r in ok if str(r.get("measurement", "")).endswith(" alone")]
     together = [r for r in ok if str(r.get("measurement", "")).endswith(" together")]
+    from perflab.analysis.table import in_unit
+
     if not alone:
         return []
-    values = ", ".join(f"{r['measurement'].removesuffix(' alone')} {number(r.get(column)) or 0:.3g}" for r in alone)
-    lines = [f"alone: {values} {unit}"]
+    figures = [in_unit(number(r.get(column)) or 0, unit) for r in alone]
+    if len({f.split(" ", 1)[1] for f in figures}) == 1:  # one unit: said once, at the end
+        figures = [f.split(" ", 1)[0] for f in figures[:-1]] + figures[-1:]
+    values = ", ".join(f"{r['measurement'].removesuffix(' alone')} {f}" for r, f in zip(alone, figures))
+    lines = [f"alone: {values}"]
     for r in together:
         lines.append(
-            f"together: {number(r.get(column)) or 0:.3g} {unit}, concurrency "
+            f"together: {in_unit(number(r.get(column)) or 0, unit)}, concurrency "
             f"{number(r.get('concurrency')) or 0:.2f} of an ideal {number(r.get('ideal_concurrency')) or 0:g}"
         )
     return lines

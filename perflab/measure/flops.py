@@ -218,6 +218,15 @@ def is_lower_bound(basis: object) -> bool:
     return TURBO_UNKNOWN in str(basis or "")
 
 
+def mfu_words(mfu: float, basis: object) -> str:
+    """ "MFU 42.0%", said beside a peak that is a floor (:func:`is_lower_bound`) as a share of
+    that floor: an MFU above 100 % there says the clock was low, not the measurement wrong."""
+    words = f"MFU {mfu:.1%}"
+    if is_lower_bound(basis):
+        words += " of a lower bound on the datasheet peak (its clock is no maximum): the true MFU is lower"
+    return words
+
+
 @dataclass(frozen=True)
 class CpuPeak:
     tflops: float

@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
+LARGE_MATMUL_MIN = 256  # the smallest n perflab calls a "large" matmul: below it a matmul is no compute-bound work
 JOB_OVERHEAD_S = 1.0  # composing, checking and recording one job, beside its measurements (measured: 0.3-0.6 s)
 
 
@@ -188,7 +189,12 @@ def large_matmul(machine: Machine, seconds: float = 0.02) -> int:
     enough to repeat. The hardware section measures its peak at this size and the matmul
     section runs at it, so that peak is the peak of that work."""
     n = (seconds * machine.matmul_tflops * 1e12 / 2) ** (1 / 3)
-    return round_to(n, 128, 256, 8192)
+    return round_to(n, 128, LARGE_MATMUL_MIN, 8192)
+
+
+def matmul_words(n: float) -> str:
+    """A matmul's size in words that fit it: "a large 4096² matmul" only from ``LARGE_MATMUL_MIN`` on."""
+    return f"a {'large ' if n >= LARGE_MATMUL_MIN else ''}{n:.0f}² matmul"
 
 
 PROBE_STEPS, PROBE_S = 3, 1.0  # a training probe times up to 3 steps, fewer once a second has passed

@@ -47,6 +47,8 @@ ENV_DETAILS = (
 )
 TEXT_LIKE = ("devices", "device_name", "num_threads", "slurm_job_id", "slurm_node", "slurm_nodes")
 UNNAMED = "(unnamed)"
+MAX_DEVICE_IDS = 8  # named in a section's first line; more are counted
+MAX_NAMED = 4  # measurements named in one warning that they share; more are counted
 
 
 def asset(name: str) -> str:
@@ -143,7 +145,13 @@ class Report:
         words = f"{len(rows)} rows ({status}) from {n_runs} run{'s' if n_runs != 1 else ''}"
         if keys:
             words += f"; swept: {', '.join(keys)}"
-        if devices:
+        ids = sorted(
+            {d for x in rows.get("devices", pd.Series(dtype="string")).dropna() for d in text(x).split("+") if d}
+        )
+        if len(devices) == 1 and len(ids) > 1:  # a device split into workers is not one device
+            named = f" ({', '.join(ids)})" if len(ids) <= MAX_DEVICE_IDS else ""
+            words += f"; on {len(ids)} devices{named}, each {devices[0]}"
+        elif devices:
             words += f"; on {', '.join(devices)}"
         return esc(words)
 
@@ -189,30 +197,38 @@ class Report:
         show_run = len(labelled) > 1
         header = ["measurement", "status", "n", "median", "IQR", "rate", "flags", "notes"]
         header = (["run"] if show_run else []) + header
+        listed = [(label, r) for label, part in labelled for r in records(part.iloc[:MAX_TABLE_ROWS])][:MAX_TABLE_ROWS]
+        said = [
+            "; ".join(dict.fromkeys(text(r.get(c)) for c in ("error", "suspect", "note") if text(r.get(c))))
+            for _, r in listed
+        ]
+        measured = [i for i, (_, r) in enumerate(listed) if text(r.get("status")) == "ok"]
+        shared, rest = frames.shared_reasons([said[i] for i in measured])  # said once, under the table
+        for i, note in zip(measured, rest):
+            said[i] = note
         body, attrs = [], []
-        shown = 0
-        for label, part in labelled:
-            for r in records(part.iloc[: max(0, MAX_TABLE_ROWS - shown)]):
-                shown += 1
-                status = text(r.get("status"))
-                ok = status == "ok" and number(r.get("median_s")) is not None
-                name = s.experiment.label(r) if s.experiment else text(r.get("measurement"))
-                flagged = flags(r)
-                notes = [text(r.get(c)) for c in ("error", "suspect", "note") if text(r.get(c))]
-                cells = [
-                    esc(name),
-                    f'<span class="status {esc(status)}">{esc(status)}</span>',
-                    esc(r.get("n")) if ok else "",
-                    esc(human_time(r.get("median_s"))) if ok else "",
-                    esc(spread(r)) if ok else "",
-                    esc(rate(r, s.metric)),
-                    esc(flagged),
-                    esc(" · ".join(dict.fromkeys(notes))),
-                ]
-                body.append(([esc(label)] if show_run else []) + cells)
-                attrs.append(f'class="{esc(status)}{" flagged" if flagged else ""}"')
-        more = len(s.rows) - shown
-        tail = f'<p class="note">{more} more rows not shown here: the CSV files hold every row.</p>' if more > 0 else ""
+        for (label, r), notes in zip(listed, said):
+            status = text(r.get("status"))
+            ok = status == "ok" and number(r.get("median_s")) is not None
+            name = s.experiment.label(r) if s.experiment else text(r.get("measurement"))
+            flagged = flags(r)
+            cells = [
+                esc(name),
+                f'<span class="status {esc(status)}">{esc(status)}</span>',
+                esc(r.get("n")) if ok else "",
+                esc(human_time(r.get("median_s"))) if ok else "",
+                esc(spread(r)) if ok else "",
+                esc(rate(r, s.metric)),
+                esc(flagged),
+                esc(notes),
+            ]
+            body.append(([esc(label)] if show_run else []) + cells)
+            attrs.append(f'class="{esc(status)}{" flagged" if flagged else ""}"')
+        more = len(s.rows) - len(listed)
+        tail = f'<p class="note shared">Every measured row: {esc("; ".join(shared))}</p>' if shared else ""
+        tail += (
+            f'<p class="note">{more} more rows not shown here: the CSV files hold every row.</p>' if more > 0 else ""
+        )
         return table_html(header, body, "rows", attrs) + tail
 
     # environment and warnings ------------------------------------------------------------------
@@ -266,6 +282,7 @@ class Report:
         for column, flag in (("suspect", ""), ("noisy", "False")):
             if column in df:
                 flagged |= ~df[column].astype("string").fillna(flag).isin([flag, ""])
+        suspect: dict[tuple[str, str], list[tuple[str, str, str]]] = {}  # an experiment's reason, once
         for r in records(df[flagged]):
             status = text(r.get("status"))
             if status in FAILED:
@@ -273,18 +290,32 @@ class Report:
             elif status == "skipped":
                 add("skipped", r, text(r.get("error")) or "no reason given")
             if text(r.get("suspect")):
-                add("suspect", r, text(r.get("suspect")))
+                key = (text(r.get("experiment")), frames.kind(text(r.get("suspect"))))
+                suspect.setdefault(key, []).append(
+                    (text(r.get("measurement")), text(r.get("run_id")), text(r.get("suspect")))
+                )
             if str(r.get("noisy")) == "True":
                 add(
                     "noisy",
                     r,
-                    f"IQR {spread(r)} of the median over n={text(r.get('n'))} samples (above bench.noise_threshold)",
+                    f"IQR {spread(r, few=0)} of the median over n={text(r.get('n'))} samples "
+                    "(above bench.noise_threshold)",
                 )
+        for (experiment, _), given in suspect.items():
+            names = list(dict.fromkeys(m for m, _, _ in given))
+            ids = list(dict.fromkeys(run for _, run, _ in given))
+            measurement = ", ".join(names) if len(names) <= MAX_NAMED else f"{len(names)} measurements"
+            run = ids[0] if len(ids) == 1 else f"{len(ids)} runs"
+            detail = frames.merged([reason for _, _, reason in given])
+            kinds.setdefault("suspect", []).append([esc(experiment), esc(measurement), esc(run), esc(detail)])
         fallback = []
         if "fallback" in df:
             for why, part in df[df["fallback"].fillna("").astype("string") != ""].groupby("fallback", observed=True):
-                names = ", ".join(sorted({text(x) for x in part.get("experiment", [])}))
-                fallback.append(["", esc(names), "", esc(f"{why} ({len(part)} rows)")])
+                which = ", ".join(sorted({text(x) for x in part.get("experiment", [])}))
+                n = part["run_id"].nunique() if "run_id" in part else 1
+                fallback.append(
+                    [esc(which), "", esc(f"{n} run{'s' if n != 1 else ''}"), esc(f"{why} ({len(part)} rows)")]
+                )
         if fallback:
             kinds["fallback"] = fallback
         for section, what, detail in self.notes + [("", "plot", p) for p in self.figures.problems]:

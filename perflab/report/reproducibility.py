@@ -86,5 +86,5 @@ def sizes(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
         first = part.iloc[0]
         devices = first.get("cfg.devices.count")
         label = f", {int(devices)} device{'s' if devices != 1 else ''}" if pd.notna(devices) and devices else ""
-        out.append((str(first.get("experiment", "")), f"{str(run_id)[-12:]}{label}", str(first[NOTE])))
+        out.append((str(first.get("experiment", "")), f"{run_id}{label}", str(first[NOTE])))  # the id names its folder
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -75,6 +76,20 @@ class RunRecord:
         types = get_type_hints(cls)
         wrong = [k for k, t in types.items() if not isinstance(getattr(record, k), get_origin(t) or t)]
         return None if wrong else record
+
+
+FOLDER_ID = re.compile(r"_([0-9a-f]{8})$")  # the random end of a run or sweep folder's name (composition.new_uid)
+
+
+def folder_id(run_dir: Path) -> str:
+    """The id a run's folder is found by: the random end of its name (``2026-11-23_12-27-14_e7c42e06``
+    -> ``e7c42e06``), a sweep job's as its sweep's and its number (``…_8b5b2c5c/1`` -> ``8b5b2c5c.1``);
+    "" for a folder named otherwise (``hydra.run.dir=mine``)."""
+    found = FOLDER_ID.search(run_dir.name)
+    if found:
+        return found.group(1)
+    parent = FOLDER_ID.search(run_dir.parent.name)
+    return f"{parent.group(1)}.{run_dir.name}" if parent and run_dir.name.isdigit() else ""
 
 
 EARLIER_RUNS = ".requeued"  # hidden: loaders skip it
