@@ -201,7 +201,7 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.analysis.table import human_time, in_unit, rate
+    from perflab.analysis.table import human_time, rate
     from perflab.measure import flops
     from perflab.store.rows import number
 
