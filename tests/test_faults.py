@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
@@ -21,7 +23,7 @@ from perflab.results import load
 from perflab.store import point_claims
 from perflab.store.rundir import RunRecord
 
-from conftest import FAST
+from conftest import FAST, run_subprocess
 
 
 def point_hash(*overrides: str) -> str:
@@ -77,6 +79,47 @@ def test_a_sweep_waits_for_an_empty_claim_file_with_its_name_then_takes_it_over(
     ran = cli("-m", "+experiment=quick/matmul", *FAST, "results.table=false")
     assert f"waiting: the claim file {claim.relative_to(work)} (empty" in ran.out
     assert "sweep: 1 jobs: 1 ok" in ran.out and not claim.exists()
+
+
+# --- a claim lost while its holder was paused -------------------------------------------------
+
+
+def test_a_holder_paused_past_its_claim_records_nothing_when_it_resumes(work):
+    """A real SIGSTOP: the paused sweep's claim goes stale, a second sweep takes the point over
+    and measures it; resumed, the first says so in one line and reuses those rows (fencing)."""
+    args = ["-m", "+experiment=quick/matmul", *FAST, "results.claim_stale_s=3", "results.table=false"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "perflab", *args],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    claims = work / "outputs" / ".perflab" / "claims"
+    try:
+        for _ in range(30000):  # the claim is written before torch is imported: paused before any row
+            held = [p for p in claims.glob("*.json") if p.stat().st_size] if claims.is_dir() else []
+            if held or first.poll() is not None:
+                break
+            time.sleep(0.01)
+        os.kill(first.pid, signal.SIGSTOP)
+        assert held, "the first sweep never claimed its point"
+        while time.time() - held[0].stat().st_mtime <= 4:  # stale now: no heartbeat while stopped
+            time.sleep(0.2)
+        second = run_subprocess(*args, cwd=work)
+        assert "took over" in second.stdout + second.stderr and "sweep: 1 jobs: 1 ok" in second.stdout
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    out, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, out
+    (line,) = [x for x in out.splitlines() if "taken over by" in x]
+    assert "while this process was paused" in line and "results.claim_stale_s=3" in line, line
+    assert "sweep: 1 jobs: 1 done" in out, out
+    rows = load(work / "outputs")
+    assert rows["run_id"].nunique() == 1, "the point is measured once: by the sweep that took it over"
+    assert len(list((work / "outputs" / ".perflab" / "done").rglob("*-*"))) == 1
 
 
 # --- a full disk --------------------------------------------------------------------------------

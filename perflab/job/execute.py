@@ -33,7 +33,7 @@ from perflab.job.ending import Place, Result, record_time, refuse, reuse, save_r
 from perflab.measure.peaks import Peaks
 from perflab.store import done_marks, files, point_claims, tree
 from perflab.store.rows import flatten
-from perflab.store.rundir import RunRecord, rows_of, set_aside_earlier_run
+from perflab.store.rundir import TAKEN_OVER, RunRecord, rows_of, set_aside_earlier_run
 
 log = logging.getLogger("perflab")
 
@@ -88,25 +88,40 @@ def execute(cfg: DictConfig, place: Place) -> Result:
     root = Path(settings.results.store)
 
     claim = None
-    if place.in_sweep and not settings.results.redo and not place.helper:
+    fenced = place.in_sweep and not settings.results.redo and not place.helper
+    while True:
+        if fenced:
+            got = claim_or_error(root, record, place, settings)
+            if not isinstance(got, point_claims.Claim):
+                return got
+            claim = got
         try:
-            got = claim_point(root, record, place, settings)
-        except OSError as err:  # a full disk, an I/O error: this point cannot be claimed, nor measured
-            line = f"cannot claim this point: {files.os_line(err)}"
-            log.error("perflab: %s", line)
-            record.outcome, record.error, record.finished = "error", line, record_time()
-            save_record(record, place)
-            return Result("error", place.run_dir, [], line)
-        if isinstance(got, Path):
-            return reuse(got, place, record)
-        claim = got
-    try:
-        from perflab.job import runner  # torch from here on
+            from perflab.job import runner  # torch from here on
 
-        return runner.GuardedJob(settings, experiment, peaks, place, record, identity).go()
-    finally:
-        if claim is not None:
-            claim.release()
+            return runner.GuardedJob(settings, experiment, peaks, place, record, identity, claim).go()
+        except point_claims.TakenOver as lost:  # paused past claim_stale_s: the taker's rows stand
+            moved = set_aside_earlier_run(place.run_dir, TAKEN_OVER)
+            aside = f"; what it measured here is set aside in {moved}" if moved else ""
+            log.warning("perflab: %s%s", lost, aside)
+            record.outcome, record.complete, record.error = "running", False, ""
+        finally:
+            if claim is not None:
+                claim.release()
+                claim = None
+
+
+def claim_or_error(root: Path, record: RunRecord, place: Place, settings: PerflabConfig) -> point_claims.Claim | Result:
+    """This sweep point claimed, or the job's end: reused (done before, or by the sweep we waited
+    for), or an error where the claim cannot be written (a full disk, an I/O error)."""
+    try:
+        got = claim_point(root, record, place, settings)
+    except OSError as err:
+        line = f"cannot claim this point: {files.os_line(err)}"
+        log.error("perflab: %s", line)
+        record.outcome, record.error, record.finished = "error", line, record_time()
+        save_record(record, place)
+        return Result("error", place.run_dir, [], line)
+    return reuse(got, place, record) if isinstance(got, Path) else got
 
 
 def check_overrides(overrides: Sequence[str]) -> None:

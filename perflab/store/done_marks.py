@@ -21,6 +21,11 @@ def mark_done(root: Path, record: RunRecord, run_dir: Path) -> None:
     files.write_atomic(folder / record.run_id, relative(root, run_dir) + "\n")
 
 
+def unmark(root: Path, record: RunRecord) -> None:
+    """Take back :func:`mark_done` (the point was taken over from this run meanwhile)."""
+    (meta(root) / "done" / record.config_hash / record.run_id).unlink(missing_ok=True)
+
+
 def find_done(root: Path, config_hash: str) -> Path | None:
     """The newest run dir whose run.json says it completed this config, or None.
 
