@@ -43,7 +43,7 @@ def find_done(root: Path, config_hash: str) -> Path | None:
         return None
     for marker in markers:
         try:
-            where = Path(marker.read_text().strip())
+            where = Path(files.read_text(marker).strip())
         except OSError:
             continue
         run_dir = where if where.is_absolute() else Path(root) / where

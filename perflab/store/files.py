@@ -62,9 +62,36 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
 
 
 def read_regular(path: str | os.PathLike) -> bytes:
-    """The bytes of the regular file at ``path``; OSError for anything else (see open_regular)."""
+    """The bytes of the regular file at ``path``; OSError for anything else (see open_regular).
+    Every file perflab reads is read through this (or open_regular): no input path can block."""
     with open_regular(path) as f:
         return f.read()
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The text of the regular file at ``path`` (UTF-8); OSError for anything else."""
+    return read_regular(path).decode()
+
+
+def not_regular(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a file (``a FIFO``, ``unreachable (Too many levels of
+    symbolic links)``...), or None for a regular file or a missing one: the one-line check of
+    an input path before it is read."""
+    kind = kind_of(path)
+    return None if kind in ("a regular file", "missing") else kind
+
+
+def not_a_folder(path: Path) -> str | None:
+    """Why ``path`` cannot be a folder to read from (a FIFO, a file, a symlink loop, no
+    permission), or None for a readable folder or a missing one."""
+    kind = kind_of(path)
+    if kind == "missing":
+        return None
+    if kind != "a directory":
+        return f"{kind}, not a folder"
+    if not os.access(path, os.R_OK | os.X_OK):
+        return "cannot read it (Permission denied)"
+    return None
 
 
 def target(path: Path) -> Path:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from perflab.store import files
 from perflab.store.tree import meta
 
 log = logging.getLogger("perflab")
@@ -76,7 +77,7 @@ class Claim:
 
     def _mine(self) -> bool:
         try:
-            return self.path.read_bytes() == self.body
+            return files.read_regular(self.path) == self.body
         except FileNotFoundError:
             return False
         except OSError:  # a passing read error (a network filesystem): still ours
@@ -162,7 +163,7 @@ def _holder(path: Path) -> Holder | None:
     if path.is_dir():
         return Holder("?", 0, "?", age, path=str(path), unreadable="a directory")
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(files.read_regular(path))
         if not isinstance(data, dict):
             raise ValueError("not an object")
         return Holder(
