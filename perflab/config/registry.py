@@ -154,6 +154,14 @@ class Experiment:
 
     def check(self, settings: PerflabConfig, devices: Sequence[Any]) -> None:
         """Raise ConfigError for a config these devices cannot run; before any work."""
+        if settings.bench.timer == "cuda_event" and devices and not any(d.type == "cuda" for d in devices):
+            on = ", ".join(d.name for d in devices)
+            raise ConfigError(
+                "bench.timer",
+                "cuda_event",
+                "auto, wall_sync or torch_utils_benchmark (CUDA events time a CUDA device)",
+                problem=f"this job runs on {on}, no CUDA device",
+            )
         fn = self.hooks.check
         if fn:
             fn(settings, devices)

@@ -174,9 +174,9 @@ def points(config: DictConfig) -> list[list[str]]:
 
 def check_points(config: DictConfig) -> None:
     """One rule for a bad value in a sweep: whatever the schema refutes (a type, a range, a key,
-    an interpolation) in any point refuses the whole sweep before any point runs, in one line
-    (exit 2). What only a point's devices can refute (a missing GPU, TF32 on a CPU) is that
-    point's own row, and the sweep goes on."""
+    an interpolation, a name that is no device on any machine: ``tpu:0``) in any point refuses
+    the whole sweep before any point runs, in one line (exit 2). What only a point's devices can
+    refute (a GPU this machine lacks, TF32 on a CPU) is that point's own row, and the sweep goes on."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf import open_dict
