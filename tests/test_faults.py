@@ -85,12 +85,13 @@ def test_a_sweep_waits_for_an_empty_claim_file_with_its_name_then_takes_it_over(
 
 
 def test_a_holder_paused_past_its_claim_records_nothing_when_it_resumes(work):
-    """A real SIGSTOP: the paused sweep's claim goes stale, a second sweep takes the point over
-    and measures it; resumed, the first says so in one line and reuses those rows (fencing)."""
-    args = ["-m", "+experiment=quick/matmul", *FAST, "results.claim_stale_s=3", "results.table=false"]
+    """A real SIGSTOP while the point is being measured: the paused sweep's claim goes stale, a
+    second sweep takes the point over and measures it; resumed, the first records nothing (it
+    checks its claim before each row), says so in one line and reuses the taker's rows."""
+    args = ["-m", "+experiment=quick/matmul", *FAST, "bench.min_time_s=1", "results.claim_stale_s=3"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     first = subprocess.Popen(
-        [sys.executable, "-m", "perflab", *args],
+        [sys.executable, "-m", "perflab", *args, "results.table=false"],
         cwd=work,
         env=env,
         stdout=subprocess.PIPE,
@@ -99,27 +100,29 @@ def test_a_holder_paused_past_its_claim_records_nothing_when_it_resumes(work):
     )
     claims = work / "outputs" / ".perflab" / "claims"
     try:
-        for _ in range(30000):  # the claim is written before torch is imported: paused before any row
-            held = [p for p in claims.glob("*.json") if p.stat().st_size] if claims.is_dir() else []
-            if held or first.poll() is not None:
+        for _ in range(30000):  # run.json says "running" as the measuring starts (it lasts seconds)
+            running = list(work.glob("outputs/sweeps/*/0/run.json"))
+            if running or first.poll() is not None:
                 break
             time.sleep(0.01)
         os.kill(first.pid, signal.SIGSTOP)
-        assert held, "the first sweep never claimed its point"
-        while time.time() - held[0].stat().st_mtime <= 4:  # stale now: no heartbeat while stopped
+        assert running, "the first sweep never started measuring"
+        (held,) = claims.glob("*.json")
+        while time.time() - held.stat().st_mtime <= 4:  # stale now: no heartbeat while stopped
             time.sleep(0.2)
-        second = run_subprocess(*args, cwd=work)
+        second = run_subprocess(*args, "results.table=false", cwd=work)
         assert "took over" in second.stdout + second.stderr and "sweep: 1 jobs: 1 ok" in second.stdout
     finally:
         os.kill(first.pid, signal.SIGCONT)
     out, _ = first.communicate(timeout=300)
     assert first.returncode == 0, out
-    (line,) = [x for x in out.splitlines() if "taken over by" in x]
-    assert "while this process was paused" in line and "results.claim_stale_s=3" in line, line
+    (line,) = [x for x in out.splitlines() if "taken over by" in x] or [out]
+    assert "while this process was paused" in line and "results.claim_stale_s=3" in line, out
     assert "sweep: 1 jobs: 1 done" in out, out
     rows = load(work / "outputs")
     assert rows["run_id"].nunique() == 1, "the point is measured once: by the sweep that took it over"
     assert len(list((work / "outputs" / ".perflab" / "done").rglob("*-*"))) == 1
+    assert list(work.glob("outputs/sweeps/*/0/.taken-over/*/run.json")), "what it had measured is kept aside"
 
 
 # --- a full disk --------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perflab.store import files
-from perflab.store.tree import meta
+from perflab.store.tree import derived_dir, meta
 
 log = logging.getLogger("perflab")
 
@@ -110,8 +110,7 @@ def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim 
     ``stale_s`` (a holder on another node that was killed), or an earlier run of this same
     SLURM job (requeued after a preemption or a node failure: SLURM ended that run).
     """
-    folder = meta(root) / "claims"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = derived_dir(meta(root) / "claims")
     path = folder / f"{config_hash}.json"
     body = json.dumps(
         {
