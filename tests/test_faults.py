@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -219,9 +220,9 @@ def snapshot(top) -> dict[str, tuple[str, bytes]]:
             mode = os.lstat(path).st_mode
             if st.S_ISDIR(mode):  # folders come with what is in them (Hydra's empty outputs/runs/ aside)
                 continue
-            data = (
-                open(path, "rb").read() if st.S_ISREG(mode) else os.readlink(path).encode() if st.S_ISLNK(mode) else b""
-            )
+            data = Path(path).read_bytes() if st.S_ISREG(mode) else b""
+            if st.S_ISLNK(mode):
+                data = os.readlink(path).encode()
             out[os.path.relpath(path, top)] = (st.S_IFMT(mode), data)
     return out
 
