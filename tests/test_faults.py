@@ -386,7 +386,8 @@ def test_a_disk_that_fills_during_a_sweep_ends_in_lines_and_records_not_tracebac
     out = tiny_disk / "out"
     ran = cli("-m", "+experiment=quick/matmul", *FAST, "experiment.size=16,32", f"results.store={out}", rc=None)
     assert ran.rc != 0 and "Traceback" not in ran.out + ran.err
-    assert "sweep: 1 jobs: 1 error" in ran.out, ran.out
+    assert "sweep: 1 jobs: 1 error, 1 not tried" in ran.out, ran.out
+    assert "not tried: job 1 (experiment.size=32)" in ran.out, "the sweep says which points it never tried"
     assert "results.csv: No space left on device" in ran.out
     assert f"results.store={out}: cannot write in" in ran.err, "the next point could not even start"
     (record,) = [RunRecord.read(p.parent) for p in out.rglob("run.json")]
@@ -397,8 +398,9 @@ def test_a_disk_that_fills_during_a_sweep_ends_in_lines_and_records_not_tracebac
 def test_a_claim_that_cannot_be_written_leaves_no_empty_claim(tiny_disk):
     (tiny_disk / ".perflab" / "claims").mkdir(parents=True)
     fill(tiny_disk)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as err:
         point_claims.claim(tiny_disk, "h", tiny_disk / "a", stale_s=60)
+    assert err.value.filename == str(tiny_disk / ".perflab" / "claims" / "h.json"), "ENOSPC names its file"
     assert not list((tiny_disk / ".perflab" / "claims").iterdir()), "nobody waits on an empty claim"
 
 

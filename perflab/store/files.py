@@ -16,7 +16,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from perflab.errors import ConfigError
 
@@ -134,6 +134,18 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         raise
 
 
+@contextlib.contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """An OSError raised within names ``path`` where it names no file: a write or fsync that
+    fails for a full disk or an I/O error says only ``[Errno 28] No space left on device``."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno is not None and err.filename is None:
+            raise type(err)(err.errno, err.strerror, str(path)) from None
+        raise
+
+
 def os_line(err: OSError) -> str:
     """An OSError in one line naming its file: ``outputs/runs/x/results.csv: No space left on device``."""
     return f"{err.filename}: {err.strerror}" if err.filename and err.strerror else str(err)
@@ -147,7 +159,7 @@ def rewrite_in_place(path: Path, data: bytes) -> None:
     """Overwrite an existing small file within the blocks it already holds: what still works
     on a full disk, where write_atomic cannot get a block for its temp file. Not atomic: only
     for a record whose reader takes a half-written one as unreadable (run.json: not done)."""
-    with open(target(path), "r+b") as f:
+    with naming(path), open(target(path), "r+b") as f:
         f.write(data)
         f.truncate()
         f.flush()
@@ -171,13 +183,9 @@ def append_text(path: Path, text: str, header: str = "") -> None:
             f.seek(size - 1)
             if f.read(1) != b"\n":
                 prefix = b"\n"
-        try:
+        with naming(path):  # a full disk names no file
             f.write(prefix + text.encode())
             f.flush()
-        except OSError as err:
-            if err.errno is not None and err.filename is None:  # name the file (a full disk says none)
-                raise type(err)(err.errno, err.strerror, str(path)) from None
-            raise
 
 
 def check_dir(key: str, path: Path, shown: str | None = None) -> None:

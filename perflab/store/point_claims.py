@@ -134,7 +134,7 @@ def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim 
             _take_over(path, holder)
             continue
         try:
-            with os.fdopen(fd, "wb") as f:
+            with files.naming(path), os.fdopen(fd, "wb") as f:
                 f.write(body)
                 f.flush()
                 os.fsync(f.fileno())
