@@ -337,7 +337,7 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
     if len(chosen) > 1:  # Hydra answers in its config-file syntax ("override experiment: ...")
         return (
             f"+experiment={chosen[1]}: a second experiment (+experiment={chosen[0]} is given); allowed: one "
-            f"+experiment=NAME, or a sweep of several: perflab -m +experiment={','.join(chosen)}"
+            "+experiment=NAME per command (one command for each experiment)"
         )
     for arg in args:
         key, _, value = arg.lstrip("+~").partition("=")
