@@ -89,8 +89,11 @@ def not_a_folder(path: Path) -> str | None:
         return None
     if kind != "a directory":
         return f"{kind}, not a folder"
-    if not os.access(path, os.R_OK | os.X_OK):
-        return "cannot read it (Permission denied)"
+    try:  # tried for real (as this process's effective user): no permission, a dead mount
+        with os.scandir(path):
+            pass
+    except OSError as err:
+        return f"cannot read it ({err.strerror})"
     return None
 
 
