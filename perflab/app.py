@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args:
             print(registry.listing())
             return 0
-        if args[0] in ("--version", "-V"):
+        if args[0] in ("--version", "-V") or "--version" in args:  # perflab's, never Hydra's "Hydra 1.3.8"
             print(version_line())
             return 0
         if args[0] in SUBCOMMANDS:

@@ -209,7 +209,16 @@ class Refused(ValueError):
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse for perflab's commands: a mistake is one line and exit code 2, without the
-    usage block argparse prints first (``--help`` still shows it)."""
+    usage block argparse prints first (``--help`` still shows it). No prefix of a flag stands
+    for it (``--pl`` is not ``--plot``): a mistyped flag gets a did-you-mean instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        unknown = message.partition("unrecognized arguments: ")[2].split()
+        flag = next((a.partition("=")[0] for a in unknown if a.startswith("-")), None)
+        close = difflib.get_close_matches(flag, list(self._option_string_actions), n=1) if flag else []
+        hint = f"; did you mean {close[0]}?" if close else ""
+        self.exit(2, f"{self.prog}: error: {message}{hint} (see --help)\n")

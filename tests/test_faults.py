@@ -517,6 +517,19 @@ def test_command_line_mistakes_of_the_tools_are_one_line_without_a_usage_block(c
         assert err.startswith(f"perflab {command}: error: ") and err.rstrip().endswith("(see --help)")
 
 
+@pytest.mark.parametrize(
+    "command, argv, hint",
+    [("compare", ["--plt", "plots", "outputs"], "did you mean --plot?"), ("results", ["--n", "3"], "did you mean -n?")],
+)
+def test_a_tools_mistyped_flag_is_never_taken_for_a_prefix_and_gets_a_did_you_mean(command, argv, hint, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as code:
+        importlib.import_module(f"perflab.{command}").main(argv)
+    err = capsys.readouterr().err
+    assert code.value.code == 2 and len(err.strip().splitlines()) == 1 and hint in err, err
+
+
 @pytest.mark.slow
 def test_training_resumes_from_the_newest_valid_checkpoint_when_the_newest_is_empty(cli, work):
     args = ["+experiment=quick/train", *FAST, "data.train_size=256", "results.table=false"]
