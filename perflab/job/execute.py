@@ -3,7 +3,9 @@ of a sweep, on any launcher), ``perflab.run()`` and the tests all take.
 
   check     the typed config, the experiment, every output path        (no torch yet)
   skip?     in a sweep: the point is done already (its run.json says so) -> reuse its rows
-  claim     in a sweep: this point is ours, or wait for whoever measures it
+  claim     in a sweep: this point is ours, or wait for whoever measures it; checked before and
+            after each row and the done mark (fencing): taken over while this process was
+            paused, what it measured is set aside and the taker's rows stand
   devices   resolve them; missing ones are an error or a ``skipped`` row  (perflab.job.runner: open)
   refute    the experiment's ``check`` against those devices (TF32 on a CPU), before run.json
             says "running"                                           (runner: run)
@@ -100,6 +102,8 @@ def execute(cfg: DictConfig, place: Place) -> Result:
 
             return runner.GuardedJob(settings, experiment, peaks, place, record, identity, claim).go()
         except point_claims.TakenOver as lost:  # paused past claim_stale_s: the taker's rows stand
+            if not fenced:
+                raise
             moved = set_aside_earlier_run(place.run_dir, TAKEN_OVER)
             aside = f"; what it measured here is set aside in {moved}" if moved else ""
             log.warning("perflab: %s%s", lost, aside)
