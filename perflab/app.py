@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args:
             print(registry.listing())
             return 0
-        if args[0] in ("--version", "-V"):
+        if args[0] in ("--version", "-V") or "--version" in args:  # perflab's, never Hydra's "Hydra 1.3.8"
             print(version_line())
             return 0
         if args[0] in SUBCOMMANDS:
@@ -319,7 +319,11 @@ def _with_plus(arg: str) -> str:
 
 def front_door_mistake(args: Sequence[str]) -> str | None:
     """The line for what people type first and Hydra answers in its own words: a bare word (an
-    experiment's name, a command), ``+experiments=``, a misspelt preset."""
+    experiment's name, a command), a mistyped flag, ``+experiments=``, a misspelt preset, a
+    second experiment."""
+    flag = unknown_flag(args)
+    if flag is not None:
+        return flag
     skip = False
     for arg in args:
         if skip:
@@ -339,6 +343,12 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
             f"perflab {'|'.join(SUBCOMMANDS)} ..., perflab --help"
         )
     keys = [arg.lstrip("+~").partition("=")[0] for arg in args if "=" in arg and not arg.startswith("-")]
+    chosen = [a.lstrip("+").partition("=")[2] for a in args if a.lstrip("+").startswith("experiment=")]
+    if len(chosen) > 1:  # Hydra answers in its config-file syntax ("override experiment: ...")
+        return (
+            f"+experiment={chosen[1]}: a second experiment (+experiment={chosen[0]} is given); allowed: one "
+            "+experiment=NAME per command (one command for each experiment)"
+        )
     for arg in args:
         key, _, value = arg.lstrip("+~").partition("=")
         dirs = user_config_dirs(args)
@@ -357,10 +367,35 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
         for arg in args:
             key = arg.lstrip("+~").partition("=")[0]
             if "=" in arg and not arg.startswith("-") and key.split(".")[0] not in (*known, "hydra", "launcher"):
-                return unknown_key(key, arg.partition("=")[2], known).line()
+                return unknown_key(key, arg.partition("=")[2], known, at="").line()
         if any(k.split(".")[0] not in ("hydra", "launcher") for k in keys):
             return "experiment: missing; allowed: +experiment=NAME before the other keys (perflab lists the names)"
     return None
+
+
+def unknown_flag(args: Sequence[str]) -> str | None:
+    """A flag that is neither perflab's nor Hydra's (``--versio``, ``-mm``): argparse would take a
+    prefix of a flag for it (``--versio``: Hydra's version, exit 0) or merge short ones."""
+    from hydra._internal.utils import get_args_parser
+
+    known = sorted(get_args_parser()._option_string_actions)
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        name = arg.partition("=")[0]
+        if name in FLAGS_WITH_VALUE and "=" not in arg:
+            skip = True
+        if not arg.startswith("-") or name in known or arg == "-":
+            continue
+        hint = _did_you_mean(name, known)
+        return f"{arg}: not a flag of perflab;{hint} allowed: {', '.join(MAIN_FLAGS)} (perflab --help)"
+    return None
+
+
+# The flags people use (every one of Hydra's is taken: perflab --hydra-help lists them).
+MAIN_FLAGS = ("-m/--multirun", "--help", "--version", "--cfg job", "--config-dir DIR", "--hydra-help")
 
 
 def preset_names(config_dirs: Sequence[Path] = ()) -> list[str]:

@@ -100,7 +100,7 @@ class Chapter:
         structured config) and against the experiments here; :class:`Unreadable` otherwise."""
         path = folder / PLAN
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(files.read_text(path))
             if not isinstance(data, dict):
                 raise ValueError(f"JSON {type(data).__name__}, not an object")
             chapter = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), data))

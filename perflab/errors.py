@@ -68,7 +68,8 @@ def one_line(exc: BaseException) -> str:
     parent = getattr(cause, "parent_node", None)
     if override and parent is not None and hasattr(parent, "keys"):
         key, value = override.group(1), override.group(2).strip()
-        return unknown_key(key, value, [str(k) for k in parent if k != "hydra"]).line()
+        at = parent._get_full_key(None) if hasattr(parent, "_get_full_key") else None
+        return unknown_key(key, value, [str(k) for k in parent if k != "hydra"], at).line()
     unparsed = getattr(exc, "override", None)
     if unparsed is not None:  # Hydra's grammar could not read the override at all
         key, _, value = str(unparsed).lstrip("+~").partition("=")
@@ -165,9 +166,18 @@ def _section_keys(node: Any, full_key: str | None, key: Any) -> list[str]:
 TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "bool": "true or false"}
 
 
-def unknown_key(key: str, value: Any, known: Sequence[str]) -> ConfigError:
-    """A key no schema has (``bench.repeat``), with a did-you-mean and the keys beside it."""
+def unknown_key(key: str, value: Any, known: Sequence[str], at: str | None = None) -> ConfigError:
+    """A key no schema has (``bench.repeat``), with a did-you-mean and the keys beside it.
+    ``at``: where ``known`` are the keys (``""``: the top level), when that is not the key's own
+    section: ``benchh.repeats`` is a mistyped group ``benchh`` (did you mean bench.repeats?)."""
     section, _, name = key.rpartition(".")
+    if at is not None and section != at:  # a section on the way is what is unknown
+        rest = key[len(at) + 1 :] if at else key
+        first, _, tail = rest.partition(".")
+        close = difflib.get_close_matches(first, known, n=1)
+        hint = f"; did you mean {at + '.' if at else ''}{close[0]}.{tail}?" if close else ""
+        where = at or "the top level"
+        return ConfigError(key, value, f"the keys under {where}: {', '.join(known)}", problem=f"unknown key{hint}")
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {section + '.' if section else ''}{close[0]}?" if close else ""
     where = section or "the top level"
@@ -199,7 +209,16 @@ class Refused(ValueError):
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse for perflab's commands: a mistake is one line and exit code 2, without the
-    usage block argparse prints first (``--help`` still shows it)."""
+    usage block argparse prints first (``--help`` still shows it). No prefix of a flag stands
+    for it (``--pl`` is not ``--plot``): a mistyped flag gets a did-you-mean instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        unknown = message.partition("unrecognized arguments: ")[2].split()
+        flag = next((a.partition("=")[0] for a in unknown if a.startswith("-")), None)
+        close = difflib.get_close_matches(flag, list(self._option_string_actions), n=1) if flag else []
+        hint = f"; did you mean {close[0]}?" if close else ""
+        self.exit(2, f"{self.prog}: error: {message}{hint} (see --help)\n")

@@ -67,6 +67,12 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
     return df
 
 
+def _no_folder(path: Path) -> str:
+    """Why ``path`` is no results tree to read: missing, or what sits there instead (a FIFO)."""
+    kind = files.kind_of(path)
+    return "no such folder" if kind == "missing" else f"{kind}, not a folder"
+
+
 def read_samples(path: Path, notes: Notes):
     """One run dir's samples.csv (an empty frame if it has none, or one that is a symlink or not
     a regular file: ``notes`` says the latter)."""
@@ -244,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif words and words[0] == "reindex":
             top = Path(words[1]) if len(words) > 1 else Path("outputs")
             if not top.is_dir():
-                raise LookupError(f"{top}: no such folder (give the results tree)")
+                raise LookupError(f"{top}: {_no_folder(top)} (give the results tree)")
             if not tree.is_store(top):  # it would write .perflab/ there and read every run below
                 raise LookupError(f"{top}: not a results tree; allowed: a folder holding runs/, sweeps/ or .perflab/")
             for part in ("done", "index"):  # claims stay: they are sweeps running now, not derived
@@ -260,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif len(words) <= 1:
             top = Path(words[0]) if words else Path("outputs")
             if not top.is_dir():
-                raise LookupError(f"{top}: no such folder (run an experiment first, or give the results tree)")
+                raise LookupError(f"{top}: {_no_folder(top)} (run an experiment first, or give the results tree)")
             print(listing(top, args.n))
         else:
             parser.error(f"unknown command: {' '.join(words)}")

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import subprocess
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -21,7 +24,7 @@ from perflab.results import load
 from perflab.store import point_claims
 from perflab.store.rundir import RunRecord
 
-from conftest import FAST
+from conftest import FAST, cpu_only, run_subprocess
 
 
 def point_hash(*overrides: str) -> str:
@@ -79,6 +82,257 @@ def test_a_sweep_waits_for_an_empty_claim_file_with_its_name_then_takes_it_over(
     assert "sweep: 1 jobs: 1 ok" in ran.out and not claim.exists()
 
 
+# --- the hostile table: one line, exit 2, nothing changed --------------------------------------
+#
+# Each case: how to set up the scratch folder, the command line, the exit code, and a phrase the
+# one line on stderr must hold. Every case also checks that nothing in the folder changed (each
+# file's kind and bytes, hashed before and after) and that no results were written. Add a case
+# by adding a row; a case that would hang fails after HANG_S instead (SIGALRM).
+
+HANG_S = 120
+
+
+def make(path, kind: str) -> None:
+    """Something that is not a regular file, at ``path``: what no reader may block on."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        import socket
+
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))  # the file stays after the socket is closed: nobody listens
+        server.close()
+    elif kind == "device":
+        path.symlink_to("/dev/zero")  # a reader would never reach its end
+    elif kind == "loop":
+        path.symlink_to(path.name)
+
+
+SAID = {
+    "fifo": "a FIFO",
+    "socket": "a socket",
+    "device": "a character device",
+    "loop": "unreachable (Too many levels of symbolic links)",
+}
+KINDS = list(SAID)
+MATMUL = ["+experiment=quick/matmul", *FAST, "results.table=false"]
+TRAIN = ["+experiment=quick/train", *FAST, "data=fashion_mnist", "results.table=false"]
+
+
+def _input_cases():
+    """Every place perflab reads a file or folder from, with each kind of thing that is not one."""
+    for kind in KINDS:
+        yield pytest.param(
+            lambda w, k=kind: make(w / "peaks.json", k),
+            [*MATMUL, "results.peaks=peaks.json"],
+            2,
+            f"results.peaks=peaks.json: {SAID[kind]}",
+            id=f"peaks-{kind}",
+        )
+        yield pytest.param(
+            lambda w, k=kind: make(w / "conf" / "experiment" / "mine.yaml", k),
+            ["--config-dir", "conf", "+experiment=mine", *FAST],
+            2,
+            f"mine.yaml: {SAID[kind]}",
+            id=f"preset-{kind}",
+        )
+        yield pytest.param(
+            lambda w, k=kind: make(w / "conf" / "model" / "other.yaml", k),
+            ["--config-dir", "conf", *MATMUL],
+            2,
+            f"other.yaml: {SAID[kind]}",
+            id=f"config-{kind}",
+        )
+        yield pytest.param(
+            lambda w, k=kind: make(w / "root", k),
+            [*TRAIN, "data.root=root"],
+            2,
+            f"data.root=root: {SAID[kind]}",
+            id=f"data-root-{kind}",
+        )
+        yield pytest.param(
+            lambda w, k=kind: make(w / "tree", k),
+            ["results", "tree"],
+            2,
+            f"tree: {SAID[kind]}",
+            id=f"tree-{kind}",
+        )
+        yield pytest.param(
+            lambda w, k=kind: make(w / "ledger.csv", k),
+            [*MATMUL, "results.ledger=ledger.csv"],
+            2,
+            f"results.ledger=ledger.csv: {SAID[kind]}",
+            id=f"ledger-{kind}",
+        )
+
+
+HOSTILE = [
+    *_input_cases(),
+    # a bad value anywhere in a sweep: refused before any point runs
+    pytest.param(
+        None,
+        ["-m", *MATMUL, "devices.spec=cpu,tpu:0"],
+        2,
+        "'tpu:0' is not a device name; in point #1",
+        id="sweep-bad-device",
+    ),
+    pytest.param(None, ["-m", *MATMUL, "experiment.size=16,-1"], 2, "so no point was run", id="sweep-bad-size"),
+    pytest.param(None, [*MATMUL, "devices.spec=[cuda:0,cuda:0]"], 2, "a device is listed twice", id="device-twice"),
+    pytest.param(
+        None,
+        [*MATMUL, "devices.count=3", "devices.spec=[cpu,cpu]"],
+        2,
+        "devices.count=3: allowed: null or 2",
+        id="device-count",
+    ),
+    # mistakes of the command line: a did-you-mean in its own syntax
+    pytest.param(None, ["--versio"], 2, "--versio: not a flag of perflab; did you mean --version?", id="flag-prefix"),
+    pytest.param(None, ["-mm", *MATMUL], 2, "-mm: not a flag of perflab; did you mean -m?", id="flag-doubled"),
+    pytest.param(None, ["--cfgg", "job", *MATMUL], 2, "did you mean --cfg?", id="flag-typo"),
+    pytest.param(
+        None,
+        [*MATMUL, "benchh.repeats=3"],
+        2,
+        "benchh.repeats=3: unknown key; did you mean bench.repeats?",
+        id="key-group-typo",
+    ),
+    pytest.param(
+        None,
+        [*MATMUL, "+experiment=quick/train"],
+        2,
+        "+experiment=quick/train: a second experiment (+experiment=quick/matmul is given)",
+        id="second-experiment",
+    ),
+    pytest.param(None, [*MATMUL, "results.claim_stale_s=0"], 2, "results.claim_stale_s=0", id="stale-zero"),
+]
+
+
+def snapshot(top) -> dict[str, tuple[str, bytes]]:
+    """Every entry under ``top``: its kind and, for a regular file, its bytes (nothing opened
+    that could block: FIFOs, sockets and links are only looked at)."""
+    import stat as st
+
+    out = {}
+    for here, dirs, names in os.walk(top):
+        for name in dirs + names:
+            path = os.path.join(here, name)
+            mode = os.lstat(path).st_mode
+            if st.S_ISDIR(mode):  # folders come with what is in them (Hydra's empty outputs/runs/ aside)
+                continue
+            data = Path(path).read_bytes() if st.S_ISREG(mode) else b""
+            if st.S_ISLNK(mode):
+                data = os.readlink(path).encode()
+            out[os.path.relpath(path, top)] = (st.S_IFMT(mode), data)
+    return out
+
+
+@pytest.fixture
+def no_hang():
+    def hung(signum, frame):
+        raise TimeoutError(f"still waiting after {HANG_S} s: a reader blocked")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(HANG_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("setup, args, rc, phrase", HOSTILE)
+def test_hostile_cases_are_one_line_and_change_nothing(cli, work, no_hang, setup, args, rc, phrase):
+    if setup is not None:
+        setup(work)
+    before = snapshot(work)
+    ran = cli(*args, rc=rc)
+    said = ran.err.strip().splitlines()
+    assert len(said) == 1 and phrase in said[0], ran.err
+    assert "Traceback" not in ran.out + ran.err
+    assert snapshot(work) == before, "nothing written, nothing changed"
+
+
+@cpu_only
+def test_a_gpu_only_timer_without_a_gpu_is_refused(cli, work):
+    ran = cli(*MATMUL, "bench.timer=cuda_event", rc=2)
+    assert "bench.timer=cuda_event: this job runs on cpu, no CUDA device; allowed: auto, wall_sync" in ran.err
+    assert not (work / "outputs").exists() or not list(work.rglob("results.csv"))
+
+
+# --- torn and damaged store parts: measured again or rebuilt, and said ----------------------------
+
+
+def test_a_done_point_whose_rows_are_torn_is_measured_again(cli, work):
+    args = ["-m", *MATMUL]
+    cli(*args)
+    (first,) = work.glob("outputs/sweeps/*/0/results.csv")
+    first.write_bytes(first.read_bytes()[:-40])  # cut short: a full disk, a copy that stopped
+    ran = cli(*args)
+    assert f"{first.parent.relative_to(work)} completed this point, but its results.csv holds 0 of its" in ran.out
+    assert "measuring it again" in ran.out and "sweep: 1 jobs: 1 ok" in ran.out
+    assert first.read_bytes().endswith(first.read_bytes()[-10:]), "the torn file is left as it is"
+
+
+@pytest.mark.parametrize("part", ["done", "claims", "done/HASH", "done/HASH/MARKER"])
+def test_a_derived_part_of_the_wrong_kind_is_rebuilt_and_said(cli, work, part):
+    args = ["-m", *MATMUL]
+    cli(*args)
+    meta = work / "outputs" / ".perflab"
+    (hashed,) = (meta / "done").iterdir()
+    (marker,) = hashed.iterdir()
+    where = meta / part.replace("HASH", hashed.name).replace("MARKER", marker.name)
+    import shutil
+
+    shutil.rmtree(where) if where.is_dir() else where.unlink()
+    where.mkdir() if part.endswith("MARKER") else where.write_text("x")  # the wrong kind
+    ran = cli(*args)
+    assert f"{where.relative_to(work)} " in ran.out and ("not a folder" in ran.out or "not a done marker" in ran.out)
+    assert "sweep: 1 jobs: 1 done" in ran.out, "the point done before is still found: nothing measured twice"
+
+
+# --- a claim lost while its holder was paused -------------------------------------------------
+
+
+def test_a_holder_paused_past_its_claim_records_nothing_when_it_resumes(work):
+    """A real SIGSTOP while the point is being measured: the paused sweep's claim goes stale, a
+    second sweep takes the point over and measures it; resumed, the first records nothing (it
+    checks its claim before each row), says so in one line and reuses the taker's rows."""
+    args = ["-m", "+experiment=quick/matmul", *FAST, "bench.min_time_s=1", "results.claim_stale_s=3"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "perflab", *args, "results.table=false"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    claims = work / "outputs" / ".perflab" / "claims"
+    try:
+        for _ in range(30000):  # run.json says "running" as the measuring starts (it lasts seconds)
+            running = list(work.glob("outputs/sweeps/*/0/run.json"))
+            if running or first.poll() is not None:
+                break
+            time.sleep(0.01)
+        os.kill(first.pid, signal.SIGSTOP)
+        assert running, "the first sweep never started measuring"
+        (held,) = claims.glob("*.json")
+        while time.time() - held.stat().st_mtime <= 4:  # stale now: no heartbeat while stopped
+            time.sleep(0.2)
+        second = run_subprocess(*args, "results.table=false", cwd=work)
+        assert "took over" in second.stdout + second.stderr and "sweep: 1 jobs: 1 ok" in second.stdout
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    out, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, out
+    (line,) = [x for x in out.splitlines() if "taken over by" in x] or [out]
+    assert "while this process was paused" in line and "results.claim_stale_s=3" in line, out
+    assert "sweep: 1 jobs: 1 done" in out, out
+    rows = load(work / "outputs")
+    assert rows["run_id"].nunique() == 1, "the point is measured once: by the sweep that took it over"
+    assert len(list((work / "outputs" / ".perflab" / "done").rglob("*-*"))) == 1
+    assert list(work.glob("outputs/sweeps/*/0/.taken-over/*/run.json")), "what it had measured is kept aside"
+
+
 # --- a full disk --------------------------------------------------------------------------------
 
 
@@ -132,7 +386,8 @@ def test_a_disk_that_fills_during_a_sweep_ends_in_lines_and_records_not_tracebac
     out = tiny_disk / "out"
     ran = cli("-m", "+experiment=quick/matmul", *FAST, "experiment.size=16,32", f"results.store={out}", rc=None)
     assert ran.rc != 0 and "Traceback" not in ran.out + ran.err
-    assert "sweep: 1 jobs: 1 error" in ran.out, ran.out
+    assert "sweep: 1 jobs: 1 error, 1 not tried" in ran.out, ran.out
+    assert "not tried: job 1 (experiment.size=32)" in ran.out, "the sweep says which points it never tried"
     assert "results.csv: No space left on device" in ran.out
     assert f"results.store={out}: cannot write in" in ran.err, "the next point could not even start"
     (record,) = [RunRecord.read(p.parent) for p in out.rglob("run.json")]
@@ -143,8 +398,9 @@ def test_a_disk_that_fills_during_a_sweep_ends_in_lines_and_records_not_tracebac
 def test_a_claim_that_cannot_be_written_leaves_no_empty_claim(tiny_disk):
     (tiny_disk / ".perflab" / "claims").mkdir(parents=True)
     fill(tiny_disk)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as err:
         point_claims.claim(tiny_disk, "h", tiny_disk / "a", stale_s=60)
+    assert err.value.filename == str(tiny_disk / ".perflab" / "claims" / "h.json"), "ENOSPC names its file"
     assert not list((tiny_disk / ".perflab" / "claims").iterdir()), "nobody waits on an empty claim"
 
 
@@ -259,6 +515,19 @@ def test_command_line_mistakes_of_the_tools_are_one_line_without_a_usage_block(c
         err = capsys.readouterr().err
         assert code.value.code == 2 and len(err.strip().splitlines()) == 1 and "usage:" not in err, err
         assert err.startswith(f"perflab {command}: error: ") and err.rstrip().endswith("(see --help)")
+
+
+@pytest.mark.parametrize(
+    "command, argv, hint",
+    [("compare", ["--plt", "plots", "outputs"], "did you mean --plot?"), ("results", ["--n", "3"], "did you mean -n?")],
+)
+def test_a_tools_mistyped_flag_is_never_taken_for_a_prefix_and_gets_a_did_you_mean(command, argv, hint, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as code:
+        importlib.import_module(f"perflab.{command}").main(argv)
+    err = capsys.readouterr().err
+    assert code.value.code == 2 and len(err.strip().splitlines()) == 1 and hint in err, err
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from typing import Sequence
 from perflab.config import registry
 from perflab.config.schema import OPTIONAL_SECTIONS, PerflabConfig
 from perflab.errors import ConfigError, KeyOnly, Refused, one_line, preset_named_like
+from perflab.store import files
 
 
 def register() -> None:
@@ -148,16 +149,21 @@ def check_search_path(overrides: Sequence[str]) -> None:
         return
     ours = registry.config_dir() / "experiment"
     taken = set(registry.choices()) | {p.relative_to(ours).with_suffix("").as_posix() for p in ours.rglob("*.yaml")}
-    files: dict[str, Path] = {}
+    for folder in dirs:  # Hydra reads these: a FIFO would block it, a device never end
+        for path in sorted(folder.rglob("*.yaml")):
+            kind = files.not_regular(path)
+            if kind is not None:
+                raise KeyOnly(str(path), path.name, "a YAML file (a preset or a config group's option)", f"{kind}")
+    found: dict[str, Path] = {}
     for folder in dirs:
         for path in sorted((folder / "experiment").rglob("*.yaml")):
             name = path.relative_to(folder / "experiment").with_suffix("").as_posix()
             if name in taken:
                 problem, allowed = preset_named_like(name, experiment=name in registry.declared())
                 raise KeyOnly(str(path), name, allowed, problem)
-            files.setdefault(name, path)  # the first folder's, as Hydra finds it
-    lists = {name: _defaults(path, name) for name, path in files.items()}
-    for name, path in files.items():
+            found.setdefault(name, path)  # the first folder's, as Hydra finds it
+    lists = {name: _defaults(path, name) for name, path in found.items()}
+    for name, path in found.items():
         loop = _loop(name, lists)
         if loop:
             raise KeyOnly(
@@ -175,7 +181,7 @@ def _defaults(path: Path, name: str) -> list[str]:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(files.read_text(path))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return []
     entries = data.get("defaults") if isinstance(data, dict) else None
@@ -253,7 +259,7 @@ def _header(path: Path) -> dict:
     from hydra.plugins.config_source import ConfigSource
 
     try:
-        return ConfigSource._get_header_dict(path.read_text())
+        return ConfigSource._get_header_dict(files.read_text(path))
     except (OSError, ValueError):
         return {}
 
@@ -265,7 +271,7 @@ def _declaring_package(name: str, preset: Path) -> str | None:
 
     for folder in list(preset.resolve().parents)[:4]:
         try:
-            project = tomllib.loads((folder / "pyproject.toml").read_text()).get("project", {})
+            project = tomllib.loads(files.read_text(folder / "pyproject.toml")).get("project", {})
         except (OSError, tomllib.TOMLDecodeError):
             continue
         if name in project.get("entry-points", {}).get(registry.GROUP, {}):

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 from perflab.config import contract
 from perflab.config.schema import PerflabConfig
 from perflab.errors import ConfigError, first_line
+from perflab.store import files
 
 if TYPE_CHECKING:
     from pandas import DataFrame
@@ -168,6 +169,14 @@ class Experiment:
 
     def check(self, settings: PerflabConfig, devices: Sequence[Any]) -> None:
         """Raise ConfigError for a config these devices cannot run; before any work."""
+        if settings.bench.timer == "cuda_event" and devices and not any(d.type == "cuda" for d in devices):
+            on = ", ".join(d.name for d in devices)
+            raise ConfigError(
+                "bench.timer",
+                "cuda_event",
+                "auto, wall_sync or torch_utils_benchmark (CUDA events time a CUDA device)",
+                problem=f"this job runs on {on}, no CUDA device",
+            )
         fn = self.hooks.check
         if fn:
             fn(settings, devices)
@@ -306,7 +315,11 @@ def presets(folder: Path | None = None) -> dict[str, str]:
     each with the first line of its comment."""
     found = {}
     for path in sorted(((folder or config_dir()) / "experiment").glob("*.yaml")):
-        comments = [line.lstrip("# ").strip() for line in path.read_text().splitlines() if line.startswith("#")]
+        try:
+            text = files.read_text(path)
+        except (OSError, ValueError):  # not a file to read (a FIFO): composing refuses it in one line
+            text = ""
+        comments = [line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("#")]
         found[path.stem] = next((c for c in comments if c and not c.startswith("@package")), "")
     return found
 

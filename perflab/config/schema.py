@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, cast
@@ -45,6 +46,10 @@ LATER = {"later": True}
 def volatile(default: Any) -> Any:
     """A field that says where/how results are kept, not what is measured (left out of the run's hash)."""
     return field(default=default, metadata=VOLATILE)
+
+
+DEVICE_NAME = re.compile(r"^(cpu|mps|cuda)(?::(\d+))?$")
+SPEC_ALLOWED = "auto, cpu, cuda, mps, or a list like [cuda:0,cuda:1], [cpu], [cuda:0,cpu]"
 
 
 def require(ok: bool, key: str, value: Any, allowed: str) -> None:
@@ -99,14 +104,34 @@ class DevicesConfig:
         if self.count is not None:
             require(self.count >= 1, "count", self.count, "null or an integer >= 1")
         one_of(self, "on_missing", ("auto", "error", "skip"))
-        if isinstance(self.spec, str):
+        if isinstance(self.spec, str) and self.spec in ("auto", "cpu", "cuda", "mps"):
             return
-        require(
-            isinstance(self.spec, (list, tuple)) and len(self.spec) > 0,
-            "spec",
-            self.spec,
-            "auto, cpu, cuda, mps, or a non-empty list like [cuda:0,cuda:1]",
-        )
+        if not isinstance(self.spec, str):
+            require(
+                isinstance(self.spec, (list, tuple)) and len(self.spec) > 0,
+                "spec",
+                self.spec,
+                "auto, cpu, cuda, mps, or a non-empty list like [cuda:0,cuda:1]",
+            )
+        self.parsed()  # a name that is no device is a bad value on any machine: refused before any point runs
+
+    def parsed(self) -> list[tuple[str, int | None]]:
+        """An explicit spec as (type, index) pairs, checked without looking at the machine (no
+        torch): every name a device name, each accelerator once, ``count`` the list's length."""
+        names = [self.spec] if isinstance(self.spec, str) else [str(s) for s in self.spec]
+        parsed: list[tuple[str, int | None]] = []
+        for name in names:
+            m = DEVICE_NAME.match(name.strip())
+            if not m:
+                raise ConfigError("spec", self.spec, SPEC_ALLOWED, problem=f"'{name}' is not a device name")
+            kind, index = m.group(1), int(m.group(2)) if m.group(2) is not None else None
+            parsed.append((kind, 0 if kind == "cuda" and index is None else index))
+        accelerators = [p for p in parsed if p[0] != "cpu"]
+        if len(set(accelerators)) != len(accelerators):
+            raise ConfigError("spec", self.spec, "each GPU at most once", problem="a device is listed twice")
+        if self.count is not None and self.count != len(names):
+            raise ConfigError("count", self.count, f"null or {len(names)} (the length of devices.spec)")
+        return parsed
 
 
 @dataclass

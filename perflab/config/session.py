@@ -22,6 +22,7 @@ class Session:
     sweep_exit: int | None = None  # set by the sweep's summary
     unsaved: dict[str, Any] = field(default_factory=dict)  # job dir name -> a RunRecord no disk would take
     uids: list[str] = field(default_factory=list)  # the ends of the run / sweep folder names made
+    points: list[list[str]] = field(default_factory=list)  # a sweep's points, as their overrides
 
     def exit_code(self) -> int:
         if self.sweep_exit is not None:

@@ -3,7 +3,9 @@ of a sweep, on any launcher), ``perflab.run()`` and the tests all take.
 
   check     the typed config, the experiment, every output path        (no torch yet)
   skip?     in a sweep: the point is done already (its run.json says so) -> reuse its rows
-  claim     in a sweep: this point is ours, or wait for whoever measures it
+  claim     in a sweep: this point is ours, or wait for whoever measures it; checked before and
+            after each row and the done mark (fencing): taken over while this process was
+            paused, what it measured is set aside and the taker's rows stand
   devices   resolve them; missing ones are an error or a ``skipped`` row  (perflab.job.runner: open)
   refute    the experiment's ``check`` against those devices (TF32 on a CPU), before run.json
             says "running"                                           (runner: run)
@@ -33,7 +35,7 @@ from perflab.job.ending import Place, Result, record_time, refuse, reuse, save_r
 from perflab.measure.peaks import Peaks
 from perflab.store import done_marks, files, point_claims, tree
 from perflab.store.rows import flatten
-from perflab.store.rundir import RunRecord, folder_id, rows_of, set_aside_earlier_run
+from perflab.store.rundir import TAKEN_OVER, RunRecord, folder_id, rows_of, set_aside_earlier_run
 
 log = logging.getLogger("perflab")
 
@@ -93,25 +95,42 @@ def execute(cfg: DictConfig, place: Place) -> Result:
     root = Path(settings.results.store)
 
     claim = None
-    if place.in_sweep and not settings.results.redo and not place.helper:
+    fenced = place.in_sweep and not settings.results.redo and not place.helper
+    while True:
+        if fenced:
+            got = claim_or_error(root, record, place, settings)
+            if not isinstance(got, point_claims.Claim):
+                return got
+            claim = got
         try:
-            got = claim_point(root, record, place, settings)
-        except OSError as err:  # a full disk, an I/O error: this point cannot be claimed, nor measured
-            line = f"cannot claim this point: {files.os_line(err)}"
-            log.error("perflab: %s", line)
-            record.outcome, record.error, record.finished = "error", line, record_time()
-            save_record(record, place)
-            return Result("error", place.run_dir, [], line)
-        if isinstance(got, Path):
-            return reuse(got, place, record)
-        claim = got
-    try:
-        from perflab.job import runner  # torch from here on
+            from perflab.job import runner  # torch from here on
 
-        return runner.GuardedJob(settings, experiment, peaks, place, record, identity).go()
-    finally:
-        if claim is not None:
-            claim.release()
+            return runner.GuardedJob(settings, experiment, peaks, place, record, identity, claim).go()
+        except point_claims.TakenOver as lost:  # paused past claim_stale_s: the taker's rows stand
+            if not fenced:
+                raise
+            moved = set_aside_earlier_run(place.run_dir, TAKEN_OVER)
+            aside = f"; what it measured here is set aside in {moved}" if moved else ""
+            log.warning("perflab: %s%s", lost, aside)
+            record.outcome, record.complete, record.error = "running", False, ""
+        finally:
+            if claim is not None:
+                claim.release()
+                claim = None
+
+
+def claim_or_error(root: Path, record: RunRecord, place: Place, settings: PerflabConfig) -> point_claims.Claim | Result:
+    """This sweep point claimed, or the job's end: reused (done before, or by the sweep we waited
+    for), or an error where the claim cannot be written (a full disk, an I/O error)."""
+    try:
+        got = claim_point(root, record, place, settings)
+    except OSError as err:
+        line = f"cannot claim this point: {files.os_line(err)}"
+        log.error("perflab: %s", line)
+        record.outcome, record.error, record.finished = "error", line, record_time()
+        save_record(record, place)
+        return Result("error", place.run_dir, [], line)
+    return reuse(got, place, record) if isinstance(got, Path) else got
 
 
 def check_overrides(overrides: Sequence[str]) -> None:

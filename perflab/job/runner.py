@@ -30,6 +30,7 @@ from perflab.measure.devices import Device, resolve
 from perflab.measure.environment import environment, subject
 from perflab.measure.peaks import Peaks
 from perflab.store import done_marks, files
+from perflab.store.point_claims import Claim, TakenOver
 from perflab.store.rows import RESULTS
 from perflab.store.rundir import RunRecord, RunWriter
 
@@ -48,11 +49,20 @@ class GuardedJob:
         place: Place,
         record: RunRecord,
         identity: dict[str, Any],
+        claim: Claim | None = None,
     ) -> None:
         self.settings, self.experiment, self.peaks = settings, experiment, peaks
         self.place, self.record, self.identity = place, record, identity
         r = settings.results
-        self.writer = RunWriter(place.run_dir, ledger=Path(r.ledger) if r.ledger else None, samples=r.samples)
+        self.fence = (
+            claim.fence if claim is not None else _unfenced
+        )  # a sweep point's claim, checked around each record
+        self.writer = RunWriter(
+            place.run_dir,
+            ledger=Path(r.ledger) if r.ledger else None,
+            samples=r.samples,
+            fence=claim.fence if claim is not None else None,
+        )
         self.devices: list[Device] = []
         self.skip_reason = ""  # a device this machine lacks, in a sweep: the job is one skipped row
         self.ctx: Context | None = None
@@ -212,12 +222,19 @@ class GuardedJob:
         record.finished = record_time()
         record.error = next((str(row["error"]) for row in rows if row.get("status") not in ("ok", "skipped")), "")
         record.error = record.error or next(iter(self.said), "")  # what stopped it, when its row could not be written
+        self.fence()  # a point taken over while we were paused: no record says we measured it
         save_record(record, place)
         if record.complete:
+            store = Path(self.settings.results.store)
             try:
-                done_marks.mark_done(Path(self.settings.results.store), record, place.run_dir)
+                done_marks.mark_done(store, record, place.run_dir)
             except OSError as err:
                 log.error("perflab: %s; a re-run of this sweep measures this point again", files.os_line(err))
+            try:
+                self.fence()
+            except TakenOver:
+                done_marks.unmark(store, record)
+                raise
         if rows and self.settings.results.table:
             e = self.experiment
             headline = [e.work(rows), *e.headline(rows), *e.beside_reference(rows)]
@@ -235,6 +252,10 @@ class GuardedJob:
         """A stop that ends the whole command (Ctrl-C, a stop signal outside SLURM) goes on."""
         if self.interrupted is not None:
             raise self.interrupted
+
+
+def _unfenced() -> None:
+    """No claim to check (a single run, ``results.redo=true``)."""
 
 
 def seed_everything(seed: int) -> None:

@@ -12,7 +12,7 @@ import logging
 import shutil
 import textwrap
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ class Summary:
     tally: Counter
     points: list[dict[str, str]]
     csv: Path | None
+    not_tried: list[str] = field(default_factory=list)  # "job 3 (experiment.size=48)": the sweep stopped first
+    no_csv: str = ""  # why there is no sweep.csv
 
     @property
     def exit_code(self) -> int:
@@ -47,7 +49,9 @@ class Summary:
 
     def line(self, sweep_dir: Path) -> str:
         counts = ", ".join(f"{self.tally[o]} {o}" for o in Outcome if self.tally[o])
-        return f"sweep: {sum(self.tally.values())} jobs: {counts or 'none'} -> {self.csv or sweep_dir}"
+        untried = f", {len(self.not_tried)} not tried" if self.not_tried else ""
+        where = self.csv or f"{sweep_dir} (no {SWEEP_CSV}: {self.no_csv})"
+        return f"sweep: {sum(self.tally.values())} jobs: {counts or 'none'}{untried} -> {where}"
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
@@ -66,9 +70,12 @@ def summarize(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> 
     tally: Counter = Counter()
     rows: list[dict[str, Any]] = []
     points = []
-    overrides = {job.name: _overrides(job) for job in job_dirs(sweep_dir)}
+    jobs = _jobs(sweep_dir, failures)
+    session = CURRENT.get()
+    every = session.points if session is not None else []
+    overrides = {job.name: _overrides(job) or _point(every, job.name) for job in jobs}
     varying = _varying(overrides)
-    for job in job_dirs(sweep_dir):
+    for job in jobs:
         record = RunRecord.read(job) or (failures or {}).get(job.name)
         outcome = record.outcome if record else "running"
         tally[outcome] += 1
@@ -88,16 +95,39 @@ def summarize(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> 
         )
     if not any(p["flags"] for p in points):
         points = [{k: v for k, v in p.items() if k != "flags"} for p in points]
-    csv = None
+    csv, no_csv = None, "no point wrote a row"
     if rows:
         try:
             files.write_atomic(sweep_dir / SWEEP_CSV, csv_text(rows))
             csv = sweep_dir / SWEEP_CSV
         except OSError as err:  # a full disk: the points' own results.csv still hold their rows
+            no_csv = files.os_line(err)
             log.error(
                 "perflab: sweep.csv not written (%s); each point's rows are in its results.csv", files.os_line(err)
             )
-    return Summary(tally, points, csv)
+    tried = {job.name for job in jobs}
+    swept = _varying({str(n): _point(every, str(n)) for n in range(len(every))})
+    not_tried = [
+        f"job {n} ({' '.join(f'{k}={v}' for k, v in _point(every, str(n)).items() if k in swept)})"
+        for n in range(len(every))
+        if str(n) not in tried
+    ]
+    return Summary(tally, points, csv, not_tried, no_csv)
+
+
+def _jobs(sweep_dir: Path, failures: dict[str, RunRecord] | None) -> list[Path]:
+    """The job dirs, and the jobs whose folder is gone but whose record a launcher or a full
+    disk left in ``failures``."""
+    gone = [sweep_dir / name for name in failures or {} if not (sweep_dir / name).is_dir()]
+    return sorted(
+        [*job_dirs(sweep_dir), *gone], key=lambda p: (int(p.name), "") if p.name.isdigit() else (1 << 30, p.name)
+    )
+
+
+def _point(every: list[list[str]], name: str) -> dict[str, str]:
+    """Point ``name``'s overrides from the sweep's list (for a job that left no folder)."""
+    n = int(name) if name.isdigit() else -1
+    return dict(o.lstrip("+~").split("=", 1) for o in every[n] if "=" in o) if 0 <= n < len(every) else {}
 
 
 def _overrides(job: Path) -> dict[str, str]:
@@ -128,10 +158,12 @@ def finish(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Sum
     summary = summarize(sweep_dir, failures)
     if summary.points:
         print(points_table(summary.points))
-        for job in job_dirs(sweep_dir):
+        for job in _jobs(sweep_dir, failures):
             record = RunRecord.read(job) or (failures or {}).get(job.name)
             if record and record.error and record.outcome not in ("ok", "done"):
                 print(textwrap.fill(f"job {job.name}: {record.error}", width=100, subsequent_indent="    "))
+    if summary.not_tried:  # the sweep stopped before these (a full disk, a folder Hydra could not make)
+        print(f"not tried: {', '.join(summary.not_tried)}")
     print(summary.line(sweep_dir))
     session = CURRENT.get()
     if session is not None:
@@ -174,9 +206,9 @@ def points(config: DictConfig) -> list[list[str]]:
 
 def check_points(config: DictConfig) -> None:
     """One rule for a bad value in a sweep: whatever the schema refutes (a type, a range, a key,
-    an interpolation) in any point refuses the whole sweep before any point runs, in one line
-    (exit 2). What only a point's devices can refute (a missing GPU, TF32 on a CPU) is that
-    point's own row, and the sweep goes on."""
+    an interpolation, a name that is no device on any machine: ``tpu:0``) in any point refuses
+    the whole sweep before any point runs, in one line (exit 2). What only a point's devices can
+    refute (a GPU this machine lacks, TF32 on a CPU) is that point's own row, and the sweep goes on."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf import open_dict
@@ -186,6 +218,9 @@ def check_points(config: DictConfig) -> None:
     from perflab.job.execute import check_overrides, check_values
 
     every = points(config)
+    session = CURRENT.get()
+    if session is not None:  # the summary names the points a stopped sweep never tried
+        session.points = every
     loader = GlobalHydra.instance().config_loader()
     for n, point in enumerate(every):
         try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
@@ -18,9 +17,6 @@ import torch
 
 from perflab.config.schema import DevicesConfig
 from perflab.errors import ConfigError, MissingDevice
-
-_NAME = re.compile(r"^(cpu|mps|cuda)(?::(\d+))?$")
-SPEC_ALLOWED = "auto, cpu, cuda, mps, or a list like [cuda:0,cuda:1], [cpu], [cuda:0,cpu]"
 
 
 @dataclass(frozen=True)
@@ -84,10 +80,11 @@ def resolve(cfg: DevicesConfig, inventory: Inventory | None = None) -> Resolved:
         return Resolved(_cuda_devices(inv, count, spec))
     if isinstance(spec, str) and spec == "cpu":
         return Resolved(_cpu_workers(inv, count or 1))
-    names = [spec] if isinstance(spec, str) else [str(s) for s in spec]
-    if count is not None and count != len(names):
-        raise ConfigError("devices.count", count, f"null or {len(names)} (the length of devices.spec)")
-    return Resolved(_from_names(names, inv, spec))
+    try:
+        parsed = cfg.parsed()
+    except ConfigError as err:  # checked with the schema already; named in full here too
+        raise type(err)(f"devices.{err.key}", err.value, err.allowed, err.problem) from None
+    return Resolved(_from_names(parsed, inv, spec))
 
 
 def _cuda_devices(inv: Inventory, count: int | None, spec: object) -> list[Device]:
@@ -122,18 +119,9 @@ def _cpu_workers(inv: Inventory, n: int) -> list[Device]:
     return [Device(f"cpu#{i}", "cpu", threads=share) for i in range(n)]
 
 
-def _from_names(names: list[str], inv: Inventory, spec: object) -> list[Device]:
-    """An explicit list; each ``cpu`` in it is one CPU worker (``[cpu,cpu]``: two)."""
-    parsed = []
-    for name in names:
-        m = _NAME.match(name.strip())
-        if not m:
-            raise ConfigError("devices.spec", spec, SPEC_ALLOWED, problem=f"'{name}' is not a device name")
-        kind, index = m.group(1), int(m.group(2)) if m.group(2) is not None else None
-        parsed.append((kind, 0 if kind == "cuda" and index is None else index))
+def _from_names(parsed: list[tuple[str, int | None]], inv: Inventory, spec: object) -> list[Device]:
+    """An explicit list (DevicesConfig.parsed); each ``cpu`` in it is one CPU worker (``[cpu,cpu]``: two)."""
     accelerators = [p for p in parsed if p[0] != "cpu"]
-    if len(set(accelerators)) != len(accelerators):
-        raise ConfigError("devices.spec", spec, "each GPU at most once", problem="a device is listed twice")
     cpu_workers = iter(_cpu_workers(inv, len(parsed) - len(accelerators)) if len(accelerators) < len(parsed) else [])
     devices = []
     for kind, index in parsed:

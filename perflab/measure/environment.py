@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from perflab import version
+from perflab.store import files
 
 # The columns that change what a measurement gives: rows that differ in one are not compared
 # (INCOMPARABLE names it) unless the user says so (compare --allow-mixed). num_threads is each
@@ -85,7 +86,7 @@ def subject(tag: str | None) -> dict[str, str]:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text().strip()
+        return files.read_text(path).strip()
     except OSError:
         return ""
 

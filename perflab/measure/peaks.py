@@ -34,11 +34,14 @@ class Peaks:
     def open(cls, path: Path | None, *, will_write: bool, key: str = "results.peaks") -> "Peaks":
         if path is None:
             return cls(None)
+        kind = files.not_regular(path)
+        if kind is not None:  # a FIFO would block its reader, a device never end: never a peaks file
+            raise ConfigError(key, str(path), ALLOWED, problem=f"{kind}, not a regular file")
         exists = files.check_file(key, path, ALLOWED) if will_write else files.kind_of(path) != "missing"
         if not exists:
             return cls(path)
         try:
-            data = json.loads(files.target(path).read_text())
+            data = json.loads(files.read_text(path))
             problem = _layout_problem(data)
             if problem:
                 raise ValueError(problem)
@@ -67,7 +70,7 @@ class Peaks:
             return
         real = files.target(self.path)
         with FileLock(str(real) + ".lock", timeout=60):
-            current = json.loads(real.read_text()) if real.exists() and real.stat().st_size else {}
+            current = json.loads(files.read_text(real)) if real.exists() and real.stat().st_size else {}
             here = current.setdefault(socket.gethostname(), {}).setdefault(device, {})
             for quantity, value in values.items():
                 if quantity.endswith(SIZE):

@@ -5,57 +5,105 @@ big the tree is."""
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 from perflab.store import files
+from perflab.store.rows import RESULTS, Notes, read_csv
 from perflab.store.rundir import RunRecord
-from perflab.store.tree import meta, relative, run_dirs
+from perflab.store.tree import derived_dir, meta, relative, run_dirs
 
 log = logging.getLogger("perflab")
 
 
 def mark_done(root: Path, record: RunRecord, run_dir: Path) -> None:
     """Say in the index that ``run_dir`` completed this config (after its run.json says so)."""
-    folder = meta(root) / "done" / record.config_hash
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = derived_dir(meta(root) / "done" / record.config_hash)
     files.write_atomic(folder / record.run_id, relative(root, run_dir) + "\n")
 
 
-def find_done(root: Path, config_hash: str) -> Path | None:
+def unmark(root: Path, record: RunRecord) -> None:
+    """Take back :func:`mark_done` (the point was taken over from this run meanwhile)."""
+    (meta(root) / "done" / record.config_hash / record.run_id).unlink(missing_ok=True)
+
+
+def find_done(root: Path, config_hash: str, rebuilt: bool = False) -> Path | None:
     """The newest run dir whose run.json says it completed this config, or None.
 
     Looks in the done index (one listing); markers whose run dir is gone or no longer complete
-    are dropped. A store without the index (deleted, or written by an older perflab) gets it
-    rebuilt from the run dirs first.
+    are dropped, and so are those whose rows are missing or torn (the point is measured again,
+    and that is said). A store without the index (deleted, damaged, or written by an older
+    perflab) gets it rebuilt from the run dirs first.
     """
     done = meta(root) / "done"
-    if not done.is_dir():
+    if files.kind_of(done) != "a directory":
         rebuild_done(root)
     folder = done / config_hash
+    if files.kind_of(folder) not in ("a directory", "missing"):  # damaged: rebuilt, then read
+        derived_dir(folder, make=False)
+        rebuild_done(root)
     try:
         markers = sorted(folder.iterdir(), key=lambda p: p.name, reverse=True)  # run ids start with the time
     except FileNotFoundError:
         return None
+    damaged = False
     for marker in markers:
         try:
-            where = Path(marker.read_text().strip())
-        except OSError:
+            where = Path(files.read_text(marker).strip())
+        except (OSError, ValueError):  # not a marker (a folder, a FIFO, not text): derived, so dropped
+            log.warning("perflab: %s is %s, not a done marker; removed", marker, files.kind_of(marker))
+            _drop(marker)
+            damaged = True
             continue
         run_dir = where if where.is_absolute() else Path(root) / where
         record = RunRecord.read(run_dir)
         if record and record.complete and record.config_hash == config_hash:
-            return run_dir
-        marker.unlink(missing_ok=True)  # stale: the run dir was removed or rewritten
+            why = damage(run_dir, record)
+            if not why:
+                return run_dir
+            log.warning("perflab: %s completed this point, but %s: measuring it again", run_dir, why)
+        _drop(marker)  # stale: the run dir was removed, rewritten or damaged
+    if damaged and not rebuilt:  # the run it named may still be complete: ask the run dirs
+        rebuild_done(root)
+        return find_done(root, config_hash, rebuilt=True)
     return None
 
 
+def damage(run_dir: Path, record: RunRecord) -> str:
+    """Why a complete run's rows cannot stand for its point ('' when they can): its results.csv
+    is missing, not a file, or holds fewer of its rows than run.json counts (torn, cut short)."""
+    path = run_dir / RESULTS
+    kind = files.kind_of(path)
+    if kind != "a regular file":
+        return f"its {RESULTS} is {kind}"
+    notes = Notes()
+    try:
+        df = read_csv(path, notes=notes)
+    except OSError as err:
+        return f"its {RESULTS} cannot be read ({err.strerror})"
+    mine = int((df["run_id"].astype(str) == record.run_id).sum()) if "run_id" in df else 0
+    if mine >= max(record.rows, 1):
+        return ""
+    torn = df.attrs.get("skipped_lines", 0) or (1 if notes.lines() else 0)
+    said = f" ({torn} torn or malformed line{'s' if torn != 1 else ''})" if torn else ""
+    return f"its {RESULTS} holds {mine} of its {record.rows} rows{said}"
+
+
+def _drop(marker: Path) -> None:
+    if marker.is_dir() and not marker.is_symlink():
+        shutil.rmtree(marker, ignore_errors=True)
+    else:
+        marker.unlink(missing_ok=True)
+
+
 def rebuild_done(root: Path) -> int:
-    """Recreate ``done/`` from every run.json in the tree; returns how many runs are done."""
-    (meta(root) / "done").mkdir(parents=True, exist_ok=True)
+    """Recreate ``done/`` from every run.json in the tree; returns how many runs are done (a
+    complete run whose rows are damaged is not: its point is measured again)."""
+    derived_dir(meta(root) / "done")
     count = 0
     for run_dir in run_dirs(root):
         record = RunRecord.read(run_dir)
-        if record and record.complete:
+        if record and record.complete and not damage(run_dir, record):
             mark_done(root, record, run_dir)
             count += 1
     return count

@@ -16,7 +16,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from perflab.errors import ConfigError
 
@@ -62,9 +62,39 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
 
 
 def read_regular(path: str | os.PathLike) -> bytes:
-    """The bytes of the regular file at ``path``; OSError for anything else (see open_regular)."""
+    """The bytes of the regular file at ``path``; OSError for anything else (see open_regular).
+    Every file perflab reads is read through this (or open_regular): no input path can block."""
     with open_regular(path) as f:
         return f.read()
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The text of the regular file at ``path`` (UTF-8); OSError for anything else."""
+    return read_regular(path).decode()
+
+
+def not_regular(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a file (``a FIFO``, ``unreachable (Too many levels of
+    symbolic links)``...), or None for a regular file or a missing one: the one-line check of
+    an input path before it is read."""
+    kind = kind_of(path)
+    return None if kind in ("a regular file", "missing") else kind
+
+
+def not_a_folder(path: Path) -> str | None:
+    """Why ``path`` cannot be a folder to read from (a FIFO, a file, a symlink loop, no
+    permission), or None for a readable folder or a missing one."""
+    kind = kind_of(path)
+    if kind == "missing":
+        return None
+    if kind != "a directory":
+        return f"{kind}, not a folder"
+    try:  # tried for real (as this process's effective user): no permission, a dead mount
+        with os.scandir(path):
+            pass
+    except OSError as err:
+        return f"cannot read it ({err.strerror})"
+    return None
 
 
 def target(path: Path) -> Path:
@@ -107,6 +137,18 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         raise
 
 
+@contextlib.contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """An OSError raised within names ``path`` where it names no file: a write or fsync that
+    fails for a full disk or an I/O error says only ``[Errno 28] No space left on device``."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno is not None and err.filename is None:
+            raise type(err)(err.errno, err.strerror, str(path)) from None
+        raise
+
+
 def os_line(err: OSError) -> str:
     """An OSError in one line naming its file: ``outputs/runs/x/results.csv: No space left on device``."""
     return f"{err.filename}: {err.strerror}" if err.filename and err.strerror else str(err)
@@ -120,7 +162,7 @@ def rewrite_in_place(path: Path, data: bytes) -> None:
     """Overwrite an existing small file within the blocks it already holds: what still works
     on a full disk, where write_atomic cannot get a block for its temp file. Not atomic: only
     for a record whose reader takes a half-written one as unreadable (run.json: not done)."""
-    with open(target(path), "r+b") as f:
+    with naming(path), open(target(path), "r+b") as f:
         f.write(data)
         f.truncate()
         f.flush()
@@ -144,13 +186,9 @@ def append_text(path: Path, text: str, header: str = "") -> None:
             f.seek(size - 1)
             if f.read(1) != b"\n":
                 prefix = b"\n"
-        try:
+        with naming(path):  # a full disk names no file
             f.write(prefix + text.encode())
             f.flush()
-        except OSError as err:
-            if err.errno is not None and err.filename is None:  # name the file (a full disk says none)
-                raise type(err)(err.errno, err.strerror, str(path)) from None
-            raise
 
 
 def check_dir(key: str, path: Path, shown: str | None = None) -> None:

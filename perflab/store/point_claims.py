@@ -1,6 +1,12 @@
 """Claims on sweep points: ``.perflab/claims/<config hash>.json`` says who measures a point now
-(host, pid); its mtime is a heartbeat, so a claim whose holder died is taken over. Two sweeps of
-the same points share the work instead of measuring it twice."""
+(host, pid, a random token); its mtime is a heartbeat, so a claim whose holder died is taken
+over. Two sweeps of the same points share the work instead of measuring it twice.
+
+A claim can be lost without its holder dying: a process paused (SIGSTOP, a laptop lid, a SLURM
+suspend) beats no more, and another takes the point over. So a holder fences every record it
+makes (:meth:`Claim.fence`): before and after writing a row or the done mark it checks that the
+claim file still holds its own token; a take-over replaced it, and the holder stops there
+(:class:`TakenOver`) instead of recording a second measurement of the point."""
 
 from __future__ import annotations
 
@@ -16,7 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from perflab.store.tree import meta
+from perflab.store import files
+from perflab.store.tree import derived_dir, meta
 
 log = logging.getLogger("perflab")
 
@@ -44,18 +51,33 @@ class Holder:
 UNREADABLE_GRACE_S = 5.0
 
 
+class TakenOver(BaseException):
+    """This process's claim on a point was taken over (it was paused past ``claim_stale_s``):
+    what it measured after that is not recorded. A BaseException, like Stopped, so that an
+    experiment's ``except Exception`` cannot swallow it."""
+
+    def __init__(self, claim: "Claim") -> None:
+        self.holder = _holder(claim.path)
+        silent = time.monotonic() - claim.last_seen
+        super().__init__(
+            f"this point was taken over by {self.holder or 'another process'} while this process was "
+            f"paused ({silent:.0f} s without a heartbeat; results.claim_stale_s={claim.stale_s:g})"
+        )
+
+
 class Claim:
     """A held claim on a sweep point; a thread refreshes its mtime until ``release()``. A claim
     that another process took over (it thought this one gone) is left to that process."""
 
-    def __init__(self, path: Path, body: bytes, beat_s: float) -> None:
+    def __init__(self, path: Path, body: bytes, beat_s: float, stale_s: float = 0.0) -> None:
         self.path, self.body, self._stop = path, body, threading.Event()
+        self.stale_s, self.last_seen = stale_s, time.monotonic()
         self._thread = threading.Thread(target=self._beat, args=(beat_s,), daemon=True, name="perflab-claim")
         self._thread.start()
 
     def _mine(self) -> bool:
         try:
-            return self.path.read_bytes() == self.body
+            return files.read_regular(self.path) == self.body
         except FileNotFoundError:
             return False
         except OSError:  # a passing read error (a network filesystem): still ours
@@ -65,8 +87,15 @@ class Claim:
         while not self._stop.wait(every) and self._mine():
             try:
                 os.utime(self.path)
+                self.last_seen = time.monotonic()
             except OSError:
                 return
+
+    def fence(self) -> None:
+        """Raise TakenOver unless this claim is still ours: called before and after each record."""
+        if not self._mine():
+            raise TakenOver(self)
+        self.last_seen = time.monotonic()
 
     def release(self) -> None:
         self._stop.set()
@@ -81,8 +110,7 @@ def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim 
     ``stale_s`` (a holder on another node that was killed), or an earlier run of this same
     SLURM job (requeued after a preemption or a node failure: SLURM ended that run).
     """
-    folder = meta(root) / "claims"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = derived_dir(meta(root) / "claims")
     path = folder / f"{config_hash}.json"
     body = json.dumps(
         {
@@ -91,6 +119,7 @@ def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim 
             "run_dir": str(run_dir),
             "since": time.time(),
             "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
+            "token": secrets.token_hex(8),  # a take-over replaces it: how a paused holder knows
         }
     ).encode()
     for _ in range(3):
@@ -105,14 +134,14 @@ def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim 
             _take_over(path, holder)
             continue
         try:
-            with os.fdopen(fd, "wb") as f:
+            with files.naming(path), os.fdopen(fd, "wb") as f:
                 f.write(body)
                 f.flush()
                 os.fsync(f.fileno())
         except OSError:  # a full disk, an I/O error: leave no empty claim behind for others to wait on
             path.unlink(missing_ok=True)
             raise
-        return Claim(path, body, beat_s=max(1.0, min(30.0, stale_s / 4)))
+        return Claim(path, body, beat_s=max(1.0, min(30.0, stale_s / 4)), stale_s=stale_s)
     return _holder(path) or Holder("?", 0, "?", 0.0, path=str(path), unreadable="changing hands")
 
 
@@ -133,7 +162,7 @@ def _holder(path: Path) -> Holder | None:
     if path.is_dir():
         return Holder("?", 0, "?", age, path=str(path), unreadable="a directory")
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(files.read_regular(path))
         if not isinstance(data, dict):
             raise ValueError("not an object")
         return Holder(

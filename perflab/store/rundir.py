@@ -15,7 +15,7 @@ import socket
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence, get_origin, get_type_hints
+from typing import Any, Callable, Mapping, Sequence, get_origin, get_type_hints
 
 from perflab.store import files
 from perflab.store.rows import RESULTS, SAMPLE_COLUMNS, SAMPLES, csv_text, read_csv
@@ -93,17 +93,19 @@ def folder_id(run_dir: Path) -> str:
 
 
 EARLIER_RUNS = ".requeued"  # hidden: loaders skip it
+TAKEN_OVER = ".taken-over"  # hidden: what a paused holder measured of a point another took over
 
 
-def set_aside_earlier_run(run_dir: Path) -> Path | None:
+def set_aside_earlier_run(run_dir: Path, folder: str = EARLIER_RUNS) -> Path | None:
     """SLURM runs a job it requeued (preempted, its node lost) again in the job dir its earlier
     run wrote: move that run's files to ``<run dir>/.requeued/<its run id>/`` so the dir holds
-    one run, whose rows alone are the point's. Returns where they went (None: nothing there)."""
+    one run, whose rows alone are the point's. Returns where they went (None: nothing there).
+    ``folder=TAKEN_OVER``: the rows of a run whose point another process took over."""
     there = [run_dir / name for name in (RECORD, RESULTS, SAMPLES, "error.txt") if (run_dir / name).exists()]
     if not there:
         return None
     record = RunRecord.read(run_dir)
-    dest = run_dir / EARLIER_RUNS / (record.run_id if record else f"unknown-{os.getpid()}")
+    dest = run_dir / folder / (record.run_id if record else f"unknown-{os.getpid()}")
     dest.mkdir(parents=True, exist_ok=True)
     for path in there:
         os.replace(path, dest / path.name)
@@ -130,8 +132,16 @@ class RunWriter:
     last write (a DDP job's rank 0 writes from its own process).
     """
 
-    def __init__(self, run_dir: Path, *, ledger: Path | None = None, samples: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        ledger: Path | None = None,
+        samples: bool = True,
+        fence: Callable[[], None] | None = None,
+    ) -> None:
         self.run_dir, self.ledger, self.keep_samples = Path(run_dir), ledger, samples
+        self.fence = fence  # a sweep point's claim check (point_claims.Claim.fence): before and after each row
         self._rows: list[dict[str, Any]] = []
         self._stamp: tuple[int, int] | None = None  # (mtime_ns, size) of our last write
 
@@ -148,6 +158,8 @@ class RunWriter:
         self, row: Mapping[str, Any], samples: Sequence[float] = (), warmup: Sequence[float] = ()
     ) -> dict[str, Any]:
         """Store ``row``; its ``row_id`` is ``<run_id>#<n>``, n counting the run dir's rows (unique in it)."""
+        if self.fence is not None:
+            self.fence()
         rows = self.rows
         row = {"row_id": f"{row['run_id']}#{len(rows) + 1}", **row}
         rows.append(row)
@@ -158,6 +170,8 @@ class RunWriter:
             rows.pop()  # not on disk: not a row of this run
             raise
         self._stamp = _stamp(path)
+        if self.fence is not None:  # lost while writing: the row is set aside with the run's others
+            self.fence()
         if self.keep_samples and (samples or warmup):
             keys = [row[k] for k in ("row_id", "run_id", "experiment", "measurement")]
             lines = [[*keys, "warmup", i, t] for i, t in enumerate(warmup)]

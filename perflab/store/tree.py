@@ -15,6 +15,7 @@ appending to one file, or on file locks, which cluster filesystems do not all ho
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -34,11 +35,26 @@ def meta(root: Path) -> Path:
 
 
 def check(root: Path) -> None:
-    """The store and the folders perflab keeps in it can be written: before any work (a
-    file where ``.perflab/done`` belongs would otherwise fail the job after it measured)."""
+    """The store and the folders perflab keeps in it can be written: before any work. What
+    sits where one of ``.perflab/``'s folders belongs (a file, a FIFO, a dangling link) is
+    removed first: that folder is derived, and rebuilt."""
     files.check_dir("results.store", Path(root))
-    for sub in ("done", "claims", "index"):
+    for sub in ("", "done", "claims", "index"):
+        with contextlib.suppress(OSError):  # a read-only tree: check_dir says so in one line
+            derived_dir(meta(root) / sub, make=False)
         files.check_dir("results.store", meta(root) / sub, shown=str(root))
+
+
+def derived_dir(path: Path, make: bool = True) -> Path:
+    """``path``, a folder of ``.perflab/`` (derived from the run dirs: safe to delete, rebuilt):
+    anything else there (a file, a FIFO, a dangling or looping link) is removed and said."""
+    kind = files.kind_of(path)
+    if kind != "a directory" and (kind != "missing" or path.is_symlink()):
+        path.unlink()
+        log.warning("perflab: %s was %s, not a folder; removed (.perflab/ is rebuilt from the runs)", path, kind)
+    if make:
+        path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 # --- finding runs ---------------------------------------------------------------------------

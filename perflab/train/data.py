@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from perflab.config.schema import DataConfig
 from perflab.errors import ConfigError, first_line
+from perflab.store import files
 
 SHAPE = (1, 28, 28)  # Fashion-MNIST's, and the synthetic set's by default
 CLASSES = 10
@@ -147,6 +148,10 @@ def check(cfg: DataConfig, batch_size: int, global_batch: int) -> None:
     cpus = os.cpu_count() or 1
     if cfg.workers > cpus:
         raise ConfigError("data.workers", cfg.workers, f"0 to {cpus} (this machine's CPUs)")
+    unreadable = files.not_a_folder(Path(cfg.root)) if cfg.name in ("fashion_mnist", "torchvision") else None
+    if unreadable is not None:  # a FIFO, a symlink loop, no permission: said here, not by the loader
+        allowed = FASHION_ALLOWED if cfg.name == "fashion_mnist" else "a folder you can read"
+        raise ConfigError("data.root", cfg.root, allowed, problem=unreadable)
     if cfg.name == "fashion_mnist" and (not cfg.download or fashion_files_there(cfg.root)):
         if not fashion_files_there(cfg.root):
             raise ConfigError(
@@ -185,7 +190,7 @@ def check_fashion_files(root: str) -> None:
     for name, dims in FASHION_FILES.items():
         path = raw / name
         try:
-            with open(path, "rb") as f:
+            with files.open_regular(path) as f:
                 head = f.read(4 + 4 * dims)
                 size = os.fstat(f.fileno()).st_size
         except OSError as err:
