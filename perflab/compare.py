@@ -13,12 +13,14 @@ keys adds S(n) = throughput(n) / throughput(1 device) and E(n) = S(n) / n.
 
 Two trees: points matched by config and device; per point the change, its significance (false
 discovery rate over all points: ``--alpha``) and one verdict of ``perflab.analysis.verdicts``: PASS,
-FAIL, INCONCLUSIVE (how many more repeats would do) or INCOMPARABLE (which machine identity
-fields differ; ``--allow-mixed`` judges them anyway). ``--fail-if-slower PCT`` sets the gate
-(default 10 %). Exit codes: 0 pass, 1 fail, 2 usage error, 3 could not judge (a crash too:
-one line, the traceback with ``PERFLAB_DEBUG=1``). A row whose metric, or a sample whose
-time, is NaN, not a number or <= 0 is left out of its point and said; a point left with
-nothing to judge is INCONCLUSIVE.
+FAIL, INCONCLUSIVE (how many processes a side would do) or INCOMPARABLE (which machine identity
+fields differ; ``--allow-mixed`` judges them anyway). The statistics are
+``perflab.analysis.replicates``': a process (a run) is the unit of replication; with one process
+a side the change is judged against ``--process-cv`` (the between-process variation assumed).
+``--fail-if-slower PCT`` sets the gate (default 10 %). Exit codes: 0 pass, 1 fail, 2 usage
+error, 3 could not judge (a crash too: one line, the traceback with ``PERFLAB_DEBUG=1``).
+A row whose metric, or a sample whose time, is NaN, not a number or <= 0 is left out of its
+point and said; a point left with nothing to judge is INCONCLUSIVE.
 
 Ratio, speedup and the significance words all come from the same metric in its own
 direction: higher is better for rates (tested on per-sample rates), lower for times.
@@ -29,23 +31,26 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from perflab.analysis.frames import config_column, device_family, identity_columns, sample_values
-from perflab.analysis.stats import (
-    ALPHA,
-    Difference,
-    compare_samples,
-    detectable_change,
-    fdr,
-    repeats_needed,
-    usable,
+from perflab.analysis import verdicts
+from perflab.analysis.frames import config_column, device_family, identity_columns
+from perflab.analysis.replicates import (  # noqa: F401  (documented imports: perflab.compare.measured ...)
+    FLOOR_CV,
+    UNUSABLE_SAMPLES,
+    Measured,
+    iqr_pct,
+    measured,
+    metric_for,
+    module_of,
+    samples_by_row,
+    summary_rows,
 )
+from perflab.analysis.stats import ALPHA, Difference, compare_samples
 from perflab.analysis.verdicts import (
     DEFAULT_GATE_PCT,
     PASS_EXIT,
@@ -60,7 +65,7 @@ from perflab.config import registry
 from perflab.errors import ConfigError, OneLineParser
 from perflab.results import load
 from perflab.store import files
-from perflab.store.columns import JUDGED, RATES, higher_is_better, unit_of
+from perflab.store.columns import JUDGED, higher_is_better, unit_of
 from perflab.store.rows import Notes
 
 COUNT_KEYS = ("cfg.devices.count", "n_devices")
@@ -112,11 +117,6 @@ def select(
     return df.copy()  # one block per dtype again: a loaded tree is fragmented
 
 
-def module_of(rows: pd.DataFrame) -> registry.Experiment | None:
-    """The experiment behind rows of a preset (lenet_scratch -> train); see registry.of_rows."""
-    return registry.of_rows(rows)
-
-
 def figures(rows: pd.DataFrame, samples: dict[str, np.ndarray]) -> list[tuple[str, Any]]:
     """(experiment, figure) for every figure the experiments' report hooks draw from these rows:
     ``--plot`` writes the figures the HTML report shows."""
@@ -125,52 +125,6 @@ def figures(rows: pd.DataFrame, samples: dict[str, np.ndarray]) -> list[tuple[st
         experiment = registry.of_rows(part)
         if experiment is not None:
             out += [(str(name), f) for f in experiment.section(part, samples).figures]
-    return out
-
-
-def metric_for(experiment: str, rows: pd.DataFrame, asked: str | None) -> tuple[str, str]:
-    """(metric, note): the asked one if the experiment's rows have it, else the experiment's own."""
-    module = module_of(rows)
-    own = module.metric if module else "median_s"
-    if asked and asked in rows and rows[asked].notna().any():
-        return asked, ""
-    if own not in rows or rows[own].isna().all():
-        own = "median_s"
-    note = f"{experiment} has no {asked} values: compared by {own}" if asked else ""
-    return own, note
-
-
-def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows an experiment compares by default (training: its summary row, not every epoch)."""
-    module = module_of(rows)
-    keep = module.summary_rows if module else None
-    return rows[rows["measurement"].astype("string").isin(keep)] if keep else rows
-
-
-UNUSABLE_SAMPLES = "left out {n} unusable sample{s} (NaN, not a number, or <= 0 s) of the rows"
-
-
-def samples_by_row(paths: Sequence[str | Path], notes: Notes | None = None) -> dict[str, np.ndarray]:
-    """Every row's raw sample seconds (not its warm-up) under ``paths``, by row id; a sample
-    that is no time (NaN, not a number, <= 0) is left out and said: in ``notes`` by row id
-    (kind ``UNUSABLE_SAMPLES``), else as a warning."""
-    try:
-        s = load(*paths, samples=True)
-    except FileNotFoundError:
-        return {}
-    if s.empty:
-        return {}
-    s = s[s["phase"].astype("string") == "sample"]
-    own = notes if notes is not None else Notes()
-    out = {}
-    for k, g in s.groupby("row_id", observed=True):
-        seconds = pd.to_numeric(g["seconds"], errors="coerce").to_numpy(float)
-        kept = usable(seconds)
-        if len(kept) < len(seconds):
-            own.add(UNUSABLE_SAMPLES, k, count=len(seconds) - len(kept))
-        out[str(k)] = kept
-    if notes is None:
-        own.say()
     return out
 
 
@@ -289,10 +243,9 @@ def _one_experiment(
                 notes.append(f"{name} {point}: {metric} varies {cv:.0%} between runs ({entry['runs']} runs)")
         entry["_samples"] = usable_part.samples
         seconds = [samples.get(str(r["row_id"]), np.array([])) for _, r in part.iterrows()] if samples else []
-        pooled_seconds = np.concatenate(seconds) if seconds else np.array([])
-        if len(pooled_seconds) >= 3:  # of the times, as the job's table and bench.noise_threshold
-            q1, q3 = np.percentile(pooled_seconds, [25, 75])
-            entry["iqr_pct"] = 100 * float(q3 - q1) / float(np.median(pooled_seconds))
+        spread = iqr_pct(np.concatenate(seconds) if seconds else np.array([]))  # of the times, as the job's table
+        if not math.isnan(spread):
+            entry["iqr_pct"] = spread
         for column in beside:  # what the experiment wants seen next to speed (training: test_acc)
             if column in part and column != metric:
                 entry[column] = float(pd.to_numeric(part[column], errors="coerce").median())
@@ -403,12 +356,16 @@ def ab(
     gate_pct: float = DEFAULT_GATE_PCT,
     alpha: float = ALPHA,
     allow_mixed: bool = False,
+    process_cv: float = FLOOR_CV,
+    looks: int = 1,
 ) -> pd.DataFrame:
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
     of ``base``, with one verdict each (``perflab.analysis.verdicts``): PASS, FAIL, INCONCLUSIVE (with the
     repeats that would do), INCOMPARABLE (the machine identity fields that differ; judged anyway
     with ``allow_mixed``). ``gate_pct``: the slowdown a FAIL must exceed; ``alpha``: the false
-    discovery rate over all points (Benjamini-Hochberg). Points in one tree only are rows too,
+    discovery rate over all points (Benjamini-Hochberg); ``process_cv``: the between-process
+    variation assumed where a side has one process; ``looks``: how often ``perflab ab`` has
+    looked at these trees (a Bonferroni correction over them). Points in one tree only are rows too,
     ``change`` saying which. ``df.attrs["notes"]`` holds the lines worth showing."""
     a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
     b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
@@ -443,24 +400,17 @@ def ab(
                 continue
             ra, rb = ga[point], gb[point]
             sides = {"BASE": measured(ra, m, samples, said["BASE"]), "NEW": measured(rb, m, samples, said["NEW"])}
-            va, vb = sides["BASE"].value, sides["NEW"].value
-            higher = higher_is_better(m)
-            speedup = (vb / va) if higher else (va / vb)
+            va, vb = (_geomean(x.figures) for x in sides.values())
             differ, unknown = identity_differences(ra, rb)
-            sa, sb = sides["BASE"].samples, sides["NEW"].samples
-            test = _verdict(sa, sb, higher, m)
             left = "; ".join(f"in {side}: {', '.join(x.left_out)}" for side, x in sides.items() if x.left_out)
             entry.update(
                 base=va,
                 new=vb,
-                speedup=speedup,
-                change_pct=100 * (speedup - 1),
-                p_value=test.p_value,
                 identity="; ".join(differ),
-                _base_samples=sa,
-                _new_samples=sb,
-                _samples=sb,
-                _test=test,
+                _base=sides["BASE"],
+                _new=sides["NEW"],
+                _higher=higher_is_better(m),
+                _samples=sides["NEW"].samples,
             )
             flagged = {side: _suspects(r) for side, r in (("base", ra), ("new", rb))}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
@@ -474,10 +424,14 @@ def ab(
             if empty:  # nothing of this point to judge on a side: said, never a pass
                 entry["verdict"] = Verdict.INCONCLUSIVE.value
                 entry["why"] = f"no usable {m} in {' and '.join(empty)} (left out {left})"
-                entry["significance"] = test.words
+                entry["base_processes"], entry["new_processes"] = (x.n_processes for x in sides.values())
                 continue
             pooled.append(entry)
-    judge(pooled, gate_pct, alpha, allow_mixed)
+    verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks)
+    notes += verdicts.said_once(pooled)
+    for e in entries:
+        for key in ("_base", "_new", "_change", "_why", "_higher"):
+            e.pop(key, None)
     out = pd.DataFrame(entries)
     first = [c for c in AB_FIRST if c in out] + [c for c in out if c.startswith("cfg.")]
     out = out[first + [c for c in out if c not in first]]
@@ -489,8 +443,16 @@ def ab(
     return out
 
 
-AB_FIRST = ("experiment", "measurement", "device", "metric", "base", "new", "change_pct", "verdict", "why", "change")
+AB_FIRST = (
+    *("experiment", "measurement", "device", "metric", "base", "new", "change_pct", "verdict", "why"),
+    *("base_processes", "new_processes", "change"),
+)
 # (the suspect column follows: a verdict on measurements taken on a busy machine says so)
+
+
+def _geomean(figures: np.ndarray) -> float:
+    """A side's figure: the geometric mean of its processes' (their median with one)."""
+    return float(np.exp(np.log(figures).mean())) if len(figures) else math.nan
 
 
 def _suspects(rows: pd.DataFrame) -> str:
@@ -546,76 +508,6 @@ def _plain_text(v: object) -> str:
     return str(v).strip()
 
 
-def judge(points: list[dict[str, Any]], gate_pct: float, alpha: float, allow_mixed: bool) -> None:
-    """Each matched point's verdict, in place (see perflab.analysis.verdicts): significance adjusted over
-    every judged point (Benjamini-Hochberg); detectability at the level a lone changed point must
-    meet under that adjustment, alpha / (number of points judged)."""
-    judged = [p for p in points if allow_mixed or not p["identity"]]
-    adjusted = fdr([p["p_value"] for p in judged])
-    level = alpha / max(1, len(judged))
-    for p, p_adj in zip(judged, adjusted):
-        test: Difference = p["_test"]
-        a, b = p["_base_samples"], p["_new_samples"]
-        p["p_adjusted"] = p_adj
-        p["detectable_pct"] = detectable_change(a, b, alpha=level) if len(a) and len(b) else math.inf
-        significant = not math.isnan(p_adj) and p_adj < alpha
-        p["significant"] = significant
-        size = _size(p["speedup"])
-        if math.isnan(p_adj):
-            p["significance"] = test.words
-        elif significant:
-            p["significance"] = f"significant: {size} than the base (adjusted p={p_adj:.2g})"
-        else:
-            p["significance"] = f"no significant difference (adjusted p={p_adj:.2g})"
-        if significant and p["change_pct"] < -gate_pct:
-            verdict, why = Verdict.FAIL, f"{size}: beyond the {gate_pct:g} % gate (adjusted p={p_adj:.2g})"
-        elif p["detectable_pct"] <= gate_pct or (significant and p["speedup"] >= 1):
-            verdict = Verdict.PASS  # a change of the gate's size was detectable, or it got significantly faster
-            seen = size if significant else "no significant change"
-            why = f"{seen}; a {p['detectable_pct']:.2g} % change was detectable"
-            if p["detectable_pct"] > gate_pct:
-                why = f"{size}, significantly (adjusted p={p_adj:.2g})"
-        else:
-            verdict, why = Verdict.INCONCLUSIVE, _inconclusive(p, gate_pct, level)
-        if p["identity"]:
-            why += f"; compared across identities on purpose (--allow-mixed): {p['identity']}"
-        if p.get("suspect"):
-            why += " (its measurements were flagged suspect: see suspect)"
-        p["verdict"], p["why"] = verdict.value, why
-    for p in points:
-        if not (allow_mixed or not p["identity"]):
-            p["verdict"], p["why"] = Verdict.INCOMPARABLE.value, f"machine identity differs: {p['identity']}"
-            p["significance"] = p["_test"].words
-    for p in points:
-        for key in ("_base_samples", "_new_samples", "_test"):
-            p.pop(key, None)
-
-
-def _size(speedup: float) -> str:
-    if math.isnan(speedup):
-        return "change unknown"
-    return f"{speedup:.3g}x faster" if speedup >= 1 else f"{1 / speedup:.3g}x slower"
-
-
-def _inconclusive(p: dict[str, Any], gate_pct: float, level: float) -> str:
-    a, b = p["_base_samples"], p["_new_samples"]
-    if (not len(a) or not len(b)) and p.get("left_out"):
-        return f"too few usable samples of {p['metric']} to test (left out {p['left_out']})"
-    if not len(a) or not len(b):
-        return f"no raw samples of {p['metric']} to test (results.samples=false?)"
-    have = f"have {len(a)} and {len(b)}"
-    need = repeats_needed(a, b, gate_pct, alpha=level)
-    if math.isinf(need):
-        return f"no number of samples shows a change of {gate_pct:g} % ({have})"
-    shown = p["detectable_pct"]
-    could = "no change at all" if math.isinf(shown) else f"only changes above {shown:.2g} %"
-    more = max(0, int(need) - min(len(a), len(b)))
-    return (
-        f"these samples could show {could}, not {gate_pct:g} % ({have}): about {int(need)} a side would do "
-        f"({more} more repeats, bench.repeats={int(need)})"
-    )
-
-
 def _points(df: pd.DataFrame, columns: list[str]) -> dict[tuple, pd.DataFrame]:
     frame = df.assign(device=df["device_name"].map(device_family)) if "device_name" in df else df
     present = [c for c in columns if c in frame]
@@ -628,41 +520,6 @@ def _points(df: pd.DataFrame, columns: list[str]) -> dict[tuple, pd.DataFrame]:
         if present
         else {}
     )
-
-
-@dataclass
-class Measured:
-    """What a point's rows give to judge it by: the rows whose metric is usable, the median of
-    it, their usable raw samples as values of the metric, and what was left out, in words."""
-
-    rows: pd.DataFrame
-    value: float
-    samples: np.ndarray
-    left_out: list[str]
-
-
-def measured(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], said: Notes | None = None) -> Measured:
-    """A point's usable values: a row whose metric is NaN or not a number -- or, for a time or a
-    rate, <= 0 (an accuracy of 0 is a value) -- is left out with its samples, and so is a sample
-    that implies no positive value (``said``: the notes of ``samples_by_row``, for the samples
-    left out when they were read). Nothing usable: value NaN, no samples."""
-    values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s")
-    good = np.isfinite(values) & ((values > 0) if timed else True)
-    kept = rows[good]
-    parts = [sample_values(samples, r, metric) for _, r in kept.iterrows()]
-    pooled = np.concatenate(parts) if parts else np.array([])
-    clean = usable(pooled)
-    at_read = sum(said.of(r).get(UNUSABLE_SAMPLES, 0) for r in kept["row_id"].astype(str)) if said else 0
-    left = []
-    if not good.all():
-        n = int((~good).sum())
-        why = "NaN, not a number or <= 0" if timed else "NaN or not a number"
-        left.append(f"{n} row{'s' if n != 1 else ''} whose {metric} is {why}")
-    if at_read + len(pooled) - len(clean):
-        n = at_read + len(pooled) - len(clean)
-        left.append(f"{n} sample{'s' if n != 1 else ''} that give no positive {metric} (NaN, not a number, <= 0)")
-    return Measured(kept, float(np.median(values[good])) if good.any() else math.nan, clean, left)
 
 
 def regressions(table: pd.DataFrame, pct: float | None = None) -> pd.DataFrame:
@@ -735,7 +592,7 @@ def to_json(table: pd.DataFrame, *, two_trees: bool, code: int | None = None, ga
     gate_pct, alpha = table.attrs.get("gate_pct", DEFAULT_GATE_PCT), table.attrs.get("alpha", ALPHA)
     exit_ = verdict_of(table) if code is None else code
     out = {
-        "verdict": {0: "PASS", 1: "FAIL"}.get(exit_, "COULD NOT JUDGE"),
+        "verdict": verdicts.json_verdict(exit_, [str(r.get("verdict")) for r in judged]),
         "exit_code": exit_,
         "gate_pct": gate_pct,
         "gate_given": gate,
@@ -768,7 +625,8 @@ def to_github(table: pd.DataFrame) -> str:
     """The values (NEW's, for two trees) in github-action-benchmark's shape: one list for
     ``tool: customBiggerIsBetter`` and one for ``customSmallerIsBetter``, under those keys (each
     list goes to its own file: ``jq .customBiggerIsBetter``). ``range`` is the IQR of the raw
-    samples; ``extra`` the verdict and why, for two trees."""
+    samples; for two trees ``verdict`` (PASS, FAIL, INCONCLUSIVE, INCOMPARABLE) and ``extra``,
+    the verdict and why, which the action shows in its chart's tooltip."""
     import json
 
     out: dict[str, list[dict[str, Any]]] = {"customBiggerIsBetter": [], "customSmallerIsBetter": []}
@@ -788,6 +646,7 @@ def to_github(table: pd.DataFrame) -> str:
             q1, q3 = np.percentile(samples, [25, 75])
             entry["range"] = f"{q1:.4g} to {q3:.4g}"
         if "verdict" in table and isinstance(r.get("verdict"), str):
+            entry["verdict"] = r["verdict"]  # the field a gate reads (jq '.[][] | .verdict')
             entry["extra"] = f"{r['verdict']}: {r.get('why', '')}"
         out["customBiggerIsBetter" if higher_is_better(metric) else "customSmallerIsBetter"].append(entry)
     return json.dumps(out, indent=1)
@@ -822,6 +681,12 @@ def _main(argv: Sequence[str] | None) -> int:
         help=f"BASE NEW: the gate: FAIL beyond PCT %% slower (default {DEFAULT_GATE_PCT:g})",
     )
     parser.add_argument("--alpha", type=probability, default=ALPHA, help="BASE NEW: false discovery rate (0.05)")
+    parser.add_argument(
+        "--process-cv",
+        type=percent,
+        metavar="PCT",
+        help=f"BASE NEW: between-process variation assumed with one process a side ({100 * FLOOR_CV:g})",
+    )
     parser.add_argument("--any-device", action="store_true", help="BASE NEW: match points across devices")
     parser.add_argument(
         "--allow-mixed", action="store_true", help="BASE NEW: judge points whose machine identity differs"
@@ -832,6 +697,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if len(args.paths) > 2:
         parser.error("give one results tree, or two (BASE NEW)")
     two = len(args.paths) == 2
+    if args.process_cv is not None and not args.process_cv > 0:
+        parser.error(f"--process-cv {args.process_cv:g}: allowed: a percentage > 0, e.g. 2")
     gate = args.fail_if_slower if args.fail_if_slower is not None else DEFAULT_GATE_PCT
     try:
         if args.plot is not None:  # before any work: a file or a device there is refused in one line
@@ -849,11 +716,13 @@ def _main(argv: Sequence[str] | None) -> int:
                 gate_pct=gate,
                 alpha=args.alpha,
                 allow_mixed=args.allow_mixed,
+                process_cv=(100 * FLOOR_CV if args.process_cv is None else args.process_cv) / 100,
             )
         else:
             for flag, given in (
                 ("--fail-if-slower", args.fail_if_slower is not None),
                 ("--allow-mixed", args.allow_mixed),
+                ("--process-cv", args.process_cv is not None),
             ):
                 if given:
                     raise CompareError(f"{flag} compares two trees: BASE NEW")
