@@ -22,10 +22,10 @@ at least 0.5 %.
 Each change is judged locally, as a step: the median of the ``--min-segment`` subjects just after
 it against those just before (so a slow drift of small steps is many small changes, not one big
 one), and a test on their per-process figures (``perflab.analysis.replicates``: each process of
-each subject is one replicate, never each sample), Benjamini-Hochberg over all changes. Labels: ``regression`` (worse by at
-least ``--threshold`` %, 5 by default, and significant), ``improvement`` (the same, better),
-``suspicious`` (a change point that is smaller or not significant). ``change_pct`` is the change
-of the metric itself (negative: the metric fell; for a time that is faster).
+each subject is one replicate, never each sample), Benjamini-Hochberg over all changes.
+Labels: ``regression`` (worse by at least ``--threshold`` %, 5 by default, and significant),
+``improvement`` (the same, better), ``suspicious`` (a change point that is smaller or not
+significant). ``change_pct`` is the change of the metric itself (negative: the metric fell; for a time that is faster).
 
 Suspect measurements (rows perflab flagged ``suspect``: a busy machine, too few samples, above
 the measured peak): a subject's value comes from its clean rows; a subject with none is kept and
