@@ -445,7 +445,7 @@ def _main(argv: Sequence[str] | None) -> int:
     changes = judge(series, threshold_pct=args.threshold, min_segment=args.min_segment, alpha=args.alpha)
     judged = judgeable(series, args.min_segment)
     unsure = doubtful(series, args.min_segment)
-    notes += [suspect_line(s, args.min_segment) for s in series if any(x.suspect for x in s.subjects)]
+    notes += suspect_lines(series, args.min_segment)
     code = history_exit_code([Change(c.label) for c in changes], judged, bool(unsure))
     print(to_json(changes, notes) if args.format == "json" else to_text(series, changes))
     for note in notes:
@@ -465,15 +465,31 @@ def _main(argv: Sequence[str] | None) -> int:
     return code
 
 
-def suspect_line(series: Series, min_segment: int = MIN_SEGMENT) -> str:
-    """What a series' suspect subjects mean for its verdict, in one line."""
+def _suspect_reasons(series: Series) -> str:
+    return "; ".join(dict.fromkeys(r for x in series.subjects if x.suspect for r in x.suspect.split("; ")))
+
+
+def suspect_line(series: Series, min_segment: int = MIN_SEGMENT, reasons: bool = True) -> str:
+    """What a series' suspect subjects mean for its verdict, in one line (``reasons``: and why
+    they were flagged)."""
     flagged = [x for x in series.subjects if x.suspect]
-    reasons = "; ".join(dict.fromkeys(r for x in flagged for r in x.suspect.split("; ")))
+    why = f" ({_suspect_reasons(series)})" if reasons else ""
     clean, need = len(series.subjects) - len(flagged), 2 * min_segment
     head = f"{series.label}: {len(flagged)} of {len(series.subjects)} subjects' measurements were flagged suspect"
     if len(series.subjects) >= need > clean:
-        return f"{head} ({reasons}): {clean} clean, a change needs {need}: not called unchanged"
-    return f"{head} ({reasons}); judged with them"
+        return f"{head}{why}: {clean} clean, a change needs {need}: not called unchanged"
+    return f"{head}{why}; judged with them"
+
+
+def suspect_lines(series: list[Series], min_segment: int = MIN_SEGMENT) -> list[str]:
+    """A line per series with suspect subjects; reasons every such series shares said once, first."""
+    flagged = [s for s in series if any(x.suspect for x in s.subjects)]
+    shared = {_suspect_reasons(s) for s in flagged}
+    if len(flagged) < 2 or len(shared) > 1:
+        return [suspect_line(s, min_segment) for s in flagged]
+    return [f"{len(flagged)} series have subjects flagged suspect, each for: {shared.pop()}"] + [
+        suspect_line(s, min_segment, reasons=False) for s in flagged
+    ]
 
 
 def load_series(

@@ -120,6 +120,14 @@ def test_a_series_of_suspect_subjects_is_not_called_unchanged(tmp_path, capsys):
         "processes took 60% of the CPUs): 1 clean, a change needs 6: not called unchanged"
     ) in err
     assert err.strip().endswith("1 series, no change point; 1 series too suspect to call unchanged -> exit 3")
+    # Many series flagged for the same reason: the reason is said once, not on every line.
+    for size in (64, 128, 1024):
+        write_history(tmp_path / "busy", f"b{size}", [1.0] * 6, seed=size, suspect={0, 1, 2, 4, 5}, size=size)
+    assert history.main([str(tmp_path / "busy")]) == 3
+    err = capsys.readouterr().err
+    assert err.count("busy: other processes took 60% of the CPUs") == 1
+    assert "4 series have subjects flagged suspect, each for: busy: other processes" in err
+    assert err.count("not called unchanged") == 4
     # Enough clean subjects: judged, and said; a regression among suspect subjects is still one.
     write_history(tmp_path / "some", "some", [1.0] * 6 + [1.3] * 6, seed=7, suspect={3, 7}, size=512)
     assert history.main([str(tmp_path / "some"), "--format", "json"]) == 1
