@@ -283,6 +283,7 @@ SUBCOMMANDS = {
     "report": "perflab.report",
     "history": "perflab.history",
     "chapter": "perflab.chapter",
+    "ab": "perflab.ab",
 }
 # Hydra's own flags that take the next word as their value.
 FLAGS_WITH_VALUE = (

@@ -407,6 +407,8 @@ def ab(
                 base=va,
                 new=vb,
                 identity="; ".join(differ),
+                base_processes=sides["BASE"].n_processes,
+                new_processes=sides["NEW"].n_processes,
                 _base=sides["BASE"],
                 _new=sides["NEW"],
                 _higher=higher_is_better(m),
@@ -424,7 +426,6 @@ def ab(
             if empty:  # nothing of this point to judge on a side: said, never a pass
                 entry["verdict"] = Verdict.INCONCLUSIVE.value
                 entry["why"] = f"no usable {m} in {' and '.join(empty)} (left out {left})"
-                entry["base_processes"], entry["new_processes"] = (x.n_processes for x in sides.values())
                 continue
             pooled.append(entry)
     verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks)
@@ -741,19 +742,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"{PROG}: error: {err.line()}", file=sys.stderr)
         return USAGE_EXIT
     code = verdict_of(table) if two else PASS_EXIT
-    if args.format == "json":
-        print(to_json(table, two_trees=two, code=code, gate=args.fail_if_slower is not None))
-    elif args.format == "github":
-        print(to_github(table))
-    else:
-        print(
-            to_markdown(table)
-            if args.format == "md"
-            else table.drop(columns=[c for c in table.columns if c.startswith("_")]).to_csv(index=False),
-            end="\n",
-        )
-        for note in table.attrs.get("notes", []):
-            print(f"note: {note}")
+    show(table, args.format, two=two, code=code, gate=args.fail_if_slower)
     if args.plot:
         from perflab.analysis import plots
 
@@ -766,16 +755,33 @@ def _main(argv: Sequence[str] | None) -> int:
         for line in written:
             print(line, file=sys.stderr if args.format in ("json", "github") else sys.stdout)
     if two:
-        say = sys.stderr if args.format in ("json", "github", "csv") else sys.stdout
-        print(meaning(gate, args.alpha, args.fail_if_slower is not None), file=say)
-        print(f"{PROG}: {summary(table)} -> exit {code}", file=sys.stderr)
-        slow = regressions(table)
-        if len(slow):
-            print(
-                f"{PROG}: {len(slow)} point(s) significantly slower than the base by more than {gate:g}%",
-                file=sys.stderr,
-            )
+        verdict_lines(table, args.format, code=code, gate=args.fail_if_slower, alpha=args.alpha)
     return code
+
+
+def show(table: pd.DataFrame, fmt: str, *, two: bool, code: int, gate: float | None) -> None:
+    """The table in ``fmt`` (md, csv, json, github) on stdout, notes after md and csv."""
+    if fmt == "json":
+        print(to_json(table, two_trees=two, code=code, gate=gate is not None))
+    elif fmt == "github":
+        print(to_github(table))
+    else:
+        visible = table.drop(columns=[c for c in table.columns if c.startswith("_")])
+        print(to_markdown(table) if fmt == "md" else visible.to_csv(index=False), end="\n")
+        for note in table.attrs.get("notes", []):
+            print(f"note: {note}")
+
+
+def verdict_lines(
+    table: pd.DataFrame, fmt: str, *, code: int, gate: float | None, alpha: float, prog: str = PROG
+) -> None:
+    """What a PASS means, and the one summary line with the exit code (compare and ab alike)."""
+    pct = DEFAULT_GATE_PCT if gate is None else gate
+    print(meaning(pct, alpha, gate is not None), file=sys.stderr if fmt in ("json", "github", "csv") else sys.stdout)
+    print(f"{prog}: {summary(table)} -> exit {code}", file=sys.stderr)
+    slow = regressions(table)
+    if len(slow):
+        print(f"{prog}: {len(slow)} point(s) significantly slower than the base by more than {pct:g}%", file=sys.stderr)
 
 
 def summary(table: pd.DataFrame) -> str:
