@@ -117,6 +117,17 @@ def _pair(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _minutes(text: str) -> float:
+    """A budget: minutes > 0 (nan or a negative would end the run before it began, quietly)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a number of minutes > 0, e.g. 5")
+    return value
+
+
 def _count(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 1")
@@ -147,7 +158,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--new-env", action="append", type=_pair, default=[], metavar="K=V", help="B's env var")
     parser.add_argument("--base-python", help="A's Python interpreter (another venv's, with perflab)")
     parser.add_argument("--new-python", help="B's Python interpreter")
-    parser.add_argument("--budget", type=compare.percent, default=math.inf, metavar="MINUTES", help="time to spend")
+    parser.add_argument("--budget", type=_minutes, default=math.inf, metavar="MINUTES", help="time to spend")
     parser.add_argument("--min-processes", type=_count, default=2, metavar="N", help="a side before the first look")
     parser.add_argument("--max-processes", type=_count, default=10, metavar="N", help="a side at most")
     parser.add_argument("--out", type=Path, default=Path("ab"), help="DIR: the trees DIR/base and DIR/new")

@@ -105,7 +105,7 @@ def test_a_real_a_b_writes_both_trees_in_fresh_processes(cli, work, capsys):
     [
         (["--min-processes", "5", "--max-processes", "3"], "--min-processes 5: allowed: at most --max-processes"),
         (["--base-env", "NOVALUE"], "'NOVALUE': allowed: NAME=VALUE"),
-        (["--budget", "-1"], "allowed: a number >= 0"),
+        (["--budget", "-1"], "'-1': allowed: a number of minutes > 0, e.g. 5"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(work, capsys, bad, line):
