@@ -135,6 +135,8 @@ def test_bench_processes_measures_each_point_in_fresh_processes_that_compare_cou
     (point,) = compare.ab(work / "base", work / "new").to_dict("records")
     assert (point["base_processes"], point["new_processes"]) == (2, 2)
     cli(*MATMUL, "bench.processes=0", rc=2)  # range-checked, in one line, before anything runs
+    refused = cli(*MATMUL, "bench.processes=2", "bench.repeats=0", rc=2)  # a bad value: the same in every process
+    assert "process 1 of 2" in refused.err and "process 2 of 2" not in refused.err
 
 
 def test_killed_and_skipped_points_are_not_done(cli, work):

@@ -88,6 +88,18 @@ def test_one_process_a_side_is_judged_against_the_floor_and_advice_is_in_process
     assert "PASS means: not significantly slower by more than 1 %" in capsys.readouterr().out
 
 
+def test_one_busy_process_a_side_is_not_judged_against_the_floor_alone(tmp_path):
+    """Samples 30 % wide: the median of one such process moves by more than 2 % on its own, so a
+    15 % difference between two of them is no FAIL, while between quiet processes it is."""
+    rng = np.random.default_rng(14)
+    for size, spread in ((64, 0.30), (128, 0.005)):
+        point(tmp_path / "base", f"a{size}", noisy(rng, 1.0, 10, spread), size=size)
+        point(tmp_path / "new", f"b{size}", noisy(rng, 1.15, 10, spread), size=size)
+    table = compare.ab(tmp_path / "base", tmp_path / "new").set_index("cfg.experiment.size")
+    assert table["verdict"].to_dict() == {64: "INCONCLUSIVE", 128: "FAIL"}
+    assert "what the samples' own spread makes a median vary by" in table.loc[64, "why"]
+
+
 def processes(root, name, medians, n=20, spread=0.01, rng=None, **columns):
     """One run (process) per median: its samples around it, ``process`` 1..K."""
     rng = rng or np.random.default_rng(0)

@@ -40,6 +40,7 @@ FLOOR_CV = 0.02  # between-process coefficient of variation assumed where none w
 MEASURED_FROM = 3  # processes a side from which the measured spread alone is trusted for detectability
 MOST_PROCESSES = 50  # advice beyond this many processes a side is no advice: said as such
 RESAMPLES = 2000
+MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over the samples' standard deviation / sqrt(n)
 
 
 # --- a point's rows: its metric, its samples, its processes -----------------------------------
@@ -186,12 +187,17 @@ def _log_sd_within(processes: Sequence[np.ndarray]) -> float:
 
 def spread(base: Measured, new: Measured, floor: float = FLOOR_CV) -> Spread:
     """The pooled between-process spread of the two sides' log figures (Student's pooled
-    variance); with one process a side, the floor."""
+    variance). With one process a side: the floor, or, where larger, what the samples' own
+    spread alone makes a process's median vary by (1.2533 x the within-process spread /
+    sqrt(samples): a busy machine's wide samples are no place for a 2 % floor)."""
     a, b = _logs(base.figures), _logs(new.figures)
     df = len(a) + len(b) - 2
-    within = _log_sd_within([*base.processes, *new.processes])
+    procs = [*base.processes, *new.processes]
+    within = _log_sd_within(procs)
     if df < 1:
-        return Spread(floor, within, False, 0)
+        counts = [len(x) for x in procs if len(x) >= 3]
+        of_median = MEDIAN_SE * within / math.sqrt(min(counts)) if counts and math.isfinite(within) else 0.0
+        return Spread(max(floor, of_median), within, False, 0)
     ss = float(((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum())
     return Spread(math.sqrt(ss / df), within, True, df)
 

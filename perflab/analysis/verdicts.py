@@ -161,7 +161,13 @@ def judge(
         else:
             verdict = Verdict.INCONCLUSIVE
             why.append(_inconclusive(p, c, gate_pct, level, floor))
-        if not c.spread.measured:
+        if not c.spread.measured and c.spread.between > floor:
+            why.append(
+                f"one process a side: the between-process variation is unknown, judged against "
+                f"{100 * c.spread.between:.2g} %, what the samples' own spread makes a median vary by "
+                "(bench.processes=K or perflab ab measure it)"
+            )
+        elif not c.spread.measured:
             why.append(
                 f"one process a side: the between-process variation is unknown, judged against a floor of "
                 f"{100 * floor:g} % (--process-cv; bench.processes=K or perflab ab measure it)"
