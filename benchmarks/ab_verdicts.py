@@ -141,7 +141,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=5.0, help="perflab ab --budget MINUTES")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ab_verdicts.csv"))
     args = parser.parse_args()
-    setting = "busy" if args.busy else "quiet"
+    setting = "busy neighbour" if args.busy else "no neighbour"  # the machine itself may be busy: see load
     found = []
     with tempfile.TemporaryDirectory() as scratch, neighbour(args.busy):
         load = os.getloadavg()[0]
