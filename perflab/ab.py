@@ -181,7 +181,10 @@ def _main(argv: Sequence[str] | None) -> int:
         Side("new", args.out / "new", args.new, dict(args.new_env), args.new_python),
     )
     if not (args.base or args.new or args.base_env or args.new_env or args.base_python or args.new_python):
-        print(f"{PROG}: note: the sides do not differ: an A/A run (how often it FAILs is the false alarm rate)")
+        print(
+            f"{PROG}: note: the sides do not differ: an A/A run (how often it FAILs is the false alarm rate)",
+            file=sys.stderr,
+        )
     for side in sides:
         if side.tree.exists() and (not side.tree.is_dir() or any(side.tree.iterdir())):
             print(
