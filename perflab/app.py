@@ -81,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags = _hydra_flags(args)
     if flags is not None:
         return usage_error(flags)
+    from perflab.job import processes
+
+    replicated = processes.conduct(args)  # bench.processes=K: the command in K fresh processes
+    if replicated is not None:
+        return replicated
     session = Session()
     token = CURRENT.set(session)
     saved_argv = sys.argv
@@ -278,6 +283,7 @@ SUBCOMMANDS = {
     "report": "perflab.report",
     "history": "perflab.history",
     "chapter": "perflab.chapter",
+    "ab": "perflab.ab",
 }
 # Hydra's own flags that take the next word as their value.
 FLAGS_WITH_VALUE = (

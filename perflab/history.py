@@ -21,11 +21,11 @@ at least 0.5 %.
 
 Each change is judged locally, as a step: the median of the ``--min-segment`` subjects just after
 it against those just before (so a slow drift of small steps is many small changes, not one big
-one), and a two-sided Mann-Whitney test on their raw samples (or on the subjects' values where
-no samples were kept), Benjamini-Hochberg over all changes. Labels: ``regression`` (worse by at
-least ``--threshold`` %, 5 by default, and significant), ``improvement`` (the same, better),
-``suspicious`` (a change point that is smaller or not significant). ``change_pct`` is the change
-of the metric itself (negative: the metric fell; for a time that is faster).
+one), and a test on their per-process figures (``perflab.analysis.replicates``: each process of
+each subject is one replicate, never each sample), Benjamini-Hochberg over all changes.
+Labels: ``regression`` (worse by at least ``--threshold`` %, 5 by default, and significant),
+``improvement`` (the same, better), ``suspicious`` (a change point that is smaller or not
+significant). ``change_pct`` is the change of the metric itself (negative: the metric fell; for a time that is faster).
 
 Suspect measurements (rows perflab flagged ``suspect``: a busy machine, too few samples, above
 the measured peak): a subject's value comes from its clean rows; a subject with none is kept and
@@ -54,7 +54,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis.stats import ALPHA, compare_samples, fdr
+from perflab.analysis import replicates
+from perflab.analysis.stats import ALPHA, fdr
 from perflab.analysis.verdicts import DEFAULT_STEP_PCT, USAGE_EXIT, Change, could_not_judge, history_exit_code
 from perflab.errors import OneLineParser
 from perflab.store.columns import higher_is_better
@@ -80,6 +81,8 @@ class Subject:
     time: str
     commit_time: str = ""
     suspect: str = ""  # why every row of it was flagged suspect ("" if it has a clean one)
+    processes: list[np.ndarray] = field(default_factory=list)  # its samples, process by process
+    figures: np.ndarray = field(default_factory=lambda: np.array([]))  # one per process (run)
 
 
 @dataclass
@@ -138,9 +141,9 @@ def build_series(
     """Every (experiment, point, identity) series of ``rows`` (ok rows only), subjects in order.
     A subject's value comes from its clean rows; a subject with none (every row flagged
     ``suspect``) keeps its rows and says why (``Subject.suspect``). Rows and samples of no use
-    (NaN, not a number, <= 0: ``compare.measured``) are left out; ``notes`` gets a line saying so."""
+    (NaN, not a number, <= 0: ``replicates.measured``) are left out; ``notes`` gets a line saying so."""
     from perflab.analysis.frames import device_family, identity_columns
-    from perflab.compare import measured, metric_for, summary_rows
+    from perflab.analysis.replicates import measured, metric_for, summary_rows
     from perflab.measure.environment import IDENTITY
 
     if rows.empty or "status" not in rows:
@@ -187,6 +190,8 @@ def build_series(
                         _first(rs, "timestamp"),
                         _first(rs, "subject_time"),
                         suspect="" if len(clean) else _reasons(rs),
+                        processes=point.processes,
+                        figures=point.figures,
                     )
                 )
             if left and notes is not None:
@@ -300,12 +305,7 @@ def judge(
         for i, at in enumerate(breaks):
             lo, hi = max(edges[i], at - min_segment), min(edges[i + 2], at + min_segment)
             before, after = s.subjects[lo:at], s.subjects[at:hi]
-            a = np.concatenate([x.samples for x in before])
-            b = np.concatenate([x.samples for x in after])
-            if len(a) < 3 or len(b) < 3:  # no raw samples: the subjects' own values, segment against segment
-                a = np.array([x.value for x in s.subjects[edges[i] : at]])
-                b = np.array([x.value for x in s.subjects[at : edges[i + 2]]])
-            p = compare_samples(a, b, higher_is_better=s.higher_is_better, resamples=100).p_value
+            p = replicates.change(_side(before), _side(after), level=alpha).p_value
             changes.append(
                 ChangePoint(
                     s, at, float(np.median([x.value for x in before])), float(np.median([x.value for x in after])), p
@@ -320,6 +320,14 @@ def judge(
             c.label = Change.SUSPICIOUS.value
         c.p_value = p_adj
     return changes
+
+
+def _side(subjects: list[Subject]) -> replicates.Measured:
+    """Subjects as one side of a step: every process of each is a replicate (so a subject
+    measured in one process with 1000 samples counts once, not 1000 times)."""
+    figures = np.concatenate([x.figures if len(x.figures) else np.array([x.value]) for x in subjects])
+    procs = [p for x in subjects for p in (x.processes or [x.samples])]
+    return replicates.Measured(pd.DataFrame(), float(np.median(figures)), np.array([]), [], procs, figures)
 
 
 def judgeable(series: list[Series], min_segment: int = MIN_SEGMENT) -> bool:
@@ -437,7 +445,7 @@ def _main(argv: Sequence[str] | None) -> int:
     changes = judge(series, threshold_pct=args.threshold, min_segment=args.min_segment, alpha=args.alpha)
     judged = judgeable(series, args.min_segment)
     unsure = doubtful(series, args.min_segment)
-    notes += [suspect_line(s, args.min_segment) for s in series if any(x.suspect for x in s.subjects)]
+    notes += suspect_lines(series, args.min_segment)
     code = history_exit_code([Change(c.label) for c in changes], judged, bool(unsure))
     print(to_json(changes, notes) if args.format == "json" else to_text(series, changes))
     for note in notes:
@@ -457,15 +465,31 @@ def _main(argv: Sequence[str] | None) -> int:
     return code
 
 
-def suspect_line(series: Series, min_segment: int = MIN_SEGMENT) -> str:
-    """What a series' suspect subjects mean for its verdict, in one line."""
+def _suspect_reasons(series: Series) -> str:
+    return "; ".join(dict.fromkeys(r for x in series.subjects if x.suspect for r in x.suspect.split("; ")))
+
+
+def suspect_line(series: Series, min_segment: int = MIN_SEGMENT, reasons: bool = True) -> str:
+    """What a series' suspect subjects mean for its verdict, in one line (``reasons``: and why
+    they were flagged)."""
     flagged = [x for x in series.subjects if x.suspect]
-    reasons = "; ".join(dict.fromkeys(r for x in flagged for r in x.suspect.split("; ")))
+    why = f" ({_suspect_reasons(series)})" if reasons else ""
     clean, need = len(series.subjects) - len(flagged), 2 * min_segment
     head = f"{series.label}: {len(flagged)} of {len(series.subjects)} subjects' measurements were flagged suspect"
     if len(series.subjects) >= need > clean:
-        return f"{head} ({reasons}): {clean} clean, a change needs {need}: not called unchanged"
-    return f"{head} ({reasons}); judged with them"
+        return f"{head}{why}: {clean} clean, a change needs {need}: not called unchanged"
+    return f"{head}{why}; judged with them"
+
+
+def suspect_lines(series: list[Series], min_segment: int = MIN_SEGMENT) -> list[str]:
+    """A line per series with suspect subjects; reasons every such series shares said once, first."""
+    flagged = [s for s in series if any(x.suspect for x in s.subjects)]
+    shared = {_suspect_reasons(s) for s in flagged}
+    if len(flagged) < 2 or len(shared) > 1:
+        return [suspect_line(s, min_segment) for s in flagged]
+    return [f"{len(flagged)} series have subjects flagged suspect, each for: {shared.pop()}"] + [
+        suspect_line(s, min_segment, reasons=False) for s in flagged
+    ]
 
 
 def load_series(
@@ -473,7 +497,7 @@ def load_series(
 ) -> list[Series]:
     """The series of the rows under ``paths`` (one line for a path that holds none); ``notes``
     gets what was left out of them (see build_series)."""
-    from perflab.compare import samples_by_row
+    from perflab.analysis.replicates import samples_by_row
     from perflab.results import load
 
     for p in paths:

@@ -210,7 +210,7 @@ def test_async_compute_says_cpu_ops_are_synchronous(work):
         (
             ["+experiment=matmul", "+bench.repeat=3"],
             "bench.repeat=3: unknown key; did you mean bench.repeats?; allowed: the keys under bench: warmup, repeats, "
-            "min_time_s, timer, noise_threshold, busy_threshold, profile",
+            "min_time_s, timer, noise_threshold, busy_threshold, profile, processes",
         ),
         (
             ["+launcher=slurm", "+experiment=matmul"],
@@ -322,7 +322,7 @@ def test_library_warnings_stay_out_of_the_terminal(work):
         (
             ["comapre", "outputs"],
             "comapre: not a command or a key=value; did you mean compare? allowed: perflab +experiment=NAME "
-            "[key=value ...], perflab compare|results|report|history|chapter ..., perflab --help",
+            "[key=value ...], perflab compare|results|report|history|chapter|ab ..., perflab --help",
         ),
         (
             ["+experiment=quick/matmull"],

@@ -28,9 +28,13 @@ from conftest import FAST, cpu_only, run_subprocess
 
 
 def point_hash(*overrides: str) -> str:
-    """The config hash a sweep point of quick/matmul with these overrides claims."""
+    """The point a sweep point of quick/matmul with these overrides claims: its config hash,
+    the subject (the working directory's commit, none here) and process 1."""
+    from perflab.measure.environment import subject
+    from perflab.store.done_marks import point_key
+
     cfg, _, _ = composition.compose("quick/matmul", list(overrides))
-    return config_hash(resolve_all(cfg))
+    return point_key(config_hash(resolve_all(cfg)), subject(None)["subject"])
 
 
 # --- claims that say nothing ------------------------------------------------------------------

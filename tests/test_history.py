@@ -30,13 +30,13 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def write_history(root, name, medians, *, seed, identity=IDENTITY, spread=0.01, size=256, suspect=()):
+def write_history(root, name, medians, *, seed, identity=IDENTITY, spread=0.01, size=256, suspect=(), n=12):
     """One run dir per subject (s00, s01, ...), as a matmul job writes it: raw sample times
     around each median, the rate the job reports, the subject's commit time in order; the
     subjects numbered in ``suspect`` measured on a busy machine (their rows flagged)."""
     rng = np.random.default_rng(seed)
     for i, median in enumerate(medians):
-        times = median * (1 + rng.normal(0, spread, 12))
+        times = median * (1 + rng.normal(0, spread, n))
         run = f"{name}-{i:02d}"
         RunWriter(root / run).add(
             {
@@ -84,6 +84,19 @@ def test_only_the_step_is_a_regression_not_a_spike_nor_a_staircase(tmp_path, cap
     assert [c.series.point["experiment.size"] for c in changes if c.label == "regression"] == ["1024"]
 
 
+def test_a_step_is_tested_on_subjects_not_on_their_samples(tmp_path):
+    """A thousand samples of one process are one replicate: the p-value of a step is the same
+    whether each subject kept 12 samples or 1200 (pooled samples gave p-values like 1e-78)."""
+    medians = [1.0, 1.02, 0.99, 1.01, 1.0] + [1.12, 1.1, 1.13, 1.11, 1.12]
+    p = {}
+    for n in (12, 1200):
+        write_history(tmp_path / str(n), "s", medians, seed=6, n=n, spread=0.005)
+        (change,) = history.judge(history.load_series([str(tmp_path / str(n))]))
+        assert change.label == "regression"
+        p[n] = change.p_value
+    assert 1e-6 < p[1200] < 0.05 and p[1200] == pytest.approx(p[12], rel=0.5)
+
+
 def test_another_machine_is_another_series_and_too_little_history_is_exit_3(tmp_path, capsys):
     write_history(tmp_path / "a", "a", [1.0] * 3, seed=4)
     write_history(tmp_path / "b", "b", [2.0] * 3, seed=5, identity={**IDENTITY, "cpu_model": "Other CPU"})
@@ -107,6 +120,14 @@ def test_a_series_of_suspect_subjects_is_not_called_unchanged(tmp_path, capsys):
         "processes took 60% of the CPUs): 1 clean, a change needs 6: not called unchanged"
     ) in err
     assert err.strip().endswith("1 series, no change point; 1 series too suspect to call unchanged -> exit 3")
+    # Many series flagged for the same reason: the reason is said once, not on every line.
+    for size in (64, 128, 1024):
+        write_history(tmp_path / "busy", f"b{size}", [1.0] * 6, seed=size, suspect={0, 1, 2, 4, 5}, size=size)
+    assert history.main([str(tmp_path / "busy")]) == 3
+    err = capsys.readouterr().err
+    assert err.count("busy: other processes took 60% of the CPUs") == 1
+    assert "4 series have subjects flagged suspect, each for: busy: other processes" in err
+    assert err.count("not called unchanged") == 4
     # Enough clean subjects: judged, and said; a regression among suspect subjects is still one.
     write_history(tmp_path / "some", "some", [1.0] * 6 + [1.3] * 6, seed=7, suspect={3, 7}, size=512)
     assert history.main([str(tmp_path / "some"), "--format", "json"]) == 1

@@ -257,19 +257,29 @@ def test_only_a_complete_run_is_done(tmp_path):
     record(tmp_path, "killed", "h1")  # run.json says running: it was killed
     record(tmp_path, "skipped", "h1", outcome="skipped")
     record(tmp_path, "crashed", "h1", outcome="error")
-    assert done_marks.find_done(tmp_path, "h1") is None
+    h1 = done_marks.point_key("h1")
+    assert done_marks.find_done(tmp_path, h1) is None
     good = record(tmp_path, "good", "h1", outcome="ok", complete=True)
     done_marks.mark_done(tmp_path, RunRecord.read(good), good)
-    assert done_marks.find_done(tmp_path, "h1") == good
+    assert done_marks.find_done(tmp_path, h1) == good
     import shutil
 
     shutil.rmtree(good)
-    assert done_marks.find_done(tmp_path, "h1") is None, "a marker whose run is gone is dropped"
+    assert done_marks.find_done(tmp_path, h1) is None, "a marker whose run is gone is dropped"
 
 
 def test_the_done_index_is_rebuilt_from_the_run_dirs(tmp_path):
     good = record(tmp_path, "good", "h2", outcome="ok", complete=True)
-    assert done_marks.find_done(tmp_path, "h2") == good  # no index yet: rebuilt on first use
+    assert done_marks.find_done(tmp_path, done_marks.point_key("h2")) == good  # no index yet: rebuilt on first use
+
+
+def test_a_new_subject_or_another_process_is_another_point(tmp_path):
+    """The same config measured at commit abc is not done at commit def, nor is its process 2."""
+    old = record(tmp_path, "old", "h3", outcome="ok", complete=True, subject="abc1234")
+    done_marks.mark_done(tmp_path, RunRecord.read(old), old)
+    assert done_marks.find_done(tmp_path, done_marks.point_key("h3", "abc1234")) == old
+    assert done_marks.find_done(tmp_path, done_marks.point_key("h3", "def5678")) is None
+    assert done_marks.find_done(tmp_path, done_marks.point_key("h3", "abc1234", process=2)) is None
 
 
 def test_a_claim_is_exclusive_until_released_and_a_dead_holders_is_taken_over(tmp_path):

@@ -114,6 +114,31 @@ def test_a_re_run_sweep_reuses_done_points_and_still_lists_every_point(cli, work
     assert outcomes(sweeps(work)[-1]) == ["ok", "ok"]
 
 
+def test_a_new_subject_is_measured_again_not_taken_as_done(cli, work):
+    """After a commit the same sweep measures the new code: the subject is part of a point."""
+    cli("-m", *MATMUL, "experiment.size=16", "results.subject=v1")
+    cli("-m", *MATMUL, "experiment.size=16", "results.subject=v2")
+    assert outcomes(sweeps(work)[-1]) == ["ok"]
+    assert sorted(load(work / "outputs")["subject"]) == ["v1", "v2"]
+    cli("-m", *MATMUL, "experiment.size=16", "results.subject=v2")
+    assert outcomes(sweeps(work)[-1]) == ["done"]
+
+
+def test_bench_processes_measures_each_point_in_fresh_processes_that_compare_counts(cli, work):
+    from perflab import compare
+
+    for side in ("base", "new"):
+        ran = cli("-m", *MATMUL, "experiment.size=16", "bench.processes=2", f"results.store={side}")
+        assert "process 2 of 2 (bench.processes=2)" in ran.err
+        rows = load(work / side)
+        assert sorted(rows["process"]) == [1, 2] and rows["run_id"].nunique() == 2, "each process its own run"
+    (point,) = compare.ab(work / "base", work / "new").to_dict("records")
+    assert (point["base_processes"], point["new_processes"]) == (2, 2)
+    cli(*MATMUL, "bench.processes=0", rc=2)  # range-checked, in one line, before anything runs
+    refused = cli(*MATMUL, "bench.processes=2", "bench.repeats=0", rc=2)  # a bad value: the same in every process
+    assert "process 1 of 2" in refused.err and "process 2 of 2" not in refused.err
+
+
 def test_killed_and_skipped_points_are_not_done(cli, work):
     too_many = torch.get_num_threads() + 1  # more CPU workers than cores: a point this machine skips
     cli("-m", *MATMUL, "devices.spec=cpu", f"devices.count=1,{too_many}")

@@ -1,13 +1,14 @@
 """The verdicts of ``compare`` (A/B) and ``history``, their words and exit codes: in one place.
 
-compare, per point of NEW against the same point of BASE:
+compare (and ab), per point of NEW against the same point of BASE, judged from per-process
+figures (``perflab.analysis.replicates``):
 
-  PASS          not significantly slower by more than the gate, and the samples could have
+  PASS          not significantly slower by more than the gate, and the processes could have
                 shown a change of the gate's size (the smallest change they could show, at
-                this spread and count, is within the gate); or significantly faster
+                this between-process spread and count, is within the gate); or significantly faster
   FAIL          significantly slower (Benjamini-Hochberg over all points) by more than the gate
-  INCONCLUSIVE  neither: the smallest change the samples could show exceeds the gate; the
-                verdict says how many more repeats would do
+  INCONCLUSIVE  neither: the smallest change the processes could show exceeds the gate; the
+                verdict says how many processes a side would do (bounded: none beyond 50)
   INCOMPARABLE  the rows come from machines (or software) whose identity differs; the
                 verdict names the fields (``--allow-mixed`` judges them anyway, and says so)
 
@@ -24,8 +25,9 @@ little or too suspect history, a crash). A gate never passes by accident: judgin
 
 from __future__ import annotations
 
+import math
 from enum import Enum
-from typing import Iterable
+from typing import Any, Iterable
 
 PASS_EXIT = 0
 FAIL_EXIT = 1
@@ -96,6 +98,138 @@ def meaning(gate_pct: float, alpha: float, given: bool) -> str:
     where = "" if given else f" (the default gate; --fail-if-slower PCT sets it, {DEFAULT_GATE_PCT:g} % like asv)"
     return (
         f"PASS means: not significantly slower by more than {gate_pct:g} %{where}, with a change of that size "
-        f"detectable in the samples; significance at a false discovery rate of {alpha:g} over all points "
+        f"detectable in the processes; significance at a false discovery rate of {alpha:g} over all points "
         "(Benjamini-Hochberg). Exit codes: 0 pass, 1 fail, 2 usage error, 3 could not judge."
     )
+
+
+def judge(
+    points: list[dict[str, Any]],
+    gate_pct: float,
+    alpha: float,
+    allow_mixed: bool,
+    floor: float | None = None,
+    looks: int = 1,
+) -> None:
+    """Each matched point's verdict, in place. A point holds its sides as ``_base`` and
+    ``_new`` (``replicates.Measured``) and ``identity`` (the machine identity fields that
+    differ). Significance is adjusted over every judged point (Benjamini-Hochberg), after a
+    Bonferroni correction over ``looks`` (perflab ab looks again as processes are added);
+    detectability is at the level a lone changed point must meet, alpha / (points x looks).
+    ``floor``: the between-process variation assumed where a side has one process."""
+    from perflab.analysis import replicates
+    from perflab.analysis.stats import fdr
+
+    floor = replicates.FLOOR_CV if floor is None else floor
+    judged = [p for p in points if allow_mixed or not p["identity"]]
+    level = alpha / max(1, len(judged)) / max(1, looks)
+    for p in judged:
+        c = replicates.change(p["_base"], p["_new"], level=level, floor=floor)
+        p["_change"] = c
+        higher = p.get("_higher", True)
+        p["speedup"] = c.ratio if higher else 1 / c.ratio
+        p["change_pct"] = 100 * (p["speedup"] - 1)
+        p["ci_low"], p["ci_high"] = (c.ci_low, c.ci_high) if higher else (1 / c.ci_high, 1 / c.ci_low)
+        p["p_value"] = c.p_value
+        p["base_processes"], p["new_processes"] = c.base_processes, c.new_processes
+        p["cv_between_pct"] = 100 * c.spread.between if c.spread.measured else math.nan
+        p["cv_within_pct"] = 100 * c.spread.within
+        p["detectable_pct"] = c.detectable_pct
+    adjusted = fdr([min(1.0, p["p_value"] * max(1, looks)) for p in judged])
+    for p, p_adj in zip(judged, adjusted):
+        c = p["_change"]
+        p["p_adjusted"] = p_adj
+        significant = not math.isnan(p_adj) and p_adj < alpha
+        p["significant"] = significant
+        size = _size(p["speedup"])
+        if math.isnan(p_adj):
+            p["significance"] = "nothing to test"
+        elif significant:
+            p["significance"] = f"significant: {size} than the base (adjusted p={p_adj:.2g})"
+        else:
+            p["significance"] = f"no significant difference (adjusted p={p_adj:.2g})"
+        why: list[str] = []
+        if significant and p["change_pct"] < -gate_pct:
+            verdict = Verdict.FAIL
+            why.append(f"{size}: beyond the {gate_pct:g} % gate (adjusted p={p_adj:.2g})")
+        elif p["detectable_pct"] <= gate_pct or (significant and p["speedup"] >= 1):
+            verdict = Verdict.PASS  # a change of the gate's size was detectable, or it got significantly faster
+            seen = size if significant else "no significant change"
+            why.append(f"{seen}; a {p['detectable_pct']:.2g} % change was detectable")
+            if p["detectable_pct"] > gate_pct:
+                why = [f"{size}, significantly (adjusted p={p_adj:.2g})"]
+        else:
+            verdict = Verdict.INCONCLUSIVE
+            why.append(_inconclusive(p, c, gate_pct, level, floor))
+        if not c.spread.measured and c.spread.between > floor:
+            why.append(
+                f"one process a side: the between-process variation is unknown, judged against "
+                f"{100 * c.spread.between:.2g} %, what the samples' own spread makes a median vary by "
+                "(bench.processes=K or perflab ab measure it)"
+            )
+        elif not c.spread.measured:
+            why.append(
+                f"one process a side: the between-process variation is unknown, judged against a floor of "
+                f"{100 * floor:g} % (--process-cv; bench.processes=K or perflab ab measure it)"
+            )
+        if p["identity"]:
+            why.append(f"compared across identities on purpose (--allow-mixed): {p['identity']}")
+        if p.get("suspect"):
+            why.append("its measurements were flagged suspect: see suspect")
+        p["verdict"], p["_why"] = verdict.value, why
+        p["why"] = "; ".join(why)
+    for p in points:
+        if not (allow_mixed or not p["identity"]):
+            p["verdict"], p["why"] = Verdict.INCOMPARABLE.value, f"machine identity differs: {p['identity']}"
+            p["_why"] = [p["why"]]
+
+
+def said_once(points: list[dict[str, Any]]) -> list[str]:
+    """The reasons every judged point of two or more gives, taken out of each point's ``why``
+    and returned, to be said once."""
+    whys = [p["_why"] for p in points if "_why" in p]
+    if len(whys) < 2:
+        return []
+    shared = [w for w in whys[0][1:] if all(w in x[1:] for x in whys)]  # never a point's first, its verdict's reason
+    for p in points:
+        if "_why" in p:
+            p["why"] = "; ".join(w for w in p["_why"] if w not in shared)
+    return [f"every point: {w}" for w in shared]
+
+
+def _size(speedup: float) -> str:
+    if math.isnan(speedup):
+        return "change unknown"
+    return f"{speedup:.3g}x faster" if speedup >= 1 else f"{1 / speedup:.3g}x slower"
+
+
+def _inconclusive(p: dict[str, Any], c: Any, gate_pct: float, level: float, floor: float) -> str:
+    """Why a point is not judged, and what would judge it: processes, bounded."""
+    from perflab.analysis import replicates
+
+    metric = p.get("metric", "the metric")
+    if not c.base_processes or not c.new_processes:
+        return f"no usable {metric} to test" + (f" (left out {p['left_out']})" if p.get("left_out") else "")
+    have = f"have {c.base_processes} and {c.new_processes} process(es)"
+    need = replicates.processes_needed(c, gate_pct, level, floor)
+    cv = f"between-process variation {100 * max(c.spread.between, 0):.2g} %"
+    if need is None:
+        return (
+            f"no affordable number of processes shows a change of {gate_pct:g} % ({cv}; {have}; "
+            f"more than {replicates.MOST_PROCESSES} a side would be needed)"
+        )
+    shown = c.detectable_pct
+    could = "no change at all" if math.isinf(shown) else f"only changes above {shown:.2g} %"
+    return (
+        f"these processes could show {could}, not {gate_pct:g} % ({have}, {cv}): about {need} a side would do "
+        f"(bench.processes={need}, or perflab ab)"
+    )
+
+
+def json_verdict(code: int, verdicts: Iterable[str]) -> str:
+    """The verdict of a whole comparison as one of the four documented ones: FAIL and PASS by
+    their exit codes; else INCOMPARABLE when every unjudged point is, INCONCLUSIVE otherwise."""
+    if code in (PASS_EXIT, FAIL_EXIT):
+        return "PASS" if code == PASS_EXIT else "FAIL"
+    seen = set(verdicts) - {Verdict.PASS.value}
+    return Verdict.INCOMPARABLE.value if seen == {Verdict.INCOMPARABLE.value} else Verdict.INCONCLUSIVE.value

@@ -134,6 +134,9 @@ class DevicesConfig:
         return parsed
 
 
+MAX_PROCESSES = 1000  # bench.processes: more is a typo, not a plan
+
+
 @dataclass
 class BenchConfig:
     """How every timed measurement is taken (see perflab.measure.bench.measure)."""
@@ -145,10 +148,18 @@ class BenchConfig:
     noise_threshold: float = 0.10  # a row is noisy when IQR / median exceeds this
     busy_threshold: float = 0.25  # suspect when other processes took this share of the CPUs meanwhile
     profile: bool = volatile(False)  # true: one torch.profiler Chrome trace per measurement, beside the rows
+    # each point in this many fresh processes (rows carry ``process``, 1..K): the unit compare judges by
+    processes: int = volatile(1)
 
     def __post_init__(self) -> None:
         require(self.warmup >= 0, "warmup", self.warmup, "an integer >= 0")
         positive(self, "repeats")
+        require(
+            isinstance(self.processes, int) and 1 <= self.processes <= MAX_PROCESSES,
+            "processes",
+            self.processes,
+            f"an integer from 1 to {MAX_PROCESSES}",
+        )
         require(self.min_time_s >= 0, "min_time_s", self.min_time_s, "a number >= 0")
         one_of(self, "timer", TIMERS)
         require(self.noise_threshold > 0, "noise_threshold", self.noise_threshold, "a number > 0")

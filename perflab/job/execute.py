@@ -2,7 +2,7 @@
 of a sweep, on any launcher), ``perflab.run()`` and the tests all take.
 
   check     the typed config, the experiment, every output path        (no torch yet)
-  skip?     in a sweep: the point is done already (its run.json says so) -> reuse its rows
+  skip?     in a sweep: the point (config, subject, process) is done already -> reuse its rows
   claim     in a sweep: this point is ours, or wait for whoever measures it; checked before and
             after each row and the done mark (fencing): taken over while this process was
             paused, what it measured is set aside and the taker's rows stand
@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from perflab.config import install, registry
 from perflab.config.schema import PerflabConfig, config_hash, resolve_all, validate
 from perflab.errors import ConfigError
+from perflab.job import processes
 from perflab.job.ending import Place, Result, record_time, refuse, reuse, save_record
 from perflab.measure.peaks import Peaks
 from perflab.store import done_marks, files, point_claims, tree
@@ -63,6 +64,7 @@ def execute(cfg: DictConfig, place: Place) -> Result:
         config_hash=config_hash(resolved),
         sweep_id=place.sweep_dir.name if place.sweep_dir else "",
         job_num=place.job_num,
+        process=processes.index(),
     )
     identity = {
         "run_id": run_id,
@@ -71,6 +73,7 @@ def execute(cfg: DictConfig, place: Place) -> Result:
         "experiment": place.experiment,
         "config_hash": record.config_hash,
         "rank": 0,
+        "process": record.process,
         "run_dir": str(place.run_dir),
         **flatten(resolved),
     }
@@ -174,14 +177,18 @@ def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
 def claim_point(root: Path, record: RunRecord, place: Place, settings: PerflabConfig) -> point_claims.Claim | Path:
     """This sweep point, claimed; or the run dir that completed it (before, or while we waited
     for another sweep that was measuring it)."""
+    from perflab.measure.environment import subject
+
     said = False
+    record.subject = subject(settings.results.subject)["subject"]  # a new commit is a new point
+    key = done_marks.key_of(record)
     while True:
-        done = done_marks.find_done(root, record.config_hash)
+        done = done_marks.find_done(root, key)
         if done is not None:
             return done
-        got = point_claims.claim(root, record.config_hash, place.run_dir, settings.results.claim_stale_s)
+        got = point_claims.claim(root, key, place.run_dir, settings.results.claim_stale_s)
         if isinstance(got, point_claims.Claim):
-            if done_marks.find_done(root, record.config_hash) is None:  # not completed just before our claim
+            if done_marks.find_done(root, key) is None:  # not completed just before our claim
                 return got
             got.release()
             continue

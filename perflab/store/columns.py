@@ -39,6 +39,9 @@ COLUMNS: dict[str, Column] = {
         _c("experiment", "category", lead=True),
         _c("measurement", "text", lead=True),
         _c("repeat", lead=True),
+        # Which of bench.processes' fresh processes measured the row (1..K): a replicate, neither a
+        # config key (so no identity that keeps replicas apart) nor volatile (done marks hold it).
+        _c("process", "int", lead=True),
         _c("rank", "int", lead=True),
         _c("status", "category", lead=True),
         _c("error", "text", lead=True),

@@ -1,9 +1,11 @@
-"""Which sweep points are done: one tiny file per complete run under ``.perflab/done/<config
-hash>/<run id>``, holding its run dir, so "is this point done?" is one directory listing however
-big the tree is."""
+"""Which sweep points are done: one tiny file per complete run under ``.perflab/done/<point
+key>/<run id>``, holding its run dir, so "is this point done?" is one directory listing however
+big the tree is. A point's key is its config hash, the subject (the code under test: a re-run
+after a commit measures again) and the process (bench.processes: process 2 is not process 1)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 from pathlib import Path
@@ -16,19 +18,29 @@ from perflab.store.tree import derived_dir, meta, relative, run_dirs
 log = logging.getLogger("perflab")
 
 
+def point_key(config_hash: str, subject: str = "", process: int = 1) -> str:
+    """What "the same point" means for done marks and claims: config, subject, process."""
+    said = hashlib.sha256(subject.encode()).hexdigest()[:12] if subject else "none"
+    return f"{config_hash}-{said}-p{process}"
+
+
+def key_of(record: RunRecord) -> str:
+    return point_key(record.config_hash, record.subject, record.process)
+
+
 def mark_done(root: Path, record: RunRecord, run_dir: Path) -> None:
-    """Say in the index that ``run_dir`` completed this config (after its run.json says so)."""
-    folder = derived_dir(meta(root) / "done" / record.config_hash)
+    """Say in the index that ``run_dir`` completed this point (after its run.json says so)."""
+    folder = derived_dir(meta(root) / "done" / key_of(record))
     files.write_atomic(folder / record.run_id, relative(root, run_dir) + "\n")
 
 
 def unmark(root: Path, record: RunRecord) -> None:
     """Take back :func:`mark_done` (the point was taken over from this run meanwhile)."""
-    (meta(root) / "done" / record.config_hash / record.run_id).unlink(missing_ok=True)
+    (meta(root) / "done" / key_of(record) / record.run_id).unlink(missing_ok=True)
 
 
-def find_done(root: Path, config_hash: str, rebuilt: bool = False) -> Path | None:
-    """The newest run dir whose run.json says it completed this config, or None.
+def find_done(root: Path, key: str, rebuilt: bool = False) -> Path | None:
+    """The newest run dir whose run.json says it completed this point (``point_key``), or None.
 
     Looks in the done index (one listing); markers whose run dir is gone or no longer complete
     are dropped, and so are those whose rows are missing or torn (the point is measured again,
@@ -38,7 +50,7 @@ def find_done(root: Path, config_hash: str, rebuilt: bool = False) -> Path | Non
     done = meta(root) / "done"
     if files.kind_of(done) != "a directory":
         rebuild_done(root)
-    folder = done / config_hash
+    folder = done / key
     if files.kind_of(folder) not in ("a directory", "missing"):  # damaged: rebuilt, then read
         derived_dir(folder, make=False)
         rebuild_done(root)
@@ -57,7 +69,7 @@ def find_done(root: Path, config_hash: str, rebuilt: bool = False) -> Path | Non
             continue
         run_dir = where if where.is_absolute() else Path(root) / where
         record = RunRecord.read(run_dir)
-        if record and record.complete and record.config_hash == config_hash:
+        if record and record.complete and key_of(record) == key:
             why = damage(run_dir, record)
             if not why:
                 return run_dir
@@ -65,7 +77,7 @@ def find_done(root: Path, config_hash: str, rebuilt: bool = False) -> Path | Non
         _drop(marker)  # stale: the run dir was removed, rewritten or damaged
     if damaged and not rebuilt:  # the run it named may still be complete: ask the run dirs
         rebuild_done(root)
-        return find_done(root, config_hash, rebuilt=True)
+        return find_done(root, key, rebuilt=True)
     return None
 
 

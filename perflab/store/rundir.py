@@ -50,6 +50,7 @@ class RunRecord:
     same_as: str = ""  # outcome "done": the run dir whose rows this point reuses
     where: dict[str, str] = field(default_factory=dict)  # e.g. SLURM job id, node, log file
     subject: str = ""  # the code under test (results.subject: a tag, or the working directory's git commit)
+    process: int = 1  # which of bench.processes' fresh processes (1..K)
     perflab_version: str = ""
 
     def save(self, run_dir: Path) -> None:

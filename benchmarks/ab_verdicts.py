@@ -1,0 +1,184 @@
+"""How often the A/B gate is right: A/A pairs and A/B pairs with an injected slowdown, on a quiet
+machine and beside a busy neighbour, perflab's verdicts beside asv's and pytest-benchmark's rules.
+
+Each pair is two real trees of ``quick/matmul`` (``OMP_NUM_THREADS=1``, ``bench.repeats``), each
+measured in ``--processes`` fresh processes, interleaved A B A B (``perflab.job.processes``). The
+A/B pairs are the same trees with NEW's times (rows and raw samples) multiplied by 1.05, 1.1,
+1.2 and 1.5: the slowdown is exact and the variation between and within processes is the
+machine's own. Judged at a 10 % gate by:
+
+- ``perflab K``: ``perflab compare`` on all K processes a side;
+- ``perflab 1``: ``perflab compare`` on process 1 alone (judged against the ``--process-cv`` floor);
+- ``asv``: slower by more than its factor 1.1, with a Mann-Whitney p < 0.05 on the pooled samples
+  (asv compares its samples too; its own statistics differ in detail);
+- ``pytest-benchmark``: ``--benchmark-compare-fail=median:10%`` on process 1's samples.
+
+``--busy`` runs a CPU-burning neighbour process meanwhile; ``--ab N`` also runs N A/A
+``perflab ab --budget MINUTES`` runs and counts how many end undecided.
+
+Goals (issue 29): A/A false FAIL <= 5 % of pairs in both settings; 10 % slowdowns caught
+>= 90 % quiet; with ``perflab ab --budget 5``, <= 20 % of A/A runs undecided beside the busy
+neighbour.
+
+    python benchmarks/ab_verdicts.py [--pairs 4] [--processes 3] [--repeats 30] [--busy] [--ab 0]
+                                     [--budget 5] [--out benchmarks/results/ab_verdicts.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+
+SLOWDOWNS = (1.0, 1.05, 1.10, 1.20, 1.50)
+GATE = 10.0
+JOB = ["+experiment=quick/matmul", "results.table=false"]
+ENV = {"OMP_NUM_THREADS": "1"}
+
+
+@contextmanager
+def neighbour(busy: bool) -> Iterator[None]:
+    """A process that burns one CPU while the block runs (none when not ``busy``)."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+    try:
+        yield
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+
+
+def measure_pair(root: Path, processes: int, repeats: int) -> tuple[Path, Path]:
+    """Two trees of the same job, their processes interleaved A B A B."""
+    from perflab.job.processes import run_one
+
+    trees = root / "base", root / "new"
+    for k in range(1, processes + 1):
+        for tree in trees:
+            args = [*JOB, f"results.store={tree}", f"bench.repeats={repeats}"]
+            code = run_one(args, process=k, env=ENV, quiet=True)
+            if code:
+                raise SystemExit(f"perflab exited {code} measuring {tree} (process {k})")
+    return trees
+
+
+def slowed(tree: Path, factor: float, out: Path) -> Path:
+    """A copy of ``tree`` whose times are ``factor`` x longer (rates 1 / factor), rows and samples."""
+    shutil.copytree(tree, out, ignore=shutil.ignore_patterns(".perflab"))
+    for csv in out.rglob("results.csv"):
+        rows = pd.read_csv(csv)
+        for column in ("median_s", "mean_s", "min_s", "max_s", "std_s", "iqr_s"):
+            if column in rows:
+                rows[column] *= factor
+        for column in ("tflops", "gbps", "items_per_s"):
+            if column in rows:
+                rows[column] /= factor
+        rows.to_csv(csv, index=False)
+    for csv in out.rglob("samples.csv"):
+        samples = pd.read_csv(csv)
+        samples["seconds"] *= factor
+        samples.to_csv(csv, index=False)
+    return out
+
+
+def pooled(tree: Path, process: int | None = None) -> np.ndarray:
+    from perflab.analysis.replicates import samples_by_row
+    from perflab.results import load
+
+    rows = load(tree)
+    if process is not None:
+        rows = rows[rows["process"] == process]
+    samples = samples_by_row([tree])
+    return np.concatenate([samples[str(r)] for r in rows["row_id"] if str(r) in samples])
+
+
+def verdicts(base: Path, new: Path) -> dict[str, str]:
+    """Each judge's word on one pair: FAIL, PASS, or UNDECIDED."""
+    from scipy import stats
+
+    from perflab import compare
+
+    out = {}
+    for name, where in (("perflab K", []), ("perflab 1", ["process=1"])):
+        table = compare.ab(base, new, where=where, gate_pct=GATE)
+        code = compare.verdict_of(table)
+        out[name] = {0: "PASS", 1: "FAIL"}.get(code, "UNDECIDED")
+    a, b = pooled(base), pooled(new)
+    slower = np.median(b) / np.median(a) > 1 + GATE / 100
+    p = stats.mannwhitneyu(a, b, alternative="two-sided").pvalue
+    out["asv"] = "FAIL" if slower and p < 0.05 else "PASS"
+    a1, b1 = pooled(base, 1), pooled(new, 1)
+    out["pytest-benchmark"] = "FAIL" if np.median(b1) > (1 + GATE / 100) * np.median(a1) else "PASS"
+    return out
+
+
+def ab_runs(n: int, budget: float, root: Path, repeats: int) -> list[int]:
+    """Exit codes of ``n`` A/A ``perflab ab --budget`` runs."""
+    codes = []
+    for i in range(n):
+        args = [sys.executable, "-m", "perflab", "ab", *JOB, f"bench.repeats={repeats}"]
+        args += ["--budget", str(budget), "--out", str(root / f"ab{i}")]
+        codes.append(subprocess.run(args, env={**os.environ, **ENV}, capture_output=True).returncode)
+    return codes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--busy", action="store_true", help="beside a CPU-burning neighbour")
+    parser.add_argument("--ab", type=int, default=0, help="also this many A/A perflab ab runs")
+    parser.add_argument("--budget", type=float, default=5.0, help="perflab ab --budget MINUTES")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ab_verdicts.csv"))
+    args = parser.parse_args()
+    setting = "busy neighbour" if args.busy else "no neighbour"  # the machine itself may be busy: see load
+    found = []
+    with tempfile.TemporaryDirectory() as scratch, neighbour(args.busy):
+        load = os.getloadavg()[0]
+        for i in range(args.pairs):
+            base, new = measure_pair(Path(scratch) / f"pair{i}", args.processes, args.repeats)
+            for factor in SLOWDOWNS:
+                judged = new if factor == 1.0 else slowed(new, factor, Path(scratch) / f"pair{i}-x{factor}")
+                for judge, word in verdicts(base, judged).items():
+                    found.append(
+                        {
+                            "setting": setting,
+                            "pair": i,
+                            "slowdown_pct": round(100 * (factor - 1)),
+                            "judge": judge,
+                            "verdict": word,
+                        }
+                    )
+            print(f"pair {i + 1} of {args.pairs} judged", file=sys.stderr, flush=True)
+        codes = ab_runs(args.ab, args.budget, Path(scratch), args.repeats)
+        load = max(load, os.getloadavg()[0])
+    table = pd.DataFrame(found)
+    summary = table.pivot_table(
+        index=["setting", "slowdown_pct"],
+        columns="judge",
+        values="verdict",
+        aggfunc=lambda v: f"{(v == 'FAIL').sum()}/{len(v)} FAIL, {(v == 'UNDECIDED').sum()} undecided",
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    table.assign(load=load, processes=args.processes, repeats=args.repeats).to_csv(args.out, index=False)
+    side = f"{args.processes} processes a side, bench.repeats={args.repeats}"
+    print(f"{setting}, load up to {load:.1f}, {args.pairs} pairs, {side}")
+    print(summary.to_string())
+    if codes:
+        undecided, fails = sum(c == 3 for c in codes), sum(c == 1 for c in codes)
+        print(f"perflab ab --budget {args.budget:g}, A/A: {undecided} of {len(codes)} undecided, {fails} FAIL")
+    print(f"-> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

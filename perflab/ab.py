@@ -1,0 +1,214 @@
+"""An interleaved, adaptive A/B run: measure two sides in alternating fresh processes until
+each point is decided or the budget ends, then judge them as ``perflab compare`` does.
+
+    perflab ab OVERRIDES... [--base KEY=VALUE ...] [--new KEY=VALUE ...]
+               [--base-env K=V ...] [--new-env K=V ...] [--base-python PY] [--new-python PY]
+               [--budget MINUTES] [--min-processes N] [--max-processes N] [--out DIR]
+               [--fail-if-slower PCT] [--alpha A] [--process-cv PCT] [--format md|csv|json|github]
+
+The sides share OVERRIDES (``+experiment=quick/matmul``, ``-m`` and a sweep's values too) and
+differ by their own overrides, environment variables and Python interpreter (another venv's
+``python``, with perflab installed). Processes alternate A B A B ... (``perflab.job.processes``:
+each a fresh ``python -m perflab``, its rows carrying ``process`` 1, 2, ...), so a drift of the
+machine falls on both sides alike. After ``--min-processes`` a side, every round ends with a
+look: the points are judged (``perflab.analysis.replicates``, between-process variation); the
+run stops when none is INCONCLUSIVE, at ``--max-processes``, or when another round would not
+fit in ``--budget``. Every round measures every point (the points of one command are one
+sweep).
+
+The sequential design: Bonferroni over the planned looks (``--max-processes`` minus
+``--min-processes``, plus one): each look tests at alpha / looks, so the chance of a false FAIL
+over all looks stays at most alpha, however early the run stops.
+
+It writes both trees, ``DIR/base`` and ``DIR/new`` (``--out``, a new or empty folder), so
+compare, report and history read them as any others. Exit codes as compare's: 0 pass, 1 fail,
+2 usage error, 3 could not judge (undecided when the budget ended; a side's process failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from perflab.analysis.replicates import FLOOR_CV
+from perflab.analysis.stats import ALPHA
+from perflab.analysis.verdicts import DEFAULT_GATE_PCT, UNJUDGED_EXIT, USAGE_EXIT, Verdict, could_not_judge
+from perflab.errors import OneLineParser
+
+PROG = "perflab ab"
+
+
+@dataclass
+class Side:
+    name: str  # base | new
+    tree: Path
+    overrides: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    python: str | None = None
+
+    def args(self, shared: Sequence[str]) -> list[str]:
+        return [*shared, *self.overrides, f"results.store={self.tree}", "results.table=false"]
+
+
+def planned_looks(min_processes: int, max_processes: int) -> int:
+    """How many looks the run may take: one after each round from ``min_processes`` on."""
+    return max_processes - min_processes + 1
+
+
+Measure = Callable[[Side, int], int]  # (side, process) -> exit code of that process
+
+
+def run(
+    shared: Sequence[str],
+    base: Side,
+    new: Side,
+    *,
+    budget_s: float = math.inf,
+    min_processes: int = 2,
+    max_processes: int = 10,
+    gate_pct: float = DEFAULT_GATE_PCT,
+    alpha: float = ALPHA,
+    process_cv: float = FLOOR_CV,
+    measure: Measure | None = None,
+    say: Callable[[str], None] = lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
+) -> tuple[pd.DataFrame, int]:
+    """The loop of the module docstring: (the last look's table, its exit code)."""
+    from perflab import compare
+    from perflab.job import processes
+
+    def fresh(side: Side, k: int) -> int:
+        return processes.run_one(side.args(shared), process=k, env=side.env, python=side.python, quiet=True)
+
+    measure = measure or fresh
+    looks = planned_looks(min_processes, max_processes)
+    start, table = time.monotonic(), pd.DataFrame()
+    for k in range(1, max_processes + 1):
+        began = time.monotonic()
+        for side in (base, new):
+            code = measure(side, k)
+            if code:
+                say(f"process {k} of {side.name} ended with exit {code}: nothing judged")
+                return table, USAGE_EXIT if code == USAGE_EXIT else UNJUDGED_EXIT
+        took = time.monotonic() - began
+        if k < min_processes:
+            continue
+        table = compare.ab(base.tree, new.tree, gate_pct=gate_pct, alpha=alpha, process_cv=process_cv, looks=looks)
+        undecided = int((table.get("verdict", pd.Series(dtype=str)) == Verdict.INCONCLUSIVE.value).sum())
+        say(f"{k} processes a side: {compare.summary(table)}")
+        if not undecided:
+            break
+        if time.monotonic() - start + took > budget_s:
+            say(f"the budget ends: {undecided} point(s) undecided after {k} processes a side")
+            break
+    return table, compare.verdict_of(table) if not table.empty else UNJUDGED_EXIT
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: NAME=VALUE")
+    return key, value
+
+
+def _minutes(text: str) -> float:
+    """A budget: minutes > 0 (nan or a negative would end the run before it began, quietly)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a number of minutes > 0, e.g. 5")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 1")
+    return int(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; exit codes as compare's (a crash is 3 in one line, never 1)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        raise
+    except Exception as err:
+        return could_not_judge(PROG, err)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from perflab import compare
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    sweep = [a for a in argv if a in ("-m", "--multirun")]  # perflab's own flag, passed on to both sides
+    argv = [a for a in argv if a not in sweep]
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("overrides", nargs="*", help="what both sides run: +experiment=NAME key=value ...")
+    parser.add_argument("--base", action="append", default=[], metavar="KEY=VALUE", help="an override of A only")
+    parser.add_argument("--new", action="append", default=[], metavar="KEY=VALUE", help="an override of B only")
+    parser.add_argument("--base-env", action="append", type=_pair, default=[], metavar="K=V", help="A's env var")
+    parser.add_argument("--new-env", action="append", type=_pair, default=[], metavar="K=V", help="B's env var")
+    parser.add_argument("--base-python", help="A's Python interpreter (another venv's, with perflab)")
+    parser.add_argument("--new-python", help="B's Python interpreter")
+    parser.add_argument("--budget", type=_minutes, default=math.inf, metavar="MINUTES", help="time to spend")
+    parser.add_argument("--min-processes", type=_count, default=2, metavar="N", help="a side before the first look")
+    parser.add_argument("--max-processes", type=_count, default=10, metavar="N", help="a side at most")
+    parser.add_argument("--out", type=Path, default=Path("ab"), help="DIR: the trees DIR/base and DIR/new")
+    parser.add_argument("--fail-if-slower", type=compare.percent, metavar="PCT", help="the gate (default 10)")
+    parser.add_argument("--alpha", type=compare.probability, default=ALPHA, help="false alarm rate (0.05)")
+    parser.add_argument("--process-cv", type=compare.percent, default=100 * FLOOR_CV, metavar="PCT")
+    parser.add_argument("--format", choices=("md", "csv", "json", "github"), default="md")
+    args = parser.parse_args(argv)
+    if not args.overrides:
+        parser.error("give what both sides run, e.g. +experiment=quick/matmul")
+    if args.min_processes > args.max_processes:
+        parser.error(f"--min-processes {args.min_processes}: allowed: at most --max-processes ({args.max_processes})")
+    if not args.process_cv > 0:
+        parser.error(f"--process-cv {args.process_cv:g}: allowed: a percentage > 0, e.g. 2")
+    same = [a for a in (*args.base, *args.new) if not a.partition("=")[1]]
+    if same:
+        parser.error(f"--base/--new {same[0]}: allowed: KEY=VALUE")
+    sides = (
+        Side("base", args.out / "base", args.base, dict(args.base_env), args.base_python),
+        Side("new", args.out / "new", args.new, dict(args.new_env), args.new_python),
+    )
+    if not (args.base or args.new or args.base_env or args.new_env or args.base_python or args.new_python):
+        print(
+            f"{PROG}: note: the sides do not differ: an A/A run (how often it FAILs is the false alarm rate)",
+            file=sys.stderr,
+        )
+    for side in sides:
+        if side.tree.exists() and (not side.tree.is_dir() or any(side.tree.iterdir())):
+            print(
+                f"{PROG}: error: --out {args.out}: {side.tree} is not empty; allowed: a new or empty folder",
+                file=sys.stderr,
+            )
+            return USAGE_EXIT
+    gate = DEFAULT_GATE_PCT if args.fail_if_slower is None else args.fail_if_slower
+    table, code = run(
+        [*sweep[:1], *args.overrides],
+        *sides,
+        budget_s=60 * args.budget,
+        min_processes=args.min_processes,
+        max_processes=args.max_processes,
+        gate_pct=gate,
+        alpha=args.alpha,
+        process_cv=args.process_cv / 100,
+    )
+    if table.empty:
+        return code
+    compare.show(table, args.format, two=True, code=code, gate=args.fail_if_slower)
+    compare.verdict_lines(table, args.format, code=code, gate=args.fail_if_slower, alpha=args.alpha, prog=PROG)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,486 @@
+"""The tables behind ``perflab compare``: one tree (a line per experiment, measurement and
+varying config keys, with a baseline's speedup and a device count's scaling) and two trees
+(every point of NEW matched with BASE's and judged by ``perflab.analysis.verdicts`` on the
+model of ``perflab.analysis.replicates``). ``perflab.compare`` is their command line and
+output; ``perflab ab`` judges its trees with ``ab`` here."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from perflab.analysis import verdicts
+from perflab.analysis.frames import config_column, device_family, identity_columns
+from perflab.analysis.replicates import (
+    FLOOR_CV,
+    iqr_pct,
+    measured,
+    metric_for,
+    module_of,
+    samples_by_row,
+    summary_rows,
+)
+from perflab.analysis.stats import ALPHA, Difference, compare_samples
+from perflab.analysis.verdicts import DEFAULT_GATE_PCT, Verdict
+from perflab.config import registry
+from perflab.results import load
+from perflab.store.columns import JUDGED, higher_is_better
+from perflab.store.rows import Notes
+
+COUNT_KEYS = ("cfg.devices.count", "n_devices")
+SUPERLINEAR = 1.1  # efficiency above this is physically suspect
+NOISY_BETWEEN_RUNS = 0.10  # run-to-run coefficient of variation above this: say so
+UNIT_COLUMNS = ("items_unit", "batch_unit")  # what a row's counts count (images, tokens, sequences ...)
+
+
+class CompareError(ValueError):
+    """A user mistake in a comparison: one line."""
+
+
+def select(
+    df: pd.DataFrame,
+    experiment: str | None = None,
+    where: Sequence[str] = (),
+    metric: str | None = None,
+    tree: str = "",
+) -> pd.DataFrame:
+    """The ok rows, of one experiment, with ``KEY=VALUE`` filters; refuses a ``metric`` no row
+    has (``tree``: which tree, for the message: ``NEW (path)``)."""
+    if df.empty:
+        said = "; ".join(df.attrs.get("notes", []))
+        raise CompareError(f"{tree + ': ' if tree else ''}no rows to compare" + (f" ({said})" if said else ""))
+    df = df[df["status"].astype("string") == "ok"]
+    if experiment is not None:
+        if experiment not in set(df["experiment"].astype("string")):
+            raise CompareError(
+                f"--experiment {experiment}: no ok rows of it (have: "
+                f"{', '.join(sorted(set(df['experiment'].astype('string'))))})"
+            )
+        df = df[df["experiment"].astype("string") == experiment]
+    for item in where:
+        key, sep, value = item.partition("=")
+        column = config_column(key)
+        if not sep or column not in df:
+            raise CompareError(f"--where {item}: allowed: KEY=VALUE with KEY one of the rows' columns")
+        kept = df[is_value(df[column], value)]
+        if kept.empty:
+            have = ", ".join(sorted({str(v) for v in df[column].dropna()}, key=_natural)[:12]) or "none"
+            raise CompareError(f"--where {item}: no ok row has it; allowed: {key}= one of {have}")
+        df = kept
+    if metric is not None and (metric not in df or pd.to_numeric(df[metric], errors="coerce").isna().all()):
+        known = sorted(c for c in JUDGED if c in df and df[c].notna().any())
+        raise CompareError(
+            f"--metric {metric}: no row{' of ' + tree if tree else ''} has a value of it; "
+            f"allowed: a numeric column, e.g. {', '.join(known)}"
+        )
+    return df.copy()  # one block per dtype again: a loaded tree is fragmented
+
+
+def figures(rows: pd.DataFrame, samples: dict[str, np.ndarray]) -> list[tuple[str, Any]]:
+    """(experiment, figure) for every figure the experiments' report hooks draw from these rows:
+    ``--plot`` writes the figures the HTML report shows."""
+    out = []
+    for name, part in rows.groupby(rows["experiment"].astype("string"), sort=True, observed=True):
+        experiment = registry.of_rows(part)
+        if experiment is not None:
+            out += [(str(name), f) for f in experiment.section(part, samples).figures]
+    return out
+
+
+def compare(
+    *paths: str | Path,
+    by: Sequence[str] | None = None,
+    baseline: str | None = None,
+    metric: str | None = None,
+    experiment: str | None = None,
+    where: Sequence[str] = (),
+    rows: pd.DataFrame | None = None,
+    samples: dict[str, np.ndarray] | None = None,
+) -> pd.DataFrame:
+    """The comparison table of one tree as a DataFrame (see the module docstring).
+
+    ``rows``: a DataFrame from ``load()`` to use instead of ``paths``; ``samples``: their raw
+    sample seconds by row id (``samples_by_row``), for significance tests and error bars.
+    ``df.attrs["notes"]`` holds the lines worth showing (pooled configs, differing metrics,
+    suspect figures). Each line's raw values of its metric are in its ``_samples`` column.
+    """
+    tree = ", ".join(map(str, paths)) if rows is None else ""
+    df = select(load(*paths) if rows is None else rows, experiment, where, metric, tree=tree)
+    if baseline:
+        _check_baseline(df, baseline)
+    if samples is None:
+        samples = samples_by_row(paths) if rows is None else {}
+    tables, notes = [], []
+    for name, part in df.groupby(df["experiment"].astype("string"), sort=True):
+        table, more = _one_experiment(str(name), summary_rows(str(name), part), by, baseline, metric, samples)
+        tables.append(table)
+        notes += more
+    out = pd.concat(tables, ignore_index=True, sort=False) if tables else pd.DataFrame()
+    out.attrs["notes"] = notes
+    return out
+
+
+def _check_baseline(df: pd.DataFrame, baseline: str) -> None:
+    """``KEY=VALUE`` names a key of these rows and a value some ok row has (in any experiment:
+    each experiment finds its baseline among its own rows that have the key)."""
+    key, sep, value = baseline.partition("=")
+    column = config_column(key)
+    varying = [c for c in identity_columns(df) if df[c].astype("string").nunique(dropna=True) > 1]
+    known = ", ".join(sorted(c.removeprefix("cfg.") for c in varying)) or "none (no key varies here)"
+    if not sep or not key:
+        raise CompareError(f"--baseline {baseline}: allowed: KEY=VALUE with KEY a key that varies: {known}")
+    if column not in df or df[column].isna().all():
+        raise CompareError(f"--baseline {baseline}: not a key of these results; allowed: a key that varies: {known}")
+    if not is_value(df[column], value).any():
+        have = ", ".join(sorted({str(v) for v in df[column].dropna()}, key=_natural))
+        raise CompareError(f"--baseline {baseline}: no ok row has {key}={value}; allowed: {key}= one of {have}")
+
+
+def _natural(text: str) -> tuple[float, str]:
+    try:
+        return (float(text), "")
+    except ValueError:
+        return (math.inf, text)
+
+
+def is_value(column: pd.Series, value: str) -> pd.Series:
+    """Which cells of ``column`` equal ``value`` as typed on a command line (``1`` matches an
+    integer key 1, ``0.10`` a float 0.1; text compares as text)."""
+    if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+        try:
+            return (column == float(value)).fillna(False).astype(bool)
+        except ValueError:
+            return pd.Series(False, index=column.index)
+    return (column.astype("string") == value).fillna(False).astype(bool)
+
+
+def _one_experiment(
+    name: str,
+    df: pd.DataFrame,
+    by: Sequence[str] | None,
+    baseline: str | None,
+    asked: str | None,
+    samples: dict[str, np.ndarray],
+) -> tuple[pd.DataFrame, list[str]]:
+    metric, note = metric_for(name, df, asked)
+    module = module_of(df)
+    beside = module.beside if module else ()
+    notes = [note] if note else []
+    identity = identity_columns(df)
+    if by:
+        keys = [config_column(k) for k in by]
+        missing = [k for k in keys if k not in df]
+        if missing:
+            some = [c for c in identity if df[c].astype("string").nunique() > 1] or identity[:5]
+            raise CompareError(
+                f"--by {', '.join(k.removeprefix('cfg.') for k in missing)}: not a key of {name}'s results; "
+                f"allowed: a config key, e.g. {', '.join(c.removeprefix('cfg.') for c in some)}"
+            )
+    else:
+        keys = [c for c in identity if df[c].astype("string").nunique(dropna=False) > 1]
+    if "device_name" in df:
+        df = df.assign(device=df["device_name"].map(device_family))
+        if df["device"].nunique() > 1 and "device" not in keys:
+            keys.append("device")  # different hardware is never pooled
+    group = list(dict.fromkeys(["measurement", *keys]))
+    entries = []
+    for values, part in df.groupby(group, dropna=False, sort=True, observed=True):
+        values = values if isinstance(values, tuple) else (values,)
+        entry: dict[str, Any] = {"experiment": name, **dict(zip(group, values)), "metric": metric}
+        usable_part = measured(part, metric, samples)
+        per_run = pd.to_numeric(usable_part.rows[metric], errors="coerce")
+        entry[metric] = usable_part.value
+        entry["runs"] = int(part["run_id"].nunique())
+        if usable_part.left_out:
+            entry["left_out"] = ", ".join(usable_part.left_out)
+            notes.append(f"{name} {entry['measurement']}: left out {entry['left_out']}")
+        if entry["runs"] > 1 and per_run.mean():
+            cv = float(per_run.std(ddof=1) / per_run.mean())
+            entry["cv_between_runs"] = cv
+            if cv > NOISY_BETWEEN_RUNS:
+                point = ", ".join(f"{k.removeprefix('cfg.')}={v}" for k, v in zip(group, values))
+                notes.append(f"{name} {point}: {metric} varies {cv:.0%} between runs ({entry['runs']} runs)")
+        entry["_samples"] = usable_part.samples
+        seconds = [samples.get(str(r["row_id"]), np.array([])) for _, r in part.iterrows()] if samples else []
+        spread = iqr_pct(np.concatenate(seconds) if seconds else np.array([]))  # of the times, as the job's table
+        if not math.isnan(spread):
+            entry["iqr_pct"] = spread
+        for column in beside:  # what the experiment wants seen next to speed (training: test_acc)
+            if column in part and column != metric:
+                entry[column] = float(pd.to_numeric(part[column], errors="coerce").median())
+        for column in UNIT_COLUMNS:  # each point keeps its rows' units: a table may mix images and tokens
+            if column in part and part[column].notna().any():
+                entry[column] = str(part[column].dropna().iloc[0])
+        differ = [c for c in identity if c not in keys and part[c].astype("string").nunique(dropna=False) > 1]
+        if differ:
+            entry["pooled"] = ", ".join(c.removeprefix("cfg.") for c in differ)
+            notes.append(
+                f"{name} {entry['measurement']}: {entry['runs']} runs pooled although they differ in "
+                f"{entry['pooled']} (add --by to separate them)"
+            )
+        suspects = sorted({str(s) for s in part.get("suspect", pd.Series(dtype=str)).dropna() if str(s)})
+        entry["suspect"] = "; ".join(suspects)
+        entries.append(entry)
+    out = pd.DataFrame(entries)
+    if baseline:
+        out = _against_baseline(out, keys, metric, baseline, name, notes)
+    count = next((k for k in keys if k in COUNT_KEYS), None)
+    if count and higher_is_better(metric):
+        out = _scaling(out, keys, metric, count, df)
+        for i, row in out[out["efficiency"] > SUPERLINEAR].iterrows():
+            why = f"efficiency {row['efficiency']:.2f} > {SUPERLINEAR}: faster than linear is suspect"
+            out.loc[i, "suspect"] = "; ".join(x for x in (str(row.get("suspect") or ""), why) if x)
+            notes.append(f"{name} {row['measurement']} at {count.removeprefix('cfg.')}={row[count]}: {why}")
+    return out, notes
+
+
+def _point_keys(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The columns that name a point, as text to match on (an empty cell matches an empty one)."""
+    return df[columns].astype("string").fillna("")
+
+
+def _against_baseline(
+    out: pd.DataFrame, keys: list[str], metric: str, baseline: str, name: str, notes: list[str]
+) -> pd.DataFrame:
+    key, _, value = baseline.partition("=")
+    key = config_column(key)
+    is_base = is_value(out[key], value) if key in out else pd.Series(False, index=out.index)
+    if not is_base.any():  # another experiment's key or value: this one has no baseline
+        notes.append(f"{name}: no baseline: none of its points has {baseline}")
+        return out
+    others = ["measurement", *(k for k in keys if k != key)]
+    higher = higher_is_better(metric)
+    left = _point_keys(out, others).assign(_row=out.index)
+    right = _point_keys(out[is_base], others).assign(_base=out.index[is_base.to_numpy()])
+    matched = left.merge(right.drop_duplicates(others), on=others, how="left")  # the first baseline of each point
+    base_of = matched.set_index("_row")["_base"].reindex(out.index)
+    speedups, words = [], []
+    for row, base in base_of.items():
+        if pd.isna(base):
+            speedups.append(math.nan)
+            words.append("no baseline")
+            continue
+        ratio = out.at[row, metric] / out.at[base, metric]
+        speedups.append(ratio if higher else 1 / ratio)
+        if base == row:
+            words.append("baseline")
+        else:
+            words.append(_verdict(out.at[base, "_samples"], out.at[row, "_samples"], higher, metric).words)
+    return out.assign(speedup_vs_baseline=speedups, significance=words)
+
+
+def _verdict(base: np.ndarray, new: np.ndarray, higher: bool, metric: str) -> Difference:
+    if not len(base) or not len(new):
+        return Difference(math.nan, math.nan, math.nan, math.nan, f"no raw samples of {metric} to test")
+    return compare_samples(base, new, higher_is_better=higher)
+
+
+def _scaling(out: pd.DataFrame, keys: list[str], metric: str, count: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """Speedup S(n) and efficiency E(n) = S(n) / n within each group of the other keys."""
+    others = ["measurement", *(k for k in keys if k != count)]
+    out = out.copy()
+    out[count] = pd.to_numeric(out[count])
+    keyed = _point_keys(out, others)
+    measured = keyed.assign(_n=out[count], _v=out[metric])[out[count].notna()]  # null: "auto", unknown here
+    # Each group's reference: its smallest count measured (S(n) is scaled linearly to one device).
+    ref = (
+        measured.sort_values("_n", kind="stable")
+        .groupby(others, sort=False, dropna=False)
+        .agg(ref_n=("_n", "first"), ref_v=("_v", "first"), points=("_n", "size"))
+        .reset_index()
+    )
+    refs = keyed.assign(_row=out.index).merge(ref, on=others, how="left").set_index("_row").reindex(out.index)
+    speedup = out[metric] / refs["ref_v"] * refs["ref_n"]
+    alone = (refs["points"] == 1) & (refs["ref_n"] > 1)  # nothing to scale against: never a made-up 1.0
+    out["speedup"] = speedup.mask(out[count].isna() | refs["ref_n"].isna() | alone)
+    out["efficiency"] = out["speedup"] / out[count]
+    if metric == "items_per_s":
+        out["per_device_items_per_s"] = out[metric] / out[count]
+    if "cfg.trainer.scaling" in rows:
+        out["scaling"] = rows["cfg.trainer.scaling"].astype("string").iloc[0]
+    return out
+
+
+# --- two trees ----------------------------------------------------------------------------------
+
+
+def ab(
+    base: str | Path,
+    new: str | Path,
+    *,
+    metric: str | None = None,
+    experiment: str | None = None,
+    where: Sequence[str] = (),
+    any_device: bool = False,
+    gate_pct: float = DEFAULT_GATE_PCT,
+    alpha: float = ALPHA,
+    allow_mixed: bool = False,
+    process_cv: float = FLOOR_CV,
+    looks: int = 1,
+) -> pd.DataFrame:
+    """Every point of ``new`` against the same point (config, and device unless ``any_device``)
+    of ``base``, with one verdict each (``perflab.analysis.verdicts``): PASS, FAIL, INCONCLUSIVE (with the
+    repeats that would do), INCOMPARABLE (the machine identity fields that differ; judged anyway
+    with ``allow_mixed``). ``gate_pct``: the slowdown a FAIL must exceed; ``alpha``: the false
+    discovery rate over all points (Benjamini-Hochberg); ``process_cv``: the between-process
+    variation assumed where a side has one process; ``looks``: how often ``perflab ab`` has
+    looked at these trees (a Bonferroni correction over them). Points in one tree only are rows too,
+    ``change`` saying which. ``df.attrs["notes"]`` holds the lines worth showing."""
+    a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
+    b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
+    said = {"BASE": Notes(), "NEW": Notes()}  # samples left out when read, by row id
+    samples = {**samples_by_row([base], said["BASE"]), **samples_by_row([new], said["NEW"])}
+    entries, notes, pooled = [], [], []
+    for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
+        pa = summary_rows(name, a[a["experiment"].astype("string") == name])
+        pb = summary_rows(name, b[b["experiment"].astype("string") == name])
+        m, note = metric_for(name, pd.concat([pa, pb]), metric)
+        notes += [note] if note else []
+        key_cols = sorted(set(identity_columns(pa)) | set(identity_columns(pb)))
+        match_on = ["measurement", *key_cols, *([] if any_device else ["device"])]
+        ga, gb = _points(pa, match_on), _points(pb, match_on)
+        varying = [c for c in key_cols if pd.concat([pa, pb])[c].astype("string").nunique(dropna=False) > 1]
+        for point in sorted(set(ga) | set(gb)):
+            label = dict(zip(match_on, point))
+            rows = ga.get(point, gb.get(point))
+            assert rows is not None
+            entry: dict[str, Any] = {
+                "experiment": name,
+                "measurement": label["measurement"],
+                **{k: _native(rows[k]) for k in varying},
+                "metric": m,
+                "_name": dashboard_name(name, label, varying),
+            }
+            if not any_device:
+                entry["device"] = label["device"]
+            if point not in ga or point not in gb:
+                entry["change"] = "only in " + ("new" if point not in ga else "base")
+                entries.append(entry)
+                continue
+            ra, rb = ga[point], gb[point]
+            sides = {"BASE": measured(ra, m, samples, said["BASE"]), "NEW": measured(rb, m, samples, said["NEW"])}
+            va, vb = (_geomean(x.figures) for x in sides.values())
+            differ, unknown = identity_differences(ra, rb)
+            left = "; ".join(f"in {side}: {', '.join(x.left_out)}" for side, x in sides.items() if x.left_out)
+            entry.update(
+                base=va,
+                new=vb,
+                identity="; ".join(differ),
+                base_processes=sides["BASE"].n_processes,
+                new_processes=sides["NEW"].n_processes,
+                _base=sides["BASE"],
+                _new=sides["NEW"],
+                _higher=higher_is_better(m),
+                _samples=sides["NEW"].samples,
+            )
+            flagged = {side: _suspects(r) for side, r in (("base", ra), ("new", rb))}
+            entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
+            if unknown:
+                notes.append(f"{name} {label['measurement']}: identity not checked for {', '.join(unknown)}")
+            if left:
+                entry["left_out"] = left
+                notes.append(f"{entry['_name']}: left out {left}")
+            entries.append(entry)
+            empty = [side for side, x in sides.items() if math.isnan(x.value)]
+            if empty:  # nothing of this point to judge on a side: said, never a pass
+                entry["verdict"] = Verdict.INCONCLUSIVE.value
+                entry["why"] = f"no usable {m} in {' and '.join(empty)} (left out {left})"
+                continue
+            pooled.append(entry)
+    verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks)
+    notes += verdicts.said_once(pooled)
+    for e in entries:
+        for key in ("_base", "_new", "_change", "_why", "_higher"):
+            e.pop(key, None)
+    out = pd.DataFrame(entries)
+    first = [c for c in AB_FIRST if c in out] + [c for c in out if c.startswith("cfg.")]
+    out = out[first + [c for c in out if c not in first]]
+    if out.empty or "verdict" not in out:
+        others = "" if any_device else " (points matched on device too: --any-device compares across devices)"
+        notes.append(f"no point is in both trees{others}")
+    out.attrs["notes"] = list(dict.fromkeys(notes))
+    out.attrs["gate_pct"], out.attrs["alpha"] = gate_pct, alpha
+    return out
+
+
+AB_FIRST = (
+    *("experiment", "measurement", "device", "metric", "base", "new", "change_pct", "verdict", "why"),
+    *("base_processes", "new_processes", "change"),
+)
+# (the suspect column follows: a verdict on measurements taken on a busy machine says so)
+
+
+def _geomean(figures: np.ndarray) -> float:
+    """A side's figure: the geometric mean of its processes' (their median with one)."""
+    return float(np.exp(np.log(figures).mean())) if len(figures) else math.nan
+
+
+def _suspects(rows: pd.DataFrame) -> str:
+    """The distinct suspect reasons of a point's rows ("" if none)."""
+    found = rows.get("suspect", pd.Series(dtype="string")).dropna().astype(str)
+    return "; ".join(sorted({s for s in found if s.strip()}))
+
+
+def _native(column: pd.Series) -> object:
+    """A key's value as the rows hold it (an integer stays one), for the table."""
+    values = column.dropna()
+    if values.empty:
+        return None
+    v = values.iloc[0]
+    return int(v) if isinstance(v, float) and v.is_integer() else v.item() if hasattr(v, "item") else v
+
+
+def dashboard_name(experiment: str, label: dict[str, str], varying: list[str]) -> str:
+    """A point's stable name for a dashboard: the experiment's own keys always (so a point's
+    name does not change when another point joins), other keys where they vary, the device."""
+    keys = [k for k in label if k.startswith("cfg.experiment.") or k in varying]
+    parts = [experiment, label["measurement"], *(f"{k.removeprefix('cfg.')}={label[k]}" for k in keys)]
+    return " / ".join(parts + ([label["device"]] if label.get("device") else []))
+
+
+def identity_differences(base: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(``field: base vs new`` for each machine identity field (``environment.IDENTITY``) whose
+    values differ between the two sides' rows; fields one side did not record, unchecked)."""
+    from perflab.measure.environment import IDENTITY
+
+    differ, unknown = [], []
+    for field in IDENTITY:
+        va, vb = _values(base, field), _values(new, field)
+        if not va and not vb:
+            continue
+        if not va or not vb:
+            unknown.append(field)
+        elif va != vb:
+            differ.append(f"{field}: {', '.join(sorted(va))} vs {', '.join(sorted(vb))}")
+    return differ, unknown
+
+
+def _values(rows: pd.DataFrame, column: str) -> set[str]:
+    if column not in rows:
+        return set()
+    return {plain_text(v) for v in rows[column].dropna() if plain_text(v)}
+
+
+def plain_text(v: object) -> str:
+    """A cell as text, integers without '.0' (a column read as float in one tree, int in the other)."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v).strip()
+
+
+def _points(df: pd.DataFrame, columns: list[str]) -> dict[tuple, pd.DataFrame]:
+    frame = df.assign(device=df["device_name"].map(device_family)) if "device_name" in df else df
+    present = [c for c in columns if c in frame]
+    frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *columns])))
+    return (
+        {
+            tuple(plain_text(v) if not pd.isna(v) else "" for v in (k if isinstance(k, tuple) else (k,))): g
+            for k, g in frame.groupby(columns, dropna=False, sort=True)
+        }
+        if present
+        else {}
+    )

@@ -1,0 +1,313 @@
+"""One statistics model for compare, ab and history: the process is the unit of replication.
+
+The samples inside one process are not independent replicates of a build: the process (its
+allocation, its thread placement, its clocks) is (Kalibera and Jones, "Rigorous Benchmarking in
+Reasonable Time", 2013; Georges et al. 2007). So a point's figure per process is the median of
+that process's samples (its row's metric), and a change is judged from those figures:
+
+- the change: the ratio of the geometric means of the two sides' per-process figures;
+- significance: Student's t-test on their logs (pooled variance, ``m + n - 2`` degrees of
+  freedom), so its p-value is about the code, not about one process;
+- the interval: a hierarchical bootstrap (processes, then samples within each process);
+- detectable: the smallest change ``m`` and ``n`` processes at this between-process spread find
+  with probability ``POWER``; the advice: how many processes a side would do, bounded.
+
+A process is a run (``run_id``): ``bench.processes=K`` measures a point in K fresh processes,
+each its own run, its rows carrying ``process`` (1..K). With one process a side the
+between-process spread is unknown: no p-value is made from within-process samples; the change
+is judged against ``FLOOR_CV`` (``--process-cv``), and the verdict says so. Below
+``MEASURED_FROM`` processes a side the floor is also the least spread assumed for detectability.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from perflab.analysis.frames import sample_values
+from perflab.analysis.stats import ALPHA, MIN_SAMPLES, POWER, usable
+from perflab.config import registry
+from perflab.store.columns import RATES, unit_of
+from perflab.store.rows import Notes
+
+FLOOR_CV = 0.02  # between-process coefficient of variation assumed where none was measured
+MEASURED_FROM = 3  # processes a side from which the measured spread alone is trusted for detectability
+MOST_PROCESSES = 50  # advice beyond this many processes a side is no advice: said as such
+RESAMPLES = 2000
+MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over the samples' standard deviation / sqrt(n)
+
+
+# --- a point's rows: its metric, its samples, its processes -----------------------------------
+
+
+def module_of(rows: pd.DataFrame) -> registry.Experiment | None:
+    """The experiment behind rows of a preset (lenet_scratch -> train); see registry.of_rows."""
+    return registry.of_rows(rows)
+
+
+def metric_for(experiment: str, rows: pd.DataFrame, asked: str | None) -> tuple[str, str]:
+    """(metric, note): the asked one if the experiment's rows have it, else the experiment's own
+    (the one home of "an experiment's metric, with median_s as its fallback")."""
+    module = module_of(rows)
+    own = module.metric if module else "median_s"
+    if asked and asked in rows and rows[asked].notna().any():
+        return asked, ""
+    if own not in rows or rows[own].isna().all():
+        own = "median_s"
+    note = f"{experiment} has no {asked} values: compared by {own}" if asked else ""
+    return own, note
+
+
+def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows an experiment compares by default (training: its summary row, not every epoch)."""
+    module = module_of(rows)
+    keep = module.summary_rows if module else None
+    return rows[rows["measurement"].astype("string").isin(keep)] if keep else rows
+
+
+UNUSABLE_SAMPLES = "left out {n} unusable sample{s} (NaN, not a number, or <= 0 s) of the rows"
+
+
+def samples_by_row(paths: Sequence[str | Path], notes: Notes | None = None) -> dict[str, np.ndarray]:
+    """Every row's raw sample seconds (not its warm-up) under ``paths``, by row id; a sample
+    that is no time (NaN, not a number, <= 0) is left out and said: in ``notes`` by row id
+    (kind ``UNUSABLE_SAMPLES``), else as a warning."""
+    from perflab.results import load
+
+    try:
+        s = load(*paths, samples=True)
+    except FileNotFoundError:
+        return {}
+    if s.empty:
+        return {}
+    s = s[s["phase"].astype("string") == "sample"]
+    own = notes if notes is not None else Notes()
+    out = {}
+    for k, g in s.groupby("row_id", observed=True):
+        seconds = pd.to_numeric(g["seconds"], errors="coerce").to_numpy(float)
+        kept = usable(seconds)
+        if len(kept) < len(seconds):
+            own.add(UNUSABLE_SAMPLES, k, count=len(seconds) - len(kept))
+        out[str(k)] = kept
+    if notes is None:
+        own.say()
+    return out
+
+
+def iqr_pct(values: np.ndarray) -> float:
+    """IQR / median in percent (the spread the job's table and bench.noise_threshold use); NaN
+    below ``MIN_SAMPLES`` values."""
+    if len(values) < MIN_SAMPLES:
+        return math.nan
+    q1, q3 = np.percentile(values, [25, 75])
+    return 100 * float(q3 - q1) / float(np.median(values))
+
+
+@dataclass
+class Measured:
+    """What a point's rows give to judge it by: the rows whose metric is usable, the median of
+    it, their usable raw samples as values of the metric (pooled, and per process), each
+    process's figure, and what was left out, in words."""
+
+    rows: pd.DataFrame
+    value: float
+    samples: np.ndarray
+    left_out: list[str]
+    processes: list[np.ndarray] = field(default_factory=list)  # usable samples, process by process
+    figures: np.ndarray = field(default_factory=lambda: np.array([]))  # one per process
+
+    @property
+    def n_processes(self) -> int:
+        return len(self.figures)
+
+
+def measured(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], said: Notes | None = None) -> Measured:
+    """A point's usable values: a row whose metric is NaN or not a number -- or, for a time or a
+    rate, <= 0 (an accuracy of 0 is a value) -- is left out with its samples, and so is a sample
+    that implies no positive value (``said``: the notes of ``samples_by_row``, for the samples
+    left out when they were read). Its processes are its runs (``run_id``); a process's figure
+    is the median of its rows' metric. Nothing usable: value NaN, no samples, no process."""
+    values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s")
+    good = np.isfinite(values) & ((values > 0) if timed else True)
+    every = [sample_values(samples, r, metric) for _, r in rows.iterrows()]
+    recorded = np.array([str(r) in samples for r in rows["row_id"]], bool) if "row_id" in rows else good & False
+    # a row whose samples were kept but give no usable value is damage too (a negative median_s)
+    lost = good & recorded & np.array([not len(usable(x)) for x in every], bool)
+    good &= ~lost
+    kept = rows[good]
+    per_row = [x for x, g in zip(every, good) if g]
+    pooled = np.concatenate(per_row) if per_row else np.array([])
+    clean = usable(pooled)
+    process = kept["run_id"].astype(str).to_numpy() if "run_id" in kept else np.arange(len(kept)).astype(str)
+    names = list(dict.fromkeys(process))
+    figures = np.array([float(np.median(values[good][process == n])) for n in names])
+    per_process = [usable(np.concatenate([per_row[i] for i in np.flatnonzero(process == n)])) for n in names]
+    at_read = sum(said.of(r).get(UNUSABLE_SAMPLES, 0) for r in kept["row_id"].astype(str)) if said else 0
+    left = []
+    if lost.any():
+        n = int(lost.sum())
+        left.append(f"{n} row{'s' if n != 1 else ''} whose samples give no positive {metric}")
+    if not (good | lost).all():
+        n = int((~(good | lost)).sum())
+        why = "NaN, not a number or <= 0" if timed else "NaN or not a number"
+        left.append(f"{n} row{'s' if n != 1 else ''} whose {metric} is {why}")
+    if at_read + len(pooled) - len(clean):
+        n = at_read + len(pooled) - len(clean)
+        left.append(f"{n} sample{'s' if n != 1 else ''} that give no positive {metric} (NaN, not a number, <= 0)")
+    value = float(np.median(values[good])) if good.any() else math.nan
+    return Measured(kept, value, clean, left, per_process, figures)
+
+
+# --- the statistics at the process level ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The variation at each level, as coefficients of variation (log standard deviations):
+    between processes (``between``; ``measured`` false: the floor, none was measured) and
+    within a process (the median of each process's IQR / 1.349; NaN without samples)."""
+
+    between: float
+    within: float
+    measured: bool
+    df: int  # degrees of freedom of the between-process estimate
+
+
+def _log_sd_within(processes: Sequence[np.ndarray]) -> float:
+    found = [float(np.subtract(*np.percentile(np.log(x), [75, 25]))) / 1.349 for x in processes if len(x) >= 3]
+    return float(np.median(found)) if found else math.nan
+
+
+def spread(base: Measured, new: Measured, floor: float = FLOOR_CV) -> Spread:
+    """The pooled between-process spread of the two sides' log figures (Student's pooled
+    variance). With one process a side: the floor, or, where larger, what the samples' own
+    spread alone makes a process's median vary by (1.2533 x the within-process spread /
+    sqrt(samples): a busy machine's wide samples are no place for a 2 % floor)."""
+    a, b = _logs(base.figures), _logs(new.figures)
+    df = len(a) + len(b) - 2
+    procs = [*base.processes, *new.processes]
+    within = _log_sd_within(procs)
+    if df < 1:
+        counts = [len(x) for x in procs if len(x) >= 3]
+        of_median = MEDIAN_SE * within / math.sqrt(min(counts)) if counts and math.isfinite(within) else 0.0
+        return Spread(max(floor, of_median), within, False, 0)
+    ss = float(((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum())
+    return Spread(math.sqrt(ss / df), within, True, df)
+
+
+def _logs(figures: np.ndarray) -> np.ndarray:
+    return np.log(usable(figures))
+
+
+def _quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (normal for df 0: a
+    spread assumed, not estimated)."""
+    if df < 1:
+        return NormalDist().inv_cdf(p)
+    from scipy import stats
+
+    return float(stats.t.ppf(p, df))
+
+
+def _assumed(s: Spread, m: int, n: int, floor: float) -> float:
+    """The spread detectability assumes: the measured one from ``MEASURED_FROM`` processes a
+    side, else at least the floor (two processes that agree by chance promise nothing)."""
+    if s.measured and min(m, n) >= MEASURED_FROM:
+        return s.between
+    return max(s.between, floor)
+
+
+@dataclass(frozen=True)
+class Change:
+    """``new`` against ``base`` at the process level."""
+
+    ratio: float  # new / base in the metric (NaN: a side has no process)
+    p_value: float  # NaN: nothing to test
+    ci_low: float  # 95 % interval of the ratio
+    ci_high: float
+    spread: Spread
+    detectable_pct: float  # at ``level``; inf: nothing could be
+    base_processes: int
+    new_processes: int
+
+
+def change(
+    base: Measured,
+    new: Measured,
+    *,
+    level: float = ALPHA,
+    floor: float = FLOOR_CV,
+    power: float = POWER,
+    seed: int = 0,
+) -> Change:
+    """The change from ``base`` to ``new``, its p-value, its interval and what was detectable
+    (see the module docstring). ``level``: the significance a lone change must reach (compare:
+    alpha over the number of points; ab: over the looks too)."""
+    from scipy import stats
+
+    a, b = _logs(base.figures), _logs(new.figures)
+    m, n = len(a), len(b)
+    s = spread(base, new, floor)
+    if not m or not n:
+        return Change(math.nan, math.nan, math.nan, math.nan, s, math.inf, m, n)
+    diff = float(b.mean() - a.mean())
+    se = s.between * math.sqrt(1 / m + 1 / n)
+    if se > 0:
+        t = diff / se
+        p = float(2 * (stats.t.sf(abs(t), s.df) if s.df >= 1 else NormalDist().cdf(-abs(t))))
+    else:
+        p = 1.0 if diff == 0 else 0.0
+    if m >= 2 and n >= 2 and all(len(x) for x in (*base.processes, *new.processes)):
+        low, high = hierarchical_ci(base.processes, new.processes, seed=seed)
+    else:
+        z = _quantile(0.975, s.df) * se
+        low, high = math.exp(diff - z), math.exp(diff + z)
+    return Change(math.exp(diff), p, low, high, s, detectable(m, n, _assumed(s, m, n, floor), s.df, level, power), m, n)
+
+
+def detectable(m: int, n: int, sd: float, df: int, level: float = ALPHA, power: float = POWER) -> float:
+    """The smallest change in percent that ``m`` against ``n`` processes of this log spread find
+    with probability ``power`` at two-sided ``level``: 100 (exp(d) - 1),
+    d = (t[1 - level/2] + t[power]) sd sqrt(1/m + 1/n)."""
+    if not m or not n or not math.isfinite(sd):
+        return math.inf
+    d = (_quantile(1 - level / 2, df) + _quantile(power, df)) * sd * math.sqrt(1 / m + 1 / n)
+    return 100 * math.expm1(d)
+
+
+def processes_needed(c: Change, pct: float, level: float = ALPHA, floor: float = FLOOR_CV) -> int | None:
+    """Processes a side that would make a ``pct`` % change detectable at this spread; None
+    beyond ``MOST_PROCESSES`` (no budget buys it) or for pct <= 0."""
+    if not pct > 0:
+        return None
+    for k in range(max(2, c.base_processes, c.new_processes), MOST_PROCESSES + 1):
+        sd = c.spread.between if c.spread.measured and k >= MEASURED_FROM else max(c.spread.between, floor)
+        if detectable(k, k, sd, 2 * k - 2, level) <= pct:
+            return k
+    return None
+
+
+def hierarchical_ci(
+    base: Sequence[np.ndarray], new: Sequence[np.ndarray], *, seed: int = 0, resamples: int = RESAMPLES
+) -> tuple[float, float]:
+    """The 95 % percentile interval of the ratio new / base of the geometric means of the
+    per-process medians, resampling processes, then samples within each (Kalibera and Jones)."""
+    rng = np.random.default_rng(seed)
+
+    def side(processes: Sequence[np.ndarray]) -> np.ndarray:
+        medians = np.log(
+            np.stack([np.median(rng.choice(x, (resamples, len(x))), axis=1) for x in processes])
+        )  # process x resample
+        pick = rng.integers(len(processes), size=(resamples, len(processes)))
+        return medians[pick, np.arange(resamples)[:, None]].mean(axis=1)
+
+    ratio = np.exp(side(new) - side(base))
+    low, high = np.percentile(ratio, [2.5, 97.5])
+    return float(low), float(high)
