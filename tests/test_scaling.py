@@ -10,7 +10,9 @@ whole cold load on a small tree of real files."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
+import subprocess
 import time
 from pathlib import Path
 
@@ -80,3 +82,26 @@ def test_cold_load_grows_linearly_with_rows_and_run_dirs(tmp_path):
         assert len(timed[-1][1]) == rows  # what was timed read them all
     growth = bench.exponent(sizes, seconds)
     assert growth < LINEAR, f"cold load grows as rows^{growth:.2f} ({sizes} rows: {seconds} s of CPU)"
+
+
+def test_history_orders_subjects_in_one_pass_over_the_commits(monkeypatch):
+    """history's subjects put in commit order: 3k then 12k subjects (short shas) among as many
+    commits; a search of all the commits per subject would grow as their product (1.9 here)."""
+    from perflab import history
+
+    sizes, seconds = [3_000, 12_000], []
+    for n in sizes:
+        commits = [f"{i:040x}"[::-1] for i in range(n)]  # distinct from their first 7 characters
+        subjects = [history.Subject(sha[:7], 1.0, np.array([]), [], "") for sha in reversed(commits)]
+        listed = subprocess.CompletedProcess([], 0, stdout="\n".join(commits))  # what git rev-list says
+        monkeypatch.setattr(history.subprocess, "run", lambda *a, listed=listed, **k: listed)
+        gc.collect()
+        gc.disable()  # as timeit does: milliseconds, which a collection of the 12k subjects would swamp
+        try:
+            timed = [bench.timed(lambda s=subjects: history.order_subjects(s), 1, time.process_time) for _ in range(5)]
+        finally:
+            gc.enable()
+        seconds.append(min(t for t, _ in timed))  # the least disturbed of five
+        assert [s.name for s in timed[-1][1]] == [sha[:7] for sha in commits]  # type: ignore[attr-defined]
+    growth = bench.exponent(sizes, seconds)
+    assert growth < LINEAR, f"ordering subjects grows as subjects^{growth:.2f} ({sizes}: {seconds} s of CPU)"
