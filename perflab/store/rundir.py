@@ -174,9 +174,10 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return st.st_mtime_ns, st.st_size
 
 
-def rows_of(run_dir: Path):
-    """A run dir's rows as a DataFrame (empty if none)."""
+def rows_of(run_dir: Path, text: bool = False):
+    """A run dir's rows as a DataFrame (empty if none); ``text``: every cell as the text it is
+    (read_csv), which is faster where only a few cells are looked at."""
     import pandas as pd
 
     path = run_dir / RESULTS
-    return read_csv(path) if path.is_file() else pd.DataFrame()
+    return read_csv(path, text=text) if path.is_file() else pd.DataFrame()
