@@ -160,19 +160,14 @@ def size(text: str) -> int:
 
 
 def machine() -> dict[str, str]:
-    """What the figures were taken on: host, CPUs, commit, and the load average when they were."""
+    """What the figures are taken on: host, CPUs and the commit (the code imported now)."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
         ).stdout.strip()
     except OSError:
         commit = ""
-    return {
-        "host": platform.node(),
-        "cpus": str(os.cpu_count()),
-        "commit": commit or "unknown",
-        "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-    }
+    return {"host": platform.node(), "cpus": str(os.cpu_count()), "commit": commit or "unknown"}
 
 
 def main() -> None:
@@ -184,7 +179,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "store.csv")
     args = parser.parse_args()
     sizes = sorted(size(s) for s in args.sizes.split(","))
-    first = True
+    first, where = True, machine()
     taken: list[dict[str, str | int | float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "outputs"
@@ -194,13 +189,15 @@ def main() -> None:
             t0 = time.perf_counter()
             hashes += synthesize(root, runs - len(hashes), args.rows, start=len(hashes))
             print(f"{rows} rows in {runs} run dirs (written in {time.perf_counter() - t0:.0f} s)")
-            where = machine()
+            loadavg = " ".join(f"{x:.2f}" for x in os.getloadavg())  # when this size's figures were taken
             if first:  # imports (pandas, pyarrow) are no reader's cost at any size
                 load(root), listing(root)
                 first = False
             for name, seconds in measure(root, hashes).items():
                 print(f"  {name}: {seconds * 1e3:.1f} ms" if seconds < 1 else f"  {name}: {seconds:.2f} s")
-                taken.append({"figure": name, "rows": rows, "run_dirs": runs, "seconds": seconds, **where})
+                taken.append(
+                    {"figure": name, "rows": rows, "run_dirs": runs, "seconds": seconds, "loadavg": loadavg, **where}
+                )
     slopes = {}
     for name in dict.fromkeys(str(t["figure"]) for t in taken):
         mine = [t for t in taken if t["figure"] == name]
