@@ -1,39 +1,59 @@
-"""The result store at scale: a synthetic history of 1M rows in 10k run dirs (100 rows each,
-~90 columns, like real matmul/training rows), then the figures that matter:
+"""The result store at scale: each reader of a synthetic history (100 rows a run dir, ~90
+columns, like real matmul/training rows) timed at several sizes, and how its time grows with
+the rows: the exponent of a log-log least-squares fit (1: linear; 2: quadratic).
 
   done check    "is this sweep point done?" (done_marks.find_done), per point        goal <= 50 ms
-  load, cold    load() of the whole history the first time (builds the index)
-  load, warm    load() of the whole history again (through the index)
-  load, one     load(experiment=...) of one experiment (Parquet row-group filter)
-  load, +1 run  load() after one more run dir appeared (reads only that one)
+  load, cold    load() of the whole history the first time (builds the index)        goal <= 20 s at 1M
+  load, warm    load() of the whole history again (through the index)                goal <= 1 s at 1M
+  load, one     load(experiment=...) of one experiment (Parquet row-group filter)    goal <= 0.3 s at 1M
+  load, +1 run  load() after one more run dir appeared (reads only that one)         goal <= 0.5 s at 1M
+  results       ``perflab results``: the listing of the newest 50 runs               goal <= 2 s at 1M
 
-    python benchmarks/store.py [--runs 10000] [--rows 100] [--out benchmarks/results/store.csv]
+One tree grows from size to size (only the new run dirs are written); the index is removed
+before each cold load. Each figure is written with the machine, the commit and the load
+average beside it, and its exponent over all the sizes measured.
+
+    python benchmarks/store.py [--sizes 100k,200k,400k,1M] [--rows 100] [--out benchmarks/results/store.csv]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
+import os
 import platform
 import random
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
-from perflab.results import load
+import numpy as np
+
+from perflab.results import listing, load
 from perflab.store import done_marks
-from perflab.store.rows import csv_text
-from perflab.store.rundir import RunRecord
+from perflab.store.rows import csv_text, order_columns
+from perflab.store.rundir import RECORD, RunRecord
+from perflab.store.tree import meta
 
 EXPERIMENTS = ("matmul", "train", "compile", "comm", "hardware")
 
 
-def synthesize(root: Path, runs: int, rows_per_run: int) -> list[str]:
-    """Run dirs as perflab writes them (rows, run.json, done marker); returns the config hashes."""
-    rng = random.Random(0)
+def synthesize(
+    root: Path, runs: int, rows_per_run: int, start: int = 0, extra: int = 40, keys: int = 25, done: bool = True
+) -> list[str]:
+    """Run dirs ``start`` .. ``start + runs - 1`` as perflab writes them (rows, run.json, and a
+    done marker unless not ``done``), ``extra`` more float columns and ``keys`` config keys a
+    row; returns the config hashes. Files are written plainly (no fsync: not what is measured)."""
+    rng = random.Random(start)
     hashes = []
-    for r in range(runs):
+    for r in range(start, start + runs):
         run_id = f"20261122-{r:06d}-{r:012x}"
         experiment = EXPERIMENTS[r % len(EXPERIMENTS)]
         config = f"{r:016x}"
@@ -69,62 +89,128 @@ def synthesize(root: Path, runs: int, rows_per_run: int) -> list[str]:
                 "rss_peak_mb": 512.0,
                 "others_cpu_pct": 1.0,
             }
-            row.update({f"extra_{k}": rng.random() for k in range(40)})
-            row.update({f"cfg.{experiment}.k{k}": k for k in range(25)})
+            row.update({f"extra_{k}": rng.random() for k in range(extra)})
+            row.update({f"cfg.{experiment}.k{k}": k for k in range(keys)})
             rows.append(row)
-        (run_dir / "results.csv").write_text(csv_text(rows))
-        record = RunRecord(run_id=run_id, experiment=experiment, config_hash=config, outcome="ok", complete=True)
-        record.save(run_dir)
-        done_marks.mark_done(root, record, run_dir)
+        columns = order_columns(rows[0])  # csv_text's lines, written faster: no cell here needs quoting
+        lines = [",".join(columns)] + [",".join(str(row[c]) for c in columns) for row in rows]
+        (run_dir / "results.csv").write_text("\n".join(lines) + "\n")
+        record = RunRecord(
+            run_id=run_id, experiment=experiment, config_hash=config, outcome="ok", complete=True, rows=rows_per_run
+        )
+        (run_dir / RECORD).write_text(json.dumps(asdict(record), indent=1) + "\n")
+        if done:
+            done_marks.mark_done(root, record, run_dir)
         hashes.append(config)
     return hashes
 
 
-def timed(fn, repeats: int = 1) -> tuple[float, object]:
+def timed(
+    fn: Callable[[], object], repeats: int = 1, clock: Callable[[], float] = time.perf_counter
+) -> tuple[float, object]:
+    """The median time of ``repeats`` calls (wall time; ``clock=time.process_time``: CPU time),
+    and what the last returned."""
     times, out = [], None
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         out = fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times), out
+
+
+def cold_load(root: Path, repeats: int = 1, clock: Callable[[], float] = time.perf_counter):
+    """load() with no index (removed before each call): reads every run dir from CSV."""
+
+    def once():
+        shutil.rmtree(meta(root) / "index", ignore_errors=True)
+        return load(root)
+
+    return timed(once, repeats, clock)
+
+
+def exponent(sizes: list[int], seconds: list[float]) -> float:
+    """How time grows with size: the slope of log(seconds) on log(size), least squares."""
+    return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0])
+
+
+def measure(root: Path, hashes: list[str]) -> dict[str, float]:
+    """Every reader's time on the tree as it is now (``hashes``: its points' config hashes)."""
+    figures: dict[str, float] = {}
+    probe = random.Random(1).sample(hashes, min(200, len(hashes))) + [f"{i:016x}-absent" for i in range(50)]
+    per_point = [timed(lambda h=h: done_marks.find_done(root, h))[0] for h in probe]
+    figures["done check per sweep point (median)"] = statistics.median(per_point)
+    figures["load(), cold (builds the index)"], _ = cold_load(root)
+    figures["load(), warm"], _ = timed(lambda: load(root), repeats=3)
+    figures["load(experiment='matmul')"], _ = timed(lambda: load(root, experiment="matmul"), repeats=3)
+    extra = root / "runs" / "new"
+    extra.mkdir(parents=True)
+    (extra / "results.csv").write_text(
+        csv_text([{"row_id": "new#1", "run_id": "new", "experiment": "matmul", "status": "ok", "median_s": 1.0}])
+    )
+    figures["load() after one new run dir"], _ = timed(lambda: load(root))
+    shutil.rmtree(extra)
+    figures["perflab results (the newest 50 runs)"], _ = timed(lambda: listing(root), repeats=3)
+    return figures
+
+
+def size(text: str) -> int:
+    """``100k``, ``1M`` or ``5000``: a number of rows."""
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:].lower(), 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+def machine() -> dict[str, str]:
+    """What the figures are taken on: host, CPUs and the commit (the code imported now)."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    return {"host": platform.node(), "cpus": str(os.cpu_count()), "commit": commit or "unknown"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=10_000)
-    parser.add_argument("--rows", type=int, default=100)
+    parser.add_argument(
+        "--sizes", default="100k,200k,400k,1M", help="rows, comma-separated (default 100k,200k,400k,1M)"
+    )
+    parser.add_argument("--rows", type=int, default=100, help="rows a run dir (default 100)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "store.csv")
     args = parser.parse_args()
-    figures = []
+    sizes = sorted(size(s) for s in args.sizes.split(","))
+    first, where = True, machine()
+    taken: list[dict[str, str | int | float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "outputs"
-        t0 = time.perf_counter()
-        hashes = synthesize(root, args.runs, args.rows)
-        print(f"synthesized {args.runs} run dirs x {args.rows} rows in {time.perf_counter() - t0:.0f} s")
-        probe = random.Random(1).sample(hashes, 200) + [f"{i:016x}-absent" for i in range(50)]
-        per_point = [timed(lambda h=h: done_marks.find_done(root, h))[0] for h in probe]
-        figures.append(("done check per sweep point (median of 250)", statistics.median(per_point)))
-        figures.append(("done check per sweep point (worst of 250)", max(per_point)))
-        cold, df = timed(lambda: load(root))
-        figures.append((f"load() of all {len(df)} rows, cold (builds the index)", cold))
-        warm, df = timed(lambda: load(root), repeats=3)
-        figures.append((f"load() of all {len(df)} rows, warm", warm))
-        one, part = timed(lambda: load(root, experiment="matmul"), repeats=3)
-        figures.append((f"load(experiment='matmul'): {len(part)} rows", one))
-        extra = root / "runs" / "new"
-        extra.mkdir(parents=True)
-        (extra / "results.csv").write_text(
-            csv_text([{"row_id": "new#1", "run_id": "new", "experiment": "matmul", "status": "ok", "median_s": 1.0}])
-        )
-        more, df = timed(lambda: load(root))
-        figures.append((f"load() after one new run dir: {len(df)} rows", more))
+        hashes: list[str] = []
+        for rows in sizes:
+            runs = rows // args.rows
+            t0 = time.perf_counter()
+            hashes += synthesize(root, runs - len(hashes), args.rows, start=len(hashes))
+            print(f"{rows} rows in {runs} run dirs (written in {time.perf_counter() - t0:.0f} s)")
+            loadavg = " ".join(f"{x:.2f}" for x in os.getloadavg())  # when this size's figures were taken
+            if first:  # imports (pandas, pyarrow) are no reader's cost at any size
+                load(root), listing(root)
+                first = False
+            for name, seconds in measure(root, hashes).items():
+                print(f"  {name}: {seconds * 1e3:.1f} ms" if seconds < 1 else f"  {name}: {seconds:.2f} s")
+                taken.append(
+                    {"figure": name, "rows": rows, "run_dirs": runs, "seconds": seconds, "loadavg": loadavg, **where}
+                )
+    slopes = {}
+    for name in dict.fromkeys(str(t["figure"]) for t in taken):
+        mine = [t for t in taken if t["figure"] == name]
+        slopes[name] = exponent([int(t["rows"]) for t in mine], [float(t["seconds"]) for t in mine])
+        print(f"growth exponent, {name}: {slopes[name]:.2f}")
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w") as f:
-        f.write("timestamp,host,runs,rows_per_run,figure,seconds\n")
-        for name, seconds in figures:
-            print(f"{name}: {seconds * 1e3:.1f} ms" if seconds < 1 else f"{name}: {seconds:.2f} s")
-            f.write(f'{when},{platform.node()},{args.runs},{args.rows},"{name}",{seconds}\n')
+    with args.out.open("w", newline="") as f:
+        fields = ["timestamp", "host", "cpus", "commit", "loadavg", "figure", "rows", "run_dirs", "seconds", "exponent"]
+        writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        for t in taken:
+            writer.writerow({"timestamp": when, **t, "exponent": f"{slopes[str(t['figure'])]:.3f}"})
     print(f"-> {args.out}")
 
 

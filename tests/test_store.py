@@ -185,6 +185,20 @@ def test_writer_keeps_every_finished_row_and_samples(tmp_path):
     assert not list(run.glob(".*.tmp"))
 
 
+def test_samples_of_many_runs_load_together_and_only_perflab_s(tmp_path):
+    """A tree's samples.csv files are parsed in one pass; one without the samples' columns (or
+    torn) is left out or trimmed, as when each was read alone, and said."""
+    for i in range(3):
+        RunWriter(tmp_path / "sweep" / str(i)).add(row(f"r{i}", 0), samples=[1.0 + i, 2.0 + i])
+    (tmp_path / "sweep" / "2" / "samples.csv").write_text("row_id,run_id,x\nr2#1,r2,3\n")  # no seconds
+    torn = tmp_path / "sweep" / "1" / "samples.csv"
+    torn.write_text(torn.read_text() + "r1#1,r1,matmul,m0,sample,2,9")  # its last line cut short
+    samples = load(tmp_path / "sweep", samples=True)
+    assert sorted(samples["seconds"].tolist()) == [1.0, 2.0, 2.0, 3.0]
+    notes = " ".join(samples.attrs["notes"])
+    assert "1 file that perflab did not write" in notes and "1 torn or malformed line" in notes, notes
+
+
 def test_writer_keeps_rows_another_process_wrote_to_the_same_job(tmp_path):
     parent = RunWriter(tmp_path / "job")
     parent.add({"run_id": "r", "measurement": "before", "status": "ok"})

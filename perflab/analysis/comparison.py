@@ -205,7 +205,7 @@ def _one_experiment(
                 point = ", ".join(f"{k.removeprefix('cfg.')}={v}" for k, v in zip(group, values))
                 notes.append(f"{name} {point}: {metric} varies {cv:.0%} between runs ({entry['runs']} runs)")
         entry["_samples"] = usable_part.samples
-        seconds = [samples.get(str(r["row_id"]), np.array([])) for _, r in part.iterrows()] if samples else []
+        seconds = [samples.get(str(r), np.array([])) for r in part["row_id"]] if samples else []
         spread = iqr_pct(np.concatenate(seconds) if seconds else np.array([]))  # of the times, as the job's table
         if not math.isnan(spread):
             entry["iqr_pct"] = spread
@@ -338,12 +338,13 @@ def ab(
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
         pa = summary_rows(name, a[a["experiment"].astype("string") == name])
         pb = summary_rows(name, b[b["experiment"].astype("string") == name])
-        m, note = metric_for(name, pd.concat([pa, pb]), metric)
+        both = pd.concat([pa, pb])
+        m, note = metric_for(name, both, metric)
         notes += [note] if note else []
         key_cols = sorted(set(identity_columns(pa)) | set(identity_columns(pb)))
         match_on = ["measurement", *key_cols, *([] if any_device else ["device"])]
         ga, gb = _points(pa, match_on), _points(pb, match_on)
-        varying = [c for c in key_cols if pd.concat([pa, pb])[c].astype("string").nunique(dropna=False) > 1]
+        varying = [c for c in key_cols if both[c].astype("string").nunique(dropna=False) > 1]
         for point in sorted(set(ga) | set(gb)):
             label = dict(zip(match_on, point))
             rows = ga.get(point, gb.get(point))

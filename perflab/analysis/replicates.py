@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis.frames import sample_values
+from perflab.analysis.frames import cells, sample_values
 from perflab.analysis.stats import ALPHA, MIN_SAMPLES, POWER, usable
 from perflab.config import registry
 from perflab.store.columns import RATES, unit_of
@@ -136,7 +136,7 @@ def measured(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], sa
     values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s")
     good = np.isfinite(values) & ((values > 0) if timed else True)
-    every = [sample_values(samples, r, metric) for _, r in rows.iterrows()]
+    every = [sample_values(samples, r, metric) for r in cells(rows, "row_id", metric, "median_s")]
     recorded = np.array([str(r) in samples for r in rows["row_id"]], bool) if "row_id" in rows else good & False
     # a row whose samples were kept but give no usable value is damage too (a negative median_s)
     lost = good & recorded & np.array([not len(usable(x)) for x in every], bool)

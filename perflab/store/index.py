@@ -182,9 +182,15 @@ def record_of(run_dir: Path, notes: Notes | None = None) -> RunRecord | None:
 def missing_rows(record: RunRecord | None, rows, results: Path, notes: Notes) -> int:
     """How many of the rows ``record`` counts are not among ``rows`` (its run's rows as read);
     said in ``notes`` (place: the results.csv)."""
+    have = int((rows["run_id"].astype("string") == record.run_id).sum()) if record and "run_id" in rows else 0
+    return count_missing(record, have, results, notes)
+
+
+def count_missing(record: RunRecord | None, have: int, results: Path, notes: Notes) -> int:
+    """How many of the rows ``record`` counts are not among the ``have`` rows of its run that
+    were read; said in ``notes`` (place: the results.csv)."""
     if record is None or not record.rows:
         return 0
-    have = int((rows["run_id"].astype("string") == record.run_id).sum()) if "run_id" in rows else 0
     if have < record.rows:
         notes.add(ROWS_MISSING, results, count=record.rows - have)
     return max(0, record.rows - have)
@@ -193,19 +199,26 @@ def missing_rows(record: RunRecord | None, rows, results: Path, notes: Notes) ->
 def read_runs(dirs: Sequence[Path], labels: Sequence[str], column: str, notes: Notes):
     """The rows of run dirs (rows.read_many), each labelled with its dir's label in ``column``
     and with ``run_outcome``, what its run.json says (``running``: killed, or not ended yet;
-    empty: no run.json); the rule above for unreadable records and missing rows."""
-    import pandas as pd
-
+    empty: no run.json); the rule above for unreadable records and missing rows. One pass over
+    the rows whatever the number of run dirs (each run's rows counted by one value_counts)."""
     records = {label: record_of(d, notes) for label, d in zip(labels, dirs)}
     kept = [(d, label) for d, label in zip(dirs, labels) if not notes.of(d / RECORD).get(RECORD_UNREADABLE)]
     df = read_many([d / RESULTS for d, _ in kept], labels=[label for _, label in kept], column=column, notes=notes)
+    have = _rows_per_run(df, column, {label: r.run_id for label, r in records.items() if r and r.rows})
     for d, label in kept:
-        mine = df[df[column] == label] if not df.empty else pd.DataFrame()
-        missing_rows(records[label], mine, d / RESULTS, notes)
+        count_missing(records[label], have.get(label, 0), d / RESULTS, notes)
     if not df.empty:
         outcomes = {label: r.outcome if r else "" for label, r in records.items()}
         df["run_outcome"] = df[column].map(outcomes).astype("string")
     return df
+
+
+def _rows_per_run(df, column: str, run_ids: dict[str, str]) -> dict[str, int]:
+    """Label -> how many of its rows carry its run's id (``run_ids``: label -> run id)."""
+    if df.empty or "run_id" not in df or not run_ids:
+        return {}
+    own = df["run_id"].astype("string") == df[column].map(run_ids).astype("string")
+    return {str(k): int(v) for k, v in df.loc[own.fillna(False).astype(bool), column].value_counts().items()}
 
 
 def _write_segment(

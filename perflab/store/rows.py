@@ -189,13 +189,20 @@ def _text_dtypes(header: Sequence[str]) -> dict[str, str]:
     return {c: "string" for c in header if c in columns.TEXT or c.startswith("cfg.")}
 
 
-def read_many(paths: Sequence[Path], labels: Sequence[str], column: str, notes: Notes | None = None):
-    """Many results files at once, each row labelled (``column``) with its file's label.
+def read_many(
+    paths: Sequence[Path],
+    labels: Sequence[str],
+    column: str,
+    notes: Notes | None = None,
+    columns_required: Sequence[str] = OWN_HEADER,
+):
+    """Many results (or samples) files at once, each row labelled (``column``) with its file's label.
 
     Files that share a header are parsed together, in one pass of pandas' C parser: tens of
     thousands of small files load in seconds. A group that does not parse cleanly (a torn or
     malformed line somewhere) falls back to reading its files one by one, line-checked. A file
-    without perflab's header is skipped, and a torn last line dropped (``notes`` says so).
+    without perflab's header (or without ``columns_required``) is skipped, and a torn last line
+    dropped (``notes`` says so).
     """
     import pandas as pd
 
@@ -214,7 +221,8 @@ def read_many(paths: Sequence[Path], labels: Sequence[str], column: str, notes: 
         if cut_header(text):
             notes.add(TORN, path)
             continue
-        if not is_ours(_fields(header) or []):
+        fields = _fields(header) or []
+        if not is_ours(fields) or not set(columns_required) <= set(fields):
             if text.strip():
                 notes.add(FOREIGN, path)
             continue
@@ -240,7 +248,10 @@ def read_many(paths: Sequence[Path], labels: Sequence[str], column: str, notes: 
             df = type_config(df)
             df[column] = [label for label, _, n in parts for _ in range(n)]
         except (ValueError, pd.errors.ParserError):
-            each = [read_csv(by_label[label], notes=notes).assign(**{column: label}) for label, _, _ in parts]
+            each = [
+                read_csv(by_label[label], columns_required, notes=notes).assign(**{column: label})
+                for label, _, _ in parts
+            ]
             df = concat([p for p in each if not p.empty])
         frames.append(df)
     return concat(frames)

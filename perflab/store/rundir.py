@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -74,8 +75,7 @@ class RunRecord:
             record = cls(**known)
         except (OSError, ValueError, TypeError, AttributeError):  # AttributeError: not an object
             return None
-        types = get_type_hints(cls)
-        wrong = [k for k, t in types.items() if not isinstance(getattr(record, k), get_origin(t) or t)]
+        wrong = [k for k, t in _field_types().items() if not isinstance(getattr(record, k), t)]
         return None if wrong else record
 
 
@@ -91,6 +91,13 @@ def folder_id(run_dir: Path) -> str:
         return found.group(1)
     parent = FOLDER_ID.search(run_dir.parent.name)
     return f"{parent.group(1)}.{run_dir.name}" if parent and run_dir.name.isdigit() else ""
+
+
+@functools.cache
+def _field_types() -> dict[str, type]:
+    """Each RunRecord field's type (``dict`` for ``dict[str, str]``): worked out once, not per
+    run.json read (get_type_hints took most of the time a listing of 10k runs spent reading them)."""
+    return {k: get_origin(t) or t for k, t in get_type_hints(RunRecord).items()}
 
 
 EARLIER_RUNS = ".requeued"  # hidden: loaders skip it
@@ -197,9 +204,10 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return st.st_mtime_ns, st.st_size
 
 
-def rows_of(run_dir: Path):
-    """A run dir's rows as a DataFrame (empty if none)."""
+def rows_of(run_dir: Path, text: bool = False):
+    """A run dir's rows as a DataFrame (empty if none); ``text``: every cell as the text it is
+    (read_csv), which is faster where only a few cells are looked at."""
     import pandas as pd
 
     path = run_dir / RESULTS
-    return read_csv(path) if path.is_file() else pd.DataFrame()
+    return read_csv(path, text=text) if path.is_file() else pd.DataFrame()

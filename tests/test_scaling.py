@@ -1,0 +1,107 @@
+"""perflab's readers grow linearly with the history: growth exponents (log-log least squares, as
+benchmarks/store.py fits them) from a size to four times it, rows and run dirs alike. Exponents,
+not wall-clock limits, and of CPU time: a busy machine slows both sizes alike.
+
+A linear reader shows about 1 (its fixed costs pull it lower). Issue 31's quadratic (each run
+dir filtering the whole frame for its rows) shows only where the frame is big enough for its rows
+to outweigh each filter's fixed cost: 1.5-1.8 at 200k -> 800k rows, but about 1 at 5k -> 20k. So
+the run-dir bookkeeping is timed on big frames of rows made in memory (no files: fast), and the
+whole cold load on a small tree of real files."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perflab.results import load
+from perflab.store import index
+from perflab.store.rows import Notes
+from perflab.store.rundir import RunRecord
+
+LINEAR = 1.4  # the most a linear reader shows here, noise included (they show 0.5-1.1)
+
+_spec = importlib.util.spec_from_file_location("benchmark_store", Path(__file__).parents[1] / "benchmarks" / "store.py")
+assert _spec is not None and _spec.loader is not None
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def test_run_dirs_rows_are_counted_in_one_pass(monkeypatch):
+    """read_runs (every reader of run dirs goes through it) on 1k then 4k run dirs of 400 rows,
+    labelled as load() labels run dirs outside a results tree: by absolute path. One run dir
+    lacks rows its run.json counts: said, for it alone."""
+    per, top = 400, "/home/someone/projects/lab/outputs/sweeps/2026-11-24_12-00-00_0123abcd"
+
+    def rows_in_memory(paths, labels, column, notes):  # what read_many would parse from the files
+        runs = [p.parent.name for p in paths]
+        runs[7] = "another-run"  # run dir 7 holds another run's rows: its own are missing
+        return pd.DataFrame(
+            {
+                "run_id": pd.array(np.repeat(np.array(runs, dtype=object), per), dtype="string"),
+                "median_s": np.random.default_rng(0).random(len(paths) * per),
+                column: np.repeat(np.array(labels, dtype=object), per),
+            }
+        )
+
+    monkeypatch.setattr(index, "read_many", rows_in_memory)
+    monkeypatch.setattr(
+        index, "record_of", lambda d, notes=None: RunRecord(run_id=d.name, experiment="m", config_hash="h", rows=per)
+    )
+    sizes, seconds = [400_000, 1_600_000], []
+    for rows in sizes:
+        dirs = [Path(f"{top}/{i:06d}") for i in range(rows // per)]
+        notes = Notes()
+        t0 = time.process_time()
+        df = index.read_runs(dirs, [str(d) for d in dirs], "_source", notes)
+        seconds.append(time.process_time() - t0)
+        assert len(df) == rows
+        assert notes.kinds == {index.ROWS_MISSING: {str(dirs[7] / "results.csv"): per}}
+    growth = bench.exponent(sizes, seconds)
+    assert growth < LINEAR, f"read_runs grows as rows^{growth:.2f} ({sizes} rows: {seconds} s of CPU)"
+
+
+def test_cold_load_grows_linearly_with_rows_and_run_dirs(tmp_path):
+    """A real tree of 500 then 2000 run dirs of 10 rows: the whole cold load (walk, run.json,
+    CSV, the index written) is linear; a per-run-dir loop over all run dirs would show here."""
+    root, per_dir, sizes = tmp_path / "outputs", 10, [5_000, 20_000]
+    narrow = {"extra": 10, "keys": 2, "done": False}
+    bench.synthesize(root, 10, per_dir, **narrow)
+    load(root)  # imports, and first-call costs, are no size's
+    seconds, written = [], 10
+    for rows in sizes:
+        bench.synthesize(root, rows // per_dir - written, per_dir, start=written, **narrow)
+        written = rows // per_dir
+        timed = [bench.cold_load(root, clock=time.process_time) for _ in range(2)]
+        seconds.append(min(t for t, _ in timed))  # the less disturbed of two
+        assert len(timed[-1][1]) == rows  # what was timed read them all
+    growth = bench.exponent(sizes, seconds)
+    assert growth < LINEAR, f"cold load grows as rows^{growth:.2f} ({sizes} rows: {seconds} s of CPU)"
+
+
+def test_history_orders_subjects_in_one_pass_over_the_commits(monkeypatch):
+    """history's subjects put in commit order: 3k then 12k subjects (short shas) among as many
+    commits; a search of all the commits per subject would grow as their product (1.9 here)."""
+    from perflab import history
+
+    sizes, seconds = [3_000, 12_000], []
+    for n in sizes:
+        commits = [f"{i:040x}"[::-1] for i in range(n)]  # distinct from their first 7 characters
+        subjects = [history.Subject(sha[:7], 1.0, np.array([]), [], "") for sha in reversed(commits)]
+        listed = subprocess.CompletedProcess([], 0, stdout="\n".join(commits))  # what git rev-list says
+        monkeypatch.setattr(history.subprocess, "run", lambda *a, listed=listed, **k: listed)
+        gc.collect()
+        gc.disable()  # as timeit does: milliseconds, which a collection of the 12k subjects would swamp
+        try:
+            timed = [bench.timed(lambda s=subjects: history.order_subjects(s), 1, time.process_time) for _ in range(5)]
+        finally:
+            gc.enable()
+        seconds.append(min(t for t, _ in timed))  # the least disturbed of five
+        assert [s.name for s in timed[-1][1]] == [sha[:7] for sha in commits]  # type: ignore[attr-defined]
+    growth = bench.exponent(sizes, seconds)
+    assert growth < LINEAR, f"ordering subjects grows as subjects^{growth:.2f} ({sizes}: {seconds} s of CPU)"
