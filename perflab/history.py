@@ -165,7 +165,12 @@ def build_series(
         ident = [c for c in IDENTITY if c in part and part[c].notna().any()]
         group = ["measurement", *keys, "device", *ident]
         frame = part.reindex(columns=list(dict.fromkeys([*part.columns, *group])))
-        for values, g in frame.groupby(group, dropna=False, sort=True, observed=True):
+        used = [m, "_subject", "row_id", "median_s", "suspect", "run_dir", "timestamp", "subject_time"]
+        # grouped by the point's columns, but each group holds only what a subject is built from:
+        # every one of thousands of groups copies its columns (a cfg key each, ~30 of them)
+        small = frame[list(dict.fromkeys(c for c in used if c in frame))]
+        by = [frame[c] for c in group]
+        for values, g in small.groupby(by, dropna=False, sort=True, observed=True):
             label = dict(zip(group, values if isinstance(values, tuple) else (values,)))
             series = Series(
                 str(name),

@@ -4,13 +4,13 @@ not wall-clock limits, and of CPU time: a busy machine slows both sizes alike.
 
 A linear reader shows about 1 (its fixed costs pull it lower). Issue 31's quadratic (each run
 dir filtering the whole frame for its rows) shows only where the frame is big enough for its rows
-to outweigh each filter's fixed cost: 1.5-1.8 at 200k -> 800k rows, but about 1 at 5k -> 20k. So
+to outweigh each filter's fixed cost: 1.7 at 400k -> 1.6M rows, but about 1 at 5k -> 20k. So
 the run-dir bookkeeping is timed on big frames of rows made in memory (no files: fast), and the
-whole cold load on a small tree of real files."""
+whole cold load on a small tree of real files. Where a clock's figure would be milliseconds
+(history's subject order), the work itself is counted instead."""
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import subprocess
 import time
@@ -84,24 +84,35 @@ def test_cold_load_grows_linearly_with_rows_and_run_dirs(tmp_path):
     assert growth < LINEAR, f"cold load grows as rows^{growth:.2f} ({sizes} rows: {seconds} s of CPU)"
 
 
+class Commits(list):
+    """The commits git lists, counting how many times a reader visits one."""
+
+    visits = 0
+
+    def __iter__(self):
+        for sha in super().__iter__():
+            self.visits += 1
+            yield sha
+
+    def split(self) -> "Commits":  # as git rev-list's output is read: its text split in lines
+        return self
+
+
 def test_history_orders_subjects_in_one_pass_over_the_commits(monkeypatch):
-    """history's subjects put in commit order: 3k then 12k subjects (short shas) among as many
-    commits; a search of all the commits per subject would grow as their product (1.9 here)."""
+    """history's subjects put in commit order: 2k then 8k subjects (short shas) among as many
+    commits. Here the exponent is of the work itself, the commits visited (a clock's figure is
+    a few milliseconds, which the CPU's caches bend): a search of every commit per subject grows
+    as their product (2.0), one pass as the commits (1.0)."""
     from perflab import history
 
-    sizes, seconds = [3_000, 12_000], []
+    sizes, visits = [2_000, 8_000], []
     for n in sizes:
-        commits = [f"{i:040x}"[::-1] for i in range(n)]  # distinct from their first 7 characters
-        subjects = [history.Subject(sha[:7], 1.0, np.array([]), [], "") for sha in reversed(commits)]
-        listed = subprocess.CompletedProcess([], 0, stdout="\n".join(commits))  # what git rev-list says
+        shas = [f"{i:040x}"[::-1] for i in range(n)]  # distinct from their first 7 characters
+        subjects = [history.Subject(sha[:7], 1.0, np.array([]), [], "") for sha in reversed(shas)]
+        commits = Commits(shas)
+        listed = subprocess.CompletedProcess([], 0, stdout=commits)  # what git rev-list says
         monkeypatch.setattr(history.subprocess, "run", lambda *a, listed=listed, **k: listed)
-        gc.collect()
-        gc.disable()  # as timeit does: milliseconds, which a collection of the 12k subjects would swamp
-        try:
-            timed = [bench.timed(lambda s=subjects: history.order_subjects(s), 1, time.process_time) for _ in range(5)]
-        finally:
-            gc.enable()
-        seconds.append(min(t for t, _ in timed))  # the least disturbed of five
-        assert [s.name for s in timed[-1][1]] == [sha[:7] for sha in commits]  # type: ignore[attr-defined]
-    growth = bench.exponent(sizes, seconds)
-    assert growth < LINEAR, f"ordering subjects grows as subjects^{growth:.2f} ({sizes}: {seconds} s of CPU)"
+        assert [s.name for s in history.order_subjects(subjects)] == [sha[:7] for sha in shas]
+        visits.append(commits.visits)
+    growth = bench.exponent(sizes, visits)
+    assert growth < LINEAR, f"ordering subjects visits commits as subjects^{growth:.2f} ({sizes}: {visits} visits)"
