@@ -11,6 +11,7 @@ whole cold load on a small tree of real files. Where a clock's figure would be m
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import subprocess
 import time
@@ -56,12 +57,20 @@ def test_run_dirs_rows_are_counted_in_one_pass(monkeypatch):
     sizes, seconds = [400_000, 1_600_000], []
     for rows in sizes:
         dirs = [Path(f"{top}/{i:06d}") for i in range(rows // per)]
-        notes = Notes()
-        t0 = time.process_time()
-        df = index.read_runs(dirs, [str(d) for d in dirs], "_source", notes)
-        seconds.append(time.process_time() - t0)
-        assert len(df) == rows
-        assert notes.kinds == {index.ROWS_MISSING: {str(dirs[7] / "results.csv"): per}}
+        timed = []
+        for _ in range(2):  # the best of two, each without the cyclic GC (as timeit): a suite's heap is no size's
+            notes = Notes()
+            gc.collect()
+            gc.disable()
+            try:
+                t0 = time.process_time()
+                df = index.read_runs(dirs, [str(d) for d in dirs], "_source", notes)
+                timed.append(time.process_time() - t0)
+            finally:
+                gc.enable()
+            assert len(df) == rows
+            assert notes.kinds == {index.ROWS_MISSING: {str(dirs[7] / "results.csv"): per}}
+        seconds.append(min(timed))
     growth = bench.exponent(sizes, seconds)
     assert growth < LINEAR, f"read_runs grows as rows^{growth:.2f} ({sizes} rows: {seconds} s of CPU)"
 
