@@ -151,9 +151,9 @@ def run(ctx: Context) -> None:
             x = spec.example(batch, d.torch)
             if p.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
-            per_call, flops_note = flops.estimated("FLOPs", lambda x=x: flops.count(lambda: model(x)))
-            with Benchmark("first call", [d], report=False) as first:
+            with Benchmark("first call", [d], report=False) as first:  # before any other call of this batch
                 run_model(x)
+            per_call, flops_note = flops.estimated("FLOPs", lambda x=x: flops.count(lambda: model(x)))
             ctx.measure(
                 f"forward batch {batch}",
                 lambda x=x: run_model(x),

@@ -8,7 +8,7 @@ each point is decided or the budget ends, then judge them as ``perflab compare``
 
 The sides share OVERRIDES (``+experiment=quick/matmul``, ``-m`` and a sweep's values too) and
 differ by their own overrides, environment variables and Python interpreter (another venv's
-``python``, with perflab installed). Processes alternate A B A B ... (``perflab.job.processes``:
+``python``, with perflab installed). Processes alternate A B, B A, A B ... (``perflab.job.processes``:
 each a fresh ``python -m perflab``, its rows carrying ``process`` 1, 2, ...), so a drift of the
 machine falls on both sides alike. After ``--min-processes`` a side, every round ends with a
 look: the points are judged (``perflab.analysis.replicates``, between-process variation); the
@@ -53,6 +53,12 @@ class Side:
     env: dict[str, str] = field(default_factory=dict)
     python: str | None = None
 
+    def explains_identity(self, other: "Side") -> bool:
+        """Whether the sides differ by environment or interpreter: then machine identity fields
+        that differ (num_threads under OMP_NUM_THREADS, torch under another venv) are the change
+        under test, not a reason to call the points incomparable."""
+        return self.env != other.env or self.python != other.python
+
     def args(self, shared: Sequence[str]) -> list[str]:
         return [*shared, *self.overrides, f"results.store={self.tree}", "results.table=false"]
 
@@ -91,7 +97,7 @@ def run(
     start, table = time.monotonic(), pd.DataFrame()
     for k in range(1, max_processes + 1):
         began = time.monotonic()
-        for side in (base, new):
+        for side in (base, new) if k % 2 else (new, base):  # A B, B A, ...: an order effect falls on both sides
             code = measure(side, k)
             if code:
                 say(f"process {k} of {side.name} ended with exit {code}: nothing judged")
@@ -99,7 +105,16 @@ def run(
         took = time.monotonic() - began
         if k < min_processes:
             continue
-        table = compare.ab(base.tree, new.tree, gate_pct=gate_pct, alpha=alpha, process_cv=process_cv, looks=looks)
+        table = compare.ab(
+            base.tree,
+            new.tree,
+            gate_pct=gate_pct,
+            alpha=alpha,
+            process_cv=process_cv,
+            looks=looks,
+            differ=[o.lstrip("+").partition("=")[0] for o in (*base.overrides, *new.overrides)],
+            allow_mixed=base.explains_identity(new),
+        )
         undecided = int((table.get("verdict", pd.Series(dtype=str)) == Verdict.INCONCLUSIVE.value).sum())
         say(f"{k} processes a side: {compare.summary(table)}")
         if not undecided:

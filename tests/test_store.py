@@ -287,6 +287,16 @@ def test_the_done_index_is_rebuilt_from_the_run_dirs(tmp_path):
     assert done_marks.find_done(tmp_path, done_marks.point_key("h2")) == good  # no index yet: rebuilt on first use
 
 
+def test_a_store_an_older_perflab_marked_is_read_not_measured_again(tmp_path):
+    """0.2 kept done/<config hash>/<run id>: such a store is re-keyed from its run dirs, once."""
+    good = record(tmp_path, "good", "h4", outcome="ok", complete=True)
+    legacy = tmp_path / ".perflab" / "done" / "h4"
+    legacy.mkdir(parents=True)
+    (legacy / "good").write_text("runs/good\n")
+    assert done_marks.find_done(tmp_path, done_marks.point_key("h4")) == good
+    assert not legacy.exists() and (tmp_path / ".perflab" / "done" / done_marks.FORMAT).is_file()
+
+
 def test_a_new_subject_or_another_process_is_another_point(tmp_path):
     """The same config measured at commit abc is not done at commit def, nor is its process 2."""
     old = record(tmp_path, "old", "h3", outcome="ok", complete=True, subject="abc1234")

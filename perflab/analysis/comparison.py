@@ -321,6 +321,7 @@ def ab(
     allow_mixed: bool = False,
     process_cv: float = FLOOR_CV,
     looks: int = 1,
+    differ: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
     of ``base``, with one verdict each (``perflab.analysis.verdicts``): PASS, FAIL, INCONCLUSIVE (with the
@@ -328,7 +329,9 @@ def ab(
     with ``allow_mixed``). ``gate_pct``: the slowdown a FAIL must exceed; ``alpha``: the false
     discovery rate over all points (Benjamini-Hochberg); ``process_cv``: the between-process
     variation assumed where a side has one process; ``looks``: how often ``perflab ab`` has
-    looked at these trees (a Bonferroni correction over them). Points in one tree only are rows too,
+    looked at these trees (a Bonferroni correction over them); ``differ``: config keys the two
+    sides set apart on purpose (``perflab ab --base K=V --new K=W``), left out of what matches a
+    point. Points in one tree only are rows too,
     ``change`` saying which. ``df.attrs["notes"]`` holds the lines worth showing."""
     a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
     b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
@@ -341,7 +344,8 @@ def ab(
         both = pd.concat([pa, pb])
         m, note = metric_for(name, both, metric)
         notes += [note] if note else []
-        key_cols = sorted(set(identity_columns(pa)) | set(identity_columns(pb)))
+        apart = {config_column(k) for k in differ}
+        key_cols = sorted((set(identity_columns(pa)) | set(identity_columns(pb))) - apart)
         match_on = ["measurement", *key_cols, *([] if any_device else ["device"])]
         ga, gb = _points(pa, match_on), _points(pb, match_on)
         varying = [c for c in key_cols if both[c].astype("string").nunique(dropna=False) > 1]

@@ -164,8 +164,7 @@ def with_samples(rows: pd.DataFrame, samples: Mapping[str, np.ndarray], metric: 
     """``rows`` with ``_samples``: each row's raw samples as values of ``metric`` (for error bars)."""
     if not samples or rows.empty:
         return rows
-    needed = [c for c in dict.fromkeys(("row_id", metric, "median_s")) if c in rows]
-    values = [sample_values(samples, r, metric) for r in rows[needed].to_dict("records")]  # no copy of samples per row
+    values = [sample_values(samples, r, metric) for r in cells(rows, "row_id", metric, "median_s")]
     out = rows.copy()  # one block per column type again (a loaded tree is fragmented)
     out["_samples"] = values
     return out

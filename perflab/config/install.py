@@ -37,7 +37,7 @@ def tested_pair() -> tuple[str, str] | None:
     caps = {}
     for line in requires:
         found = re.match(r"(torchvision|torch)(?![\w.-])[^;]*?<\s*(\d+)\.(\d+)", line)
-        if found and "extra ==" not in line:
+        if found and "extra ==" not in line and int(found.group(3)) > 0:  # <3.0 names no release below it
             name, major, minor = found.group(1), int(found.group(2)), int(found.group(3))
             caps[name] = f"{major}.{minor - 1}"
     return (caps["torch"], caps["torchvision"]) if len(caps) == 2 else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,10 @@ from perflab.store.rundir import RunRecord
 from perflab.store.tree import derived_dir, meta, relative, run_dirs
 
 log = logging.getLogger("perflab")
+
+
+FORMAT = "FORMAT-2"  # in done/: its markers are keyed by point_key (config, subject, process)
+KEY = re.compile(r".+-(none|[0-9a-f]{12})-p\d+")  # what point_key makes
 
 
 def point_key(config_hash: str, subject: str = "", process: int = 1) -> str:
@@ -48,8 +53,8 @@ def find_done(root: Path, key: str, rebuilt: bool = False) -> Path | None:
     perflab) gets it rebuilt from the run dirs first.
     """
     done = meta(root) / "done"
-    if files.kind_of(done) != "a directory":
-        rebuild_done(root)
+    if files.kind_of(done) != "a directory" or files.kind_of(done / FORMAT) != "a regular file":
+        rebuild_done(root)  # none yet, damaged, or keyed as an older perflab keyed it (config hash only)
     folder = done / key
     if files.kind_of(folder) not in ("a directory", "missing"):  # damaged: rebuilt, then read
         derived_dir(folder, make=False)
@@ -111,11 +116,18 @@ def _drop(marker: Path) -> None:
 def rebuild_done(root: Path) -> int:
     """Recreate ``done/`` from every run.json in the tree; returns how many runs are done (a
     complete run whose rows are damaged is not: its point is measured again)."""
-    derived_dir(meta(root) / "done")
+    done = derived_dir(meta(root) / "done")
+    for old in done.iterdir():  # markers of another key format (an older perflab's) would never be found
+        if old.name != FORMAT and not KEY.fullmatch(old.name):
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
     count = 0
     for run_dir in run_dirs(root):
         record = RunRecord.read(run_dir)
         if record and record.complete and not damage(run_dir, record):
             mark_done(root, record, run_dir)
             count += 1
+    files.write_atomic(done / FORMAT, "done marks keyed by config hash, subject and process\n")
     return count
