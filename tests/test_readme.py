@@ -300,3 +300,55 @@ def test_the_examples_run_as_written(page, work):
         assert (work / "plots" / "rmsnorm_bandwidth.png").is_file()
         sweeps = list((work / "outputs" / "sweeps").glob("*/sweep.csv"))
         assert len(sweeps) == 1 and sweeps[0].read_text().count("\n") >= 5  # both points, each with its rows
+
+
+# --- the figures stated about how long things take: the newest measurement's -----------------
+
+FIGURES = ROOT / "benchmarks" / "results" / "stated_figures.csv"  # benchmarks/stated_figures.py writes it
+
+
+def seconds_of(text: str) -> float:
+    """``25 s``, ``2 min`` or ``~5 h`` as seconds."""
+    value, unit = re.fullmatch(r"~?([\d.]+) (s|min|h)", text.strip()).groups()  # type: ignore[union-attr]
+    return float(value) * {"s": 1, "min": 60, "h": 3600}[unit]
+
+
+def stated_times() -> dict[str, str]:
+    """Each preset's stated default and quick/ time, from its first comment (``[25 s; quick/ 5 s]``),
+    which ``perflab`` lists: the one place these figures are written."""
+    found = {}
+    for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
+        head = re.search(r"\[([^;\]]+); quick/ ([^\]]+)\]", path.read_text())
+        assert head, f"{path.name}: no [default; quick/ time] in its first comment"
+        found[path.stem], found[f"quick/{path.stem}"] = head.group(1).split(":")[0].strip(), head.group(2).strip()
+    return found
+
+
+def test_the_readme_repeats_each_experiments_stated_time():
+    stated = stated_times()
+    table = dict(re.findall(r"^\| `(\w+)` \|[^|]*\| ([^|]+?) \|$", (ROOT / "README.md").read_text(), re.M))
+    assert table and {name: stated[name] for name in table} == table
+
+
+def close(stated_s: float, measured_s: float) -> bool:
+    """A stated figure is true when it is within half again of the measured one (or 2 s of it)."""
+    return abs(stated_s - measured_s) <= 2 or measured_s / 1.5 <= stated_s <= measured_s * 1.5
+
+
+def test_every_time_stated_is_the_newest_measurement_of_it():
+    import pandas as pd
+
+    measured = pd.read_csv(FIGURES).groupby("figure").last()["median_s"].to_dict()
+    rerun = f"measure it: python {FIGURES.parent.parent.name}/stated_figures.py"
+    stated = {k: v for k, v in stated_times().items() if not v.startswith("~")}  # ~: made for GPUs, not run here
+    readme = (ROOT / "README.md").read_text()
+    suite = re.search(r"The tests take\s+about (\d+) minutes on 2 cores", readme)
+    mistake = re.search(r"imported \(about ([\d.]+) s;", (ROOT / "docs" / "running.md").read_text())
+    assert suite and mistake
+    stated.update({"the README's test command": f"{suite.group(1)} min", "a config mistake": f"{mistake.group(1)} s"})
+    wrong = {
+        figure: f"stated {text}, measured {measured.get(figure, 'never')}"
+        for figure, text in stated.items()
+        if figure not in measured or not close(seconds_of(text), measured[figure])
+    }
+    assert not wrong, f"{wrong}; {rerun}"
