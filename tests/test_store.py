@@ -485,3 +485,18 @@ def test_discarding_an_empty_run_keeps_the_runs_a_requeued_job_set_aside(tmp_pat
     RunRecord(run_id="second", experiment="matmul", config_hash="h").save(tmp_path)
     discard(tmp_path, also_record=True)
     assert (earlier / "results.csv").is_file() and RunRecord.read(tmp_path) is None
+
+
+def test_a_claims_fence_travels_to_a_worker_process_and_still_fences(tmp_path):
+    """A DDP job's ranks get its RunWriter, fence and all: pickled, the fence checks the same claim."""
+    import pickle
+
+    held = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+    assert isinstance(held, point_claims.Claim)
+    fence = pickle.loads(pickle.dumps(held.fence))
+    fence()  # still ours
+    path = tmp_path / ".perflab" / "claims" / "h.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "token": "another holder's"}))
+    with pytest.raises(point_claims.TakenOver):
+        fence()
+    held.release()

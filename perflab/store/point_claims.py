@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from perflab.store import files
 from perflab.store.tree import derived_dir, meta
@@ -101,6 +102,21 @@ class Claim:
         self._stop.set()
         if self._mine():
             self.path.unlink(missing_ok=True)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Sent to a worker process (a DDP rank's RunWriter fences its rows too): the claim's
+        fence only; its heartbeat and its release stay with the process that claimed it."""
+        return Fence, (self.path, self.body, self.stale_s)
+
+
+class Fence(Claim):
+    """A claim held by another process of this job, seen from a worker: it can only be checked."""
+
+    def __init__(self, path: Path, body: bytes, stale_s: float) -> None:  # no heartbeat thread here
+        self.path, self.body, self.stale_s, self.last_seen = path, body, stale_s, time.monotonic()
+
+    def release(self) -> None:
+        raise RuntimeError("a worker cannot release its job's claim")
 
 
 def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim | Holder:
