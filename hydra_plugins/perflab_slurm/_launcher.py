@@ -24,7 +24,7 @@ class PerflabSlurmConf(SlurmQueueConf):
     """submitit's SLURM settings (partition, timeout_min, setup, additional_parameters ...),
     with resources computed per point: these three say how much per worker."""
 
-    _target_: str = "hydra_plugins.perflab_slurm.PerflabSlurmLauncher"
+    _target_: str = "hydra_plugins.perflab_slurm._launcher.PerflabSlurmLauncher"  # Hydra knows a plugin by its module
     cpus_per_worker: int = 1  # CPU cores per GPU or CPU worker (plus the point's data.workers each)
     mem_gb_per_worker: int = 4  # host memory per GPU or CPU worker
     signal_delay_s: int = 90  # SLURM's warning (SIGUSR2) before the time limit: at most a quarter of it
