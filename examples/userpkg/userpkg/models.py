@@ -10,6 +10,8 @@ arguments, set beside the target (``+model.width=16``).
 
 from __future__ import annotations
 
+from typing import Optional, Tuple
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -51,7 +53,9 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.step(x)[0]
 
-    def step(self, x: torch.Tensor, cache: tuple | None = None) -> tuple[torch.Tensor, tuple]:
+    def step(
+        self, x: torch.Tensor, cache: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+    ) -> Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:  # typing's names: TorchScript reads them
         """The block on new tokens ``x``, after the keys and values of the earlier ones (``cache``,
         None for a prompt): its output and the keys and values so far, the KV cache."""
         b, t, d = x.shape
