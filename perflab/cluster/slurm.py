@@ -232,12 +232,10 @@ def submit(launcher: Any, points: list[Point], base: dict[str, Any], folder: str
             raise refusal(err, base) from None
         for p, job in zip(group, jobs):
             p.job = job
-        log.info(
-            "submitted %d point%s asking for %s each: job %s",
-            len(group),
-            "s" if len(group) > 1 else "",
-            need,
-            jobs[0].job_id.split("_")[0],
+        print(  # the sweep's own line, as the others here (Hydra's launcher logging is quiet)
+            f"perflab: submitted {len(group)} point{'s' if len(group) > 1 else ''} asking for {need} each: "
+            f"job {jobs[0].job_id.split('_')[0]}",
+            file=sys.stderr,
         )
 
 
