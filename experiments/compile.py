@@ -80,13 +80,7 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     if settings.model is None or settings.data is None:
         raise ConfigError("model", None, "a model and a data config (the compile preset's defaults)")
     spec = data.spec(settings.data)
-    if params.channels_last and not spec.images:
-        raise ConfigError(
-            "experiment.channels_last",
-            True,
-            "false with this data",
-            problem=f"NHWC is a layout of images (C, H, W); the inputs here are {spec.describe()}",
-        )
+    spec.check_channels_last(params.channels_last)
     models.check(settings.model, spec)
 
 

@@ -66,13 +66,7 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
         raise ConfigError("model", None, "a model and a data config (the infer preset's defaults)")
     net = models.build(settings.model, data.spec(settings.data))
     spec = inputs_of(net, settings, p.seq_len)
-    if p.channels_last and not spec.images:
-        raise ConfigError(
-            "experiment.channels_last",
-            True,
-            "false with these inputs",
-            problem=f"NHWC is a layout of images (C, H, W); the inputs here are {spec.describe()}",
-        )
+    spec.check_channels_last(p.channels_last)
     if hf.input_spec(net) is None:
         models.check(settings.model, spec)
         return

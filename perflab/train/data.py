@@ -86,6 +86,16 @@ class Spec:
         dims = ", ".join(map(str, self.shape))
         return f"(B, {dims}) token ids < {self.classes}" if self.tokens else f"(B, {dims}) float32"
 
+    def check_channels_last(self, on: bool) -> None:
+        """Refuse ``experiment.channels_last=true`` for inputs that are no images (before any work)."""
+        if on and not self.images:
+            raise ConfigError(
+                "experiment.channels_last",
+                True,
+                "false with this data",
+                problem=f"NHWC is a layout of images (C, H, W); the inputs here are {self.describe()}",
+            )
+
 
 @dataclass
 class Splits:
