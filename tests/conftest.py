@@ -58,6 +58,17 @@ def work(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture
+def one_thread():
+    """One intra-op thread for a real A/B: with two, a shared 2-core machine swings 20x between runs."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def cli(work, capsys):
     """``cli(*args)``: ``perflab ARGS`` in-process, as a user would type it; returns rc/out/err."""
 

@@ -19,17 +19,6 @@ from perflab.store.rundir import RunWriter
 from conftest import FAST
 
 
-@pytest.fixture
-def one_thread():
-    """One intra-op thread for a real A/B: with two, a shared 2-core machine swings 20x between runs."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def fake_run(root, name, count, batch, items_per_s, samples=(), test_acc=0.9, **cfg):
     """A results dir as a training job writes it, with numbers chosen by hand."""
     w = RunWriter(root / name)

@@ -19,17 +19,6 @@ from conftest import FAST
 IDENTITY = {"cpu_model": "Test CPU", "num_threads": 2, "torch": "2.14.1"}
 
 
-@pytest.fixture
-def one_thread():
-    """One intra-op thread for a real A/B: with two, a shared 2-core machine swings 20x between runs."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def write_history(root, name, medians, *, seed, identity=IDENTITY, spread=0.01, size=256, suspect=(), n=12):
     """One run dir per subject (s00, s01, ...), as a matmul job writes it: raw sample times
     around each median, the rate the job reports, the subject's commit time in order; the

@@ -54,14 +54,10 @@ class GuardedJob:
         self.settings, self.experiment, self.peaks = settings, experiment, peaks
         self.place, self.record, self.identity = place, record, identity
         r = settings.results
-        self.fence = (
-            claim.fence if claim is not None else _unfenced
-        )  # a sweep point's claim, checked around each record
+        fence = claim.fence if claim is not None else None  # a sweep point's claim, checked around each record
+        self.fence = fence or _unfenced
         self.writer = RunWriter(
-            place.run_dir,
-            ledger=Path(r.ledger) if r.ledger else None,
-            samples=r.samples,
-            fence=claim.fence if claim is not None else None,
+            place.run_dir, ledger=Path(r.ledger) if r.ledger else None, samples=r.samples, fence=fence
         )
         self.devices: list[Device] = []
         self.skip_reason = ""  # a device this machine lacks, in a sweep: the job is one skipped row
