@@ -527,5 +527,6 @@ def training_flops_per_item(model: torch.nn.Module, spec: data.Spec) -> float:
 
     try:
         return counted("meta")
-    except Exception:  # a value read back on a meta tensor: count it for real, on the CPU
+    except (RuntimeError, NotImplementedError) as e:  # a value read back on a meta tensor
+        log.debug("training FLOPs: the meta count failed (%s); counting a real copy on the CPU", e)
         return counted("cpu")
