@@ -297,6 +297,18 @@ def test_a_store_an_older_perflab_marked_is_read_not_measured_again(tmp_path):
     assert not legacy.exists() and (tmp_path / ".perflab" / "done" / done_marks.FORMAT).is_file()
 
 
+def test_a_rebuild_leaves_another_writers_file_in_flight(tmp_path):
+    """Two jobs of a parallel sweep start on a fresh store at once: one's rebuild must not remove
+    the other's FORMAT file on its way in (its rename then failed: 'cannot claim this point')."""
+    done = tmp_path / ".perflab" / "done"
+    done.mkdir(parents=True)
+    theirs = done / f".{done_marks.FORMAT}.1a2b3c4d.tmp"
+    theirs.write_text("done marks keyed by config hash, subject and process\n")
+    done_marks.rebuild_done(tmp_path)
+    assert theirs.is_file()
+    theirs.replace(done / done_marks.FORMAT)  # their rename still lands
+
+
 def test_a_new_subject_or_another_process_is_another_point(tmp_path):
     """The same config measured at commit abc is not done at commit def, nor is its process 2."""
     old = record(tmp_path, "old", "h3", outcome="ok", complete=True, subject="abc1234")

@@ -118,7 +118,7 @@ def rebuild_done(root: Path) -> int:
     complete run whose rows are damaged is not: its point is measured again)."""
     done = derived_dir(meta(root) / "done")
     for old in done.iterdir():  # markers of another key format (an older perflab's) would never be found
-        if old.name != FORMAT and not KEY.fullmatch(old.name):
+        if old.name != FORMAT and not KEY.fullmatch(old.name) and not files.in_flight(old):
             if old.is_dir() and not old.is_symlink():
                 shutil.rmtree(old, ignore_errors=True)
             else:

@@ -102,6 +102,12 @@ def target(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def in_flight(path: Path) -> bool:
+    """A :func:`write_atomic` temp file: another writer's file on its way in, never to be removed
+    by a clean-up (its rename would then fail)."""
+    return path.name.startswith(".") and path.name.endswith(".tmp")
+
+
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Replace ``path``'s content at once: write a temp file beside it, then rename.
 
