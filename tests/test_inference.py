@@ -98,3 +98,37 @@ def test_generation_refuses_what_cannot_generate_in_one_line(work, overrides, li
     with pytest.raises(Refused) as refused:
         perflab.run("quick/generate", [*overrides, *QUIET])
     assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
+
+
+def test_inference_of_a_models_torch_export(work):
+    df = perflab.run("quick/infer", ["experiment.export=true", "experiment.batches=[1,2]", *QUIET])
+    assert (df["status"] == "ok").all(), df[["measurement", "error"]]
+    timed = df[df["measurement"].str.startswith("forward batch")]
+    assert len(timed) == 2 and timed["exported"].all() and (timed["export_s"] > 0).all(), "one export per batch"
+    assert "torch.export.export(model, (x,)).module() per batch" in timed["note"].iloc[0]
+
+
+BRANCHY = '''
+import torch
+
+
+class Branchy(torch.nn.Module):
+    """Its path depends on its input's values: torch.export cannot capture it whole."""
+
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.head = torch.nn.LazyLinear(num_classes)
+
+    def forward(self, x):
+        return self.head(x.flatten(1) if x.sum() > 0 else -x.flatten(1))
+'''
+
+
+def test_inference_refuses_an_export_of_a_model_torch_export_cannot_capture(work, monkeypatch):
+    (work / "branchy.py").write_text(BRANCHY)
+    monkeypatch.syspath_prepend(str(work))
+    with pytest.raises(Refused) as refused:
+        perflab.run("quick/infer", ["model._target_=branchy.Branchy", "experiment.export=true", *QUIET])
+    line = str(refused.value)
+    assert line.startswith("experiment.export=True: torch.export fails on ") and "\n" not in line, line
+    assert "allowed: false, or a model torch.export captures whole" in line
