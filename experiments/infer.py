@@ -47,7 +47,8 @@ class Config(ExperimentConfig):
 def inputs_of(net: Any, settings: PerflabConfig, seq_len: int) -> Any:
     """What the model takes: a Hugging Face model's inputs from its config (its vocabulary, its
     image size), any other's from the data config (data.shape, data=tokens)."""
-    from perflab.train import data, hf
+    from perflab.models import huggingface as hf
+    from perflab.train import data
 
     return hf.input_spec(net, seq_len) or data.spec(settings.data)  # type: ignore[arg-type]
 
@@ -57,8 +58,10 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     devices allow, NHWC only for images: before anything is timed."""
     import torch
 
+    from perflab import models
     from perflab.measure import dynamo, precision
-    from perflab.train import data, hf, models
+    from perflab.models import huggingface as hf
+    from perflab.train import data
 
     p: Any = settings.experiment
     precision.check("experiment.precision", p.precision, devices[:1])
@@ -108,9 +111,10 @@ def load(ctx: Context, device: Device) -> tuple[Any, dict[str, Any]]:
     timed once, with the memory it took: the ``load`` row's columns."""
     import torch
 
+    from perflab import models
     from perflab.measure.devices import synchronize
     from perflab.measure.watch import Memory
-    from perflab.train import data, models
+    from perflab.train import data
 
     s = ctx.settings
     memory = Memory([device])
