@@ -189,7 +189,7 @@ def run(ctx: Context) -> None:
         "load_s": loaded["load_s"],
         "generator": "transformers generate (greedy)" if gen.hf else "greedy loop over decode(ids, cache)",
     }
-    ctx.record("load", devices=[d], **{**knobs, **loaded}, note=infer.LOAD_NOTE)
+    infer.record_load(ctx, d, loaded, **knobs)
     ids = torch.randint(0, spec.classes, (p.batch, p.prompt_len), device=d.torch)
     runs: list[list[float]] = []
 

@@ -132,3 +132,19 @@ def test_inference_refuses_an_export_of_a_model_torch_export_cannot_capture(work
     line = str(refused.value)
     assert line.startswith("experiment.export=True: torch.export fails on ") and "\n" not in line, line
     assert "allowed: false, or a model torch.export captures whole" in line
+
+
+def test_the_load_row_is_one_sample_that_compare_judges_as_any_time(work, cli):
+    import json
+
+    from perflab.results import load as rows_of
+
+    for _ in range(2):
+        perflab.run("quick/infer", ["experiment.batches=[1]", *QUIET])
+    load = rows_of(work / "outputs").query("measurement == 'load'")
+    assert len(load) == 2 and (load["n"] == 1).all() and (load["median_s"] == load["load_s"]).all()
+    assert load["std_s"].isna().all() and "one sample" in load["note"].iloc[0], "its spread is unknown, said"
+    runs = sorted(str(p) for p in (work / "outputs" / "runs").iterdir())
+    points = json.loads(cli("compare", *runs, "--format", "json", rc=None).out)["points"]
+    (judged,) = [p for p in points if p["measurement"] == "load"]
+    assert judged["base"] > 0 and judged["new"] > 0 and "no usable" not in judged["why"], judged
