@@ -1,6 +1,6 @@
 """perflab's inference and generation figures next to torch.utils.benchmark's, on the same
-models in the same process, in interleaved rounds (perflab first, then torch's, then the other
-way round ...): a timm ResNet-18 forward (batch 1, 3x224x224, 1000 classes, eval,
+models in the same process, in interleaved rounds (each workload perflab first, then torch's,
+then the other way round ...): a timm ResNet-18 forward (batch 1, 3x224x224, 1000 classes, eval,
 inference_mode) and a small GPT-2's prefill (time to first token), whole generate call and
 decode (seconds per token). The figure compared is the best sample (min) of each side, which
 other work on a shared machine disturbs least, and the median beside it. Goal (issue 30):
@@ -54,28 +54,28 @@ def decode_per_token(whole: tuple[float, float, int], prefill: tuple[float, floa
     return (whole[0] - prefill[0]) / (NEW - 1), (whole[1] - prefill[1]) / (NEW - 1), min(whole[2], prefill[2])
 
 
-def perflab_side(folder: str) -> Figures:
-    """(best, median, n): ResNet-18's forward, GPT-2's prefill, generate, decode per token."""
+def perflab_vision(folder: str) -> Figures:
+    """(best, median, n) of ResNet-18's forward."""
     rows = perflab.run(
         "infer",
         ["model=timm", "model.arch=resnet18", "data.shape=[3,224,224]", "data.num_classes=1000"]
         + ["experiment.batches=[1]", *QUIET],
     )
     forward = rows[rows["measurement"] == "forward batch 1"].iloc[0]
+    assert int(forward["num_threads"]) == THREADS, f"perflab ran {forward['num_threads']} threads"
+    return {"resnet18 forward": perflab_figures(forward)}
+
+
+def perflab_lm(folder: str) -> Figures:
+    """(best, median, n) of GPT-2's prefill, generate, decode per token; its decode row's mean."""
     gen = perflab.run(
         "generate",
         ["model=hf", f"model.name={folder}", f"experiment.prompt_len={PROMPT}", f"experiment.new_tokens={NEW}", *QUIET],
     ).set_index("measurement")
-    threads = {int(forward["num_threads"]), *gen["num_threads"].dropna().astype(int)}
-    assert threads == {THREADS}, f"perflab ran {threads} threads, torch's side {THREADS}"
-
-    def figures(row: Any) -> tuple[float, float, int]:
-        return float(row["min_s"]), float(row["median_s"]), int(row["n"])
-
-    prefill, whole = figures(gen.loc["prefill"]), figures(gen.loc["generate"])
+    assert set(gen["num_threads"].dropna().astype(int)) == {THREADS}, "perflab ran other threads than torch's side"
+    prefill, whole = perflab_figures(gen.loc["prefill"]), perflab_figures(gen.loc["generate"])
     decode = gen.loc["decode"]
     return {
-        "resnet18 forward": figures(forward),
         "gpt2 prefill": prefill,
         "gpt2 generate": whole,
         "gpt2 decode per token": decode_per_token(whole, prefill),
@@ -83,31 +83,41 @@ def perflab_side(folder: str) -> Figures:
     }
 
 
-def torch_side(folder: str) -> Figures:
+def perflab_figures(row: Any) -> tuple[float, float, int]:
+    return float(row["min_s"]), float(row["median_s"]), int(row["n"])
+
+
+def timed(fn: Any) -> tub.Measurement:
+    """Single calls until MIN_TIME_S seconds of them: Timer.timeit(1) (with its own two warm-up
+    calls before each), merged; blocked_autorange would time blocks of 10 calls of a 12 ms
+    prefill, whose best is a block's mean, no call's."""
+    timer = tub.Timer(stmt="fn()", globals={"fn": fn}, num_threads=THREADS)
+    with torch.inference_mode():
+        for _ in range(WARMUP):
+            fn()
+        runs = [timer.timeit(1)]
+        while sum(r.times[0] for r in runs) < MIN_TIME_S:
+            runs.append(timer.timeit(1))
+    (merged,) = tub.Measurement.merge(runs)
+    return merged
+
+
+def torch_figures(m: tub.Measurement) -> tuple[float, float, int]:
+    return min(m.times), m.median, len(m.times)
+
+
+def torch_vision(folder: str) -> Figures:
     import timm
-    from transformers import AutoModelForCausalLM
-
-    def timed(fn: Any) -> tub.Measurement:
-        """Single calls until MIN_TIME_S seconds of them: Timer.timeit(1) (with its own two
-        warm-up calls before each), merged; blocked_autorange would time blocks of 10 calls of
-        a 12 ms prefill, whose best is a block's mean, no call's."""
-        timer = tub.Timer(stmt="fn()", globals={"fn": fn}, num_threads=THREADS)
-        with torch.inference_mode():
-            for _ in range(WARMUP):
-                fn()
-            runs = [timer.timeit(1)]
-            while sum(r.times[0] for r in runs) < MIN_TIME_S:
-                runs.append(timer.timeit(1))
-        (merged,) = tub.Measurement.merge(runs)
-        return merged
-
-    def figures(m: tub.Measurement) -> tuple[float, float, int]:
-        return min(m.times), m.median, len(m.times)
 
     torch.manual_seed(0)
     net = timm.create_model("resnet18", pretrained=False, num_classes=1000).eval()
     x = torch.randn(1, 3, 224, 224)
-    forward = timed(lambda: net(x))
+    return {"resnet18 forward": torch_figures(timed(lambda: net(x)))}
+
+
+def torch_lm(folder: str) -> Figures:
+    from transformers import AutoModelForCausalLM
+
     lm = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
     ids = torch.randint(0, GPT2["vocab_size"], (1, PROMPT))
     # perflab's generate kwargs (experiments/generate.py), all but its logits processor that reads the clock
@@ -122,12 +132,19 @@ def torch_side(folder: str) -> Figures:
     prefill = timed(lambda: lm.generate(ids, max_new_tokens=1, min_new_tokens=1, **args))
     whole = timed(lambda: lm.generate(ids, max_new_tokens=NEW, min_new_tokens=NEW, **args))
     return {
-        "resnet18 forward": figures(forward),
-        "gpt2 prefill": figures(prefill),
-        "gpt2 generate": figures(whole),
-        "gpt2 decode per token": decode_per_token(figures(whole), figures(prefill)),
+        "gpt2 prefill": torch_figures(prefill),
+        "gpt2 generate": torch_figures(whole),
+        "gpt2 decode per token": decode_per_token(torch_figures(whole), torch_figures(prefill)),
         "gpt2 decode row, mean": (NAN, (whole.mean - prefill.mean) / (NEW - 1), len(whole.times)),
     }
+
+
+# Each workload's two sides back to back, in turns (perflab first, then torch's first ...): the
+# machine's drift falls on both alike.
+PAIRS = [
+    [("perflab", perflab_vision), ("torch.utils.benchmark", torch_vision)],
+    [("perflab", perflab_lm), ("torch.utils.benchmark", torch_lm)],
+]
 
 
 def main() -> None:
@@ -146,8 +163,7 @@ def main() -> None:
         AutoModelForCausalLM.from_config(config).save_pretrained(folder)
         found: dict[str, dict[str, list[tuple[float, float, int]]]] = {"perflab": {}, "torch.utils.benchmark": {}}
         for r in range(args.rounds):
-            sides = [("perflab", perflab_side), ("torch.utils.benchmark", torch_side)]
-            for name, side in sides if r % 2 == 0 else sides[::-1]:
+            for name, side in (turn for pair in PAIRS for turn in (pair if r % 2 == 0 else pair[::-1])):
                 for what, figures in side(folder).items():
                     found[name].setdefault(what, []).append(figures)
                     best, median, n = figures[0] * 1e3, figures[1] * 1e3, figures[2]
@@ -163,15 +179,15 @@ def main() -> None:
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     for what in found["perflab"]:
         ours, theirs = found["perflab"][what], found["torch.utils.benchmark"][what]
-        best = (min(b for b, _, _ in ours), min(b for b, _, _ in theirs))  # NaN where no sample is a best
-        median = (statistics.median(m for _, m, _ in ours), statistics.median(m for _, m, _ in theirs))
+        bests = (min(b for b, _, _ in ours), min(b for b, _, _ in theirs))  # NaN where no sample is a best
+        medians = (statistics.median(m for _, m, _ in ours), statistics.median(m for _, m, _ in theirs))
         print(
-            f"{what:24} perflab / torch.utils.benchmark: best {best[0] / best[1]:.3f}, "
-            f"median {median[0] / median[1]:.3f} ({args.rounds} rounds, load {load})"
+            f"{what:24} perflab / torch.utils.benchmark: best {bests[0] / bests[1]:.3f}, "
+            f"median {medians[0] / medians[1]:.3f} ({args.rounds} rounds, load {load})"
         )
         lines.append(
-            f"{when},{what},{best[0]:.6g},{best[1]:.6g},{best[0] / best[1]:.4f},{median[0]:.6g},{median[1]:.6g},"
-            f"{median[0] / median[1]:.4f},{args.rounds},{load},{platform.node()}"
+            f"{when},{what},{bests[0]:.6g},{bests[1]:.6g},{bests[0] / bests[1]:.4f},{medians[0]:.6g},{medians[1]:.6g},"
+            f"{medians[0] / medians[1]:.4f},{args.rounds},{load},{platform.node()}"
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
