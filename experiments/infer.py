@@ -7,6 +7,8 @@ experiment's ``serialize`` saves), its ``.module()`` timed."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -87,7 +89,8 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
             ) from None
     if p.export:
         try:
-            exported(net.eval(), spec.example(p.batches[0]))
+            with contextlib.redirect_stderr(io.StringIO()):  # torch prints the graph it failed on: said below
+                exported(net.eval(), spec.example(p.batches[0]))
         except Exception as err:
             raise ConfigError(
                 "experiment.export",
