@@ -134,7 +134,7 @@ def test_inference_refuses_an_export_of_a_model_torch_export_cannot_capture(work
     assert line.endswith("allowed: false, or a model torch.export captures whole")
 
 
-def test_the_load_row_is_one_sample_that_compare_judges_as_any_time(work, cli):
+def test_the_load_row_is_one_sample_that_compare_judges_as_any_time(work, cli, capsys):
     import json
 
     from perflab.results import load as rows_of
@@ -145,6 +145,7 @@ def test_the_load_row_is_one_sample_that_compare_judges_as_any_time(work, cli):
     assert len(load) == 2 and (load["n"] == 1).all() and (load["median_s"] == load["load_s"]).all()
     assert load["std_s"].isna().all() and "one sample" in load["note"].iloc[0], "its spread is unknown, said"
     runs = sorted(str(p) for p in (work / "outputs" / "runs").iterdir())
+    capsys.readouterr()  # the runs' own lines, where logging writes to stdout
     points = json.loads(cli("compare", *runs, "--format", "json", rc=None).out)["points"]
     (judged,) = [p for p in points if p["measurement"] == "load"]
     assert judged["base"] > 0 and judged["new"] > 0 and "no usable" not in judged["why"], judged
