@@ -102,8 +102,8 @@ def training_ab(ctx: Context, d: Any, steps: int, batch: int, cpu_note: str) -> 
     import torch
     from torch.nn import functional as F
 
+    from perflab import models
     from perflab.measure.bench import Part
-    from perflab.train import models
 
     torch.manual_seed(ctx.settings.seed)
     model = models.lenet().to(d.torch)
@@ -220,8 +220,8 @@ ON_CPU = "on a CPU the host is the device: torch's CPU ops run synchronously, so
 def chapter(machine: Machine, seconds: float) -> list[Point]:
     """The book's 10 x 1000² where the budget allows (smaller matrices where it does not), and a
     short LeNet training A/B; samples fill the seconds."""
+    from perflab import models
     from perflab.measure import sizing
-    from perflab.train import models
 
     steps, repeats_min = 10, 5
     call = seconds / (repeats_min + 2)  # at least this many samples (and warm-up) of each variant

@@ -70,8 +70,9 @@ class Config(ExperimentConfig):
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     """TF32 needs a CUDA device, torch.compile a backend it has, NHWC image inputs, and the
     model the data (a dry forward): refused before the job runs."""
+    from perflab import models
     from perflab.measure import dynamo, precision
-    from perflab.train import data, models
+    from perflab.train import data
 
     params: Any = settings.experiment  # this module's Config
     precision.check("experiment.precision", params.precision, devices[:1])
@@ -87,10 +88,11 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
 def run(ctx: Context) -> None:
     import torch
 
+    from perflab import models
     from perflab.measure import flops, precision
     from perflab.measure.bench import Benchmark, Part
     from perflab.measure.devices import on_device
-    from perflab.train import data, models
+    from perflab.train import data
 
     p, s = ctx.params, ctx.settings
     d = ctx.devices[0]

@@ -48,7 +48,7 @@ class Generator:
     (``times[0]``: the first token's, after the prefill) and the KV cache it kept."""
 
     def __init__(self, net: Any, device: Device) -> None:
-        from perflab.train import hf
+        from perflab.models import huggingface as hf
 
         self.net, self.device = net, device
         self.inner = getattr(net, "inner", net)
@@ -99,7 +99,8 @@ class Generator:
 
 
 def spec_of(net: Any, settings: PerflabConfig, prompt_len: int) -> Any:
-    from perflab.train import data, hf
+    from perflab.models import huggingface as hf
+    from perflab.train import data
 
     return hf.input_spec(net, prompt_len) or data.spec(settings.data)  # type: ignore[arg-type]
 
@@ -109,8 +110,10 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     which generates them for one prompt: before anything is timed."""
     import torch
 
+    from perflab import models
     from perflab.measure import precision
-    from perflab.train import data, hf, models
+    from perflab.models import huggingface as hf
+    from perflab.train import data
 
     p: Any = settings.experiment
     precision.check("experiment.precision", p.precision, devices[:1])
@@ -186,7 +189,7 @@ def run(ctx: Context) -> None:
         "load_s": loaded["load_s"],
         "generator": "transformers generate (greedy)" if gen.hf else "greedy loop over decode(ids, cache)",
     }
-    ctx.record("load", devices=[d], **{**knobs, **loaded}, note=infer.LOAD_NOTE)
+    infer.record_load(ctx, d, loaded, **knobs)
     ids = torch.randint(0, spec.classes, (p.batch, p.prompt_len), device=d.torch)
     runs: list[list[float]] = []
 

@@ -2,10 +2,13 @@
 ``_target_``, torchvision's, timm's, Hugging Face's) across batch sizes, in eval mode under
 ``torch.inference_mode``; the model's load time and memory; its first call apart from the
 warm-up and the samples. Precision, channels_last and torch.compile as in the compile and
-training experiments."""
+training experiments; ``export``: the model through ``torch.export`` (what the compile
+experiment's ``serialize`` saves), its ``.module()`` timed."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -19,8 +22,8 @@ if TYPE_CHECKING:
 
 METRIC = "median_s"
 LOAD_NOTE = (
-    "the model built (a folder's weights read) and moved to the device, once; the check before the job "
-    "built it too, so a folder's files come from the page cache"
+    "the model built (a folder's weights read) and moved to the device, once: one sample (median_s = load_s, "
+    "its spread unknown); the check before the job built it too, so a folder's files come from the page cache"
 )
 
 
@@ -33,6 +36,7 @@ class Config(ExperimentConfig):
     compile: bool = False  # torch.compile the model (its first call, compiling, gets first_call_s)
     compile_mode: str = "default"
     backend: str = "inductor"
+    export: bool = False  # torch.export.export the model per batch (static shapes), time its .module()
 
     def __post_init__(self) -> None:
         batches = list(self.batches)
@@ -45,7 +49,8 @@ class Config(ExperimentConfig):
 def inputs_of(net: Any, settings: PerflabConfig, seq_len: int) -> Any:
     """What the model takes: a Hugging Face model's inputs from its config (its vocabulary, its
     image size), any other's from the data config (data.shape, data=tokens)."""
-    from perflab.train import data, hf
+    from perflab.models import huggingface as hf
+    from perflab.train import data
 
     return hf.input_spec(net, seq_len) or data.spec(settings.data)  # type: ignore[arg-type]
 
@@ -55,8 +60,10 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     devices allow, NHWC only for images: before anything is timed."""
     import torch
 
+    from perflab import models
     from perflab.measure import dynamo, precision
-    from perflab.train import data, hf, models
+    from perflab.models import huggingface as hf
+    from perflab.train import data
 
     p: Any = settings.experiment
     precision.check("experiment.precision", p.precision, devices[:1])
@@ -69,17 +76,37 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     spec.check_channels_last(p.channels_last)
     if hf.input_spec(net) is None:
         models.check(settings.model, spec)
-        return
-    try:
-        with torch.inference_mode():
-            net.eval()(spec.example(2))
-    except Exception as err:
-        raise ConfigError(
-            "model",
-            settings.model.label,
-            "a model that runs on the inputs its config describes",
-            problem=f"it fails on {tuple(spec.example(2).shape)}: {type(err).__name__}: {first_line(err)}",
-        ) from None
+    else:
+        try:
+            with torch.inference_mode():
+                net.eval()(spec.example(2))
+        except Exception as err:
+            raise ConfigError(
+                "model",
+                settings.model.label,
+                "a model that runs on the inputs its config describes",
+                problem=f"it fails on {tuple(spec.example(2).shape)}: {type(err).__name__}: {first_line(err)}",
+            ) from None
+    if p.export:
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # torch prints the graph it failed on: said below
+                exported(net.eval(), spec.example(p.batches[0]))
+        except Exception as err:
+            raise ConfigError(
+                "experiment.export",
+                True,
+                "false, or a model torch.export captures whole",
+                problem=f"torch.export fails on {settings.model.label}: {type(err).__name__}: {first_line(err)}",
+            ) from None
+
+
+def exported(model: Any, x: Any) -> Any:
+    """``torch.export.export(model, (x,)).module()``: the exported program as a module, its
+    shapes those of ``x`` (one export per batch size, as an AOT deployment would build)."""
+    import torch
+
+    with torch.no_grad():
+        return torch.export.export(model, (x,)).module()
 
 
 def load(ctx: Context, device: Device) -> tuple[Any, dict[str, Any]]:
@@ -87,9 +114,10 @@ def load(ctx: Context, device: Device) -> tuple[Any, dict[str, Any]]:
     timed once, with the memory it took: the ``load`` row's columns."""
     import torch
 
+    from perflab import models
     from perflab.measure.devices import synchronize
     from perflab.measure.watch import Memory
-    from perflab.train import data, models
+    from perflab.train import data
 
     s = ctx.settings
     memory = Memory([device])
@@ -111,6 +139,14 @@ def load(ctx: Context, device: Device) -> tuple[Any, dict[str, Any]]:
     }
 
 
+def record_load(ctx: Context, device: Device, loaded: Mapping[str, Any], **knobs: Any) -> None:
+    """The ``load`` row: its one timed sample as a timed row's statistics (median_s, n=1; the
+    spread empty), so that compare and history read it as they read every other time."""
+    from perflab.measure import bench
+
+    ctx.record("load", bench.stats_of([loaded["load_s"]]), devices=[device], **{**knobs, **loaded}, note=LOAD_NOTE)
+
+
 def run(ctx: Context) -> None:
     import torch
 
@@ -129,34 +165,48 @@ def run(ctx: Context) -> None:
         "precision": p.precision,
         "channels_last": p.channels_last,
         "compiled": p.compile,
+        "exported": p.export,
         "items_unit": spec.unit,
         "load_s": loaded["load_s"],
     }
-    ctx.record("load", devices=[d], **{**knobs, **loaded}, note=LOAD_NOTE)
+    record_load(ctx, d, loaded, **knobs)
     if p.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    run_model: Any = model
+
+    def compiled(module: Any) -> Any:
+        return torch.compile(module, mode=p.compile_mode, backend=p.backend) if p.compile else module
+
     if p.compile:
         torch._dynamo.reset()
-        run_model = torch.compile(model, mode=p.compile_mode, backend=p.backend)
-    how = "eval mode, torch.inference_mode()" + (f", torch.compile(mode={p.compile_mode})" if p.compile else "")
+    run_model = compiled(model)  # one for every batch; an export is one per batch
+    how = ", ".join(
+        ["eval mode, torch.inference_mode()"]
+        + (["torch.export.export(model, (x,)).module() per batch"] if p.export else [])
+        + ([f"torch.compile(mode={p.compile_mode})"] if p.compile else [])
+    )
     with on_device(d), torch.inference_mode(), precision.applied(p.precision, d.type):
         for batch in p.batches:
             x = spec.example(batch, d.torch)
             if p.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
+            export: dict[str, Any] = {}
+            if p.export:
+                with torch.inference_mode(False), Benchmark("export", [d], report=False) as made:
+                    run_model = compiled(exported(model, x))
+                export["export_s"] = made.elapsed
             with Benchmark("first call", [d], report=False) as first:  # before any other call of this batch
                 run_model(x)
             per_call, flops_note = flops.estimated("FLOPs", lambda x=x: flops.count(lambda: model(x)))
             ctx.measure(
                 f"forward batch {batch}",
-                lambda x=x: run_model(x),
+                lambda x=x, f=run_model: f(x),
                 [d],
                 items=batch * spec.items_per_sample,
                 flops=per_call,
                 dtype=p.precision,
                 batch=batch,
                 first_call_s=first.elapsed,
+                **export,
                 **knobs,
                 note="; ".join(n for n in (how, flops_note) if n),
             )

@@ -103,7 +103,8 @@ def check_model(s: PerflabConfig) -> None:
     """The model against the data, before anything is timed: its factory imports and takes
     its arguments, it takes the data's input and its output fits the data (a dry forward on
     two items), and ``channels_last`` only where the inputs are images."""
-    from perflab.train import data, models
+    from perflab import models
+    from perflab.train import data
 
     assert s.model is not None and s.data is not None
     spec = data.spec(s.data)
@@ -404,8 +405,8 @@ def chapter(machine: Machine, seconds: float) -> list[Point]:
     Both with PyTorch's default init: with the book's N(0, 0.01) LeNet stays at chance for its
     first hundreds of steps, more than a budget of minutes gives. Epochs, images and test
     images are sized from a timed training step (sizing.training_rate)."""
+    from perflab import models
     from perflab.measure import sizing
-    from perflab.train import models
 
     counts = [1, 2] if machine.count >= 2 else [1]
     lenet = sizing.training_rate(machine, "lenet", models.lenet, (1, 28, 28), 256)

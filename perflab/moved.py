@@ -11,9 +11,9 @@ FACE = "perflab.experiment"  # where an experiment's author imports from now
 DROPPED_IN = "0.4.0"
 
 
-def forward(old: str, new: str) -> Callable[[str], Any]:
+def forward(old: str, new: str, dropped_in: str = DROPPED_IN) -> Callable[[str], Any]:
     """A module ``__getattr__`` for the old module ``old``: each name comes from the face when
-    the face has it, else from its new home ``new``."""
+    the face has it, else from its new home ``new``; the warning says the release that drops it."""
 
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):
@@ -22,7 +22,7 @@ def forward(old: str, new: str) -> Callable[[str], Any]:
         where = FACE if name in face.__all__ else new
         value = getattr(importlib.import_module(where), name)
         warnings.warn(
-            f"{old}.{name} moved: use 'from {where} import {name}' ({old} goes in perflab {DROPPED_IN})",
+            f"{old}.{name} moved: use 'from {where} import {name}' ({old} goes in perflab {dropped_in})",
             DeprecationWarning,
             stacklevel=2,
         )

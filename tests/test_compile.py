@@ -8,13 +8,13 @@ import pytest
 import torch
 
 import perflab
+from perflab import models
 from perflab.config.schema import validate
 from perflab.experiments import compile as compile_exp
 from perflab.job.context import Context
 from perflab.measure.devices import resolve
 from perflab.results import load
 from perflab.store.rundir import RunWriter
-from perflab.train import models
 
 from conftest import FAST, run_subprocess
 

@@ -130,7 +130,7 @@ def test_training_presets_carry_the_books_settings(compose_cfg):
         0.0,
     )
     concise = compose_cfg("+experiment=resnet18_concise")
-    assert concise.model._target_ == "perflab.train.models.resnet18" and concise.trainer.scaling == "weak"
+    assert concise.model._target_ == "perflab.models.resnet18" and concise.trainer.scaling == "weak"
     preset = OmegaConf.load(registry.config_dir() / "experiment" / "resnet18_concise.yaml")
     assert preset.hydra.sweeper.params["devices.count"] == "1,2"  # -m runs the book's 1 and 2 devices
 

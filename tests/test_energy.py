@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from perflab.measure.devices import Device
@@ -46,3 +47,20 @@ def test_a_measured_row_carries_its_energy_or_its_reason(work):
     df = perflab.run("quick/matmul", ["bench.repeats=2", "bench.min_time_s=0", "results.table=false"])
     row = df[df["status"] == "ok"].iloc[0]
     assert row["joules_per_call"] > 0 if "joules_per_call" in df else row["energy_note"].startswith(("no RAPL", "RAPL"))
+
+
+@pytest.mark.parametrize("timer", ["wall_sync", "torch_utils_benchmark"])
+def test_a_row_timed_where_no_counter_was_read_says_why(work, tmp_path, monkeypatch, timer):
+    import perflab
+    from perflab.measure import energy
+
+    fake_rapl(tmp_path, 5.0)  # counters that can be read: the machine is not why
+    monkeypatch.setattr(energy, "POWERCAP", tmp_path)
+    df = perflab.run(
+        "quick/matmul", [f"bench.timer={timer}", "bench.repeats=2", "bench.min_time_s=0", "results.table=false"]
+    )
+    row = df[df["status"] == "ok"].iloc[0]
+    if timer == "wall_sync":
+        assert row["joules_per_call"] == 0.0, "read around every sample (the fake counter stands still)"
+    else:
+        assert row["energy_note"] == energy.NOT_SAMPLED and pd.isna(row.get("joules_per_call"))

@@ -462,7 +462,8 @@ class _RunsCode:
 def test_a_damaged_or_refused_newest_checkpoint_falls_back_to_the_newest_valid_one(tmp_path, caplog):
     import torch
 
-    from perflab.train import checkpoint, models
+    from perflab import models
+    from perflab.train import checkpoint
 
     net = models.lenet()
     opt = torch.optim.SGD(net.parameters(), lr=0.1)

@@ -87,7 +87,7 @@ def test_a_missing_folder_or_an_unknown_name_is_one_line_before_anything_runs(wo
 def test_the_hf_keys_leave_every_earlier_runs_hash_as_it_was():
     from perflab.config.schema import config_hash
 
-    before = {"model": {"_target_": "perflab.train.models.lenet", "arch": None}, "seed": 0}
+    before = {"model": {"_target_": "perflab.models.lenet", "arch": None}, "seed": 0}
     after = {"model": {**before["model"], "name": None, "config": {}, "task": None}, "seed": 0}
     assert config_hash(before) == config_hash(after)
     assert config_hash(before) != config_hash({**after, "model": {**after["model"], "name": "x"}})
@@ -96,7 +96,7 @@ def test_the_hf_keys_leave_every_earlier_runs_hash_as_it_was():
 def test_an_hf_output_becomes_a_tensor_in_one_place():
     import torch
 
-    from perflab.train import hf
+    from perflab.models import huggingface as hf
 
     net = hf.Unwrapped(hf.build(config={"model_type": "gpt2", **TINY_GPT2}))
     out = net.eval()(torch.randint(0, 100, (2, 8)))
@@ -106,7 +106,7 @@ def test_an_hf_output_becomes_a_tensor_in_one_place():
 
 
 def test_random_weights_pick_the_task_a_config_is_for():
-    from perflab.train import hf
+    from perflab.models import huggingface as hf
 
     def chosen(model_type):
         return hf._model_class(transformers, transformers.AutoConfig.for_model(model_type), "auto", False)

@@ -98,3 +98,54 @@ def test_generation_refuses_what_cannot_generate_in_one_line(work, overrides, li
     with pytest.raises(Refused) as refused:
         perflab.run("quick/generate", [*overrides, *QUIET])
     assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
+
+
+def test_inference_of_a_models_torch_export(work):
+    df = perflab.run("quick/infer", ["experiment.export=true", "experiment.batches=[1,2]", *QUIET])
+    assert (df["status"] == "ok").all(), df[["measurement", "error"]]
+    timed = df[df["measurement"].str.startswith("forward batch")]
+    assert len(timed) == 2 and timed["exported"].all() and (timed["export_s"] > 0).all(), "one export per batch"
+    assert "torch.export.export(model, (x,)).module() per batch" in timed["note"].iloc[0]
+
+
+BRANCHY = '''
+import torch
+
+
+class Branchy(torch.nn.Module):
+    """Its path depends on its input's values: torch.export cannot capture it whole."""
+
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.head = torch.nn.Linear(28 * 28 * in_channels, num_classes)
+
+    def forward(self, x):
+        return self.head(x.flatten(1) if x.sum() > 0 else -x.flatten(1))
+'''
+
+
+def test_inference_refuses_an_export_of_a_model_torch_export_cannot_capture(work, monkeypatch, cli):
+    (work / "branchy.py").write_text(BRANCHY)
+    monkeypatch.syspath_prepend(str(work))
+    ran = cli("+experiment=quick/infer", "model._target_=branchy.Branchy", "experiment.export=true", rc=2)
+    line = ran.err.strip()
+    assert line.startswith("perflab: error: experiment.export=True: torch.export fails on branchy.Branchy: ")
+    assert "data-dependent" in line and "\n" not in line, line
+    assert line.endswith("allowed: false, or a model torch.export captures whole")
+
+
+def test_the_load_row_is_one_sample_that_compare_judges_as_any_time(work, cli, capsys):
+    import json
+
+    from perflab.results import load as rows_of
+
+    for _ in range(2):
+        perflab.run("quick/infer", ["experiment.batches=[1]", *QUIET])
+    load = rows_of(work / "outputs").query("measurement == 'load'")
+    assert len(load) == 2 and (load["n"] == 1).all() and (load["median_s"] == load["load_s"]).all()
+    assert load["std_s"].isna().all() and "one sample" in load["note"].iloc[0], "its spread is unknown, said"
+    runs = sorted(str(p) for p in (work / "outputs" / "runs").iterdir())
+    capsys.readouterr()  # the runs' own lines, where logging writes to stdout
+    points = json.loads(cli("compare", *runs, "--format", "json", rc=None).out)["points"]
+    (judged,) = [p for p in points if p["measurement"] == "load"]
+    assert judged["base"] > 0 and judged["new"] > 0 and "no usable" not in judged["why"], judged

@@ -10,10 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from perflab.config.schema import DataConfig, ModelConfig, TrainerConfig
+from perflab import models
+from perflab.config.schema import DataConfig, ModelConfig, TrainerConfig, config_hash
 from perflab.errors import ConfigError
 from perflab.measure.devices import Device
-from perflab.train import checkpoint, data, models
+from perflab.train import checkpoint, data
 from perflab.train.loop import lr_at, plan
 from perflab.train.strategies import DataParallel, Scratch, Single
 
@@ -23,7 +24,7 @@ FASHION = data.Spec(data.SHAPE, data.CLASSES)
 
 
 def build(name: str, init: str = "default") -> nn.Module:
-    return models.build(ModelConfig(f"perflab.train.models.{name}", init=init), FASHION)
+    return models.build(ModelConfig(f"perflab.models.{name}", init=init), FASHION)
 
 
 def write_idx_fashion_mnist(root: Path, n_train: int = 64, n_test: int = 32) -> None:
@@ -44,7 +45,7 @@ def write_idx_fashion_mnist(root: Path, n_train: int = 64, n_test: int = 32) -> 
 
 @pytest.mark.parametrize("name", ["lenet", "resnet18", "resnet18_tv"])
 def test_models_map_fashion_mnist_to_ten_classes(name):
-    net = models.build(ModelConfig(f"perflab.train.models.{name}"), FASHION)
+    net = models.build(ModelConfig(f"perflab.models.{name}"), FASHION)
     assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
 
 
@@ -171,6 +172,30 @@ def test_scratch_allreduce_sums_and_broadcasts():
     ts = [torch.full((3,), float(i)) for i in range(1, 4)]
     allreduce(ts)
     assert all(torch.equal(t, torch.full((3,), 6.0)) for t in ts)
+
+
+@pytest.mark.parametrize(
+    "old, new, name",
+    [
+        ("perflab.train.models", "perflab.models", "build"),
+        ("perflab.train.hf", "perflab.models.huggingface", "Unwrapped"),
+    ],
+)
+def test_the_models_old_imports_still_work_and_name_the_new_one(old, new, name):
+    import importlib
+
+    module = importlib.import_module(old)
+    with pytest.warns(DeprecationWarning, match=rf"use 'from {new} import {name}' \({old} goes in perflab 0\.5\.0\)"):
+        assert getattr(module, name) is getattr(importlib.import_module(new), name)
+
+
+def test_a_config_naming_the_old_models_module_builds_labels_and_hashes_as_before():
+    old, new = ModelConfig("perflab.train.models.lenet"), ModelConfig("perflab.models.lenet")
+    assert old.label == new.label == "lenet"
+    with pytest.warns(DeprecationWarning, match="perflab.train.models.lenet moved"):
+        assert type(models.build(old, FASHION)) is type(models.build(new, FASHION))
+    hashed = [config_hash({"model": {"_target_": t}}) for t in (old._target_, new._target_, "perflab.models.mlp")]
+    assert hashed[0] == hashed[1] != hashed[2], "a point measured before the move is the same point after it"
 
 
 def test_checkpoint_loads_into_bare_and_wrapped_models(tmp_path):

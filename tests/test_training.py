@@ -15,12 +15,13 @@ import pytest
 import torch
 
 import perflab
+from perflab import models
 from perflab.config import registry
 from perflab.config.schema import ModelConfig
 from perflab.measure.devices import Device
 from perflab.results import load
 from perflab.store.rundir import RunRecord
-from perflab.train import checkpoint, data, models
+from perflab.train import checkpoint, data
 from perflab.train.loop import Trainer, training_flops_per_item
 from perflab.train.strategies import Knobs, Single
 
@@ -41,7 +42,7 @@ FASHION = data.Spec(data.SHAPE, data.CLASSES)
 
 
 def LENET() -> torch.nn.Module:  # noqa: N802 - reads as the model it builds
-    return models.build(ModelConfig("perflab.train.models.lenet"), FASHION)
+    return models.build(ModelConfig("perflab.models.lenet"), FASHION)
 
 
 def weights(df) -> dict[str, torch.Tensor]:

@@ -16,10 +16,11 @@ import pytest
 import torch
 
 import perflab
+from perflab import models
 from perflab.config.schema import DataConfig, ModelConfig
 from perflab.errors import Refused
 from perflab.measure import flops
-from perflab.train import data, models
+from perflab.train import data
 from perflab.train.loop import training_flops_per_item
 
 from conftest import FAST, ROOT
@@ -198,7 +199,7 @@ def test_the_report_counts_what_the_rows_count_tokens_and_sequences_never_images
     assert sorted(row[2].split()[-1] for row in mixed.tables[0].rows) == ["images/s"] * 2 + ["tokens/s"] * 2
     assert drawn(mixed)[0] == ("global batch size (items)", "throughput (items/s)")
     # runs over models are named by the model as rows call it
-    assert [frames.words("cfg.model._target_", t) for t in ("perflab.train.models.lenet", "pkg.Net")] == [
+    assert [frames.words("cfg.model._target_", t) for t in ("perflab.models.lenet", "pkg.Net")] == [
         "lenet",
         "pkg.Net",
     ]
@@ -285,8 +286,8 @@ def test_cpu_attention_counts_its_two_matmuls_forward_and_five_backward():
 @pytest.mark.parametrize(
     "target, spec",
     [
-        ("perflab.train.models.resnet18_tv", data.Spec((1, 28, 28), 10)),  # BatchNorm: crashed at batch 1
-        ("perflab.train.models.lenet", data.Spec((1, 28, 28), 10)),
+        ("perflab.models.resnet18_tv", data.Spec((1, 28, 28), 10)),  # BatchNorm: crashed at batch 1
+        ("perflab.models.lenet", data.Spec((1, 28, 28), 10)),
         ("userpkg.models.SmallCNN", data.Spec((3, 16, 16), 5)),
         ("userpkg.models.TinyTransformer", data.Spec((16,), 32, tokens=True)),
     ],

@@ -191,9 +191,9 @@ class ModelConfig:
     and its memory layout. Keys the schema does not name (``+model.width=16``) are the
     factory's own arguments (``args``); what the data decides (``num_classes``, ``in_channels``,
     ``vocab_size``, ``seq_len``) reaches a factory that takes it by that name
-    (perflab.train.models). perflab's keys here never reach the factory."""
+    (perflab.models). perflab's keys here never reach the factory."""
 
-    _target_: str = MISSING  # a callable returning an nn.Module: perflab.train.models.lenet, pkg.mod.Factory
+    _target_: str = MISSING  # a callable returning an nn.Module: perflab.models.lenet, pkg.mod.Factory
     arch: Optional[str] = None  # model=torchvision / model=timm: which of their models (mobilenet_v3_small)
     init: str = "default"  # default (the factory's) | book_normal (N(0, 0.01)) | xavier
     channels_last: bool = False  # weights and inputs in NHWC (torch.channels_last): image data only
@@ -212,7 +212,7 @@ class ModelConfig:
         """What rows call the model: perflab's by name, torchvision's / timm's as
         ``torchvision.ARCH``, a user's by its dotted path."""
         own, _, name = self._target_.rpartition(".")
-        if own != MODELS_MODULE:
+        if own not in (MODELS_MODULE, MOVED_MODELS_MODULE):
             return self._target_
         if name == "hf":  # hf.gpt2 (from a config), hf./models/tiny-gpt2 (a folder), hf.org/name
             typed = self.config.get("model_type") or str(self.config.get("_target_", "")).rpartition(".")[2]
@@ -220,7 +220,10 @@ class ModelConfig:
         return f"{name}.{self.arch}" if name in ("torchvision", "timm") else name
 
 
-MODELS_MODULE = "perflab.train.models"
+MODELS_MODULE = "perflab.models"
+# Where perflab's factories were until 0.4.0 (perflab.train.models forwards them until 0.5.0): a
+# config naming them there gets the same label, and every config hashes them there, as runs were.
+MOVED_MODELS_MODULE = "perflab.train.models"
 
 
 @dataclass
@@ -437,7 +440,7 @@ TYPE_NAMES: dict[Any, str] = {int: "an integer", float: "a number", str: "a text
 def _factory_args(node: DictConfig, cfg: DictConfig) -> tuple[DictConfig, dict[str, Any]]:
     """The model section without the keys the schema does not name, and those keys: the
     factory's own arguments (``+model.width=16``), checked against its signature later
-    (perflab.train.models.check), where the factory is imported."""
+    (perflab.models.check), where the factory is imported."""
     known = {f.name for f in fields(ModelConfig)}
     extra = [str(k) for k in node if k not in known]
     if not extra:
@@ -531,6 +534,14 @@ def later_defaults() -> dict[str, Any]:
     return found
 
 
+def as_hashed(key: str, value: Any) -> Any:
+    """A value as runs hashed it before it was renamed: perflab's model factories under
+    MOVED_MODELS_MODULE, so that a point measured before the move is the same point after it."""
+    if key == "model._target_" and isinstance(value, str) and value.startswith(f"{MODELS_MODULE}."):
+        return MOVED_MODELS_MODULE + value.removeprefix(MODELS_MODULE)
+    return value
+
+
 def config_hash(cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
     """A short, stable hash of a resolved config, without the volatile keys (and ``ignore``).
 
@@ -542,7 +553,7 @@ def config_hash(cfg: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
 
     def keep(node: Any, path: str = "") -> Any:
         if not isinstance(node, Mapping):
-            return node
+            return as_hashed(path.rstrip("."), node)
         return {
             k: keep(v, f"{path}{k}.")
             for k, v in node.items()

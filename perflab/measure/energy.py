@@ -17,6 +17,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 POWERCAP = Path("/sys/class/powercap")
+# Why a part has no joules where the counters can be read: the only loop perflab does not run.
+NOT_SAMPLED = (
+    "no counter read around its samples: bench.timer=torch_utils_benchmark times them in "
+    "torch.utils.benchmark's own loop (its calls are not perflab's to count)"
+)
 
 
 def rapl_packages(root: Path = POWERCAP) -> list[Path]:
@@ -29,7 +34,8 @@ def rapl_packages(root: Path = POWERCAP) -> list[Path]:
 class Energy:
     """Joules spent per named part, summed over its samples (see the module's docstring)."""
 
-    def __init__(self, devices: Sequence[Any] = (), root: Path = POWERCAP) -> None:
+    def __init__(self, devices: Sequence[Any] = (), root: Path | None = None) -> None:
+        root = POWERCAP if root is None else root
         self.readers: list[Callable[[], float]] = []  # cumulative joules, one per counter
         self.wraps: list[float] = []  # where each counter wraps around (joules)
         self.why = ""
@@ -89,8 +95,12 @@ class Energy:
 
     def columns(self, name: str, calls: int, items_per_call: float | None = None) -> dict[str, Any]:
         """``joules_per_call`` (and ``joules_per_item``) of the part, or ``energy_note``: why none."""
-        if self.why or name not in self.spent or calls < 1:
-            return {"energy_note": self.why} if self.why else {}
+        if self.why:
+            return {"energy_note": self.why}
+        if not self.readers:
+            return {}  # no device with a counter to read (neither CPU nor CUDA)
+        if name not in self.spent or calls < 1:
+            return {"energy_note": NOT_SAMPLED}
         per_call = self.spent[name] / calls
         out: dict[str, Any] = {"joules_per_call": per_call}
         if items_per_call:

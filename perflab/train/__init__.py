@@ -1,1 +1,1 @@
-"""Data-parallel training (book 13.5/13.6): models, data, strategies, the loop, checkpoints."""
+"""Data-parallel training (book 13.5/13.6): data, strategies, the loop, checkpoints (the models: perflab.models)."""

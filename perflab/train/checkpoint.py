@@ -22,8 +22,8 @@ from torch import nn
 
 from perflab.config.schema import config_hash
 from perflab.errors import first_line
+from perflab.models import strip_prefix
 from perflab.store import files
-from perflab.train.models import strip_prefix
 
 log = logging.getLogger("perflab")
 

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import torch
 from omegaconf import OmegaConf
 
+from perflab import models
 from perflab.config.schema import TrainerConfig
 from perflab.errors import ConfigError
 from perflab.job import logs
@@ -32,7 +33,7 @@ from perflab.measure import bench, flops
 from perflab.measure import precision as precisions
 from perflab.measure.devices import Device
 from perflab.measure.watch import Machine, Memory
-from perflab.train import checkpoint, data, models, optim
+from perflab.train import checkpoint, data, optim
 from perflab.train.strategies import STRATEGIES, Knobs, correct
 
 log = logging.getLogger("perflab")

@@ -27,7 +27,7 @@ def optimizer_class(name: str) -> Any:
     builtin = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
     if name in builtin:
         return builtin[name]
-    from perflab.train.models import locate
+    from perflab.models import locate
 
     try:
         found = locate(name)

@@ -1,0 +1,417 @@
+"""Models by factory, the way Hydra instantiates any object: ``model._target_`` names a callable
+that returns an ``nn.Module`` (perflab's, torchvision's, timm's or the user's own), the keys
+added beside it are its arguments, and what the data decides (``num_classes``,
+``in_channels``, ``vocab_size``, ``seq_len``) reaches a factory that takes it by that name.
+Training, inference and generation build their models here (perflab.train.models until 0.4.0).
+
+perflab's own factories:
+
+- ``lenet``: the LeNet variant of book 13.5 (3x3 conv to 20, avg-pool, 5x5 conv to 50,
+  avg-pool, 800 -> 128 -> 10), as modules instead of a parameter list; 1x28x28 inputs.
+- ``resnet18``: the ResNet-18 variant of book 13.6 for 28x28 inputs (3x3 stride-1 stem, no
+  max-pool, four stages of 64/128/256/512 with two residual blocks each).
+- ``resnet18_tv``: torchvision's ``resnet18`` with its stem fitted to the input channels.
+- ``mlp``: the book's MLP of 13.1 (512 -> 256 -> 128 -> 2).
+- ``torchvision`` / ``timm``: any model of theirs by name (``model.arch``), no weights.
+- ``gpt2``: a small GPT-2 of transformers, random weights, the data's vocabulary.
+- ``hf``: a Hugging Face model by name (a local folder, a hub id) or from a config class
+  (perflab.models.huggingface); any transformers model a ``_target_`` builds is called through
+  ``hf.Unwrapped`` too, so that its output is a tensor.
+
+Everything a user's factory can get wrong is answered before the timed loop, in one line
+(:func:`check`): a target that does not import, an argument it does not take, an output that
+does not fit the data (a dry forward on a small batch).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import pkgutil
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from perflab.config.schema import ModelConfig
+from perflab.errors import ConfigError, first_line, paragraph
+
+
+def lenet(num_classes: int = 10) -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 20, kernel_size=3),
+        nn.ReLU(),
+        nn.AvgPool2d(2, 2),
+        nn.Conv2d(20, 50, kernel_size=5),
+        nn.ReLU(),
+        nn.AvgPool2d(2, 2),
+        nn.Flatten(),
+        nn.Linear(800, 128),
+        nn.ReLU(),
+        nn.Linear(128, num_classes),
+    )
+
+
+class Residual(nn.Module):
+    """Two 3x3 convs with batch norm and a shortcut (1x1 conv when the shape changes)."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
+        self.bn1, self.bn2 = nn.BatchNorm2d(out_channels), nn.BatchNorm2d(out_channels)
+        self.shortcut = (
+            nn.Conv2d(in_channels, out_channels, 1, stride=stride)
+            if stride != 1 or in_channels != out_channels
+            else None
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (self.shortcut(x) if self.shortcut is not None else x))
+
+
+def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
+    def stage(cin: int, cout: int, first: bool) -> nn.Sequential:
+        return nn.Sequential(Residual(cin, cout, stride=1 if first else 2), Residual(cout, cout))
+
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        stage(64, 64, True),
+        stage(64, 128, False),
+        stage(128, 256, False),
+        stage(256, 512, False),
+        nn.AdaptiveAvgPool2d((1, 1)),
+        nn.Flatten(),
+        nn.Linear(512, num_classes),
+    )
+
+
+def resnet18_tv(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
+    import torchvision
+
+    net = torchvision.models.resnet18(weights=None, num_classes=num_classes)
+    net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+    return net
+
+
+def mlp(num_classes: int = 2) -> nn.Module:
+    """The book's network for hybridization (13.1): 512 -> 256 -> 128 -> 2."""
+    return nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, num_classes))
+
+
+def torchvision(arch: str, num_classes: int = 1000, in_channels: int = 3, **kwargs: Any) -> nn.Module:
+    """torchvision's classification model ``arch`` (no weights), its first convolution fitted
+    to ``in_channels`` where the data has other than 3."""
+    import torchvision as tv
+
+    known = tv.models.list_models(module=tv.models)
+    if arch not in known:
+        close = difflib.get_close_matches(str(arch), known, n=1)
+        raise ConfigError(
+            "model.arch",
+            arch,
+            "a classification model of torchvision.models (torchvision.models.list_models())",
+            problem=f"not one of torchvision's{f'; did you mean {close[0]}?' if close else ''}",
+        )
+    net = tv.models.get_model(arch, weights=None, num_classes=num_classes, **kwargs)
+    if in_channels != 3:
+        _refit_first_conv(net, in_channels)
+    return net
+
+
+def timm(arch: str, num_classes: int = 1000, in_channels: int = 3, **kwargs: Any) -> nn.Module:
+    """timm's model ``arch`` (``pip install 'perflab[timm]'``), no pretrained weights."""
+    try:
+        import timm as timm_lib
+    except ImportError:
+        raise ConfigError(
+            "model", "timm", "pip install 'perflab[timm]' first, or another model", problem="timm is not installed"
+        ) from None
+    if not timm_lib.is_model(arch):
+        close = difflib.get_close_matches(str(arch), timm_lib.list_models(), n=1)
+        raise ConfigError(
+            "model.arch",
+            arch,
+            "a model of timm.list_models()",
+            problem=f"not one of timm's{f'; did you mean {close[0]}?' if close else ''}",
+        )
+    return timm_lib.create_model(arch, pretrained=False, num_classes=num_classes, in_chans=in_channels, **kwargs)
+
+
+def hf(name: str | None = None, config: Any = None, task: str = "auto") -> nn.Module:
+    """A Hugging Face model as it comes (``pip install 'perflab[hf]'``): ``model.name``, a
+    local folder or a hub id, or ``model.config.*``, random weights from a config class;
+    its inputs come from its config (perflab.models.huggingface)."""
+    from perflab.models import huggingface as hf_models
+
+    return hf_models.build(name, config, task)
+
+
+def gpt2(
+    vocab_size: int = 256, n_layer: int = 2, n_embd: int = 128, n_head: int = 4, n_positions: int = 1024
+) -> nn.Module:
+    """A small GPT-2 of transformers with random weights (``pip install 'perflab[hf]'``), its
+    vocabulary the data's: the generate experiment's default model."""
+    from perflab.models import huggingface as hf_models
+
+    config = {"model_type": "gpt2", "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head}
+    ends = {"bos_token_id": 0, "eos_token_id": 0}  # inside the vocabulary, whatever its size
+    return hf_models.build(config={**config, "vocab_size": vocab_size, "n_positions": n_positions, **ends})
+
+
+def _refit_first_conv(net: nn.Module, in_channels: int) -> None:
+    """Replace the first 3-channel convolution by one that takes ``in_channels``."""
+    for parent in net.modules():
+        for name, child in parent.named_children():
+            if isinstance(child, nn.Conv2d) and child.in_channels == 3:
+                conv = nn.Conv2d(
+                    in_channels,
+                    child.out_channels,
+                    kernel_size=child.kernel_size,  # type: ignore[arg-type]
+                    stride=child.stride,  # type: ignore[arg-type]
+                    padding=child.padding,  # type: ignore[arg-type]
+                    bias=child.bias is not None,
+                )
+                setattr(parent, name, conv)
+                return
+
+
+# --- any factory, Hydra's way ---------------------------------------------------------------
+
+TARGET_ALLOWED = "a callable's dotted path, pkg.module.Name, that returns an nn.Module"
+NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)  # arguments taken by name
+
+
+def locate(target: str) -> Callable[..., Any]:
+    """The callable at a dotted path; one line naming it (with a did-you-mean) if it is not there."""
+    key = "model._target_"
+    parts = target.split(".")
+    if len(parts) < 2 or not all(p.isidentifier() for p in parts):
+        raise ConfigError(key, target, TARGET_ALLOWED, problem="not a dotted path")
+    module, depth = None, 0
+    for depth in range(len(parts) - 1, 0, -1):  # the longest importable module prefix
+        name = ".".join(parts[:depth])
+        try:
+            module = importlib.import_module(name)
+            break
+        except ModuleNotFoundError as err:
+            if err.name and not (name == err.name or name.startswith(err.name + ".")):
+                problem = f"importing {name} failed: ModuleNotFoundError: {first_line(err)}"
+                raise ConfigError(key, target, TARGET_ALLOWED, problem=problem) from None
+        except Exception as err:  # the user's module raised while importing
+            problem = f"importing {name} failed: {type(err).__name__}: {first_line(err)}"
+            raise ConfigError(key, target, TARGET_ALLOWED, problem=problem) from None
+    if module is None:
+        problem = f"no module named {parts[0]} (is its package installed in this environment?)"
+        raise ConfigError(key, target, TARGET_ALLOWED, problem=problem)
+    obj: Any = module
+    for i, attr in enumerate(parts[depth:], start=depth):
+        if not hasattr(obj, attr):
+            where = ".".join(parts[:i])
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            if hasattr(obj, "__path__"):  # a package: its modules too
+                names += [m.name for m in pkgutil.iter_modules(obj.__path__)]
+            close = difflib.get_close_matches(attr, names, n=1)
+            hint = f"; did you mean {where}.{close[0]}?" if close else ""
+            raise ConfigError(key, target, TARGET_ALLOWED, problem=f"{where} has no {attr}{hint}")
+        obj = getattr(obj, attr)
+    if not callable(obj):
+        raise ConfigError(key, target, TARGET_ALLOWED, problem=f"it is a {type(obj).__name__}, not a callable")
+    return obj  # type: ignore[no-any-return]
+
+
+def arguments(cfg: ModelConfig, data: Any) -> dict[str, Any]:
+    """The factory's arguments: ``model.arch`` for torchvision's and timm's, the user's own
+    (``+model.width=16``), and what the data decides for each name the factory takes (never
+    through its ``**kwargs``). An argument it does not take, or one that the data decides, is
+    one line."""
+    params = _parameters(locate(cfg._target_))
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    named = [n for n, p in params.items() if p.kind in NAMED]
+    decided = data.factory_args()
+    for key, value in cfg.args.items():
+        if key in decided:
+            raise ConfigError(
+                f"model.{key}",
+                value,
+                f"leave it out, and set {DATA_KEYS.get(key, 'the data')} instead",
+                problem=f"the data decides {key} ({decided[key]} here)",
+            )
+        if key not in named and not takes_any:
+            close = difflib.get_close_matches(key, [*named, "arch", "init", "channels_last"], n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(
+                f"model.{key}",
+                value,
+                f"the arguments {cfg.label} takes: {', '.join(named) or 'none'}",
+                problem=f"{cfg.label} takes no argument {key}{hint}",
+            )
+    args = {k: v for k, v in decided.items() if k in named}
+    if "arch" in named and cfg.arch is not None:  # model=torchvision / model=timm
+        args["arch"] = cfg.arch
+    given = {"name": cfg.name, "config": {k: v for k, v in cfg.config.items() if v is not None}, "task": cfg.task}
+    for key, value in given.items():  # model=hf's keys: for a factory that takes them
+        if not value:
+            continue
+        if key not in named:
+            raise ConfigError(
+                f"model.{key}",
+                value,
+                "model=hf (a Hugging Face model), or leave it out",
+                problem=f"{cfg.label} takes no {key}",
+            )
+        args[key] = value
+    return {**args, **cfg.args}
+
+
+# Where a user sets what the data decides.
+DATA_KEYS = {
+    "num_classes": "data.num_classes",
+    "in_channels": "data.shape",
+    "vocab_size": "data.vocab_size",
+    "seq_len": "data.seq_len",
+}
+# Which data decides it (perflab.train.data.Spec.factory_args).
+DECIDED_BY = {
+    "num_classes": "image data (data=synthetic, fashion_mnist, torchvision)",
+    "in_channels": "image data (data=synthetic, fashion_mnist, torchvision)",
+    "vocab_size": "data=tokens",
+    "seq_len": "data=tokens",
+}
+
+
+def _needs(label: str, lacking: list[str], decided: dict[str, Any]) -> str:
+    """What a factory needs that nothing here gives, beside what this data does give."""
+    gives = ", ".join(decided) or "nothing"
+    return f"{label} needs {', '.join(lacking)}, which this data does not decide (it decides {gives})"
+
+
+def _supplied(lacking: list[str]) -> str:
+    """Where each argument a factory needs can come from: the data that decides it, or by hand."""
+    by_data: dict[str, list[str]] = {}
+    for name in lacking:
+        if name in DECIDED_BY:
+            by_data.setdefault(DECIDED_BY[name], []).append(name)
+    ways = [f"{data}, which decides {', '.join(names)}" for data, names in by_data.items()]
+    return "; or ".join([*ways, "each given by hand: " + " ".join(f"+model.{n}=..." for n in lacking)])
+
+
+def _parameters(factory: Callable[..., Any]) -> dict[str, inspect.Parameter]:
+    try:
+        return dict(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):  # no signature to read: take the arguments as given
+        return {"kwargs": inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)}
+
+
+def build(cfg: ModelConfig, data: Any) -> nn.Module:
+    """The model on the CPU with its weights initialized (seed the RNG first for repeatability),
+    instantiated by ``hydra.utils.instantiate`` as Hydra builds any ``_target_``. A factory
+    that fails to build is one line."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    args = arguments(cfg, data)
+    try:
+        net = instantiate({"_target_": cfg._target_, "_convert_": "all", **args})
+    except Exception as err:
+        cause: BaseException = err
+        while cause.__cause__ is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__  # Hydra wraps what the factory raised
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        if isinstance(cause, InstantiationException) and cause.__cause__ is None:  # Hydra refused the target itself
+            problem = f"Hydra refuses it: {paragraph(cause).rstrip('.')}"
+            raise ConfigError("model._target_", cfg._target_, TARGET_ALLOWED, problem=problem) from None
+        params = _parameters(locate(cfg._target_))
+        lacking = [n for n, p in params.items() if p.default is p.empty and p.kind in NAMED and n not in args]
+        if isinstance(cause, TypeError) and lacking:  # its own words say nothing of where a value comes from
+            problem = _needs(cfg.label, lacking, data.factory_args())
+            raise ConfigError("model._target_", cfg._target_, _supplied(lacking), problem=problem) from None
+        raise ConfigError(
+            "model._target_",
+            cfg._target_,
+            "a factory that builds with " + (", ".join(f"{k}={v}" for k, v in args.items()) or "no arguments"),
+            problem=f"building it failed: {type(cause).__name__}: {first_line(cause)}",
+        ) from None
+    if not isinstance(net, nn.Module):
+        raise ConfigError(
+            "model._target_",
+            cfg._target_,
+            "a factory that returns an nn.Module",
+            problem=f"it returned {type(net).__name__}",
+        )
+    from perflab.models import huggingface as hf_models
+
+    if hf_models.is_hf(net):  # its output an object: called through the one place that unwraps it
+        net = hf_models.Unwrapped(net)
+    if cfg.init != "default":
+        net.apply(_book_normal if cfg.init == "book_normal" else _xavier)
+    return net
+
+
+def check(cfg: ModelConfig, data: Any, batch: int = 2) -> nn.Module:
+    """Build the model and run it once on a small batch of the data's shape (eval mode, no
+    gradients, on the CPU): a model that does not take the data, or whose output does not
+    fit it, is one line with both shapes, before anything is timed. Returns the model."""
+    from perflab.models import huggingface as hf_models
+
+    net = build(cfg, data)
+    misfit = hf_models.misfit(net, data)
+    if misfit is not None:
+        key, value, allowed, problem = misfit
+        raise ConfigError(key, value, allowed, problem=f"{problem} ({cfg.label})")
+    x = data.example(batch)
+    want = data.output_shape(batch)
+    try:
+        with torch.no_grad():
+            out = net.eval()(x)
+    except Exception as err:
+        raise ConfigError(
+            "model",
+            cfg.label,
+            f"a model that takes {data.describe()}, or data of the shape it takes",
+            problem=f"it fails on the data's input {tuple(x.shape)}: {type(err).__name__}: {first_line(err)}",
+        ) from None
+    got = tuple(out.shape) if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
+    if got != want:
+        kind = "(B, seq_len, vocab_size) logits" if data.tokens else "(B, num_classes) scores"
+        raise ConfigError(
+            "model",
+            cfg.label,
+            f"a model whose output is {want}, {kind}, for an input {tuple(x.shape)}",
+            problem=f"its output {got} does not fit the data (input {tuple(x.shape)}, output {want})",
+        )
+    return net.train()
+
+
+def _book_normal(m: nn.Module) -> None:
+    """The book's N(0, 0.01) weights and zero biases for conv and linear layers."""
+    if isinstance(m, (nn.Conv2d, nn.Linear)):
+        nn.init.normal_(m.weight, std=0.01)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+
+def _xavier(m: nn.Module) -> None:
+    if isinstance(m, (nn.Conv2d, nn.Linear)):
+        nn.init.xavier_uniform_(m.weight)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+
+def bare_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Weights without wrapper prefixes (``module.`` from DataParallel/DDP, ``_orig_mod.``)."""
+    return {strip_prefix(k): v for k, v in model.state_dict().items()}
+
+
+def strip_prefix(key: str) -> str:
+    for prefix in ("module.", "_orig_mod."):
+        while key.startswith(prefix):
+            key = key[len(prefix) :]
+    return key

@@ -1,0 +1,258 @@
+"""Hugging Face models as they come: by name (a local folder written by ``save_pretrained``, or
+a hub id), or with random weights from a config class, and any ``transformers`` model a
+``_target_`` builds.
+
+Their outputs are objects (``CausalLMOutputWithPast`` ...), not tensors: :class:`Unwrapped`
+holds the model and returns its ``.logits`` (else its first tensor) -- the one place an HF
+output becomes the tensor perflab's loops, checks and FLOP counts take. Their inputs come from
+their config (:func:`input_spec`): token ids of its vocabulary, images of its size.
+
+transformers is imported inside functions: perflab runs without it (``pip install 'perflab[hf]'``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import torch
+from torch import nn
+
+from perflab.errors import ConfigError, first_line
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "gpt2", "org/name"
+TASKS = ("auto", "causal-lm", "image-classification", "sequence-classification", "base")
+NAME_ALLOWED = "a folder written by save_pretrained, or a hub id already in the Hugging Face cache"
+CONFIG_ALLOWED = (
+    "model.config.model_type=NAME (a transformers model type, e.g. gpt2) with its keys "
+    "(+model.config.n_layer=2), or +model.config._target_=transformers.GPT2Config"
+)
+
+
+def is_hf(net: Any) -> bool:
+    """A model of the transformers library (its outputs are objects; its config says its inputs)."""
+    return type(net).__module__.startswith("transformers.") and hasattr(net, "config")
+
+
+def unwrap(out: Any) -> Any:
+    """An HF output as a tensor: its ``logits`` (scores), else its first tensor (a base model's
+    hidden states); anything else as it is."""
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(out, (tuple, list)) or hasattr(out, "to_tuple"):
+        first = next((t for t in (out.to_tuple() if hasattr(out, "to_tuple") else out) if torch.is_tensor(t)), None)
+        if first is not None:
+            return first
+    return out
+
+
+class Unwrapped(nn.Module):
+    """An HF model called as perflab calls every model, ``model(x) -> tensor``: ``x`` goes in
+    as its main input (``input_ids`` / ``pixel_values``, its first argument), without a KV
+    cache (a training or forward pass keeps none), and its output comes back as a tensor."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        import inspect
+
+        takes = inspect.signature(inner.forward).parameters
+        self.kwargs = {"use_cache": False} if "use_cache" in takes else {}
+
+    @property
+    def config(self) -> Any:
+        return self.inner.config  # type: ignore[union-attr]
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return unwrap(self.inner(x, **self.kwargs))
+
+
+def build(name: str | None = None, config: Any = None, task: str = "auto") -> nn.Module:
+    """``name``: a local folder (``from_pretrained(..., local_files_only=True)``) or a hub id
+    (from the cache; downloaded only where the hub can be reached and ``HF_HUB_OFFLINE`` is not
+    set); ``config``: random weights from a config (``{"model_type": "gpt2", "n_layer": 2}``
+    through ``AutoConfig.for_model``, or a ``PretrainedConfig`` Hydra built from a ``_target_``).
+    Every mistake is one line, before anything is timed."""
+    try:
+        import transformers
+    except ImportError:
+        raise ConfigError(
+            "model", "hf", "pip install 'perflab[hf]' first, or another model", problem="transformers is not installed"
+        ) from None
+    transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars: not perflab's output
+    if task not in TASKS:
+        raise ConfigError("model.task", task, ", ".join(TASKS))
+    given = {k: v for k, v in (config or {}).items() if v is not None} if isinstance(config, dict) else config
+    if bool(name) == bool(given):
+        raise ConfigError(
+            "model.name",
+            name,
+            f"{NAME_ALLOWED}; or, for random weights, leave it out and give {CONFIG_ALLOWED}",
+            problem="give model.name or model.config, one of them" if name else "neither model.name nor model.config",
+        )
+    if name:
+        cfg, local = _config_of(str(name))
+    else:
+        cfg, local = _config_from(given), True
+    model_class = _model_class(transformers, cfg, task, bool(name))
+    try:
+        if name:
+            net = model_class.from_pretrained(str(name), local_files_only=local)
+        else:
+            net = model_class.from_config(cfg)
+    except Exception as err:  # a folder without weights, a class that does not fit the config ...
+        key, value = ("model.name", name) if name else ("model.config", dict(given) if isinstance(given, dict) else cfg)
+        problem = f"building {model_class.__name__} failed: {type(err).__name__}: {first_line(err)}"
+        raise ConfigError(key, value, f"{NAME_ALLOWED}" if name else CONFIG_ALLOWED, problem=problem) from None
+    return net  # type: ignore[no-any-return]
+
+
+def _config_of(name: str) -> tuple[Any, bool]:
+    """The config of a folder or a hub id, and whether it is read locally only."""
+    from transformers import AutoConfig
+
+    path = os.path.expanduser(name)
+    folder = os.path.isdir(path)
+    looks_like_path = name.startswith(("/", ".", "~")) or not HUB_ID.match(name)
+    if not folder and looks_like_path:
+        raise ConfigError("model.name", name, NAME_ALLOWED, problem="no such folder")
+    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or folder
+    attempts = [True] if offline else [True, False]  # the cache first; then the hub, where allowed
+    last: Exception | None = None
+    for local in attempts:
+        try:
+            return AutoConfig.from_pretrained(path if folder else name, local_files_only=local), local
+        except Exception as err:  # not a model folder, not in the cache, no network
+            last = err
+    where = "its config.json cannot be read" if folder else "not a local folder, and not in the Hugging Face cache"
+    problem = f"{where} ({type(last).__name__}: {first_line(last)})" if last else where
+    raise ConfigError("model.name", name, NAME_ALLOWED, problem=problem)
+
+
+def _config_from(given: Any) -> Any:
+    from transformers import AutoConfig, PretrainedConfig
+
+    if isinstance(given, PretrainedConfig):
+        return given
+    kwargs = dict(given)
+    model_type = kwargs.pop("model_type", None)
+    if not model_type:
+        raise ConfigError("model.config", kwargs, CONFIG_ALLOWED, problem="no model_type")
+    try:
+        return AutoConfig.for_model(str(model_type), **kwargs)
+    except ValueError as err:
+        import difflib
+
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+        close = difflib.get_close_matches(str(model_type), list(CONFIG_MAPPING_NAMES), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ConfigError(
+            "model.config.model_type",
+            model_type,
+            "a model type of transformers (transformers.CONFIG_MAPPING)",
+            problem=f"not a model type of transformers{hint}" if "Unrecognized" in str(err) else first_line(err),
+        ) from None
+
+
+def _model_class(transformers: Any, cfg: Any, task: str, named: bool) -> Any:
+    """The class to build: the folder's own architecture (``config.architectures``), else the
+    task's Auto class for this config: a causal LM where the config has one (an encoder such as
+    BERT only when its config says ``is_decoder``), then an image classifier, a sequence
+    classifier, the base model."""
+    from transformers.models.auto import modeling_auto as auto
+
+    by_task: dict[str, tuple[Any, Any]] = {
+        "causal-lm": (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, transformers.AutoModelForCausalLM),
+        "image-classification": (
+            auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES,
+            transformers.AutoModelForImageClassification,
+        ),
+        "sequence-classification": (
+            auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+            transformers.AutoModelForSequenceClassification,
+        ),
+        "base": (auto.MODEL_MAPPING_NAMES, transformers.AutoModel),
+    }
+    if task == "auto":
+        own = (getattr(cfg, "architectures", None) or [None])[0] if named else None
+        if own and hasattr(transformers, own):
+            return getattr(transformers, own)
+        encoder = cfg.model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(cfg, "is_decoder", False)
+        fits = [t for t, (names, _) in by_task.items() if cfg.model_type in names]
+        if encoder and "causal-lm" in fits:  # BERT and kin: a causal head is theirs only as a decoder
+            fits.remove("causal-lm")
+        task = fits[0] if fits else "base"
+    names, auto_class = by_task[task]
+    if cfg.model_type not in names:
+        raise ConfigError(
+            "model.task",
+            task,
+            f"a task {cfg.model_type} has a model for",
+            problem=f"{cfg.model_type} has no {task} model",
+        )
+    return auto_class
+
+
+# --- what goes in: from the model's config ---------------------------------------------------
+
+
+def max_positions(cfg: Any) -> int | None:
+    """The longest sequence the model's position embeddings hold (None: no limit said)."""
+    for key in ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
+    """The inputs an HF model takes, from its config, as perflab's data ``Spec``: token ids of
+    its vocabulary (``seq_len`` of them, at most its positions), or images of its
+    ``num_channels`` x ``image_size`` with ``num_labels`` scores. None for a model that is not HF."""
+    from perflab.train.data import Spec
+
+    inner: Any = getattr(net, "inner", net)
+    if not is_hf(inner):
+        return None
+    cfg: Any = inner.config
+    if getattr(cfg, "image_size", None) and hasattr(cfg, "num_channels"):
+        size = cfg.image_size if isinstance(cfg.image_size, int) else cfg.image_size[0]
+        return Spec((cfg.num_channels, size, size), getattr(cfg, "num_labels", 2))
+    vocab = getattr(cfg, "vocab_size", None)
+    if vocab:
+        longest = max_positions(cfg)
+        return Spec((min(seq_len, longest) if longest else seq_len,), vocab, tokens=True)
+    return None
+
+
+def misfit(net: nn.Module, spec: Any) -> tuple[str, Any, str, str] | None:
+    """Why the data cannot feed this HF model (key, value, allowed, problem), or None: its
+    vocabulary, its positions, its image size and labels come from its config, not the data."""
+    want = input_spec(net, spec.shape[0] if spec.tokens else 128)
+    if want is None:
+        return None
+    if want.tokens != spec.tokens:
+        kind = "a language model" if want.tokens else "an image model"
+        allowed = f"data=tokens data.vocab_size={want.classes}" if want.tokens else f"data.shape={list(want.shape)}"
+        return "data", spec.describe(), allowed, f"the model is {kind}"
+    if spec.tokens:
+        if spec.classes != want.classes:
+            return (
+                "data.vocab_size",
+                spec.classes,
+                f"{want.classes}, the model's vocabulary",
+                "the model's config decides its vocabulary",
+            )
+        if want.shape[0] < spec.shape[0]:
+            return "data.seq_len", spec.shape[0], f"at most {want.shape[0]}", "the model holds no more positions"
+        return None
+    if tuple(spec.shape) != tuple(want.shape):
+        return "data.shape", list(spec.shape), str(list(want.shape)), "the model's config decides its image size"
+    if spec.classes != want.classes:
+        return "data.num_classes", spec.classes, f"{want.classes}, the model's num_labels", "its config decides them"
+    return None
