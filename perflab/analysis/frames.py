@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.config import schema
-from perflab.config.schema import MODELS_MODULE
+from perflab.config.schema import MODELS_MODULE, MOVED_MODELS_MODULE
 from perflab.store.columns import PERCENTILES, RATES
 from perflab.store.rows import number
 
@@ -31,8 +31,16 @@ WORDS: dict[str, Callable[[Any], str]] = {
     "trainer.scaling": lambda v: f"{v} scaling",
     "data.train_size": lambda v: f"{v} training items",
     "data.test_size": lambda v: f"{v} test items",
-    "model._target_": lambda v: str(v).removeprefix(f"{MODELS_MODULE}."),  # lenet, userpkg.models.SmallCNN
+    "model._target_": lambda v: _own_model(str(v)),  # lenet, userpkg.models.SmallCNN
 }
+
+
+def _own_model(target: str) -> str:
+    """perflab's own factories by their name alone, wherever a run found them (rows from before
+    0.4.0 name perflab.train.models)."""
+    for module in (MODELS_MODULE, MOVED_MODELS_MODULE):
+        target = target.removeprefix(f"{module}.")
+    return target
 
 
 def missing(v: Any) -> bool:
