@@ -81,7 +81,7 @@ def run(
     max_processes: int = 10,
     gate_pct: float = DEFAULT_GATE_PCT,
     alpha: float = ALPHA,
-    process_cv: float = FLOOR_CV,
+    process_cv: float | None = None,
     measure: Measure | None = None,
     say: Callable[[str], None] = lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
 ) -> tuple[pd.DataFrame, int]:
@@ -179,14 +179,16 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--out", type=Path, default=Path("ab"), help="DIR: the trees DIR/base and DIR/new")
     parser.add_argument("--fail-if-slower", type=compare.percent, metavar="PCT", help="the gate (default 10)")
     parser.add_argument("--alpha", type=compare.probability, default=ALPHA, help="false alarm rate (0.05)")
-    parser.add_argument("--process-cv", type=compare.percent, default=100 * FLOOR_CV, metavar="PCT")
+    parser.add_argument(
+        "--process-cv", type=compare.percent, metavar="PCT", help=f"floor (default: kept, else {100 * FLOOR_CV:g})"
+    )
     parser.add_argument("--format", choices=("md", "csv", "json", "github"), default="md")
     args = parser.parse_args(argv)
     if not args.overrides:
         parser.error("give what both sides run, e.g. +experiment=quick/matmul")
     if args.min_processes > args.max_processes:
         parser.error(f"--min-processes {args.min_processes}: allowed: at most --max-processes ({args.max_processes})")
-    if not args.process_cv > 0:
+    if args.process_cv is not None and not args.process_cv > 0:
         parser.error(f"--process-cv {args.process_cv:g}: allowed: a percentage > 0, e.g. 2")
     same = [a for a in (*args.base, *args.new) if not a.partition("=")[1]]
     if same:
@@ -216,7 +218,7 @@ def _main(argv: Sequence[str] | None) -> int:
         max_processes=args.max_processes,
         gate_pct=gate,
         alpha=args.alpha,
-        process_cv=args.process_cv / 100,
+        process_cv=None if args.process_cv is None else args.process_cv / 100,
     )
     if table.empty:
         return code

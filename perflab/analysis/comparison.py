@@ -13,10 +13,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis import verdicts
+from perflab.analysis import floor, verdicts
 from perflab.analysis.frames import config_column, device_family, identity_columns
 from perflab.analysis.replicates import (
-    FLOOR_CV,
     iqr_pct,
     measured,
     metric_for,
@@ -319,7 +318,7 @@ def ab(
     gate_pct: float = DEFAULT_GATE_PCT,
     alpha: float = ALPHA,
     allow_mixed: bool = False,
-    process_cv: float = FLOOR_CV,
+    process_cv: float | None = None,
     looks: int = 1,
     differ: Sequence[str] = (),
 ) -> pd.DataFrame:
@@ -328,7 +327,8 @@ def ab(
     repeats that would do), INCOMPARABLE (the machine identity fields that differ; judged anyway
     with ``allow_mixed``). ``gate_pct``: the slowdown a FAIL must exceed; ``alpha``: the false
     discovery rate over all points (Benjamini-Hochberg); ``process_cv``: the between-process
-    variation assumed where a side has one process; ``looks``: how often ``perflab ab`` has
+    variation assumed where a side has one process (None: this machine's, kept by earlier
+    comparisons with two or more processes a side, ``perflab.analysis.floor``); ``looks``: how often ``perflab ab`` has
     looked at these trees (a Bonferroni correction over them); ``differ``: config keys the two
     sides set apart on purpose (``perflab ab --base K=V --new K=W``), left out of what matches a
     point. Points in one tree only are rows too,
@@ -338,6 +338,7 @@ def ab(
     said = {"BASE": Notes(), "NEW": Notes()}  # samples left out when read, by row id
     samples = {**samples_by_row([base], said["BASE"]), **samples_by_row([new], said["NEW"])}
     entries, notes, pooled = [], [], []
+    series: list[tuple[pd.DataFrame, str, np.ndarray]] = []  # each side's processes, kept for the floor
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
         pa = summary_rows(name, a[a["experiment"].astype("string") == name])
         pb = summary_rows(name, b[b["experiment"].astype("string") == name])
@@ -381,7 +382,10 @@ def ab(
                 _new=sides["NEW"],
                 _higher=higher_is_better(m),
                 _samples=sides["NEW"].samples,
+                _floor=floor.of(ra),
             )
+            if not differ:
+                series += [(r, m, x.figures) for r, x in zip((ra, rb), sides.values()) if x.n_processes >= 2]
             flagged = {side: _suspects(r) for side, r in (("base", ra), ("new", rb))}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
             if unknown:
@@ -397,9 +401,10 @@ def ab(
                 continue
             pooled.append(entry)
     verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks)
+    floor.keep(series)
     notes += verdicts.said_once(pooled)
     for e in entries:
-        for key in ("_base", "_new", "_change", "_why", "_higher"):
+        for key in ("_base", "_new", "_change", "_why", "_higher", "_floor"):
             e.pop(key, None)
     out = pd.DataFrame(entries)
     first = [c for c in AB_FIRST if c in out] + [c for c in out if c.startswith("cfg.")]

@@ -15,7 +15,8 @@ that process's samples (its row's metric), and a change is judged from those fig
 A process is a run (``run_id``): ``bench.processes=K`` measures a point in K fresh processes,
 each its own run, its rows carrying ``process`` (1..K). With one process a side the
 between-process spread is unknown: no p-value is made from within-process samples; the change
-is judged against ``FLOOR_CV`` (``--process-cv``), and the verdict says so. Below
+is judged against a floor (``perflab.analysis.floor``: ``--process-cv``, else this machine's
+variation kept from earlier comparisons, else ``FLOOR_CV``), and the verdict says so. Below
 ``MEASURED_FROM`` processes a side the floor is also the least spread assumed for detectability.
 """
 
@@ -36,7 +37,7 @@ from perflab.config import registry
 from perflab.store.columns import RATES, unit_of
 from perflab.store.rows import Notes
 
-FLOOR_CV = 0.02  # between-process coefficient of variation assumed where none was measured
+FLOOR_CV = 0.10  # between-process variation assumed where none was measured or kept (docs/compare.md)
 MEASURED_FROM = 3  # processes a side from which the measured spread alone is trusted for detectability
 MOST_PROCESSES = 50  # advice beyond this many processes a side is no advice: said as such
 RESAMPLES = 2000

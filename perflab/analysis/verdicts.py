@@ -116,15 +116,19 @@ def judge(
     differ). Significance is adjusted over every judged point (Benjamini-Hochberg), after a
     Bonferroni correction over ``looks`` (perflab ab looks again as processes are added);
     detectability is at the level a lone changed point must meet, alpha / (points x looks).
-    ``floor``: the between-process variation assumed where a side has one process."""
+    ``floor``: the between-process variation assumed where a side has one process (given:
+    ``--process-cv``); else each point's own ``_floor`` (``perflab.analysis.floor``: this
+    machine's, kept), else ``replicates.FLOOR_CV``."""
+    from perflab.analysis import floor as floors
     from perflab.analysis import replicates
     from perflab.analysis.stats import fdr
 
-    floor = replicates.FLOOR_CV if floor is None else floor
     judged = [p for p in points if allow_mixed or not p["identity"]]
     level = alpha / max(1, len(judged)) / max(1, looks)
     for p in judged:
-        c = replicates.change(p["_base"], p["_new"], level=level, floor=floor)
+        f = floors.given(floor) if floor is not None else p.get("_floor", floors.Floor(replicates.FLOOR_CV, "assumed"))
+        p["_floor"] = f
+        c = replicates.change(p["_base"], p["_new"], level=level, floor=f.cv)
         p["_change"] = c
         higher = p.get("_higher", True)
         p["speedup"] = c.ratio if higher else 1 / c.ratio
@@ -137,7 +141,7 @@ def judge(
         p["detectable_pct"] = c.detectable_pct
     adjusted = fdr([min(1.0, p["p_value"] * max(1, looks)) for p in judged])
     for p, p_adj in zip(judged, adjusted):
-        c = p["_change"]
+        c, f = p["_change"], p["_floor"]
         p["p_adjusted"] = p_adj
         significant = not math.isnan(p_adj) and p_adj < alpha
         p["significant"] = significant
@@ -160,8 +164,8 @@ def judge(
                 why = [f"{size}, significantly (adjusted p={p_adj:.2g})"]
         else:
             verdict = Verdict.INCONCLUSIVE
-            why.append(_inconclusive(p, c, gate_pct, level, floor))
-        if not c.spread.measured and c.spread.between > floor:
+            why.append(_inconclusive(p, c, gate_pct, level, f.cv))
+        if not c.spread.measured and c.spread.between > f.cv:
             why.append(
                 f"one process a side: the between-process variation is unknown, judged against "
                 f"{100 * c.spread.between:.2g} %, what the samples' own spread makes a median vary by "
@@ -170,7 +174,7 @@ def judge(
         elif not c.spread.measured:
             why.append(
                 f"one process a side: the between-process variation is unknown, judged against a floor of "
-                f"{100 * floor:g} % (--process-cv; bench.processes=K or perflab ab measure it)"
+                f"{100 * f.cv:.2g} % ({f.source}; bench.processes=K or perflab ab measure it)"
             )
         if p["identity"]:
             why.append(f"compared across identities on purpose (--allow-mixed): {p['identity']}")
