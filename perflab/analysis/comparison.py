@@ -27,7 +27,7 @@ from perflab.analysis.stats import ALPHA, Difference, compare_samples
 from perflab.analysis.verdicts import DEFAULT_GATE_PCT, Verdict
 from perflab.config import registry
 from perflab.results import load
-from perflab.store.columns import JUDGED, higher_is_better
+from perflab.store.columns import EXACT, JUDGED, higher_is_better
 from perflab.store.rows import Notes
 
 COUNT_KEYS = ("cfg.devices.count", "n_devices")
@@ -345,6 +345,8 @@ def ab(
         both = pd.concat([pa, pb])
         m, note = metric_for(name, both, metric)
         notes += [note] if note else []
+        counted = [c for c in sorted(EXACT - {m}) if all(c in x and x[c].notna().any() for x in (pa, pb))]
+        notes += [f"{name}: both trees count {c}: --metric {c} judges them, exactly" for c in counted]
         apart = {config_column(k) for k in differ}
         key_cols = sorted((set(identity_columns(pa)) | set(identity_columns(pb))) - apart)
         match_on = ["measurement", *key_cols, *([] if any_device else ["device"])]
@@ -384,7 +386,7 @@ def ab(
                 _samples=sides["NEW"].samples,
                 _floor=floor.of(ra),
             )
-            if not differ:
+            if not differ and m not in EXACT:
                 series += [(r, m, x.figures) for r, x in zip((ra, rb), sides.values()) if x.n_processes >= 2]
             flagged = {side: _suspects(r) for side, r in (("base", ra), ("new", rb))}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)

@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis.frames import cells, sample_values
+from perflab.analysis.frames import PER_SAMPLE_TIMES, cells, sample_values
 from perflab.analysis.stats import ALPHA, MIN_SAMPLES, POWER, usable
 from perflab.config import registry
 from perflab.store.columns import RATES, unit_of
@@ -139,8 +139,9 @@ def measured(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], sa
     good = np.isfinite(values) & ((values > 0) if timed else True)
     every = [sample_values(samples, r, metric) for r in cells(rows, "row_id", metric, "median_s")]
     recorded = np.array([str(r) in samples for r in rows["row_id"]], bool) if "row_id" in rows else good & False
-    # a row whose samples were kept but give no usable value is damage too (a negative median_s)
-    lost = good & recorded & np.array([not len(usable(x)) for x in every], bool)
+    # a row whose samples were kept but give no usable value is damage too (a negative median_s),
+    # where the metric comes from its samples (an instruction count does not)
+    lost = good & recorded & np.array([not len(usable(x)) for x in every], bool) & (metric in RATES | PER_SAMPLE_TIMES)
     good &= ~lost
     kept = rows[good]
     per_row = [x for x, g in zip(every, good) if g]

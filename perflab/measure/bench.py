@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from perflab.measure.devices import Device, synchronize
+from perflab.measure.instructions import Counted
 from perflab.store.columns import PERCENTILES
 
 log = logging.getLogger(__name__)
@@ -309,7 +310,8 @@ class Part:
     become items/s, TFLOP/s and GB/s; ``dtype`` (``float32``, ``bf16-mixed`` ...) says which
     peak bounds the FLOPs, for ``pct_of_peak`` (vs ``+experiment=hardware``'s measured peak)
     and ``mfu`` (vs the datasheet); ``derive(stats)`` adds columns computed from the measured
-    time; ``extra`` any other columns."""
+    time; ``extra`` any other columns; ``count`` the call as ``stmt`` and ``setup`` source text,
+    whose instructions ``bench.instructions=true`` counts (perflab.measure.instructions)."""
 
     fn: Callable[[], object]
     devices: Sequence[Device] | None = None
@@ -320,3 +322,4 @@ class Part:
     dtype: str | None = None
     derive: Callable[[Stats], dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    count: Counted | None = None  # the call as source text: bench.instructions counts it
