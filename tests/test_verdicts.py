@@ -197,6 +197,15 @@ def test_the_smallest_attainable_p_and_the_detectable_change():
     assert math.isinf(stats.repeats_needed(narrow, narrow, 0))
 
 
+def test_one_tree_of_two_subjects_gives_a_line_per_subject_never_pooled(tmp_path):
+    rng = np.random.default_rng(22)
+    point(tmp_path, "a", noisy(rng, 1.0, 10), subject="c0ffee1")
+    point(tmp_path, "b", noisy(rng, 2.0, 10), subject="c0ffee2")  # the next commit: twice as slow
+    table = compare.compare(tmp_path).set_index("subject")
+    assert sorted(table.index) == ["c0ffee1", "c0ffee2"] and (table["runs"] == 1).all()
+    assert table.loc["c0ffee2", "tflops"] < table.loc["c0ffee1", "tflops"] / 1.5
+
+
 @pytest.mark.usefixtures("quiet")
 def test_pass_fail_and_a_small_real_change_within_the_gate(tmp_path):
     rng = np.random.default_rng(3)

@@ -185,6 +185,8 @@ def _one_experiment(
         df = df.assign(device=df["device_name"].map(device_family))
         if df["device"].nunique() > 1 and "device" not in keys:
             keys.append("device")  # different hardware is never pooled
+    if "subject" in df and df["subject"].astype("string").nunique() > 1 and "subject" not in keys:
+        keys.append("subject")  # nor different code under test (a commit each): a line per subject
     group = list(dict.fromkeys(["measurement", *keys]))
     entries = []
     for values, part in df.groupby(group, dropna=False, sort=True, observed=True):

@@ -32,9 +32,9 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis.frames import PER_SAMPLE_TIMES, cells, sample_values
-from perflab.analysis.stats import ALPHA, MIN_SAMPLES, POWER, usable
+from perflab.analysis.stats import ALPHA, POWER, usable
 from perflab.config import registry
-from perflab.store.columns import RATES, unit_of
+from perflab.store.columns import FEW_FOR_SPREAD, RATES, unit_of
 from perflab.store.rows import Notes
 
 FLOOR_CV = 0.10  # between-process variation assumed where none was measured or kept (docs/compare.md)
@@ -103,8 +103,8 @@ def samples_by_row(paths: Sequence[str | Path], notes: Notes | None = None) -> d
 
 def iqr_pct(values: np.ndarray) -> float:
     """IQR / median in percent (the spread the job's table and bench.noise_threshold use); NaN
-    below ``MIN_SAMPLES`` values."""
-    if len(values) < MIN_SAMPLES:
+    below ``FEW_FOR_SPREAD`` values, as the job's table shows "?"."""
+    if len(values) < FEW_FOR_SPREAD:
         return math.nan
     q1, q3 = np.percentile(values, [25, 75])
     return 100 * float(q3 - q1) / float(np.median(values))

@@ -129,6 +129,9 @@ COLUMNS: dict[str, Column] = {
 # percentile of n samples has (1 - q) x n of them beyond it: with fewer than 1 / (1 - q) samples
 # (10 for p90, 100 for p99) it is an interpolation between the largest, said in ``tail_note``.
 PERCENTILES = {"p50_s": 50, "p90_s": 90, "p99_s": 99}
+# A row's spread (IQR / median) of fewer samples says little (of 3: "0.0%" when two agree): from
+# this many it is shown (the job's table, the report) and judged (``noisy``); below, unknown ("?").
+FEW_FOR_SPREAD = 5
 LEADING = tuple(c.name for c in COLUMNS.values() if c.lead)
 RATES = frozenset(c.name for c in COLUMNS.values() if c.rate)
 # Read back as such whatever a file's cell holds (a damaged cell reads as missing).
