@@ -16,6 +16,8 @@ replacing earlier ones (``perflab ab`` looks after every round), and a machine k
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import hashlib
 import json
 import math
@@ -70,10 +72,20 @@ def key(identity: dict[str, str]) -> str:
 
 
 def _read() -> dict[str, Any]:
+    """The kept file as it is now (read again only when it changed: compare asks per point)."""
+    try:
+        st = os.stat(path())
+    except OSError:
+        return {}
+    return _parsed(str(path()), st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(name: str, inode: int, mtime_ns: int, size: int) -> dict[str, Any]:
     from perflab.store import files
 
     try:
-        kept = json.loads(files.read_regular(path()))
+        kept = json.loads(files.read_regular(name))
     except (OSError, ValueError):
         return {}
     return kept if isinstance(kept, dict) else {}
@@ -101,7 +113,7 @@ def keep(measured: Iterable[tuple[pd.DataFrame, str, np.ndarray]]) -> None:
     keeps nothing (said by nothing: the floor stays what it was)."""
     from perflab.store import files
 
-    kept, now = _read(), datetime.now(timezone.utc).isoformat(timespec="seconds")
+    kept, now = copy.deepcopy(_read()), datetime.now(timezone.utc).isoformat(timespec="seconds")
     changed = False
     for rows, metric, figures in measured:
         logs = np.log(figures[np.isfinite(figures) & (figures > 0)])
