@@ -65,12 +65,14 @@ def test_compare_judges_instruction_counts_against_the_tolerance_not_a_test(tmp_
         128: (1_000_000, 1_020_000, 0.1),  # 2 % more: FAIL, with one process a side
         256: (1_000_000, 950_000, 0.1),  # 5 % fewer: PASS
         512: (1_000_000, 1_000_000, 3.0),  # counts that vary by 3 %: not exact here
+        1024: (1_000_000, 0, 0.1),  # a count of nothing: damage, never a pass
     }
     for size, (a, b, spread) in cases.items():
         counted(base, f"a{size}", a, spread, size=size)
         counted(new, f"b{size}", b, spread, size=size)
     table = compare.ab(base, new, metric="instructions").set_index("cfg.experiment.size")
-    assert table["verdict"].to_dict() == {64: "PASS", 128: "FAIL", 256: "PASS", 512: "INCONCLUSIVE"}
+    expected = {64: "PASS", 128: "FAIL", 256: "PASS", 512: "INCONCLUSIVE", 1024: "INCONCLUSIVE"}
+    assert table["verdict"].to_dict() == expected
     assert table.loc[128, "why"].startswith("2 % more instructions: beyond the 1 % tolerance of an exact count")
     assert "vary by 3 %" in table.loc[512, "why"] and table.loc[64, "detectable_pct"] == verdicts.EXACT_TOLERANCE_PCT
     assert compare.main([str(base), str(new), "--metric", "instructions", "--format", "json"]) == 1
