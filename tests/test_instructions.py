@@ -73,6 +73,7 @@ def test_compare_judges_instruction_counts_against_the_tolerance_not_a_test(tmp_
     table = compare.ab(base, new, metric="instructions").set_index("cfg.experiment.size")
     expected = {64: "PASS", 128: "FAIL", 256: "PASS", 512: "INCONCLUSIVE", 1024: "INCONCLUSIVE"}
     assert table["verdict"].to_dict() == expected
+    assert table.loc[1024, "why"].startswith("no usable instructions in NEW (left out in NEW: 1 row whose instructions")
     assert table.loc[128, "why"].startswith("2 % more instructions: beyond the 1 % tolerance of an exact count")
     assert "vary by 3 %" in table.loc[512, "why"] and table.loc[64, "detectable_pct"] == verdicts.EXACT_TOLERANCE_PCT
     assert compare.main([str(base), str(new), "--metric", "instructions", "--format", "json"]) == 1

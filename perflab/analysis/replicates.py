@@ -34,7 +34,7 @@ import pandas as pd
 from perflab.analysis.frames import PER_SAMPLE_TIMES, cells, sample_values
 from perflab.analysis.stats import ALPHA, POWER, usable
 from perflab.config import registry
-from perflab.store.columns import FEW_FOR_SPREAD, RATES, unit_of
+from perflab.store.columns import EXACT, FEW_FOR_SPREAD, RATES, unit_of
 from perflab.store.rows import Notes
 
 FLOOR_CV = 0.10  # between-process variation assumed where none was measured or kept (docs/compare.md)
@@ -135,7 +135,7 @@ def measured(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], sa
     left out when they were read). Its processes are its runs (``run_id``); a process's figure
     is the median of its rows' metric. Nothing usable: value NaN, no samples, no process."""
     values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s")
+    timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s") or metric in EXACT  # counts too
     good = np.isfinite(values) & ((values > 0) if timed else True)
     every = [sample_values(samples, r, metric) for r in cells(rows, "row_id", metric, "median_s")]
     recorded = np.array([str(r) in samples for r in rows["row_id"]], bool) if "row_id" in rows else good & False

@@ -207,10 +207,6 @@ def _judge_exact(p: dict[str, Any]) -> None:
 
     base, new, metric = p["_base"], p["_new"], p.get("metric", "instructions")
     a, b = float(np.median(base.figures)), float(np.median(new.figures))
-    if not (a > 0 and b > 0):  # a count of nothing: damage, never a pass
-        why = f"no positive {metric} on a side ({a:g} and {b:g})"
-        p["verdict"], p["_why"], p["why"] = Verdict.INCONCLUSIVE.value, [why], why
-        return
     p["speedup"] = a / b
     p["change_pct"] = 100 * (p["speedup"] - 1)
     p["base_processes"], p["new_processes"] = base.n_processes, new.n_processes
