@@ -56,12 +56,12 @@ def path() -> Path:
 
 def machine(rows: pd.DataFrame) -> dict[str, str]:
     """The machine identity fields (``environment.IDENTITY``) the rows recorded, as text."""
-    from perflab.analysis.comparison import plain_text
+    from perflab.analysis.frames import text
     from perflab.measure.environment import IDENTITY
 
     out = {}
     for field in IDENTITY:
-        values = sorted({plain_text(v) for v in rows[field].dropna()} - {""}) if field in rows else []
+        values = sorted({text(v).strip() for v in rows[field].dropna()} - {""}) if field in rows else []
         if values:
             out[field] = ", ".join(values)
     return out
