@@ -8,7 +8,8 @@ A/B pairs are the same trees with NEW's times (rows and raw samples) multiplied 
 machine's own. Judged at a 10 % gate by:
 
 - ``perflab K``: ``perflab compare`` on all K processes a side;
-- ``perflab 1``: ``perflab compare`` on process 1 alone (judged against the ``--process-cv`` floor);
+- ``perflab 1``: ``perflab compare`` on process 1 alone (judged against this machine's between-process
+  variation, kept in the user's cache by the earlier ``perflab K`` comparisons: see docs/compare.md);
 - ``asv``: slower by more than its factor 1.1, with a Mann-Whitney p < 0.05 on the pooled samples
   (asv compares its samples too; its own statistics differ in detail);
 - ``pytest-benchmark``: ``--benchmark-compare-fail=median:10%`` on process 1's samples.

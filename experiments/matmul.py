@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from perflab.measure.sizing import Machine, Point
 
 METRIC = "tflops"
+COUNTS_INSTRUCTIONS = True  # bench.instructions=true: its call, said as source text, is counted
 
 
 @dataclass
@@ -35,6 +36,7 @@ def run(ctx: Context) -> None:
     import torch
 
     from perflab.measure.alone_together import alone_then_together
+    from perflab.measure.instructions import Counted
 
     p = ctx.params
     dtype = getattr(torch, p.dtype)
@@ -64,6 +66,10 @@ def run(ctx: Context) -> None:
         unit="matmuls",
         dtype=p.dtype,
         columns={"intensity": 2 * p.size / (3 * itemsize)},  # 2n^3 FLOPs over 3 n^2 elements moved (estimated)
+        count=Counted(  # the same call, for callgrind (a fresh python: its operands built in the setup)
+            stmt=f"for _ in range({p.iterations}):\n    torch.mm(a, b)",
+            setup=f"import torch\na = torch.randn({p.size}, {p.size}).to(torch.{p.dtype})\nb = a.clone()",
+        ),
     )
 
 

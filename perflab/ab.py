@@ -3,12 +3,15 @@ each point is decided or the budget ends, then judge them as ``perflab compare``
 
     perflab ab OVERRIDES... [--base KEY=VALUE ...] [--new KEY=VALUE ...]
                [--base-env K=V ...] [--new-env K=V ...] [--base-python PY] [--new-python PY]
+               [--base-ref REF] [--new-ref REF] [--install CMD]
                [--budget MINUTES] [--min-processes N] [--max-processes N] [--out DIR]
                [--fail-if-slower PCT] [--alpha A] [--process-cv PCT] [--format md|csv|json|github]
 
 The sides share OVERRIDES (``+experiment=quick/matmul``, ``-m`` and a sweep's values too) and
-differ by their own overrides, environment variables and Python interpreter (another venv's
-``python``, with perflab installed). Processes alternate A B, B A, A B ... (``perflab.job.processes``:
+differ by their own overrides, environment variables, Python interpreter (another venv's
+``python``, with perflab installed) and git ref of the project in the current directory (each
+side's processes start in a worktree at its ref, after ``--install``: ``perflab.job.worktrees``).
+Processes alternate A B, B A, A B ... (``perflab.job.processes``:
 each a fresh ``python -m perflab``, its rows carrying ``process`` 1, 2, ...), so a drift of the
 machine falls on both sides alike. After ``--min-processes`` a side, every round ends with a
 look: the points are judged (``perflab.analysis.replicates``, between-process variation); the
@@ -28,6 +31,7 @@ compare, report and history read them as any others. Exit codes as compare's: 0 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import time
@@ -41,6 +45,7 @@ from perflab.analysis.replicates import FLOOR_CV
 from perflab.analysis.stats import ALPHA
 from perflab.analysis.verdicts import DEFAULT_GATE_PCT, UNJUDGED_EXIT, USAGE_EXIT, Verdict, could_not_judge
 from perflab.errors import OneLineParser
+from perflab.job import worktrees
 
 PROG = "perflab ab"
 
@@ -52,6 +57,7 @@ class Side:
     overrides: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     python: str | None = None
+    cwd: Path | None = None  # where its processes start: a worktree at --base-ref / --new-ref
 
     def explains_identity(self, other: "Side") -> bool:
         """Whether the sides differ by environment or interpreter: then machine identity fields
@@ -81,7 +87,7 @@ def run(
     max_processes: int = 10,
     gate_pct: float = DEFAULT_GATE_PCT,
     alpha: float = ALPHA,
-    process_cv: float = FLOOR_CV,
+    process_cv: float | None = None,
     measure: Measure | None = None,
     say: Callable[[str], None] = lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
 ) -> tuple[pd.DataFrame, int]:
@@ -90,7 +96,9 @@ def run(
     from perflab.job import processes
 
     def fresh(side: Side, k: int) -> int:
-        return processes.run_one(side.args(shared), process=k, env=side.env, python=side.python, quiet=True)
+        return processes.run_one(
+            side.args(shared), process=k, env=side.env, python=side.python, quiet=True, cwd=side.cwd
+        )
 
     measure = measure or fresh
     looks = planned_looks(min_processes, max_processes)
@@ -173,29 +181,45 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--new-env", action="append", type=_pair, default=[], metavar="K=V", help="B's env var")
     parser.add_argument("--base-python", help="A's Python interpreter (another venv's, with perflab)")
     parser.add_argument("--new-python", help="B's Python interpreter")
+    parser.add_argument("--base-ref", metavar="REF", help="A at this git ref of the project here (a worktree)")
+    parser.add_argument("--new-ref", metavar="REF", help="B at this git ref")
+    parser.add_argument("--install", metavar="CMD", help="run in each ref's worktree first (a shell command)")
     parser.add_argument("--budget", type=_minutes, default=math.inf, metavar="MINUTES", help="time to spend")
     parser.add_argument("--min-processes", type=_count, default=2, metavar="N", help="a side before the first look")
     parser.add_argument("--max-processes", type=_count, default=10, metavar="N", help="a side at most")
     parser.add_argument("--out", type=Path, default=Path("ab"), help="DIR: the trees DIR/base and DIR/new")
     parser.add_argument("--fail-if-slower", type=compare.percent, metavar="PCT", help="the gate (default 10)")
     parser.add_argument("--alpha", type=compare.probability, default=ALPHA, help="false alarm rate (0.05)")
-    parser.add_argument("--process-cv", type=compare.percent, default=100 * FLOOR_CV, metavar="PCT")
+    parser.add_argument(
+        "--process-cv", type=compare.percent, metavar="PCT", help=f"floor (default: kept, else {100 * FLOOR_CV:g})"
+    )
     parser.add_argument("--format", choices=("md", "csv", "json", "github"), default="md")
     args = parser.parse_args(argv)
     if not args.overrides:
         parser.error("give what both sides run, e.g. +experiment=quick/matmul")
     if args.min_processes > args.max_processes:
         parser.error(f"--min-processes {args.min_processes}: allowed: at most --max-processes ({args.max_processes})")
-    if not args.process_cv > 0:
+    if args.process_cv is not None and not args.process_cv > 0:
         parser.error(f"--process-cv {args.process_cv:g}: allowed: a percentage > 0, e.g. 2")
     same = [a for a in (*args.base, *args.new) if not a.partition("=")[1]]
     if same:
         parser.error(f"--base/--new {same[0]}: allowed: KEY=VALUE")
+    if args.install and not (args.base_ref or args.new_ref):
+        parser.error(f"--install {args.install}: allowed: with --base-ref or --new-ref (it runs in their worktrees)")
+    refs = {"base": args.base_ref, "new": args.new_ref}
+    try:
+        shas = {name: worktrees.commit(f"--{name}-ref", ref, Path.cwd()) for name, ref in refs.items() if ref}
+    except worktrees.RefError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return USAGE_EXIT
+    args.out = args.out.resolve()  # the sides' processes may start elsewhere (a worktree)
     sides = (
         Side("base", args.out / "base", args.base, dict(args.base_env), args.base_python),
         Side("new", args.out / "new", args.new, dict(args.new_env), args.new_python),
     )
-    if not (args.base or args.new or args.base_env or args.new_env or args.base_python or args.new_python):
+    differ = (args.base, args.new, args.base_env, args.new_env, args.base_python, args.new_python)
+    refs_differ = len(shas) == 1 or len(set(shas.values())) == 2  # a ref against the working tree, or two commits
+    if not any(differ) and not refs_differ:
         print(
             f"{PROG}: note: the sides do not differ: an A/A run (how often it FAILs is the false alarm rate)",
             file=sys.stderr,
@@ -208,16 +232,26 @@ def _main(argv: Sequence[str] | None) -> int:
             )
             return USAGE_EXIT
     gate = DEFAULT_GATE_PCT if args.fail_if_slower is None else args.fail_if_slower
-    table, code = run(
-        [*sweep[:1], *args.overrides],
-        *sides,
-        budget_s=60 * args.budget,
-        min_processes=args.min_processes,
-        max_processes=args.max_processes,
-        gate_pct=gate,
-        alpha=args.alpha,
-        process_cv=args.process_cv / 100,
-    )
+    with contextlib.ExitStack() as stack:
+        for side in sides:
+            if side.name not in shas:
+                continue
+            path = stack.enter_context(worktrees.checked_out(Path.cwd(), shas[side.name], args.out / "src" / side.name))
+            if args.install and worktrees.install(args.install, path):
+                print(f"{PROG}: --install failed in {side.name}'s worktree ({path}): nothing measured", file=sys.stderr)
+                return UNJUDGED_EXIT
+            side.cwd, side.env = path, {**worktrees.environment(path), **side.env}
+            side.python = side.python or worktrees.interpreter(path)
+        table, code = run(
+            [*sweep[:1], *args.overrides],
+            *sides,
+            budget_s=60 * args.budget,
+            min_processes=args.min_processes,
+            max_processes=args.max_processes,
+            gate_pct=gate,
+            alpha=args.alpha,
+            process_cv=None if args.process_cv is None else args.process_cv / 100,
+        )
     if table.empty:
         return code
     compare.show(table, args.format, two=True, code=code, gate=args.fail_if_slower)

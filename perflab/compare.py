@@ -16,7 +16,8 @@ discovery rate over all points: ``--alpha``) and one verdict of ``perflab.analys
 FAIL, INCONCLUSIVE (how many processes a side would do) or INCOMPARABLE (which machine identity
 fields differ; ``--allow-mixed`` judges them anyway). The statistics are
 ``perflab.analysis.replicates``': a process (a run) is the unit of replication; with one process
-a side the change is judged against ``--process-cv`` (the between-process variation assumed).
+a side the change is judged against a floor: ``--process-cv``, else this machine's between-process
+variation kept from earlier comparisons (``perflab.analysis.floor``), else ``FLOOR_CV``.
 ``--fail-if-slower PCT`` sets the gate (default 10 %). Exit codes: 0 pass, 1 fail, 2 usage
 error, 3 could not judge (a crash too: one line, the traceback with ``PERFLAB_DEBUG=1``).
 A row whose metric, or a sample whose time, is NaN, not a number or <= 0 is left out of its
@@ -247,7 +248,8 @@ def _main(argv: Sequence[str] | None) -> int:
         "--process-cv",
         type=percent,
         metavar="PCT",
-        help=f"BASE NEW: between-process variation assumed with one process a side ({100 * FLOOR_CV:g})",
+        help="BASE NEW: between-process variation assumed with one process a side "
+        f"(default: this machine's, kept; else {100 * FLOOR_CV:g})",
     )
     parser.add_argument("--any-device", action="store_true", help="BASE NEW: match points across devices")
     parser.add_argument(
@@ -278,7 +280,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 gate_pct=gate,
                 alpha=args.alpha,
                 allow_mixed=args.allow_mixed,
-                process_cv=(100 * FLOOR_CV if args.process_cv is None else args.process_cv) / 100,
+                process_cv=None if args.process_cv is None else args.process_cv / 100,
             )
         else:
             for flag, given in (

@@ -15,6 +15,7 @@ from perflab.analysis.claims import INVALID, NOT_APPLICABLE, UNDERPOWERED, VALID
 from perflab.config.contract import Figure, Samples, Section, Setup, Table
 from perflab.config.schema import ExperimentConfig, PerflabConfig, one_of, positive, require, some_of
 from perflab.errors import ConfigError
+from perflab.measure.instructions import Counted
 from perflab.store.rows import number
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ __all__ = [
     "Claim",
     "ConfigError",
     "Context",
+    "Counted",
     "Device",
     "ExperimentConfig",
     "Figure",

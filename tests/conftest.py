@@ -50,6 +50,15 @@ class Ran:
     err: str
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Each test its own user cache (where compare keeps this machine's between-process
+    variation), in it and in the perflab processes it starts: never the user's."""
+    cache = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return cache
+
+
 @pytest.fixture
 def work(tmp_path, monkeypatch) -> Path:
     """A scratch working directory: outputs/ goes here."""

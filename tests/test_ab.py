@@ -4,6 +4,7 @@ the budget ends, looks are paid for (Bonferroni over the planned looks), both tr
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -117,3 +118,46 @@ def test_bad_flags_are_one_line_and_exit_2(work, capsys, bad, line):
     err = capsys.readouterr().err
     assert usage.value.code == 2 and line in err and len(err.strip().splitlines()) == 1
     assert not (work / "ab").exists()  # refused before anything ran
+
+
+def git(*args: str, cwd) -> str:
+    command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return subprocess.run(command, cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_a_ref_that_is_no_commit_is_one_line_and_exit_2(work, capsys):
+    assert ab.main(["+experiment=quick/matmul", "--base-ref", "HEAD"]) == 2  # no git repository here
+    assert "--base-ref HEAD: not a commit of" in capsys.readouterr().err
+    git("init", "-q", cwd=work)
+    git("commit", "-q", "--allow-empty", "-m", "one", cwd=work)
+    assert ab.main(["+experiment=quick/matmul", "--new-ref", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--new-ref nosuch: not a commit of the git repository here" in err and "allowed: a branch, tag or commit" in err
+    )
+    with pytest.raises(SystemExit) as usage:
+        ab.main(["+experiment=quick/matmul", "--install", "true"])
+    assert usage.value.code == 2 and "--install true: allowed: with --base-ref or --new-ref" in capsys.readouterr().err
+    assert not (work / "ab").exists()  # refused before anything ran
+
+
+@pytest.mark.slow
+def test_git_refs_as_sides_measure_each_commit_in_its_own_worktree(cli, work):
+    git("init", "-q", cwd=work)
+    (work / "code.py").write_text("VERSION = 1\n")
+    git("add", "code.py", cwd=work)
+    git("commit", "-q", "-m", "one", cwd=work)
+    first = git("rev-parse", "HEAD", cwd=work)
+    (work / "code.py").write_text("VERSION = 2\n")
+    git("commit", "-qam", "two", cwd=work)
+    second = git("rev-parse", "HEAD", cwd=work)
+    installed = work / "installed.txt"
+    refs = ["--base-ref", first, "--new-ref", "HEAD", "--install", f"git rev-parse HEAD >> {installed}"]
+    ran = cli("ab", "+experiment=quick/matmul", *FAST, *refs, "--max-processes", "1", "--min-processes", "1", rc=None)
+    assert ran.rc in (0, 1, 3), ran.err
+    assert sorted(installed.read_text().split()) == sorted([first, second])  # once in each worktree, at its ref
+    for side, sha in (("base", first), ("new", second)):
+        (subject,) = set(results.load(work / "ab" / side)["subject"])
+        assert sha.startswith(str(subject).removesuffix("+dirty")), (side, subject)
+    assert len(git("worktree", "list", cwd=work).splitlines()) == 1  # the worktrees are gone again
+    assert not (work / "ab" / "src" / "base").exists()

@@ -52,9 +52,20 @@ def test_stats_match_numpy():
 
 
 def test_noise_flag_follows_iqr_over_median():
-    assert Stats([1.0, 1.01, 0.99, 1.0], "wall_sync").noisy is False
-    assert Stats([1.0, 1.5, 0.6, 1.0], "wall_sync").noisy is True
-    assert Stats([1.0, 1.5, 0.6, 1.0], "wall_sync", noise_threshold=1.0).noisy is False
+    assert Stats([1.0, 1.01, 0.99, 1.0, 1.0], "wall_sync").noisy is False
+    assert Stats([1.0, 1.5, 0.6, 1.0, 1.3], "wall_sync").noisy is True
+    assert Stats([1.0, 1.5, 0.6, 1.0, 1.3], "wall_sync", noise_threshold=1.0).noisy is False
+
+
+def test_a_spread_the_table_shows_as_unknown_is_never_judged_noisy():
+    """One place for "too few samples for a spread": the table's "?" and ``noisy`` agree."""
+    from perflab.analysis.table import spread
+    from perflab.store.columns import FEW_FOR_SPREAD
+
+    wide = [1.0, 1.5, 0.6, 1.0, 1.2, 0.7]
+    for n in range(1, len(wide) + 1):
+        s = Stats(wide[:n], "wall_sync")
+        assert (spread(s.as_row()) == "?") == (s.noisy is None) == (n < FEW_FOR_SPREAD), n
 
 
 @pytest.mark.parametrize("samples", [[2.0], [2.0, 2.5]])

@@ -210,7 +210,7 @@ def test_async_compute_says_cpu_ops_are_synchronous(work):
         (
             ["+experiment=matmul", "+bench.repeat=3"],
             "bench.repeat=3: unknown key; did you mean bench.repeats?; allowed: the keys under bench: warmup, repeats, "
-            "min_time_s, timer, noise_threshold, busy_threshold, profile, processes",
+            "min_time_s, timer, noise_threshold, busy_threshold, profile, processes, instructions",
         ),
         (
             ["+launcher=slurm", "+experiment=matmul"],

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from perflab import compare, history, results
-from perflab.analysis import replicates, stats, verdicts
+from perflab.analysis import floor, replicates, stats, verdicts
 from perflab.measure.peaks import Peaks
 from perflab.measure.watch import Machine, throttle_words
 from perflab.store.rundir import RunWriter
@@ -52,6 +52,16 @@ def noisy(rng, median, n, spread=0.01):
     return median * (1 + rng.normal(0, spread, n))
 
 
+@pytest.fixture
+def quiet(tmp_path):
+    """A quiet machine: 2 % between processes, kept for the rows ``point`` writes (as a
+    comparison of two processes a side keeps it), the floor of one-process verdicts."""
+    point(tmp_path / "quiet", "q", [1.0])
+    rows = results.load(tmp_path / "quiet")
+    floor.keep([(rows, "tflops", np.exp(np.array([-0.01, 0.01]) * math.sqrt(2)))])
+    assert floor.of(rows).cv == pytest.approx(0.02) and "this machine's, kept" in floor.of(rows).source
+
+
 def test_two_threads_against_one_is_incomparable_not_a_pass(tmp_path, capsys):
     rng = np.random.default_rng(0)
     point(tmp_path / "base", "a", noisy(rng, 1.0, 20))
@@ -72,11 +82,11 @@ def test_one_process_a_side_is_judged_against_the_floor_and_advice_is_in_process
     point(tmp_path / "new", "b", noisy(rng, 1.0, 30, 0.02))
     # 30 samples a side, 2 % apart by chance within a process, say nothing of the code: no p from them
     assert compare.main([str(tmp_path / "base"), str(tmp_path / "new"), "--fail-if-slower", "1"]) == 3
-    (row,) = compare.ab(tmp_path / "base", tmp_path / "new", gate_pct=1).to_dict("records")
+    (row,) = compare.ab(tmp_path / "base", tmp_path / "new", gate_pct=1, process_cv=0.02).to_dict("records")
     assert (row["verdict"], row["base_processes"], row["new_processes"]) == ("INCONCLUSIVE", 1, 1)
     assert "no affordable number of processes shows a change of 1 %" in row["why"]  # bounded, never 1296
-    assert "between-process variation is unknown, judged against a floor of 2 %" in row["why"]
-    (row,) = compare.ab(tmp_path / "base", tmp_path / "new", gate_pct=4).to_dict("records")
+    assert "between-process variation is unknown, judged against a floor of 2 % (--process-cv" in row["why"]
+    (row,) = compare.ab(tmp_path / "base", tmp_path / "new", gate_pct=4, process_cv=0.02).to_dict("records")
     need = int(row["why"].split("about ")[1].split(" a side")[0])
     assert row["verdict"] == "INCONCLUSIVE" and f"(bench.processes={need}, or perflab ab)" in row["why"]
     # ... and that many processes of the floor's spread would detect a 4 % change.
@@ -88,6 +98,7 @@ def test_one_process_a_side_is_judged_against_the_floor_and_advice_is_in_process
     assert "PASS means: not significantly slower by more than 1 %" in capsys.readouterr().out
 
 
+@pytest.mark.usefixtures("quiet")
 def test_one_busy_process_a_side_is_not_judged_against_the_floor_alone(tmp_path):
     """Samples 30 % wide: the median of one such process moves by more than 2 % on its own, so a
     15 % difference between two of them is no FAIL, while between quiet processes it is."""
@@ -107,6 +118,37 @@ def processes(root, name, medians, n=20, spread=0.01, rng=None, **columns):
         point(root, f"{name}{k}", noisy(rng, median, n, spread), process=k, **columns)
 
 
+def test_one_process_a_side_is_judged_against_this_machines_kept_variation(tmp_path, capsys):
+    """A/A on a VM whose processes differ by 15 %: one process a side 15 % apart is no FAIL
+    (a 2 % floor false-FAILed half of such pairs), once three processes a side measured it."""
+    rng = np.random.default_rng(21)
+    aa = {"base": 1.0, "new": 1.16}  # one process a side, about the kept spread apart (log 0.15)
+    for side, median in aa.items():
+        point(tmp_path / "one" / side, side, noisy(rng, median, 30))
+    one = [str(tmp_path / "one" / "base"), str(tmp_path / "one" / "new")]
+    # Nothing kept: the default floor (10 %), said; never the 2 % that made these pairs FAIL.
+    (row,) = compare.ab(*one).to_dict("records")
+    assert row["verdict"] != "FAIL" and "floor of 10 % (assumed: none kept for this machine" in row["why"]
+    assert compare.ab(*one, process_cv=0.02)["verdict"].tolist() == ["FAIL"]  # what a 2 % floor said
+    # Three processes a side, 15 % between them, on this machine: compared, and kept.
+    logs = np.array([0.15, -0.15, 0.0])
+    processes(tmp_path / "k" / "base", "a", np.exp(logs), rng=rng)
+    processes(tmp_path / "k" / "new", "b", np.exp(logs[::-1] + 0.01), rng=rng)
+    assert compare.main([str(tmp_path / "k" / "base"), str(tmp_path / "k" / "new")]) == 3  # honest: undecided
+    kept = floor.of(results.load(tmp_path / "one" / "base"))
+    assert kept.cv == pytest.approx(0.15, rel=0.05) and "this machine's, kept from 2 earlier series" in kept.source
+    # Compared again (or looked at again by perflab ab): the same series, not counted twice.
+    compare.ab(tmp_path / "k" / "base", tmp_path / "k" / "new")
+    assert "from 2 earlier series" in floor.of(results.load(tmp_path / "one" / "base")).source
+    capsys.readouterr()
+    assert compare.main([*one, "--format", "json"]) == 3
+    (p,) = json.loads(capsys.readouterr().out)["points"]
+    assert p["verdict"] == "INCONCLUSIVE" and "floor of 15 % (this machine's, kept" in p["why"]
+    # Another machine's rows keep their own floor.
+    point(tmp_path / "other", "o", [1.0], cpu_model="Other CPU")
+    assert floor.of(results.load(tmp_path / "other")).cv == replicates.FLOOR_CV
+
+
 def test_significance_and_detectability_come_from_the_variation_between_processes(tmp_path):
     rng = np.random.default_rng(11)
     between = rng.normal(0, 0.01, 12)  # 1 % between processes; each process's samples 3 % wide
@@ -124,6 +166,7 @@ def test_significance_and_detectability_come_from_the_variation_between_processe
     assert not one["significant"] and one["p_value"] > 0.5 and math.isnan(one["cv_between_pct"])
 
 
+@pytest.mark.usefixtures("quiet")
 def test_a_reason_every_point_shares_is_said_once(tmp_path, capsys):
     rng = np.random.default_rng(12)
     for size in (64, 128, 256):
@@ -154,6 +197,16 @@ def test_the_smallest_attainable_p_and_the_detectable_change():
     assert math.isinf(stats.repeats_needed(narrow, narrow, 0))
 
 
+def test_one_tree_of_two_subjects_gives_a_line_per_subject_never_pooled(tmp_path):
+    rng = np.random.default_rng(22)
+    point(tmp_path, "a", noisy(rng, 1.0, 10), subject="c0ffee1")
+    point(tmp_path, "b", noisy(rng, 2.0, 10), subject="c0ffee2")  # the next commit: twice as slow
+    table = compare.compare(tmp_path).set_index("subject")
+    assert sorted(table.index) == ["c0ffee1", "c0ffee2"] and (table["runs"] == 1).all()
+    assert table.loc["c0ffee2", "tflops"] < table.loc["c0ffee1", "tflops"] / 1.5
+
+
+@pytest.mark.usefixtures("quiet")
 def test_pass_fail_and_a_small_real_change_within_the_gate(tmp_path):
     rng = np.random.default_rng(3)
     for size, slower in ((64, 1.0), (128, 1.03), (256, 1.5)):  # unchanged, 3 % slower, 50 % slower
@@ -165,6 +218,7 @@ def test_pass_fail_and_a_small_real_change_within_the_gate(tmp_path):
     assert compare.verdict_of(table.reset_index()) == 1
 
 
+@pytest.mark.usefixtures("quiet")
 def test_forty_unchanged_points_give_no_significant_one(tmp_path):
     """Without multiplicity control about two of 40 unchanged points come out 'significant'."""
     rng = np.random.default_rng(4)
@@ -176,6 +230,7 @@ def test_forty_unchanged_points_give_no_significant_one(tmp_path):
     assert not table["significant"].any() and "FAIL" not in set(table["verdict"])
 
 
+@pytest.mark.usefixtures("quiet")
 def test_points_in_one_tree_only_are_listed_and_a_lost_one_is_not_a_pass(tmp_path, capsys):
     rng = np.random.default_rng(5)
     base, new = tmp_path / "base", tmp_path / "new"
@@ -197,6 +252,7 @@ def test_points_in_one_tree_only_are_listed_and_a_lost_one_is_not_a_pass(tmp_pat
     assert usage.value.code == verdicts.USAGE_EXIT
 
 
+@pytest.mark.usefixtures("quiet")
 def test_json_and_github_action_benchmark_formats(tmp_path, capsys):
     rng = np.random.default_rng(6)
     point(tmp_path / "base", "a", noisy(rng, 1.0, 30))
@@ -361,6 +417,7 @@ def _edit(run_dir, **cells):
     table.to_csv(run_dir / "results.csv", index=False)
 
 
+@pytest.mark.usefixtures("quiet")
 def test_unusable_values_are_left_out_said_and_a_point_with_none_is_inconclusive(tmp_path, capsys):
     rng = np.random.default_rng(7)
     point(tmp_path / "base", "a", noisy(rng, 1.0, 30))

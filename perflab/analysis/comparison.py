@@ -13,10 +13,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis import verdicts
+from perflab.analysis import floor, verdicts
 from perflab.analysis.frames import config_column, device_family, identity_columns
 from perflab.analysis.replicates import (
-    FLOOR_CV,
     iqr_pct,
     measured,
     metric_for,
@@ -28,7 +27,7 @@ from perflab.analysis.stats import ALPHA, Difference, compare_samples
 from perflab.analysis.verdicts import DEFAULT_GATE_PCT, Verdict
 from perflab.config import registry
 from perflab.results import load
-from perflab.store.columns import JUDGED, higher_is_better
+from perflab.store.columns import EXACT, JUDGED, higher_is_better
 from perflab.store.rows import Notes
 
 COUNT_KEYS = ("cfg.devices.count", "n_devices")
@@ -186,6 +185,8 @@ def _one_experiment(
         df = df.assign(device=df["device_name"].map(device_family))
         if df["device"].nunique() > 1 and "device" not in keys:
             keys.append("device")  # different hardware is never pooled
+    if "subject" in df and df["subject"].astype("string").nunique() > 1 and "subject" not in keys:
+        keys.append("subject")  # nor different code under test (a commit each): a line per subject
     group = list(dict.fromkeys(["measurement", *keys]))
     entries = []
     for values, part in df.groupby(group, dropna=False, sort=True, observed=True):
@@ -319,7 +320,7 @@ def ab(
     gate_pct: float = DEFAULT_GATE_PCT,
     alpha: float = ALPHA,
     allow_mixed: bool = False,
-    process_cv: float = FLOOR_CV,
+    process_cv: float | None = None,
     looks: int = 1,
     differ: Sequence[str] = (),
 ) -> pd.DataFrame:
@@ -328,7 +329,8 @@ def ab(
     repeats that would do), INCOMPARABLE (the machine identity fields that differ; judged anyway
     with ``allow_mixed``). ``gate_pct``: the slowdown a FAIL must exceed; ``alpha``: the false
     discovery rate over all points (Benjamini-Hochberg); ``process_cv``: the between-process
-    variation assumed where a side has one process; ``looks``: how often ``perflab ab`` has
+    variation assumed where a side has one process (None: this machine's, kept by earlier
+    comparisons with two or more processes a side, ``perflab.analysis.floor``); ``looks``: how often ``perflab ab`` has
     looked at these trees (a Bonferroni correction over them); ``differ``: config keys the two
     sides set apart on purpose (``perflab ab --base K=V --new K=W``), left out of what matches a
     point. Points in one tree only are rows too,
@@ -338,12 +340,15 @@ def ab(
     said = {"BASE": Notes(), "NEW": Notes()}  # samples left out when read, by row id
     samples = {**samples_by_row([base], said["BASE"]), **samples_by_row([new], said["NEW"])}
     entries, notes, pooled = [], [], []
+    series: list[tuple[pd.DataFrame, str, np.ndarray]] = []  # each side's processes, kept for the floor
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
         pa = summary_rows(name, a[a["experiment"].astype("string") == name])
         pb = summary_rows(name, b[b["experiment"].astype("string") == name])
         both = pd.concat([pa, pb])
         m, note = metric_for(name, both, metric)
         notes += [note] if note else []
+        counted = [c for c in sorted(EXACT - {m}) if all(c in x and x[c].notna().any() for x in (pa, pb))]
+        notes += [f"{name}: both trees count {c}: --metric {c} judges them, exactly" for c in counted]
         apart = {config_column(k) for k in differ}
         key_cols = sorted((set(identity_columns(pa)) | set(identity_columns(pb))) - apart)
         match_on = ["measurement", *key_cols, *([] if any_device else ["device"])]
@@ -381,7 +386,10 @@ def ab(
                 _new=sides["NEW"],
                 _higher=higher_is_better(m),
                 _samples=sides["NEW"].samples,
+                _floor=floor.of(ra),
             )
+            if not differ and m not in EXACT:
+                series += [(r, m, x.figures) for r, x in zip((ra, rb), sides.values()) if x.n_processes >= 2]
             flagged = {side: _suspects(r) for side, r in (("base", ra), ("new", rb))}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
             if unknown:
@@ -397,9 +405,10 @@ def ab(
                 continue
             pooled.append(entry)
     verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks)
+    floor.keep(series)
     notes += verdicts.said_once(pooled)
     for e in entries:
-        for key in ("_base", "_new", "_change", "_why", "_higher"):
+        for key in ("_base", "_new", "_change", "_why", "_higher", "_floor"):
             e.pop(key, None)
     out = pd.DataFrame(entries)
     first = [c for c in AB_FIRST if c in out] + [c for c in out if c.startswith("cfg.")]

@@ -15,7 +15,8 @@ that process's samples (its row's metric), and a change is judged from those fig
 A process is a run (``run_id``): ``bench.processes=K`` measures a point in K fresh processes,
 each its own run, its rows carrying ``process`` (1..K). With one process a side the
 between-process spread is unknown: no p-value is made from within-process samples; the change
-is judged against ``FLOOR_CV`` (``--process-cv``), and the verdict says so. Below
+is judged against a floor (``perflab.analysis.floor``: ``--process-cv``, else this machine's
+variation kept from earlier comparisons, else ``FLOOR_CV``), and the verdict says so. Below
 ``MEASURED_FROM`` processes a side the floor is also the least spread assumed for detectability.
 """
 
@@ -30,13 +31,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis.frames import cells, sample_values
-from perflab.analysis.stats import ALPHA, MIN_SAMPLES, POWER, usable
+from perflab.analysis.frames import PER_SAMPLE_TIMES, cells, sample_values
+from perflab.analysis.stats import ALPHA, POWER, usable
 from perflab.config import registry
-from perflab.store.columns import RATES, unit_of
+from perflab.store.columns import EXACT, FEW_FOR_SPREAD, RATES, unit_of
 from perflab.store.rows import Notes
 
-FLOOR_CV = 0.02  # between-process coefficient of variation assumed where none was measured
+FLOOR_CV = 0.10  # between-process variation assumed where none was measured or kept (docs/compare.md)
 MEASURED_FROM = 3  # processes a side from which the measured spread alone is trusted for detectability
 MOST_PROCESSES = 50  # advice beyond this many processes a side is no advice: said as such
 RESAMPLES = 2000
@@ -102,8 +103,8 @@ def samples_by_row(paths: Sequence[str | Path], notes: Notes | None = None) -> d
 
 def iqr_pct(values: np.ndarray) -> float:
     """IQR / median in percent (the spread the job's table and bench.noise_threshold use); NaN
-    below ``MIN_SAMPLES`` values."""
-    if len(values) < MIN_SAMPLES:
+    below ``FEW_FOR_SPREAD`` values, as the job's table shows "?"."""
+    if len(values) < FEW_FOR_SPREAD:
         return math.nan
     q1, q3 = np.percentile(values, [25, 75])
     return 100 * float(q3 - q1) / float(np.median(values))
@@ -134,12 +135,13 @@ def measured(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], sa
     left out when they were read). Its processes are its runs (``run_id``); a process's figure
     is the median of its rows' metric. Nothing usable: value NaN, no samples, no process."""
     values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s")
+    timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s") or metric in EXACT  # counts too
     good = np.isfinite(values) & ((values > 0) if timed else True)
     every = [sample_values(samples, r, metric) for r in cells(rows, "row_id", metric, "median_s")]
     recorded = np.array([str(r) in samples for r in rows["row_id"]], bool) if "row_id" in rows else good & False
-    # a row whose samples were kept but give no usable value is damage too (a negative median_s)
-    lost = good & recorded & np.array([not len(usable(x)) for x in every], bool)
+    # a row whose samples were kept but give no usable value is damage too (a negative median_s),
+    # where the metric comes from its samples (an instruction count does not)
+    lost = good & recorded & np.array([not len(usable(x)) for x in every], bool) & (metric in RATES | PER_SAMPLE_TIMES)
     good &= ~lost
     kept = rows[good]
     per_row = [x for x, g in zip(every, good) if g]

@@ -71,10 +71,7 @@ def figure(r: Row, metric: str) -> str:
     return human_time(value) if metric.endswith("_s") else f"{value:.4g} {metric}"
 
 
-FEW_FOR_SPREAD = 5  # an IQR of fewer samples says little (of 3: "0.0%" when two agree)
-
-
-def spread(r: Row, few: int = FEW_FOR_SPREAD) -> str:
+def spread(r: Row, few: int = columns.FEW_FOR_SPREAD) -> str:
     """IQR / median: the one spread perflab shows everywhere (terminal, report, compare's
     ``iqr_pct``) and the one ``bench.noise_threshold`` judges; "?" (unknown) from fewer than
     ``few`` samples."""

@@ -12,6 +12,11 @@ figures (``perflab.analysis.replicates``):
   INCOMPARABLE  the rows come from machines (or software) whose identity differs; the
                 verdict names the fields (``--allow-mixed`` judges them anyway, and says so)
 
+An exact metric (``columns.EXACT``: instruction counts) is no sample of a distribution: the same
+code on the same software counts the same whatever the load, so there is nothing to test or
+resample. It is judged against ``EXACT_TOLERANCE_PCT``: FAIL beyond it more, PASS within or
+fewer, INCONCLUSIVE where the counts themselves vary by more (between repeats or processes).
+
 history, per change point of a series: ``regression``, ``improvement``, ``suspicious``.
 
 history, per series: a series long enough to judge whose subjects are mostly flagged suspect
@@ -35,6 +40,9 @@ USAGE_EXIT = 2
 UNJUDGED_EXIT = 3
 DEFAULT_GATE_PCT = 10.0  # compare without --fail-if-slower: asv's default factor (1.1)
 DEFAULT_STEP_PCT = 5.0  # history: a change smaller than this is suspicious at most
+# An exact metric (instruction counts: columns.EXACT) is judged against this, whatever the gate:
+# the same code counts within 0.4 % (64² torch.mm under callgrind), so more is more work.
+EXACT_TOLERANCE_PCT = 1.0
 
 
 class Verdict(str, Enum):
@@ -116,15 +124,24 @@ def judge(
     differ). Significance is adjusted over every judged point (Benjamini-Hochberg), after a
     Bonferroni correction over ``looks`` (perflab ab looks again as processes are added);
     detectability is at the level a lone changed point must meet, alpha / (points x looks).
-    ``floor``: the between-process variation assumed where a side has one process."""
+    ``floor``: the between-process variation assumed where a side has one process (given:
+    ``--process-cv``); else each point's own ``_floor`` (``perflab.analysis.floor``: this
+    machine's, kept), else ``replicates.FLOOR_CV``."""
+    from perflab.analysis import floor as floors
     from perflab.analysis import replicates
     from perflab.analysis.stats import fdr
+    from perflab.store.columns import EXACT
 
-    floor = replicates.FLOOR_CV if floor is None else floor
     judged = [p for p in points if allow_mixed or not p["identity"]]
+    for p in judged:
+        if p.get("metric") in EXACT:
+            _judge_exact(p)
+    judged = [p for p in judged if p.get("metric") not in EXACT]
     level = alpha / max(1, len(judged)) / max(1, looks)
     for p in judged:
-        c = replicates.change(p["_base"], p["_new"], level=level, floor=floor)
+        f = floors.given(floor) if floor is not None else p.get("_floor", floors.Floor(replicates.FLOOR_CV, "assumed"))
+        p["_floor"] = f
+        c = replicates.change(p["_base"], p["_new"], level=level, floor=f.cv)
         p["_change"] = c
         higher = p.get("_higher", True)
         p["speedup"] = c.ratio if higher else 1 / c.ratio
@@ -137,7 +154,7 @@ def judge(
         p["detectable_pct"] = c.detectable_pct
     adjusted = fdr([min(1.0, p["p_value"] * max(1, looks)) for p in judged])
     for p, p_adj in zip(judged, adjusted):
-        c = p["_change"]
+        c, f = p["_change"], p["_floor"]
         p["p_adjusted"] = p_adj
         significant = not math.isnan(p_adj) and p_adj < alpha
         p["significant"] = significant
@@ -160,8 +177,8 @@ def judge(
                 why = [f"{size}, significantly (adjusted p={p_adj:.2g})"]
         else:
             verdict = Verdict.INCONCLUSIVE
-            why.append(_inconclusive(p, c, gate_pct, level, floor))
-        if not c.spread.measured and c.spread.between > floor:
+            why.append(_inconclusive(p, c, gate_pct, level, f.cv))
+        if not c.spread.measured and c.spread.between > f.cv:
             why.append(
                 f"one process a side: the between-process variation is unknown, judged against "
                 f"{100 * c.spread.between:.2g} %, what the samples' own spread makes a median vary by "
@@ -170,7 +187,7 @@ def judge(
         elif not c.spread.measured:
             why.append(
                 f"one process a side: the between-process variation is unknown, judged against a floor of "
-                f"{100 * floor:g} % (--process-cv; bench.processes=K or perflab ab measure it)"
+                f"{100 * f.cv:.2g} % ({f.source}; bench.processes=K or perflab ab measure it)"
             )
         if p["identity"]:
             why.append(f"compared across identities on purpose (--allow-mixed): {p['identity']}")
@@ -182,6 +199,41 @@ def judge(
         if not (allow_mixed or not p["identity"]):
             p["verdict"], p["why"] = Verdict.INCOMPARABLE.value, f"machine identity differs: {p['identity']}"
             p["_why"] = [p["why"]]
+
+
+def _judge_exact(p: dict[str, Any]) -> None:
+    """A point of an exact metric (lower is better: counts), against ``EXACT_TOLERANCE_PCT``."""
+    import numpy as np
+
+    base, new, metric = p["_base"], p["_new"], p.get("metric", "instructions")
+    a, b = float(np.median(base.figures)), float(np.median(new.figures))
+    p["speedup"] = a / b
+    p["change_pct"] = 100 * (p["speedup"] - 1)
+    p["base_processes"], p["new_processes"] = base.n_processes, new.n_processes
+    p["ci_low"] = p["ci_high"] = p["p_value"] = p["p_adjusted"] = math.nan
+    p["detectable_pct"] = EXACT_TOLERANCE_PCT
+    within = [
+        float(x)
+        for side in (base, new)
+        for x in side.rows.get(f"{metric}_spread_pct", [])
+        if isinstance(x, (int, float)) and math.isfinite(x)
+    ]
+    between = [100 * float(np.ptp(s.figures)) / float(np.median(s.figures)) for s in (base, new) if s.n_processes > 1]
+    p["cv_between_pct"] = max(between) if between else math.nan
+    noise = max([*within, *between, 0.0])
+    more = 100 * (b / a - 1)
+    tol = f"the {EXACT_TOLERANCE_PCT:g} % tolerance of an exact count"
+    p["significant"] = abs(more) > EXACT_TOLERANCE_PCT
+    words = f"{abs(more):.3g} % {'more' if more > 0 else 'fewer'} {metric}"
+    p["significance"] = f"{words}: {'beyond' if p['significant'] else 'within'} {tol}"
+    if noise > EXACT_TOLERANCE_PCT:
+        verdict = Verdict.INCONCLUSIVE
+        why = f"{words}, but the counts vary by {noise:.2g} % (between repeats or processes): more than {tol}"
+    elif more > EXACT_TOLERANCE_PCT:
+        verdict, why = Verdict.FAIL, f"{words}: beyond {tol} (counts vary by {noise:.2g} %)"
+    else:
+        verdict, why = Verdict.PASS, f"{words}: {'within' if more >= -EXACT_TOLERANCE_PCT else 'beyond'} {tol}"
+    p["verdict"], p["_why"], p["why"] = verdict.value, [why], why
 
 
 def said_once(points: list[dict[str, Any]]) -> list[str]:

@@ -109,6 +109,8 @@ class Hooks:
     claims(rows, tree) -> claims       checkable statements with verdicts (analysis.claims, analysis.checks)
     work(rows) -> line        how much work a timed call did, beside the reference's, where its report
                   hook's setup lines do not say it (first under the job's table)
+    COUNTS_INSTRUCTIONS  its parts say their calls as source text (``Part.count``), so
+                  ``bench.instructions=true`` counts their instructions (CPU; else refused)
     CHAPTER_SHARE, chapter(machine, seconds) -> points   its share of ``perflab chapter``'s budget and
                   its points sized to the seconds it gets (perflab.measure.sizing)
     """
@@ -126,6 +128,7 @@ class Hooks:
     report: Optional[Callable[[DataFrame, Samples], Section]] = None
     claims: Optional[Callable[[DataFrame, Any], Sequence[Any]]] = None
     work: Optional[Callable[[Sequence[Row]], str]] = None
+    COUNTS_INSTRUCTIONS: bool = False
     CHAPTER_SHARE: float = 0.0
     chapter: Optional[Callable[[Any, float], Sequence[Any]]] = None
 

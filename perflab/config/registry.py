@@ -177,9 +177,27 @@ class Experiment:
                 "auto, wall_sync or torch_utils_benchmark (CUDA events time a CUDA device)",
                 problem=f"this job runs on {on}, no CUDA device",
             )
+        if settings.bench.instructions:
+            self._check_instructions(devices)
         fn = self.hooks.check
         if fn:
             fn(settings, devices)
+
+    def _check_instructions(self, devices: Sequence[Any]) -> None:
+        """``bench.instructions=true`` only where it can count: an experiment whose parts say
+        their calls as source text, on the CPU alone, with valgrind installed."""
+        from perflab.measure import instructions
+
+        if not self.hooks.COUNTS_INSTRUCTIONS:
+            problem = f"{self.name} does not say its work as source text to count"
+            raise ConfigError(instructions.KEY, "true", "false (experiments that count them: matmul)", problem=problem)
+        gpu = [d.name for d in devices if d.type != "cpu"]
+        if gpu:
+            problem = f"this job runs on {', '.join(gpu)}: callgrind counts CPU work only"
+            raise ConfigError(instructions.KEY, "true", "false, or devices.spec=cpu", problem=problem)
+        why = instructions.unavailable()
+        if why:
+            raise ConfigError(instructions.KEY, "true", "false, or install valgrind", problem=why)
 
     # --- the hooks called after the measurement: a failure is a line, the rows stand -------------
 

@@ -150,6 +150,9 @@ class BenchConfig:
     profile: bool = volatile(False)  # true: one torch.profiler Chrome trace per measurement, beside the rows
     # each point in this many fresh processes (rows carry ``process``, 1..K): the unit compare judges by
     processes: int = volatile(1)
+    # also count the instructions of each part's call under callgrind (CPU, one thread; valgrind):
+    # the ``instructions`` column, a metric load does not move (perflab.measure.instructions)
+    instructions: bool = field(default=False, metadata=LATER)
 
     def __post_init__(self) -> None:
         require(self.warmup >= 0, "warmup", self.warmup, "an integer >= 0")

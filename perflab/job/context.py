@@ -190,6 +190,10 @@ class Context:
             row["suspect"] = "; ".join(x for x in (s.suspect, busy, row.get("suspect", "")) if x)
             if self.settings.bench.profile:
                 row["trace"] = self._profile(name, part.fn, devices[name])
+            if self.settings.bench.instructions and part.count is not None:
+                from perflab.measure import instructions
+
+                row.update(instructions.count(part.count))
             self.record(name, s, devices=devices[name], **row)
         return stats
 

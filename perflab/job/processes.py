@@ -58,9 +58,12 @@ def run_one(
     env: Mapping[str, str] | None = None,
     python: str | None = None,
     quiet: bool = False,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> int:
     """``python -m perflab ARGS`` in a fresh process as process ``process``, with ``env`` added to
-    this environment (``python``: another interpreter, e.g. another venv's). Its exit code."""
+    this environment (``python``: another interpreter, e.g. another venv's; ``cwd``: where it
+    starts, e.g. a worktree of the code under test). Its exit code."""
     environ = {**os.environ, **(env or {}), ENV: str(process)}
     out = subprocess.DEVNULL if quiet else None
-    return subprocess.run([python or sys.executable, "-m", "perflab", *args], env=environ, stdout=out).returncode
+    command = [python or sys.executable, "-m", "perflab", *args]
+    return subprocess.run(command, env=environ, stdout=out, cwd=cwd).returncode

@@ -8,6 +8,7 @@ from perflab.config.schema import PerflabConfig
 from perflab.errors import ConfigError
 from perflab.measure.bench import Part
 from perflab.measure.devices import Device, Together, on_device
+from perflab.measure.instructions import Counted
 from perflab.store.rows import number
 
 if TYPE_CHECKING:
@@ -50,13 +51,15 @@ def alone_then_together(
     unit: str = "items",
     dtype: str | None = None,
     columns: Mapping[str, Any] | None = None,
+    count: Counted | None = None,
 ) -> dict[str, float]:
     """Time ``work(device)`` on each device alone and on all devices issued together, in
     interleaved rounds (alone, alone, together, ...) so that drift hits every variant alike.
 
     ``flops``/``items`` are per device per call; ``columns`` go into every row. The together row carries the sum of the
     alone medians, and ``concurrency`` = that sum / the together median (ideal: the number
-    of devices; above it is impossible and the row is marked suspect). Returns the medians.
+    of devices; above it is impossible and the row is marked suspect). ``count``: one alone
+    call as source text, for ``bench.instructions`` (perflab.measure.instructions). Returns the medians.
     """
     devices = ctx.devices
 
@@ -69,7 +72,13 @@ def alone_then_together(
 
     parts = {
         f"{d.name} alone": Part(
-            alone(d), [d], flops=flops, items=items, dtype=dtype, extra={"items_unit": unit, **(columns or {})}
+            alone(d),
+            [d],
+            flops=flops,
+            items=items,
+            dtype=dtype,
+            extra={"items_unit": unit, **(columns or {})},
+            count=count,
         )
         for d in devices
     }

@@ -20,14 +20,15 @@ import numpy as np
 import torch
 
 from perflab.measure.devices import Device, synchronize
-from perflab.store.columns import PERCENTILES
+from perflab.measure.instructions import Counted
+from perflab.store.columns import FEW_FOR_SPREAD, PERCENTILES
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 MAX_SAMPLES = 100_000  # a ceiling on the loop when min_time_s meets a very fast fn
 MIN_SAMPLE_S = 20e-6  # a sample shorter than this mostly times the clock and the syncs: suspect
-FEW = 3  # with fewer samples than this the spread is unknown, not zero
+FEW = 3  # fewer samples than this: no std or IQR at all, and the row is suspect (judged: columns.FEW_FOR_SPREAD)
 
 
 class Benchmark:
@@ -102,8 +103,9 @@ class Stats:
 
     @property
     def noisy(self) -> bool | None:
-        """IQR / median above ``noise_threshold``; None (unknown) with fewer than 3 samples."""
-        if math.isnan(self.iqr):
+        """IQR / median above ``noise_threshold``; None (unknown) with fewer than
+        ``FEW_FOR_SPREAD`` samples, where the tables show the spread as "?"."""
+        if math.isnan(self.iqr) or self.n < FEW_FOR_SPREAD:
             return None
         return self.median > 0 and self.iqr / self.median > self.noise_threshold
 
@@ -309,7 +311,8 @@ class Part:
     become items/s, TFLOP/s and GB/s; ``dtype`` (``float32``, ``bf16-mixed`` ...) says which
     peak bounds the FLOPs, for ``pct_of_peak`` (vs ``+experiment=hardware``'s measured peak)
     and ``mfu`` (vs the datasheet); ``derive(stats)`` adds columns computed from the measured
-    time; ``extra`` any other columns."""
+    time; ``extra`` any other columns; ``count`` the call as ``stmt`` and ``setup`` source text,
+    whose instructions ``bench.instructions=true`` counts (perflab.measure.instructions)."""
 
     fn: Callable[[], object]
     devices: Sequence[Device] | None = None
@@ -320,3 +323,4 @@ class Part:
     dtype: str | None = None
     derive: Callable[[Stats], dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    count: Counted | None = None  # the call as source text: bench.instructions counts it

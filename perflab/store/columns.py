@@ -22,10 +22,19 @@ class Column:
     better: Literal["higher", "lower", ""] = ""  # "": not a figure to judge
     rate: bool = False  # work per median second: each raw sample implies a value too
     lead: bool = False  # one of the leading columns, in this table's order
+    exact: bool = False  # deterministic: the same code counts the same, whatever the load (judged by a tolerance)
 
 
-def _c(name: str, kind: Kind = "", unit: str = "", better: str = "", rate: bool = False, lead: bool = False) -> Column:
-    return Column(name, kind, unit, better, rate, lead)  # type: ignore[arg-type]
+def _c(
+    name: str,
+    kind: Kind = "",
+    unit: str = "",
+    better: str = "",
+    rate: bool = False,
+    lead: bool = False,
+    exact: bool = False,
+) -> Column:
+    return Column(name, kind, unit, better, rate, lead, exact)  # type: ignore[arg-type]
 
 
 COLUMNS: dict[str, Column] = {
@@ -76,6 +85,9 @@ COLUMNS: dict[str, Column] = {
         _c("mfu", "float", "%", "higher", lead=True),
         _c("bus_gbps", "float", "GB/s (bus)", "higher", rate=True),
         _c("per_device_items_per_s", "float", "items/s per device", "higher", rate=True),
+        # bench.instructions: instructions per call under callgrind, and their spread over its repeats
+        _c("instructions", "float", "instructions", "lower", exact=True),
+        _c("instructions_spread_pct", "float", "%"),
         _c("seconds", "float", "s"),
         _c("intensity", "float", "FLOP/byte"),
         _c("test_acc", "float", "", "higher"),
@@ -117,6 +129,9 @@ COLUMNS: dict[str, Column] = {
 # percentile of n samples has (1 - q) x n of them beyond it: with fewer than 1 / (1 - q) samples
 # (10 for p90, 100 for p99) it is an interpolation between the largest, said in ``tail_note``.
 PERCENTILES = {"p50_s": 50, "p90_s": 90, "p99_s": 99}
+# A row's spread (IQR / median) of fewer samples says little (of 3: "0.0%" when two agree): from
+# this many it is shown (the job's table, the report) and judged (``noisy``); below, unknown ("?").
+FEW_FOR_SPREAD = 5
 LEADING = tuple(c.name for c in COLUMNS.values() if c.lead)
 RATES = frozenset(c.name for c in COLUMNS.values() if c.rate)
 # Read back as such whatever a file's cell holds (a damaged cell reads as missing).
@@ -127,6 +142,8 @@ FLAGS = tuple(c.name for c in COLUMNS.values() if c.kind == "flag")
 CATEGORIES = tuple(c.name for c in COLUMNS.values() if c.kind == "category")
 # Figures a comparison can judge by default (a user's own rates judge too: *_per_s).
 JUDGED = frozenset(c.name for c in COLUMNS.values() if c.better)
+# Judged by a tolerance, not by a test between processes (perflab.analysis.verdicts).
+EXACT = frozenset(c.name for c in COLUMNS.values() if c.exact)
 
 
 def higher_is_better(metric: str) -> bool:
