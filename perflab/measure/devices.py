@@ -247,5 +247,5 @@ class Together:
 
 
 def _in_worker(fn: Callable[[Device], object], device: Device) -> object:
-    torch.set_num_threads(device.threads or os.cpu_count() or 1)
+    torch.set_num_threads(device.threads or allowed_cpus())
     return fn(device)
