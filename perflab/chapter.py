@@ -191,9 +191,11 @@ def sized(module: str, machine: Machine, seconds: float, pace: dict[str, float])
     return points
 
 
-def learned(point: Point, spent_s: float) -> float:
-    """The pace of a job that ran: its time over its hook's estimate, within :data:`PACE`."""
-    return min(PACE[1], max(PACE[0], spent_s / point.model_s)) if point.model_s > 0 else 1.0
+def learned(point: Point, spent_s: float, before: float | None = None) -> float:
+    """The pace of a job that ran: its time over its hook's estimate (within :data:`PACE`), the
+    geometric mean with its pace ``before`` where it had one (one busy run moves it half-way)."""
+    now = min(PACE[1], max(PACE[0], spent_s / point.model_s))
+    return now if before is None else math.sqrt(before * now)
 
 
 def resize(chapter: Chapter, started: set[int], left_s: float, late: float) -> float:
@@ -486,8 +488,8 @@ def run_points(chapter: Chapter, folder: Path, store: Path, deadline: float, pro
             progress.write(f"  {name}: refused: {err}")
         spent = time.monotonic() - t0
         progress.finish(point.estimate_s, spent, reused=outcome == "done")
-        if outcome == "ok":  # measured in full: the next chapter here estimates this job at its pace
-            chapter.pace[point.key] = learned(point, spent)
+        if outcome == "ok" and point.model_s > 0:  # measured in full: the next chapter here estimates it at its pace
+            chapter.pace[point.key] = learned(point, spent, chapter.pace.get(point.key))
             keep_pace(store, {point.key: chapter.pace[point.key]})
         ratio = f", x{spent / point.estimate_s:.2f}" if outcome == "ok" and point.estimate_s > 0 else ""
         if ratio:

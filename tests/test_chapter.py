@@ -283,6 +283,7 @@ def test_a_jobs_estimate_is_its_hooks_model_at_the_pace_it_had_here_before(work)
     ran = by_key[fast.key]
     assert chapter_module.learned(ran, 3 * ran.model_s) == pytest.approx(3.0)
     assert chapter_module.learned(ran, 100 * ran.model_s) == chapter_module.PACE[1]
+    assert chapter_module.learned(ran, 4 * ran.model_s, before=1.0) == pytest.approx(2.0), "half-way from before"
     chapter_module.keep_pace(store, {"x:y:": 1e9})
     assert chapter_module.kept_pace(store)["x:y:"] == chapter_module.PACE[1], "a damaged pace is bounded"
 
