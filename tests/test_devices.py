@@ -173,3 +173,17 @@ def test_a_job_runs_with_its_threads_says_them_in_its_rows_and_gives_the_callers
     assert torch.get_num_threads() == before, "the caller's threads again after the job"
     with pytest.raises(Refused, match=r"devices.threads=4096: .*; allowed: null or at most \d+"):
         perflab.run("quick/matmul", ["devices.threads=4096"])
+
+
+@pytest.mark.parametrize("given, used", [(None, "PASSIVE"), ("active", "active")])
+def test_waiting_openmp_threads_sleep_unless_told_to_spin(given, used):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given:
+        env["OMP_WAIT_POLICY"] = given
+    code = "import perflab, os; print(os.environ['OMP_WAIT_POLICY'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == used
