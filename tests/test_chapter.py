@@ -303,3 +303,16 @@ def test_one_job_up_to_twice_its_estimate_moves_the_eta_by_less_than_half(late_b
             progress.done, progress.late, progress.actual, progress.estimated = 0.0, 1.0, 0.0, 0.0
     finally:
         progress.close()
+
+
+def test_the_first_compile_is_estimated_shorter_where_inductors_cache_holds_graphs(tmp_path, monkeypatch):
+    from perflab.experiments import compile as compile_exp
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    (cold,) = compile_exp.chapter(machine(), 60.0)
+    assert compile_exp.first_compile_s() == compile_exp.FIRST_COMPILE_S
+    (tmp_path / "inductor" / "fxgraph" / "ab").mkdir(parents=True)  # a graph compiled before
+    (warm,) = compile_exp.chapter(machine(), 60.0)
+    assert compile_exp.first_compile_s() == compile_exp.WARM_COMPILE_S
+    saved = compile_exp.FIRST_COMPILE_S - compile_exp.WARM_COMPILE_S
+    assert warm.estimate_s == pytest.approx(cold.estimate_s - saved), "the same samples, a shorter first call"
