@@ -289,7 +289,12 @@ def kept_pace(store: Path) -> dict[str, float]:
 def keep_pace(store: Path, pace: dict[str, float]) -> None:
     """Keep the pace of the jobs run so far beside this machine's calibration (the next chapter
     here estimates them by it)."""
-    _keep(store, lambda entry: {**entry, "pace": {**entry.get("pace", {}), **pace}})
+
+    def change(entry: dict[str, Any]) -> dict[str, Any]:
+        before = entry.get("pace")
+        return {**entry, "pace": {**(before if isinstance(before, dict) else {}), **pace}}
+
+    _keep(store, change)
 
 
 def _keep(store: Path, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:

@@ -286,6 +286,13 @@ def test_a_jobs_estimate_is_its_hooks_model_at_the_pace_it_had_here_before(work)
     assert chapter_module.learned(ran, 4 * ran.model_s, before=1.0) == pytest.approx(2.0), "half-way from before"
     chapter_module.keep_pace(store, {"x:y:": 1e9})
     assert chapter_module.kept_pace(store)["x:y:"] == chapter_module.PACE[1], "a damaged pace is bounded"
+    kept = json.loads((store / ".perflab" / chapter_module.CALIBRATION).read_text())
+    (entry,) = kept.values()
+    entry["pace"] = "not a pace"
+    (store / ".perflab" / chapter_module.CALIBRATION).write_text(json.dumps(kept))
+    assert chapter_module.kept_pace(store) == {}, "an unreadable pace: none"
+    chapter_module.keep_pace(store, {fast.key: 0.5})
+    assert chapter_module.kept_pace(store) == {fast.key: 0.5}, "and the next is kept over it"
 
 
 @pytest.mark.parametrize("late_by", [2.0, 0.0, 0.5])
