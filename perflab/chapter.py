@@ -61,7 +61,9 @@ PLAN = "chapter.json"
 REPORT_S = 25.0  # kept at the end for the report (loading, claims, figures: ~10 s on 2 busy cores)
 MARGIN = 0.8  # the plan fills this share of the time left: the machine's noise gets the rest
 FIRST_JOB_S = 3.0  # the first job's own start (Hydra's first compose, imports), beside its estimate
-PRIOR_S = 60.0  # how much on-time work the pace starts from (see Progress.finish)
+PRIOR_S = 60.0  # how much on-time work the ETA's lateness starts from, at least the largest job's (Progress)
+Pace = dict[str, float]  # Point.key -> the job's time over its hook's estimate on this machine before
+PACE = (0.25, 4.0)  # a job's pace here (its time over its hook's estimate) is kept within these bounds
 GROW_FROM, GROW_MAX = 1.5, 1.5  # ahead of time, what is left grows when it would fill under 2/3 of it, by 1.5x at most
 SMALLEST_S = 1.0  # the seconds that size every experiment at its smallest (each hook's lower bounds)
 
@@ -79,6 +81,7 @@ class Chapter:
     redo: bool = True  # measure anew (a new chapter), or reuse what was done (one that continues)
     outcomes: dict[str, str] = field(default_factory=dict)  # point number -> outcome
     finished: str = ""
+    pace: dict[str, float] = field(default_factory=dict)  # Point.key -> its time over its hook's estimate here
 
     def save(self, folder: Path) -> None:
         data = {
@@ -91,6 +94,7 @@ class Chapter:
             "seconds": self.seconds,
             "points": [p.as_dict() for p in self.points],
             "outcomes": self.outcomes,
+            "pace": self.pace,
         }
         files.write_atomic(folder / PLAN, json.dumps(data, indent=2) + "\n")
 
@@ -146,8 +150,9 @@ def taking_part() -> dict[str, registry.Experiment]:
     return {name: e for name, e in found.items() if e.hooks.chapter and e.hooks.CHAPTER_SHARE > 0}
 
 
-def plan(machine: Machine, seconds: float) -> tuple[list[Point], dict[str, float]]:
-    """Every taking-part experiment's points for ``seconds`` in all, split by their shares. The
+def plan(machine: Machine, seconds: float, pace: Pace | None = None) -> tuple[list[Point], dict[str, float]]:
+    """Every taking-part experiment's points for ``seconds`` in all, split by their shares, at
+    the ``pace`` the same jobs had on this machine before (:func:`sized`). The
     experiments that measure the machine's peaks go first (the others' rows are judged against
     them), then the largest groups of points compared with one another: a pair that has started
     cannot be resized, so the small jobs come last, where running late can still shrink them.
@@ -155,7 +160,7 @@ def plan(machine: Machine, seconds: float) -> tuple[list[Point], dict[str, float
     taking = taking_part()
     total = sum(e.hooks.CHAPTER_SHARE for e in taking.values())
     given = {name: seconds * e.hooks.CHAPTER_SHARE / total for name, e in taking.items()}
-    points = [with_module(p, name) for name, e in taking.items() for p in e.chapter(machine, given[name])]
+    points = [p for name in taking for p in sized(name, machine, given[name], pace or {})]
     first = {name for name, e in taking.items() if e.writes_peaks}
     size: dict[str, float] = {}
     for p in points:
@@ -167,6 +172,30 @@ def plan(machine: Machine, seconds: float) -> tuple[list[Point], dict[str, float
 def with_module(point: Point, module: str) -> Point:
     point.module = module
     return point
+
+
+def sized(module: str, machine: Machine, seconds: float, pace: dict[str, float]) -> list[Point]:
+    """The experiment's points for ``seconds``, each estimated as its hook says times the pace
+    the same job had on this machine before (``pace[point.key]``: its time over the hook's
+    estimate then; 1 for a job not run here yet). Where that pace says the hook's model is off,
+    the hook is asked again for the seconds that, at that pace, fill ``seconds``."""
+    hook = registry.get(module).chapter
+    points = [with_module(p, module) for p in hook(machine, seconds)]
+    model = sum(p.estimate_s for p in points)
+    expected = sum(p.estimate_s * pace.get(p.key, 1.0) for p in points)
+    if model > 0 and expected > 0 and abs(expected / model - 1) > 0.05:
+        points = [with_module(p, module) for p in hook(machine, seconds * model / expected)]
+    for p in points:
+        p.model_s = p.estimate_s
+        p.estimate_s = p.model_s * pace.get(p.key, 1.0)
+    return points
+
+
+def learned(point: Point, spent_s: float, before: float | None = None) -> float:
+    """The pace of a job that ran: its time over its hook's estimate (within :data:`PACE`), the
+    geometric mean with its pace ``before`` where it had one (one busy run moves it half-way)."""
+    now = min(PACE[1], max(PACE[0], spent_s / point.model_s))
+    return now if before is None else math.sqrt(before * now)
 
 
 def resize(chapter: Chapter, started: set[int], left_s: float, late: float) -> float:
@@ -189,12 +218,12 @@ def resize(chapter: Chapter, started: set[int], left_s: float, late: float) -> f
     changed = False
     for module in dict.fromkeys(chapter.points[i].module for i in movable):
         seconds = chapter.seconds.get(module, 0.0) * factor
-        fresh = {(p.preset, p.label): p for p in registry.get(module).chapter(chapter.machine, seconds)}
+        fresh = {(p.preset, p.label): p for p in sized(module, chapter.machine, seconds, chapter.pace)}
         for i in movable:  # each point by what it is (the plan's order is not the hook's)
             new = fresh.get((chapter.points[i].preset, chapter.points[i].label))
             if chapter.points[i].module == module and new is not None:
                 changed |= new.overrides != chapter.points[i].overrides
-                chapter.points[i] = with_module(new, module)
+                chapter.points[i] = new
         chapter.seconds[module] = seconds
     return factor if changed else 1.0
 
@@ -243,14 +272,42 @@ def kept_calibration(store: Path) -> tuple[Machine, float, str] | None:
 
 def keep_calibration(store: Path, machine: Machine, smallest: float) -> None:
     """Keep this machine's calibration for the next chapter (a store that cannot be written keeps
-    none: the next chapter calibrates again)."""
+    none: the next chapter calibrates again). The pace its jobs had stays (:func:`keep_pace`)."""
+    _keep(store, lambda entry: {**entry, "machine": machine.as_dict(), "smallest_s": smallest, "when": _now()})
+
+
+def kept_pace(store: Path) -> dict[str, float]:
+    """Each job's pace on this machine in the chapters before (``Point.key`` -> its time over its
+    hook's estimate), kept with the calibration; empty where none is kept or it is unreadable."""
+    try:
+        pace = json.loads(files.read_regular(meta(store) / CALIBRATION))[machine_key()]["pace"]
+        return {str(k): min(PACE[1], max(PACE[0], float(v))) for k, v in pace.items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def keep_pace(store: Path, pace: dict[str, float]) -> None:
+    """Keep the pace of the jobs run so far beside this machine's calibration (the next chapter
+    here estimates them by it)."""
+
+    def change(entry: dict[str, Any]) -> dict[str, Any]:
+        before = entry.get("pace")
+        return {**entry, "pace": {**(before if isinstance(before, dict) else {}), **pace}}
+
+    _keep(store, change)
+
+
+def _keep(store: Path, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """This machine's entry of the calibration file, changed (written whole, atomically)."""
     path = meta(store) / CALIBRATION
     try:
         kept = json.loads(files.read_regular(path))
         kept = kept if isinstance(kept, dict) else {}
     except (OSError, ValueError):
         kept = {}
-    kept[machine_key()] = {"machine": machine.as_dict(), "smallest_s": smallest, "when": _now()}
+    key = machine_key()
+    entry = kept.get(key)
+    kept[key] = change(entry if isinstance(entry, dict) else {})
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         files.write_atomic(path, json.dumps(kept, indent=2) + "\n")
@@ -327,9 +384,10 @@ class Progress:
     """One bar for the whole chapter with an ETA (on a terminal; plain lines elsewhere):
     advanced by each job's estimate, inside a job by its elapsed time, never past its estimate."""
 
-    def __init__(self, total_s: float) -> None:
+    def __init__(self, total_s: float, largest_s: float = 0.0) -> None:
         self.tty = sys.stderr.isatty()
         self.total, self.done, self.late = max(total_s, 1.0), 0.0, 1.0
+        self.prior = max(PRIOR_S, largest_s)  # see finish
         self.actual = self.estimated = 0.0
         self.current, self.current_est, self.current_start = "", 0.0, time.monotonic()
         self.bar: Any = None
@@ -349,9 +407,10 @@ class Progress:
         self.current_est = 0.0
         if not reused and estimate_s > 0:
             self.actual, self.estimated = self.actual + actual_s, self.estimated + estimate_s
-            # actual over estimated so far, with a prior of a minute on time: one job's surprise
-            # (a cold compile cache) does not swing the ETA of all the rest
-            self.late = min(3.0, max(0.5, (self.actual + PRIOR_S) / (self.estimated + PRIOR_S)))
+            # actual over estimated so far, with a prior of on-time work as large as the largest
+            # job: one job's surprise (a cold compile cache) does not swing the ETA of the rest;
+            # one that takes up to twice its estimate moves it by less than half
+            self.late = min(3.0, max(0.5, (self.actual + self.prior) / (self.estimated + self.prior)))
         self._draw()
 
     def eta_s(self) -> float:
@@ -408,6 +467,7 @@ def run_points(chapter: Chapter, folder: Path, store: Path, deadline: float, pro
     from perflab.errors import Refused
 
     outcomes: dict[int, str] = {}
+    ratios: list[float] = []  # each job measured: its time over its estimate
     started = {int(i) for i, o in chapter.outcomes.items() if o in ("ok", "done")}  # done before: keep their sizes
     for i in range(len(chapter.points)):
         left = deadline - time.time() - REPORT_S
@@ -433,15 +493,27 @@ def run_points(chapter: Chapter, folder: Path, store: Path, deadline: float, pro
             progress.write(f"  {name}: refused: {err}")
         spent = time.monotonic() - t0
         progress.finish(point.estimate_s, spent, reused=outcome == "done")
+        if outcome == "ok" and point.model_s > 0:  # measured in full: the next chapter here estimates it at its pace
+            chapter.pace[point.key] = learned(point, spent, chapter.pace.get(point.key))
+            keep_pace(store, {point.key: chapter.pace[point.key]})
+        ratio = f", x{spent / point.estimate_s:.2f}" if outcome == "ok" and point.estimate_s > 0 else ""
+        if ratio:
+            ratios.append(spent / point.estimate_s)
         outcomes[i] = chapter.outcomes[str(i)] = outcome
         chapter.save(folder)
         shown = "reused (done before)" if outcome == "done" else outcome
         progress.write(
-            f"{name:<38} {shown:<8} {clock(spent):>5} (est. {clock(point.estimate_s)})  ETA {clock(progress.eta_s())}"
+            f"{name:<38} {shown:<8} {clock(spent):>5} (est. {clock(point.estimate_s)}{ratio})"
+            f"  ETA {clock(progress.eta_s())}"
         )
         line = work_line(point.module, rows)
         if line:
             progress.write(f"    {line}")
+    if ratios:
+        progress.write(
+            f"  the {len(ratios)} jobs measured took {min(ratios):.2f}x to {max(ratios):.2f}x their estimates; "
+            "the next chapter here estimates each at its pace"
+        )
     return outcomes
 
 
@@ -578,12 +650,16 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
             machine, smallest, when = kept
             say(f"  this machine's calibration of {when} is kept (--calibrate measures it again)")
         say(f"  on {machine.words()}")
+        pace = kept_pace(store)
+        if pace:  # the jobs at their smallest, at the pace they had here before
+            smallest = sum(p.estimate_s for p in plan(machine, SMALLEST_S, pace)[0])
+            say(f"  each job estimated at the pace it had in this machine's chapters before ({len(pace)} jobs)")
         refused = too_short(args.budget, budget, time.time() - (deadline - 60 * budget), smallest)
         if refused is not None:
             raise refused
         left = deadline - time.time() - REPORT_S - FIRST_JOB_S
-        points, seconds = plan(machine, left * MARGIN)
-        chapter = Chapter(budget, socket.gethostname(), _now(), machine, points, seconds)
+        points, seconds = plan(machine, left * MARGIN, pace)
+        chapter = Chapter(budget, socket.gethostname(), _now(), machine, points, seconds, pace=pace)
     machine = chapter.machine
     if not machine.gpu:
         say(
@@ -606,7 +682,7 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
             "  the budget is tight: at their smallest sizes the jobs leave little room for the machine's noise; "
             "some verdicts will be UNDERPOWERED"
         )
-    progress = Progress(total)
+    progress = Progress(total, max((p.estimate_s for p in chapter.points), default=0.0))
     logs.LIVE[0] = False  # one bar for the chapter: the jobs draw none of their own
     try:
         outcomes = run_points(chapter, folder, store, deadline, progress)

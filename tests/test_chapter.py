@@ -254,3 +254,72 @@ def test_a_slow_models_training_probe_times_one_step_after_its_warm_up():
     rate = sizing.training_rate(machine(), "slow", Slow, (4,), batch=2)
     assert len(calls) == 2, "a warm-up step and one timed"
     assert 0 < rate < 2 / sizing.PROBE_S
+
+
+# --- estimates: the hook's model at the pace each job had here before -------------------------
+
+
+def test_a_jobs_estimate_is_its_hooks_model_at_the_pace_it_had_here_before(work):
+    store = work / "outputs"
+    described = machine()
+    model, _ = chapter_module.plan(described, 300.0)
+    assert all(p.estimate_s == p.model_s > 0 for p in model), "no pace kept: the hooks' own estimates"
+    chapter_module.keep_calibration(store, described, 200.0)
+    trained = [p for p in model if p.module == "train"]
+    slow, fast = trained[0], model[-1]
+    pace = {**{p.key: 2.0 for p in trained}, fast.key: 0.5}
+    chapter_module.keep_pace(store, pace)
+    chapter_module.keep_calibration(store, described, 210.0)  # calibrated again: the pace stays
+    assert chapter_module.kept_pace(store) == pace
+    paced, _ = chapter_module.plan(described, 300.0, chapter_module.kept_pace(store))
+    by_key = {p.key: p for p in paced}
+    for p in paced:
+        assert p.estimate_s == pytest.approx(p.model_s * pace.get(p.key, 1.0)), p.key
+    # jobs that ran at twice their model are asked for the seconds that, at that pace, fill their share
+    assert by_key[slow.key].model_s < slow.model_s
+    paced_training = sum(p.estimate_s for p in paced if p.module == "train")
+    assert paced_training == pytest.approx(sum(p.estimate_s for p in trained), rel=0.3)
+    # what a job took is its pace next time, within bounds
+    ran = by_key[fast.key]
+    assert chapter_module.learned(ran, 3 * ran.model_s) == pytest.approx(3.0)
+    assert chapter_module.learned(ran, 100 * ran.model_s) == chapter_module.PACE[1]
+    assert chapter_module.learned(ran, 4 * ran.model_s, before=1.0) == pytest.approx(2.0), "half-way from before"
+    chapter_module.keep_pace(store, {"x:y:": 1e9})
+    assert chapter_module.kept_pace(store)["x:y:"] == chapter_module.PACE[1], "a damaged pace is bounded"
+    kept = json.loads((store / ".perflab" / chapter_module.CALIBRATION).read_text())
+    (entry,) = kept.values()
+    entry["pace"] = "not a pace"
+    (store / ".perflab" / chapter_module.CALIBRATION).write_text(json.dumps(kept))
+    assert chapter_module.kept_pace(store) == {}, "an unreadable pace: none"
+    chapter_module.keep_pace(store, {fast.key: 0.5})
+    assert chapter_module.kept_pace(store) == {fast.key: 0.5}, "and the next is kept over it"
+
+
+@pytest.mark.parametrize("late_by", [2.0, 0.0, 0.5])
+def test_one_job_up_to_twice_its_estimate_moves_the_eta_by_less_than_half(late_by):
+    points, _ = chapter_module.plan(machine(), 480.0)
+    progress = chapter_module.Progress(sum(p.estimate_s for p in points), max(p.estimate_s for p in points))
+    try:
+        for first in range(len(points)):  # each job in its turn the late one, the others on time
+            for i, q in enumerate(points):
+                before = progress.total - progress.done - q.estimate_s  # the ETA as it ends: what is left after it
+                eta = before * progress.late
+                progress.finish(q.estimate_s, q.estimate_s * (late_by if i == first else 1.0), reused=False)
+                if eta > 0:
+                    assert 0.5 <= progress.eta_s() / eta <= 1.5, (q.key, late_by, progress.eta_s(), eta)
+            progress.done, progress.late, progress.actual, progress.estimated = 0.0, 1.0, 0.0, 0.0
+    finally:
+        progress.close()
+
+
+def test_the_first_compile_is_estimated_shorter_where_inductors_cache_holds_graphs(tmp_path, monkeypatch):
+    from perflab.experiments import compile as compile_exp
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    (cold,) = compile_exp.chapter(machine(), 60.0)
+    assert compile_exp.first_compile_s() == compile_exp.FIRST_COMPILE_S
+    (tmp_path / "inductor" / "fxgraph" / "ab").mkdir(parents=True)  # a graph compiled before
+    (warm,) = compile_exp.chapter(machine(), 60.0)
+    assert compile_exp.first_compile_s() == compile_exp.WARM_COMPILE_S
+    saved = compile_exp.FIRST_COMPILE_S - compile_exp.WARM_COMPILE_S
+    assert warm.estimate_s == pytest.approx(cold.estimate_s - saved), "the same samples, a shorter first call"

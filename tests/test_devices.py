@@ -126,3 +126,64 @@ def test_cpu_threads_restores_the_setting():
     with cpu_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+# --- a job's intra-op threads: devices.threads, else OMP_NUM_THREADS, else the affinity mask ----
+
+
+def test_the_threads_default_to_the_cpus_this_process_may_use_and_never_more():
+    from perflab.measure.devices import intra_op_threads
+
+    assert intra_op_threads(None, cpus=4, env={}) == 4, "the default: every CPU of the affinity mask"
+    assert intra_op_threads(None, cpus=4, env={"OMP_NUM_THREADS": "1"}) == 1, "OMP_NUM_THREADS where set"
+    assert intra_op_threads(None, cpus=4, env={"OMP_NUM_THREADS": "16"}) == 4, "never above the mask"
+    assert intra_op_threads(None, cpus=4, env={"OMP_NUM_THREADS": "2,1"}) == 2, "OpenMP's list: its first level"
+    assert intra_op_threads(None, cpus=4, env={"OMP_NUM_THREADS": "x"}) == 4
+    assert intra_op_threads(3, cpus=4, env={"OMP_NUM_THREADS": "1"}) == 3, "the config's setting wins"
+    with pytest.raises(MissingDevice) as refused:
+        intra_op_threads(5, cpus=4, env={})
+    assert (
+        refused.value.line()
+        == "devices.threads=5: this process may use 4 CPUs (its affinity mask); allowed: null or at most 4"
+    )
+    with pytest.raises(ConfigError, match="threads=0: allowed: null or an integer >= 1"):
+        DevicesConfig(threads=0)
+
+
+def test_the_affinity_mask_is_what_a_process_may_use():
+    import subprocess
+    import sys
+
+    code = (
+        "import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
+        "from perflab.measure.devices import intra_op_threads; print(intra_op_threads(None, env={}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "1", "taskset to one CPU: one thread"
+
+
+def test_a_job_runs_with_its_threads_says_them_in_its_rows_and_gives_the_callers_back(work):
+    import perflab
+    from perflab.errors import Refused
+
+    before = torch.get_num_threads()
+    df = perflab.run("quick/matmul", ["devices.threads=1", "bench.repeats=3", "bench.min_time_s=0"])
+    timed = df[df["status"] == "ok"]
+    assert len(timed) and set(timed["num_threads"]) == {1}
+    assert torch.get_num_threads() == before, "the caller's threads again after the job"
+    with pytest.raises(Refused, match=r"devices.threads=4096: .*; allowed: null or at most \d+"):
+        perflab.run("quick/matmul", ["devices.threads=4096"])
+
+
+@pytest.mark.parametrize("given, used", [(None, "PASSIVE"), ("active", "active")])
+def test_waiting_openmp_threads_sleep_unless_told_to_spin(given, used):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given:
+        env["OMP_WAIT_POLICY"] = given
+    code = "import perflab, os; print(os.environ['OMP_WAIT_POLICY'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == used

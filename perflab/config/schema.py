@@ -94,15 +94,21 @@ class DevicesConfig:
     ``[cuda:0,cuda:1]`` / ``[cuda:0,cpu]``. count: take N devices of that kind; for the CPU,
     N workers that split its cores. on_missing: ``error`` (exit 2), ``skip`` (write a
     ``skipped`` row and exit 0), or ``auto``: error in a single run, skip in a sweep.
+    threads: torch's intra-op threads for the job (CPU work; CPU workers split them); null:
+    ``OMP_NUM_THREADS`` where set, else every CPU this process may use (its affinity mask),
+    never more than those CPUs (:func:`perflab.measure.devices.intra_op_threads`).
     """
 
     spec: Any = "auto"
     count: Optional[int] = None
     on_missing: str = volatile("auto")
+    threads: Optional[int] = field(default=None, metadata=LATER)
 
     def __post_init__(self) -> None:
         if self.count is not None:
             require(self.count >= 1, "count", self.count, "null or an integer >= 1")
+        if self.threads is not None:
+            require(self.threads >= 1, "threads", self.threads, "null or an integer >= 1")
         one_of(self, "on_missing", ("auto", "error", "skip"))
         if isinstance(self.spec, str) and self.spec in ("auto", "cpu", "cuda", "mps"):
             return

@@ -26,7 +26,7 @@ from perflab.job.context import Context
 from perflab.job.ending import Place, Result, discard, record_time, refuse, save_record
 from perflab.job.stop import Stopped, on_stop_signals, raise_if_stopped, stop_of, stop_signals_held
 from perflab.measure import memory
-from perflab.measure.devices import Device, resolve
+from perflab.measure.devices import Device, cpu_threads, resolve, use_threads
 from perflab.measure.environment import environment, subject
 from perflab.measure.peaks import Peaks
 from perflab.store import done_marks, files
@@ -68,10 +68,11 @@ class GuardedJob:
 
     def go(self) -> Result:
         """One job's torch half: open, run, close (a refusal at open or run ends it there)."""
-        refused = self.open()
-        if refused is None:
-            refused = self.run()
-        return refused if refused is not None else self.close()
+        with cpu_threads(None):  # the caller's intra-op threads again after the job (open sets the job's)
+            refused = self.open()
+            if refused is None:
+                refused = self.run()
+            return refused if refused is not None else self.close()
 
     # --- open ------------------------------------------------------------------------------------
 
@@ -86,6 +87,7 @@ class GuardedJob:
         on_missing = self.settings.devices.on_missing
         fallback = beside = ""
         try:
+            use_threads(self.settings.devices.threads)  # before any work; each row's num_threads says it
             resolved = resolve(self.settings.devices)
             self.devices, fallback = resolved.devices, resolved.fallback
             beside = sharing.beside(place, self.devices)

@@ -11,7 +11,7 @@ import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -141,6 +141,42 @@ def _from_names(parsed: list[tuple[str, int | None]], inv: Inventory, spec: obje
     return devices
 
 
+def allowed_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (``taskset``, a container's cpuset),
+    every CPU where the OS keeps none."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def intra_op_threads(setting: int | None, cpus: int | None = None, env: Mapping[str, str] = os.environ) -> int:
+    """torch's intra-op threads for a job: ``devices.threads`` where set (refused above the
+    CPUs this process may use), else ``OMP_NUM_THREADS`` where set, else every CPU this process
+    may use; never more than those CPUs, whose threads would wait for each other at every
+    barrier (docs/running.md#what-omp_num_threads-does)."""
+    cpus = cpus or allowed_cpus()
+    if setting is not None:
+        if setting > cpus:
+            raise MissingDevice(
+                "devices.threads",
+                setting,
+                f"null or at most {cpus}",
+                problem=f"this process may use {cpus} CPU{'s' if cpus != 1 else ''} (its affinity mask)",
+            )
+        return setting
+    first = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()  # OpenMP allows a list per nesting level
+    if first.isdigit() and int(first) >= 1:
+        return min(int(first), cpus)
+    return cpus
+
+
+def use_threads(setting: int | None) -> int:
+    """Set torch's intra-op threads to :func:`intra_op_threads` (a job does, before its work)."""
+    n = intra_op_threads(setting)
+    torch.set_num_threads(n)
+    return n
+
+
 def synchronize(devices: Sequence[Device]) -> None:
     """Wait until every queued kernel on every given device has finished."""
     for d in devices:
@@ -211,5 +247,5 @@ class Together:
 
 
 def _in_worker(fn: Callable[[Device], object], device: Device) -> object:
-    torch.set_num_threads(device.threads or os.cpu_count() or 1)
+    torch.set_num_threads(device.threads or allowed_cpus())
     return fn(device)

@@ -82,6 +82,12 @@ class Point:
     label: str = ""  # how the progress line names it ("1 device")
     group: str = ""  # points compared with one another: sized together, never re-sized apart
     module: str = ""  # the experiment module that sized it (set by the chapter)
+    model_s: float = 0.0  # the hook's own estimate; estimate_s is it at the pace this job had here before
+
+    @property
+    def key(self) -> str:
+        """The job as the pace learned on this machine knows it: the same job of any size."""
+        return f"{self.module}:{self.preset}:{self.label}"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
