@@ -184,6 +184,6 @@ def test_waiting_openmp_threads_sleep_unless_told_to_spin(given, used):
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if given:
         env["OMP_WAIT_POLICY"] = given
-    code = "import perflab, os; print(os.environ['OMP_WAIT_POLICY'])"
+    code = "import perflab, os; from perflab.measure import environment as e; print(e.environment()['omp_wait_policy'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == used
+    assert out.strip() == used, "the policy the job's threads waited under, in its rows"

@@ -116,7 +116,7 @@ COLUMNS: dict[str, Column] = {
             _c(name, "text")
             for name in (
                 *("config_hash", "torch", "cuda", "python", "cpu", "hostname", "git_sha", "perflab_version"),
-                *("subject", "subject_time", "cpu_model", "cpu_governor", "cpu_boost", "kernel"),
+                *("subject", "subject_time", "cpu_model", "cpu_governor", "cpu_boost", "kernel", "omp_wait_policy"),
                 *("mkl", "onednn", "cudnn", "cuda_driver", "gpu_model", "gpu_throttle", "run_dir"),
                 *("slurm_job_id", "slurm_array_task_id", "slurm_node", "slurm_nodes", "log", "trace"),
                 *("checkpoint", "precision", "run_outcome"),
