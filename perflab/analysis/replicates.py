@@ -21,6 +21,7 @@ is judged against ``FLOOR_CV`` (``--process-cv``), and the verdict says so. Belo
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,9 +225,11 @@ def _logs(figures: np.ndarray) -> np.ndarray:
     return np.log(usable(figures))
 
 
+@functools.lru_cache(maxsize=4096)
 def _quantile(p: float, df: int) -> float:
     """The ``p`` quantile of Student's t with ``df`` degrees of freedom (normal for df 0: a
-    spread assumed, not estimated)."""
+    spread assumed, not estimated). Kept: every point's advice asks the same few (a scipy call
+    each took most of a compare of many one-process points)."""
     if df < 1:
         return NormalDist().inv_cdf(p)
     from scipy import stats
