@@ -11,7 +11,9 @@ order where git can tell (the repository in the working directory knows every co
 the subject's commit time, else by when it was first measured; its value per subject is the
 median of the experiment's metric over that subject's rows.
 
-Change points: ``ruptures``' PELT (exact, linear time) with the L1 cost (medians, not means) on
+Change points: PELT (exact; ``perflab.analysis.changepoints``, ruptures' recursion in numpy:
+on a series without change it weighs every segment, n^2 / 2 of them, which ruptures did one
+Python call each) with the L1 cost (medians, not means) on
 the log of the values, with a minimum segment length (``--min-segment``, 3): a lone spike can
 be no segment of its own, and an L1 segment's median ignores it, so a spike is no change.
 (Apache Otava's E-Divisive was the other choice: it needs permutation tests per change and
@@ -300,8 +302,8 @@ def _git_order(names: list[str], rev_list: Callable[[], list[str] | None]) -> di
 
 
 def change_points(series: Series, min_segment: int = MIN_SEGMENT) -> list[int]:
-    """Indexes of the first subject after each change (ruptures' PELT, L1 cost on log values)."""
-    import ruptures
+    """Indexes of the first subject after each change (PELT, L1 cost on log values)."""
+    from perflab.analysis.changepoints import pelt_l1
 
     values = np.array([s.value for s in series.subjects], float)
     if len(values) < 2 * min_segment or (values <= 0).any():
@@ -309,7 +311,7 @@ def change_points(series: Series, min_segment: int = MIN_SEGMENT) -> list[int]:
     signal = np.log(values)
     noise = float(np.median(np.abs(np.diff(signal)))) if len(signal) > 1 else 0.0
     penalty = 2 * math.log(len(signal)) * max(noise, NOISE_FLOOR)
-    breaks = ruptures.Pelt(model="l1", min_size=min_segment, jump=1).fit(signal.reshape(-1, 1)).predict(pen=penalty)
+    breaks = pelt_l1(signal, penalty, min_segment)
     return [b for b in breaks if b < len(values)]
 
 
@@ -421,7 +423,7 @@ def report_section(rows: pd.DataFrame, samples: Mapping[str, Any] | None = None)
     return (
         '<section id="trends"><h2>Trends over the code under test</h2>'
         f"<p>{len(series)} series of the same point on the same machine over {max(len(s.subjects) for s in series)} "
-        "subjects (results.subject); change points from ruptures' PELT, each judged as a step "
+        "subjects (results.subject); change points from PELT, each judged as a step "
         "(perflab history).</p>"
         f"{figure}<ul>{items or '<li>no change point</li>'}</ul></section>"
     )
