@@ -146,7 +146,7 @@ def build_series(
     ``suspect``) keeps its rows and says why (``Subject.suspect``). Rows and samples of no use
     (NaN, not a number, <= 0: ``replicates.measured``) are left out; ``notes`` gets a line saying so."""
     from perflab.analysis.frames import device_family, identity_columns
-    from perflab.analysis.replicates import measured, metric_for, summary_rows
+    from perflab.analysis.replicates import measured_each, metric_for, summary_rows
     from perflab.measure.environment import IDENTITY
 
     if rows.empty or "status" not in rows:
@@ -183,10 +183,16 @@ def build_series(
                 higher_is_better(m),
             )
             left = 0
-            for subject, rs in g.groupby("_subject", sort=False):
-                flagged = _flagged(rs)
-                clean = rs[~flagged]  # a subject's suspect rows are left out of it where it has clean ones
-                point = measured(clean if len(clean) else rs, m, by_row)
+            # each subject's rows as positions in the series' rows, which are read once (a
+            # subject's own frame and a measured() call each took most of a long history)
+            codes, names = pd.factorize(g["_subject"])  # subjects in the order they first appear
+            counts = np.bincount(codes, minlength=len(names))
+            each = np.split(np.argsort(codes, kind="stable"), np.cumsum(counts)[:-1])
+            flagged = _flagged(g)
+            clean = [at[~flagged[at]] for at in each]  # a subject's suspect rows are left out where it has clean ones
+            points = measured_each(g, [c if len(c) else at for c, at in zip(clean, each)], m, by_row)
+            run_dirs, times, subject_times = (_texts(g, c) for c in ("run_dir", "timestamp", "subject_time"))
+            for subject, at, kept, point in zip(names, each, clean, points):
                 left += len(point.left_out) > 0
                 if math.isnan(point.value):
                     continue
@@ -195,10 +201,10 @@ def build_series(
                         str(subject),
                         point.value,
                         point.samples,
-                        sorted({str(d) for d in rs.get("run_dir", pd.Series(dtype=str)).dropna()}),
-                        _first(rs, "timestamp"),
-                        _first(rs, "subject_time"),
-                        suspect="" if len(clean) else _reasons(rs),
+                        sorted({run_dirs[i] for i in at if run_dirs[i]}),
+                        min((times[i] for i in at if times[i]), default=""),
+                        min((subject_times[i] for i in at if subject_times[i]), default=""),
+                        suspect="" if len(kept) else _reasons(g.iloc[at]),
                         processes=point.processes,
                         figures=point.figures,
                     )
@@ -240,11 +246,12 @@ def _subjects(rows: pd.DataFrame) -> pd.Series:
     return subject.where(subject.notna() & (subject != ""), fallback).astype(str)
 
 
-def _first(rows: pd.DataFrame, column: str) -> str:
+def _texts(rows: pd.DataFrame, column: str) -> list[str]:
+    """Each row's ``column`` as text ("" where empty or absent): a subject's run dirs, and its
+    first time (the least of its rows' texts)."""
     if column not in rows:
-        return ""
-    values = sorted(str(v) for v in rows[column].dropna() if str(v))
-    return values[0] if values else ""
+        return [""] * len(rows)
+    return ["" if pd.isna(v) else str(v) for v in rows[column].tolist()]
 
 
 def order_subjects(subjects: list[Subject], rev_list: Callable[[], list[str] | None] | None = None) -> list[Subject]:
