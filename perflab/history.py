@@ -190,7 +190,7 @@ def build_series(
             each = np.split(np.argsort(codes, kind="stable"), np.cumsum(counts)[:-1])
             flagged = _flagged(g)
             clean = [at[~flagged[at]] for at in each]  # a subject's suspect rows are left out where it has clean ones
-            points = measured_each(g, [c if len(c) else at for c, at in zip(clean, each)], m, by_row)
+            points = measured_each(g, [c if len(c) else at for c, at in zip(clean, each)], m, by_row, frames=False)
             run_dirs, times, subject_times = (_texts(g, c) for c in ("run_dir", "timestamp", "subject_time"))
             for subject, at, kept, point in zip(names, each, clean, points):
                 left += len(point.left_out) > 0

@@ -143,9 +143,12 @@ def measured_each(
     metric: str,
     samples: dict[str, np.ndarray],
     said: Notes | None = None,
+    frames: bool = True,
 ) -> list[Measured]:
     """``measured`` of each group of ``rows`` (their positions), each row read once: history's
-    thousands of subjects took a few milliseconds of pandas each, one ``measured`` call apiece."""
+    thousands of subjects took a few milliseconds of pandas each, one ``measured`` call apiece.
+    ``frames=False``: each ``Measured.rows`` is left empty (its columns only), for a caller
+    that reads no rows back (a frame a group was most of what remained)."""
     values_of = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s")
     usable_of = np.isfinite(values_of) & ((values_of > 0) if timed else True)
@@ -160,7 +163,7 @@ def measured_each(
         values, lost = values_of[at], lost_of[at]
         good = usable_of[at] & ~lost
         kept_at = at[good]
-        kept = rows.iloc[kept_at]
+        kept = rows.iloc[kept_at] if frames else rows.iloc[:0]
         per_row = [every[i] for i in kept_at]
         pooled = np.concatenate(per_row) if per_row else np.array([])
         clean = usable(pooled)
