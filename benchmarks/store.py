@@ -21,7 +21,7 @@ One tree grows from size to size (only the new run dirs are written); the index 
 before each cold load. Each figure is written with the machine, the commit and the load
 average beside it, and its exponent over all the sizes measured.
 
-    python benchmarks/store.py [--sizes 100k,200k,400k,1M] [--rows 100] [--figures load,compare,...]
+    python benchmarks/store.py [--sizes 100k,200k,400k,1M] [--rows 100] [--figures compare,history,...]
                                [--out benchmarks/results/store.csv]
 """
 
@@ -267,10 +267,18 @@ def main() -> None:
         print(f"growth exponent, {name}: {slopes[name]:.2f}")
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    # the figures of this run replace the file's of the same reader and size; the others stay
+    # (``--figures compare`` leaves the load figures as they were measured)
+    measured_now = {(str(t["figure"]), str(t["rows"])) for t in taken}
+    kept: list[dict[str, str]] = []
+    if args.out.is_file():
+        with args.out.open(newline="") as f:
+            kept = [r for r in csv.DictReader(f) if (r["figure"], r["rows"]) not in measured_now]
     with args.out.open("w", newline="") as f:
         fields = ["timestamp", "host", "cpus", "commit", "loadavg", "figure", "rows", "run_dirs", "seconds", "exponent"]
         writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
+        writer.writerows(kept)
         for t in taken:
             writer.writerow({"timestamp": when, **t, "exponent": f"{slopes[str(t['figure'])]:.3f}"})
     print(f"-> {args.out}")
