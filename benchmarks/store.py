@@ -152,7 +152,10 @@ def cold_load(root: Path, repeats: int = 1, clock: Callable[[], float] = time.pe
 
 
 def exponent(sizes: list[int], seconds: list[float]) -> float:
-    """How time grows with size: the slope of log(seconds) on log(size), least squares."""
+    """How time grows with size: the slope of log(seconds) on log(size), least squares (NaN
+    from one size)."""
+    if len(set(sizes)) < 2:
+        return float("nan")
     return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0])
 
 
