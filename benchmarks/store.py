@@ -8,18 +8,29 @@ the rows: the exponent of a log-log least-squares fit (1: linear; 2: quadratic).
   load, one     load(experiment=...) of one experiment (Parquet row-group filter)    goal <= 0.3 s at 1M
   load, +1 run  load() after one more run dir appeared (reads only that one)         goal <= 0.5 s at 1M
   results       ``perflab results``: the listing of the newest 50 runs               goal <= 2 s at 1M
+  compare       ``perflab compare`` BASE NEW of the tree against itself (every point  goal <= 5 s at 100k
+                matched and judged: the most work two trees of its size can give)
+  history       ``perflab history`` of a tree of rows // 100 subjects (one run dir   goal <= 3 s at 1,000
+                of 10 rows each, one experiment: 10 series of that many subjects)
+  report        ``perflab report``: the HTML report of the tree                      goal <= 30 s at 100k
+
+Each reader can be timed alone (``--figures compare,history``); the history tree is written in
+a folder of its own beside the main one.
 
 One tree grows from size to size (only the new run dirs are written); the index is removed
 before each cold load. Each figure is written with the machine, the commit and the load
 average beside it, and its exponent over all the sizes measured.
 
-    python benchmarks/store.py [--sizes 100k,200k,400k,1M] [--rows 100] [--out benchmarks/results/store.csv]
+    python benchmarks/store.py [--sizes 100k,200k,400k,1M] [--rows 100] [--figures compare,history,...]
+                               [--out benchmarks/results/store.csv]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import importlib
 import json
 import os
 import platform
@@ -32,7 +43,7 @@ import time
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -46,16 +57,26 @@ EXPERIMENTS = ("matmul", "train", "compile", "comm", "hardware")
 
 
 def synthesize(
-    root: Path, runs: int, rows_per_run: int, start: int = 0, extra: int = 40, keys: int = 25, done: bool = True
+    root: Path,
+    runs: int,
+    rows_per_run: int,
+    start: int = 0,
+    extra: int = 40,
+    keys: int = 25,
+    done: bool = True,
+    experiments: tuple[str, ...] = EXPERIMENTS,
+    subjects: bool = False,
 ) -> list[str]:
     """Run dirs ``start`` .. ``start + runs - 1`` as perflab writes them (rows, run.json, and a
     done marker unless not ``done``), ``extra`` more float columns and ``keys`` config keys a
-    row; returns the config hashes. Files are written plainly (no fsync: not what is measured)."""
+    row, the run dirs taking turns over ``experiments``; with ``subjects`` each run measures a
+    subject of its own (as a nightly run of each commit). Returns the config hashes. Files are
+    written plainly (no fsync: not what is measured)."""
     rng = random.Random(start)
     hashes = []
     for r in range(start, start + runs):
         run_id = f"20261122-{r:06d}-{r:012x}"
-        experiment = EXPERIMENTS[r % len(EXPERIMENTS)]
+        experiment = experiments[r % len(experiments)]
         config = f"{r:016x}"
         run_dir = root / "sweeps" / f"sweep{r // 100:03d}" / str(r % 100)
         run_dir.mkdir(parents=True)
@@ -89,6 +110,8 @@ def synthesize(
                 "rss_peak_mb": 512.0,
                 "others_cpu_pct": 1.0,
             }
+            if subjects:
+                row["subject"] = f"subject-{r:06d}"  # no commit: ordered by when each was measured
             row.update({f"extra_{k}": rng.random() for k in range(extra)})
             row.update({f"cfg.{experiment}.k{k}": k for k in range(keys)})
             rows.append(row)
@@ -129,28 +152,61 @@ def cold_load(root: Path, repeats: int = 1, clock: Callable[[], float] = time.pe
 
 
 def exponent(sizes: list[int], seconds: list[float]) -> float:
-    """How time grows with size: the slope of log(seconds) on log(size), least squares."""
+    """How time grows with size: the slope of log(seconds) on log(size), least squares (NaN
+    from one size)."""
+    if len(set(sizes)) < 2:
+        return float("nan")
     return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0])
 
 
-def measure(root: Path, hashes: list[str]) -> dict[str, float]:
-    """Every reader's time on the tree as it is now (``hashes``: its points' config hashes)."""
+FIGURES = ("done", "load", "results", "compare", "history", "report")
+
+
+def measure(root: Path, hashes: list[str], which: Sequence[str] = FIGURES) -> dict[str, float]:
+    """Every reader's time on the tree as it is now (``hashes``: its points' config hashes);
+    ``which``: the readers timed (``FIGURES``)."""
     figures: dict[str, float] = {}
-    probe = random.Random(1).sample(hashes, min(200, len(hashes))) + [f"{i:016x}-absent" for i in range(50)]
-    per_point = [timed(lambda h=h: done_marks.find_done(root, h))[0] for h in probe]
-    figures["done check per sweep point (median)"] = statistics.median(per_point)
-    figures["load(), cold (builds the index)"], _ = cold_load(root)
-    figures["load(), warm"], _ = timed(lambda: load(root), repeats=3)
-    figures["load(experiment='matmul')"], _ = timed(lambda: load(root, experiment="matmul"), repeats=3)
-    extra = root / "runs" / "new"
-    extra.mkdir(parents=True)
-    (extra / "results.csv").write_text(
-        csv_text([{"row_id": "new#1", "run_id": "new", "experiment": "matmul", "status": "ok", "median_s": 1.0}])
-    )
-    figures["load() after one new run dir"], _ = timed(lambda: load(root))
-    shutil.rmtree(extra)
-    figures["perflab results (the newest 50 runs)"], _ = timed(lambda: listing(root), repeats=3)
+    if "done" in which:
+        probe = random.Random(1).sample(hashes, min(200, len(hashes))) + [f"{i:016x}-absent" for i in range(50)]
+        per_point = [timed(lambda h=h: done_marks.find_done(root, h))[0] for h in probe]
+        figures["done check per sweep point (median)"] = statistics.median(per_point)
+    if "load" in which:
+        figures["load(), cold (builds the index)"], _ = cold_load(root)
+        figures["load(), warm"], _ = timed(lambda: load(root), repeats=3)
+        figures["load(experiment='matmul')"], _ = timed(lambda: load(root, experiment="matmul"), repeats=3)
+        extra = root / "runs" / "new"
+        extra.mkdir(parents=True)
+        (extra / "results.csv").write_text(
+            csv_text([{"row_id": "new#1", "run_id": "new", "experiment": "matmul", "status": "ok", "median_s": 1.0}])
+        )
+        figures["load() after one new run dir"], _ = timed(lambda: load(root))
+        shutil.rmtree(extra)
+    if "results" in which:
+        figures["perflab results (the newest 50 runs)"], _ = timed(lambda: listing(root), repeats=3)
+    if "compare" in which:
+        figures["perflab compare BASE NEW (the tree against itself)"], _ = timed(lambda: command("compare", root, root))
+    if "history" in which:
+        subjects = len(hashes)
+        tree = root.parent / f"history{subjects}"
+        if not tree.exists():
+            synthesize(tree, subjects, 10, experiments=("matmul",), subjects=True, done=False)
+            load(tree)  # its index built: the figure is history's own work
+        figures["perflab history (rows // 100 subjects, 10 series)"], _ = timed(lambda: command("history", tree))
+    if "report" in which:
+        out = root.parent / "report.html"
+        figures["perflab report (the whole tree)"], _ = timed(lambda: command("report", root, "--output", out))
     return figures
+
+
+def command(name: str, *args: object) -> int:
+    """``perflab NAME ARGS`` run in this process (its printing to nowhere): the command's own time,
+    not Python's start-up."""
+    main = importlib.import_module({"report": "perflab.report"}.get(name, f"perflab.{name}")).main
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+        code = main([str(a) for a in args])
+    if code == 2:  # a usage error is no figure of the reader
+        raise SystemExit(f"perflab {name} {' '.join(map(str, args))}: exit 2")
+    return code
 
 
 def size(text: str) -> int:
@@ -176,9 +232,16 @@ def main() -> None:
         "--sizes", default="100k,200k,400k,1M", help="rows, comma-separated (default 100k,200k,400k,1M)"
     )
     parser.add_argument("--rows", type=int, default=100, help="rows a run dir (default 100)")
+    parser.add_argument(
+        "--figures", default=",".join(FIGURES), help=f"the readers timed, comma-separated (default {','.join(FIGURES)})"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "store.csv")
     args = parser.parse_args()
     sizes = sorted(size(s) for s in args.sizes.split(","))
+    which = [f.strip() for f in args.figures.split(",") if f.strip()]
+    unknown = [f for f in which if f not in FIGURES]
+    if unknown:
+        parser.error(f"--figures {','.join(unknown)}: allowed: {', '.join(FIGURES)}")
     first, where = True, machine()
     taken: list[dict[str, str | int | float]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -190,10 +253,12 @@ def main() -> None:
             hashes += synthesize(root, runs - len(hashes), args.rows, start=len(hashes))
             print(f"{rows} rows in {runs} run dirs (written in {time.perf_counter() - t0:.0f} s)")
             loadavg = " ".join(f"{x:.2f}" for x in os.getloadavg())  # when this size's figures were taken
-            if first:  # imports (pandas, pyarrow) are no reader's cost at any size
+            if first:  # imports (pandas, pyarrow, scipy) are no reader's cost at any size
                 load(root), listing(root)
+                for module in ("perflab.compare", "perflab.history", "perflab.report", "scipy.stats"):
+                    importlib.import_module(module)
                 first = False
-            for name, seconds in measure(root, hashes).items():
+            for name, seconds in measure(root, hashes, which).items():
                 print(f"  {name}: {seconds * 1e3:.1f} ms" if seconds < 1 else f"  {name}: {seconds:.2f} s")
                 taken.append(
                     {"figure": name, "rows": rows, "run_dirs": runs, "seconds": seconds, "loadavg": loadavg, **where}
@@ -205,10 +270,18 @@ def main() -> None:
         print(f"growth exponent, {name}: {slopes[name]:.2f}")
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    # the figures of this run replace the file's of the same reader and size; the others stay
+    # (``--figures compare`` leaves the load figures as they were measured)
+    measured_now = {(str(t["figure"]), str(t["rows"])) for t in taken}
+    kept: list[dict[str, str]] = []
+    if args.out.is_file():
+        with args.out.open(newline="") as f:
+            kept = [r for r in csv.DictReader(f) if (r["figure"], r["rows"]) not in measured_now]
     with args.out.open("w", newline="") as f:
         fields = ["timestamp", "host", "cpus", "commit", "loadavg", "figure", "rows", "run_dirs", "seconds", "exponent"]
         writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
+        writer.writerows(kept)
         for t in taken:
             writer.writerow({"timestamp": when, **t, "exponent": f"{slopes[str(t['figure'])]:.3f}"})
     print(f"-> {args.out}")

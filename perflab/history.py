@@ -11,7 +11,9 @@ order where git can tell (the repository in the working directory knows every co
 the subject's commit time, else by when it was first measured; its value per subject is the
 median of the experiment's metric over that subject's rows.
 
-Change points: ``ruptures``' PELT (exact, linear time) with the L1 cost (medians, not means) on
+Change points: PELT (exact; ``perflab.analysis.changepoints``, ruptures' recursion in numpy:
+on a series without change it weighs every segment, n^2 / 2 of them, which ruptures did one
+Python call each) with the L1 cost (medians, not means) on
 the log of the values, with a minimum segment length (``--min-segment``, 3): a lone spike can
 be no segment of its own, and an L1 segment's median ignores it, so a spike is no change.
 (Apache Otava's E-Divisive was the other choice: it needs permutation tests per change and
@@ -144,7 +146,7 @@ def build_series(
     ``suspect``) keeps its rows and says why (``Subject.suspect``). Rows and samples of no use
     (NaN, not a number, <= 0: ``replicates.measured``) are left out; ``notes`` gets a line saying so."""
     from perflab.analysis.frames import device_family, identity_columns
-    from perflab.analysis.replicates import measured, metric_for, summary_rows
+    from perflab.analysis.replicates import measured_each, metric_for, summary_rows
     from perflab.measure.environment import IDENTITY
 
     if rows.empty or "status" not in rows:
@@ -181,10 +183,16 @@ def build_series(
                 higher_is_better(m),
             )
             left = 0
-            for subject, rs in g.groupby("_subject", sort=False):
-                flagged = _flagged(rs)
-                clean = rs[~flagged]  # a subject's suspect rows are left out of it where it has clean ones
-                point = measured(clean if len(clean) else rs, m, by_row)
+            # each subject's rows as positions in the series' rows, which are read once (a
+            # subject's own frame and a measured() call each took most of a long history)
+            codes, names = pd.factorize(g["_subject"])  # subjects in the order they first appear
+            counts = np.bincount(codes, minlength=len(names))
+            each = np.split(np.argsort(codes, kind="stable"), np.cumsum(counts)[:-1])
+            flagged = _flagged(g)
+            clean = [at[~flagged[at]] for at in each]  # a subject's suspect rows are left out where it has clean ones
+            points = measured_each(g, [c if len(c) else at for c, at in zip(clean, each)], m, by_row, frames=False)
+            run_dirs, times, subject_times = (_texts(g, c) for c in ("run_dir", "timestamp", "subject_time"))
+            for subject, at, kept, point in zip(names, each, clean, points):
                 left += len(point.left_out) > 0
                 if math.isnan(point.value):
                     continue
@@ -193,10 +201,10 @@ def build_series(
                         str(subject),
                         point.value,
                         point.samples,
-                        sorted({str(d) for d in rs.get("run_dir", pd.Series(dtype=str)).dropna()}),
-                        _first(rs, "timestamp"),
-                        _first(rs, "subject_time"),
-                        suspect="" if len(clean) else _reasons(rs),
+                        sorted({run_dirs[i] for i in at if run_dirs[i]}),
+                        min((times[i] for i in at if times[i]), default=""),
+                        min((subject_times[i] for i in at if subject_times[i]), default=""),
+                        suspect="" if len(kept) else _reasons(g.iloc[at]),
                         processes=point.processes,
                         figures=point.figures,
                     )
@@ -238,11 +246,12 @@ def _subjects(rows: pd.DataFrame) -> pd.Series:
     return subject.where(subject.notna() & (subject != ""), fallback).astype(str)
 
 
-def _first(rows: pd.DataFrame, column: str) -> str:
+def _texts(rows: pd.DataFrame, column: str) -> list[str]:
+    """Each row's ``column`` as text ("" where empty or absent): a subject's run dirs, and its
+    first time (the least of its rows' texts)."""
     if column not in rows:
-        return ""
-    values = sorted(str(v) for v in rows[column].dropna() if str(v))
-    return values[0] if values else ""
+        return [""] * len(rows)
+    return ["" if pd.isna(v) else str(v) for v in rows[column].tolist()]
 
 
 def order_subjects(subjects: list[Subject], rev_list: Callable[[], list[str] | None] | None = None) -> list[Subject]:
@@ -300,8 +309,8 @@ def _git_order(names: list[str], rev_list: Callable[[], list[str] | None]) -> di
 
 
 def change_points(series: Series, min_segment: int = MIN_SEGMENT) -> list[int]:
-    """Indexes of the first subject after each change (ruptures' PELT, L1 cost on log values)."""
-    import ruptures
+    """Indexes of the first subject after each change (PELT, L1 cost on log values)."""
+    from perflab.analysis.changepoints import pelt_l1
 
     values = np.array([s.value for s in series.subjects], float)
     if len(values) < 2 * min_segment or (values <= 0).any():
@@ -309,7 +318,7 @@ def change_points(series: Series, min_segment: int = MIN_SEGMENT) -> list[int]:
     signal = np.log(values)
     noise = float(np.median(np.abs(np.diff(signal)))) if len(signal) > 1 else 0.0
     penalty = 2 * math.log(len(signal)) * max(noise, NOISE_FLOOR)
-    breaks = ruptures.Pelt(model="l1", min_size=min_segment, jump=1).fit(signal.reshape(-1, 1)).predict(pen=penalty)
+    breaks = pelt_l1(signal, penalty, min_segment)
     return [b for b in breaks if b < len(values)]
 
 
@@ -421,7 +430,7 @@ def report_section(rows: pd.DataFrame, samples: Mapping[str, Any] | None = None)
     return (
         '<section id="trends"><h2>Trends over the code under test</h2>'
         f"<p>{len(series)} series of the same point on the same machine over {max(len(s.subjects) for s in series)} "
-        "subjects (results.subject); change points from ruptures' PELT, each judged as a step "
+        "subjects (results.subject); change points from PELT, each judged as a step "
         "(perflab history).</p>"
         f"{figure}<ul>{items or '<li>no change point</li>'}</ul></section>"
     )

@@ -125,3 +125,30 @@ def test_history_orders_subjects_in_one_pass_over_the_commits(monkeypatch):
         visits.append(commits.visits)
     growth = bench.exponent(sizes, visits)
     assert growth < LINEAR, f"ordering subjects visits commits as subjects^{growth:.2f} ({sizes}: {visits} visits)"
+
+
+def test_a_points_processes_are_found_in_one_pass():
+    """replicates.measured (compare, ab and history judge every point through it) on a point of
+    5k then 20k processes of one row each: a search of every row per process grows as their
+    product (2.0), one pass as the rows."""
+    from perflab.analysis.replicates import measured
+
+    sizes, seconds = [5_000, 20_000], []
+    for n in sizes:
+        rows = pd.DataFrame(
+            {
+                "row_id": pd.array([f"run{i}#1" for i in range(n)], dtype="string"),
+                "run_id": pd.array([f"run{i}" for i in range(n)], dtype="string"),
+                "median_s": np.random.default_rng(n).random(n) + 0.5,
+            }
+        )
+        samples = {f"run{i}#1": np.array([0.5, 0.6, 0.7]) for i in range(0, n, 2)}  # half the rows kept samples
+        timed = []
+        for _ in range(2):
+            t0 = time.process_time()
+            point = measured(rows, "median_s", samples)
+            timed.append(time.process_time() - t0)
+        assert point.n_processes == n and len(point.processes) == n
+        seconds.append(min(timed))
+    growth = bench.exponent(sizes, seconds)
+    assert growth < LINEAR, f"measured grows as processes^{growth:.2f} ({sizes}: {seconds} s of CPU)"

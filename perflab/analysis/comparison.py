@@ -344,6 +344,7 @@ def ab(
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
         pa = summary_rows(name, a[a["experiment"].astype("string") == name])
         pb = summary_rows(name, b[b["experiment"].astype("string") == name])
+        pa, pb = _own_keys(pa, pb)
         both = pd.concat([pa, pb])
         m, note = metric_for(name, both, metric)
         notes += [note] if note else []
@@ -435,8 +436,8 @@ def _geomean(figures: np.ndarray) -> float:
 
 def _suspects(rows: pd.DataFrame) -> str:
     """The distinct suspect reasons of a point's rows ("" if none)."""
-    found = rows.get("suspect", pd.Series(dtype="string")).dropna().astype(str)
-    return "; ".join(sorted({s for s in found if s.strip()}))
+    found = {str(s) for s in rows.get("suspect", pd.Series(dtype="string")).dropna().unique()}
+    return "; ".join(sorted(s for s in found if s.strip()))
 
 
 def _native(column: pd.Series) -> object:
@@ -476,7 +477,7 @@ def identity_differences(base: pd.DataFrame, new: pd.DataFrame) -> tuple[list[st
 def _values(rows: pd.DataFrame, column: str) -> set[str]:
     if column not in rows:
         return set()
-    return {plain_text(v) for v in rows[column].dropna() if plain_text(v)}
+    return {plain_text(v) for v in rows[column].dropna().unique() if plain_text(v)}
 
 
 def plain_text(v: object) -> str:
@@ -484,6 +485,15 @@ def plain_text(v: object) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v).strip()
+
+
+def _own_keys(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One experiment's rows of both sides without the config keys neither side's rows set
+    (other experiments' keys, empty here): an empty key matches an empty one, so they judge
+    nothing, but matching points on a hundred empty keys took most of a large compare."""
+    empty = [c for c in a if c.startswith("cfg.") and a[c].isna().all() and (c not in b or b[c].isna().all())]
+    empty += [c for c in b if c.startswith("cfg.") and c not in a and b[c].isna().all()]
+    return a.drop(columns=empty, errors="ignore"), b.drop(columns=empty, errors="ignore")
 
 
 def _points(df: pd.DataFrame, columns: list[str]) -> dict[tuple, pd.DataFrame]:

@@ -22,6 +22,7 @@ variation kept from earlier comparisons, else ``FLOOR_CV``), and the verdict say
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,37 +135,77 @@ def measured(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], sa
     that implies no positive value (``said``: the notes of ``samples_by_row``, for the samples
     left out when they were read). Its processes are its runs (``run_id``); a process's figure
     is the median of its rows' metric. Nothing usable: value NaN, no samples, no process."""
-    values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    return measured_each(rows, [np.arange(len(rows))], metric, samples, said)[0]
+
+
+def measured_each(
+    rows: pd.DataFrame,
+    groups: Sequence[np.ndarray],
+    metric: str,
+    samples: dict[str, np.ndarray],
+    said: Notes | None = None,
+    frames: bool = True,
+) -> list[Measured]:
+    """``measured`` of each group of ``rows`` (their positions), each row read once: history's
+    thousands of subjects took a few milliseconds of pandas each, one ``measured`` call apiece.
+    ``frames=False``: each ``Measured.rows`` is left empty (its columns only), for a caller
+    that reads no rows back (a frame a group was most of what remained)."""
+    values_of = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s") or metric in EXACT  # counts too
-    good = np.isfinite(values) & ((values > 0) if timed else True)
+    usable_of = np.isfinite(values_of) & ((values_of > 0) if timed else True)
     every = [sample_values(samples, r, metric) for r in cells(rows, "row_id", metric, "median_s")]
-    recorded = np.array([str(r) in samples for r in rows["row_id"]], bool) if "row_id" in rows else good & False
+    ids = [str(r) for r in rows["row_id"].tolist()] if "row_id" in rows else []
+    recorded = np.array([r in samples for r in ids], bool) if "row_id" in rows else usable_of & False
     # a row whose samples were kept but give no usable value is damage too (a negative median_s),
     # where the metric comes from its samples (an instruction count does not)
-    lost = good & recorded & np.array([not len(usable(x)) for x in every], bool) & (metric in RATES | PER_SAMPLE_TIMES)
-    good &= ~lost
-    kept = rows[good]
-    per_row = [x for x, g in zip(every, good) if g]
-    pooled = np.concatenate(per_row) if per_row else np.array([])
-    clean = usable(pooled)
-    process = kept["run_id"].astype(str).to_numpy() if "run_id" in kept else np.arange(len(kept)).astype(str)
-    names = list(dict.fromkeys(process))
-    figures = np.array([float(np.median(values[good][process == n])) for n in names])
-    per_process = [usable(np.concatenate([per_row[i] for i in np.flatnonzero(process == n)])) for n in names]
-    at_read = sum(said.of(r).get(UNUSABLE_SAMPLES, 0) for r in kept["row_id"].astype(str)) if said else 0
-    left = []
-    if lost.any():
-        n = int(lost.sum())
-        left.append(f"{n} row{'s' if n != 1 else ''} whose samples give no positive {metric}")
-    if not (good | lost).all():
-        n = int((~(good | lost)).sum())
-        why = "NaN, not a number or <= 0" if timed else "NaN or not a number"
-        left.append(f"{n} row{'s' if n != 1 else ''} whose {metric} is {why}")
-    if at_read + len(pooled) - len(clean):
-        n = at_read + len(pooled) - len(clean)
-        left.append(f"{n} sample{'s' if n != 1 else ''} that give no positive {metric} (NaN, not a number, <= 0)")
-    value = float(np.median(values[good])) if good.any() else math.nan
-    return Measured(kept, value, clean, left, per_process, figures)
+    from_samples = metric in RATES | PER_SAMPLE_TIMES
+    lost_of = usable_of & recorded & np.array([not len(usable(x)) for x in every], bool) & from_samples
+    runs = rows["run_id"].astype(str).to_numpy() if "run_id" in rows else None
+    out = []
+    for at in groups:
+        values, lost = values_of[at], lost_of[at]
+        good = usable_of[at] & ~lost
+        kept_at = at[good]
+        kept = rows.iloc[kept_at] if frames else rows.iloc[:0]
+        per_row = [every[i] for i in kept_at]
+        pooled = np.concatenate(per_row) if per_row else np.array([])
+        clean = usable(pooled)
+        process = runs[kept_at] if runs is not None else np.arange(len(kept_at)).astype(str)
+        # each process's rows found in one pass (a search of every row per process grew as their product)
+        codes, names = pd.factorize(process)  # processes in the order they first appear
+        figures = _medians(values[good], codes, len(names))
+        if len(names) == len(per_row):  # a row a process (the usual point): its samples are the process's
+            per_process = [usable(x) for x in per_row]
+        else:
+            members: list[list[np.ndarray]] = [[] for _ in range(len(names))]
+            for code, x in zip(codes, per_row):
+                members[code].append(x)
+            per_process = [usable(np.concatenate(m)) for m in members]
+        at_read = sum(said.of(ids[i]).get(UNUSABLE_SAMPLES, 0) for i in kept_at) if said else 0
+        left = []
+        if lost.any():
+            n = int(lost.sum())
+            left.append(f"{n} row{'s' if n != 1 else ''} whose samples give no positive {metric}")
+        if not (good | lost).all():
+            n = int((~(good | lost)).sum())
+            why = "NaN, not a number or <= 0" if timed else "NaN or not a number"
+            left.append(f"{n} row{'s' if n != 1 else ''} whose {metric} is {why}")
+        if at_read + len(pooled) - len(clean):
+            n = at_read + len(pooled) - len(clean)
+            left.append(f"{n} sample{'s' if n != 1 else ''} that give no positive {metric} (NaN, not a number, <= 0)")
+        value = float(np.median(values[good])) if good.any() else math.nan
+        out.append(Measured(kept, value, clean, left, per_process, figures))
+    return out
+
+
+def _medians(values: np.ndarray, codes: np.ndarray, groups: int) -> np.ndarray:
+    """The median of each group's ``values`` (``codes``: each value's group, 0 .. groups - 1),
+    as np.median takes it (the middle value, or the mean of the two middle ones), in one sort:
+    a point of many processes took a median call (or a pandas groupby) per process."""
+    counts = np.bincount(codes, minlength=groups)
+    ordered = values[np.lexsort((values, codes))]
+    starts = np.cumsum(counts) - counts
+    return (ordered[starts + (counts - 1) // 2] + ordered[starts + counts // 2]) / 2
 
 
 # --- the statistics at the process level ------------------------------------------------------
@@ -208,9 +249,11 @@ def _logs(figures: np.ndarray) -> np.ndarray:
     return np.log(usable(figures))
 
 
+@functools.lru_cache(maxsize=4096)
 def _quantile(p: float, df: int) -> float:
     """The ``p`` quantile of Student's t with ``df`` degrees of freedom (normal for df 0: a
-    spread assumed, not estimated)."""
+    spread assumed, not estimated). Kept: every point's advice asks the same few (a scipy call
+    each took most of a compare of many one-process points)."""
     if df < 1:
         return NormalDist().inv_cdf(p)
     from scipy import stats

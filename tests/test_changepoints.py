@@ -1,0 +1,37 @@
+"""history's change points (perflab.analysis.changepoints) are ruptures' PELT with the L1 cost:
+the same segments on series with and without changes, each segment's cost its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import ruptures
+
+from perflab.analysis.changepoints import L1Costs, pelt_l1
+
+
+def test_l1_cost_is_the_sum_of_absolute_deviations_from_the_median():
+    x = np.random.default_rng(0).normal(size=41)
+    costs = L1Costs(x)
+    pairs = [(0, 41), (3, 10), (7, 9), (10, 13), (0, 2), (5, 5)]
+    got = costs(np.array([a for a, _ in pairs]), np.array([b for _, b in pairs]))
+    want = [float(np.abs(x[a:b] - np.median(x[a:b])).sum()) if b > a else 0.0 for a, b in pairs]
+    assert got == pytest.approx(want, abs=1e-12)
+
+
+@pytest.mark.parametrize("min_size", [2, 3, 5])
+def test_segments_are_ruptures_pelt_l1(min_size):
+    """Steps of several sizes in noise, and noise alone, at the penalties history uses."""
+    rng = np.random.default_rng(min_size)
+    for trial in range(40):
+        n = int(rng.integers(2 * min_size, 160))
+        level = np.repeat(rng.choice([0.0, 0.05, 0.2], size=n // 20 + 1), 20)[:n] if trial % 2 else np.zeros(n)
+        signal = np.log1p(level + 0.5) + 0.01 * rng.standard_normal(n)
+        penalty = 2 * np.log(n) * float(rng.choice([0.005, 0.01, 0.05]))
+        want = ruptures.Pelt(model="l1", min_size=min_size, jump=1).fit(signal.reshape(-1, 1)).predict(pen=penalty)
+        assert pelt_l1(signal, penalty, min_size) == want, (trial, n, penalty)
+
+
+def test_a_constant_series_is_one_segment():
+    assert pelt_l1(np.zeros(30), 0.1, 3) == [30]
+    assert pelt_l1(np.r_[np.zeros(15), np.ones(15)], 0.1, 3) == [15, 30]
