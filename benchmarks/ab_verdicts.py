@@ -163,6 +163,10 @@ def main() -> None:
             print(f"pair {i + 1} of {args.pairs} judged", file=sys.stderr, flush=True)
         codes = ab_runs(args.ab, args.budget, Path(scratch), args.repeats)
         load = max(load, os.getloadavg()[0])
+    judge = f"perflab ab --budget {args.budget:g}"
+    for i, code in enumerate(codes):  # A/A runs: in the table beside the pairs' verdicts
+        verdict = {0: "PASS", 1: "FAIL", 3: "UNDECIDED"}.get(code, f"exit {code}")
+        found.append({"setting": setting, "pair": i, "slowdown_pct": 0, "judge": judge, "verdict": verdict})
     table = pd.DataFrame(found)
     summary = table.pivot_table(
         index=["setting", "slowdown_pct"],

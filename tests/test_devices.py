@@ -175,8 +175,9 @@ def test_a_job_runs_with_its_threads_says_them_in_its_rows_and_gives_the_callers
         perflab.run("quick/matmul", ["devices.threads=4096"])
 
 
-@pytest.mark.parametrize("given, used", [(None, "PASSIVE"), ("active", "active")])
-def test_waiting_openmp_threads_sleep_unless_told_to_spin(given, used):
+@pytest.mark.parametrize("given, used, first", [(None, "PASSIVE", ""), ("active", "active", ""), (None, "", "torch")])
+def test_waiting_openmp_threads_sleep_unless_told_to_spin(given, used, first):
+    """Unless torch came first: its threads already have OpenMP's policy, and rows say none was set."""
     import os
     import subprocess
     import sys
@@ -184,6 +185,7 @@ def test_waiting_openmp_threads_sleep_unless_told_to_spin(given, used):
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if given:
         env["OMP_WAIT_POLICY"] = given
-    code = "import perflab, os; from perflab.measure import environment as e; print(e.environment()['omp_wait_policy'])"
+    code = f"import {first or 'os'}, perflab; from perflab.measure import environment as e"
+    code += "; print(e.environment()['omp_wait_policy'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == used, "the policy the job's threads waited under, in its rows"
