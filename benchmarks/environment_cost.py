@@ -13,7 +13,6 @@ The figure: the median extra milliseconds per job. Goal (issue 20): a few ms at 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import platform
 import subprocess
@@ -23,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from _results import append
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMED = """
@@ -78,13 +78,7 @@ def main() -> None:
         "now_ms_max": round(float(np.max(new)), 2),
         "note": "first call per process, torch already imported; with the subject's git calls; shared 2-core machine",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    new_file = not args.out.exists()
-    with args.out.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(row))
-        if new_file:
-            writer.writeheader()
-        writer.writerow(row)
+    append(args.out, [row])
     print(json.dumps(row, indent=1))
 
 

@@ -43,7 +43,13 @@ ROOT = Path(__file__).resolve().parents[1]
 GPT2 = {"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 1000, "n_positions": 512}
 PROMPT, NEW = 64, 16
 THREADS, WARMUP, MIN_TIME_S = 1, 3, 3.0
-QUIET = ["results.table=false", f"bench.warmup={WARMUP}", "bench.repeats=1", f"bench.min_time_s={MIN_TIME_S}"]
+QUIET = [
+    "results.table=false",
+    f"devices.threads={THREADS}",
+    f"bench.warmup={WARMUP}",
+    "bench.repeats=1",
+    f"bench.min_time_s={MIN_TIME_S}",
+]
 NAN = float("nan")
 
 Figures = dict[str, tuple[float, float, int]]  # what -> (best, median, samples)

@@ -16,7 +16,6 @@ perflab flagged as suspect.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -28,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from _results import append
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ["+experiment=matmul", "experiment.size=512", "experiment.iterations=4", "bench.repeats=10"]
@@ -94,13 +94,7 @@ def main() -> None:
                 "job": " ".join(JOB),
             }
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    new_file = not args.out.exists()
-    with args.out.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new_file:
-            writer.writeheader()
-        writer.writerows(rows)
+    append(args.out, rows)
     print(json.dumps(rows, indent=1))
 
 

@@ -148,7 +148,7 @@ def _static() -> dict[str, object]:
         "cpu_logical_cores": psutil.cpu_count() or "",
         "cpu_governor": _read(_CPU / "cpu0" / "cpufreq" / "scaling_governor"),
         "cpu_boost": boost(),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),  # perflab's default: PASSIVE (perflab/__init__.py)
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),  # empty: OpenMP's own (threads spin a while)
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "kernel": platform.release(),
         **_libraries(torch),
