@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _results import append
 from torch.utils import benchmark as tub
 
 import perflab
@@ -178,11 +179,8 @@ def main() -> None:
                         f"n {n} (load {os.getloadavg()[0]:.2f})"
                     )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    lines = [
-        "when,what,perflab_best_s,torch_best_s,ratio_best,perflab_median_s,torch_median_s,ratio_median,"
-        "rounds,load,machine"
-    ]
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    rows = []
     for what in found["perflab"]:
         ours, theirs = found["perflab"][what], found["torch.utils.benchmark"][what]
         bests = (min(b for b, _, _ in ours), min(b for b, _, _ in theirs))  # NaN where no sample is a best
@@ -191,15 +189,23 @@ def main() -> None:
             f"{what:24} perflab / torch.utils.benchmark: best {bests[0] / bests[1]:.3f}, "
             f"median {medians[0] / medians[1]:.3f} ({args.rounds} rounds, load {load})"
         )
-        lines.append(
-            f"{when},{what},{bests[0]:.6g},{bests[1]:.6g},{bests[0] / bests[1]:.4f},{medians[0]:.6g},{medians[1]:.6g},"
-            f"{medians[0] / medians[1]:.4f},{args.rounds},{load},{platform.node()}"
+        rows.append(
+            {
+                "when": when,
+                "what": what,
+                "perflab_best_s": f"{bests[0]:.6g}",
+                "torch_best_s": f"{bests[1]:.6g}",
+                "ratio_best": f"{bests[0] / bests[1]:.4f}",
+                "perflab_median_s": f"{medians[0]:.6g}",
+                "torch_median_s": f"{medians[1]:.6g}",
+                "ratio_median": f"{medians[0] / medians[1]:.4f}",
+                "rounds": args.rounds,
+                "load": load,
+                "machine": platform.node(),
+            }
         )
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    header = not out.exists()
-    with out.open("a") as f:
-        f.write("\n".join(lines if header else lines[1:]) + "\n")
+    append(out, rows)
     print(f"written: {out}")
 
 
