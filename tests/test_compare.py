@@ -173,6 +173,28 @@ def test_filters_and_one_line_errors(tmp_path, capsys):
         assert exit.value.code == 2 and "allowed: a number >= 0 (percent)" in capsys.readouterr().err
 
 
+def test_keys_set_apart_match_points_in_every_experiment_of_the_trees(tmp_path):
+    """``differ`` (perflab ab --base K=V --new K=W) is left out of what matches a point in each
+    experiment, the second as the first (a machine's identity fields once took its place)."""
+    for tree, warmup, threads in (("base", 1, 2), ("new", 2, 1)):
+        for experiment in ("matmul", "hardware"):
+            RunWriter(tmp_path / tree / experiment).add(
+                {
+                    "run_id": f"{tree}-{experiment}",
+                    "experiment": experiment,
+                    "measurement": "cpu alone",
+                    "status": "ok",
+                    "n": 8,
+                    "median_s": 2e-3,
+                    "num_threads": threads,  # an identity field the sides differ in
+                    "cfg.bench.warmup": warmup,
+                }
+            )
+    table = compare.ab(tmp_path / "base", tmp_path / "new", differ=["bench.warmup"], allow_mixed=True)
+    assert sorted(table["experiment"]) == ["hardware", "matmul"]
+    assert "change" not in table or table["change"].isna().all(), table.get("change")
+
+
 def test_two_trees_a_b_and_the_regression_gate(tmp_path, capsys):
     """Samples chosen by hand (the same config, 3 ms slower a call); the same A/B of live runs is
     test_two_trees_of_live_runs_a_b_and_the_regression_gate (slow)."""

@@ -341,6 +341,7 @@ def ab(
     samples = {**samples_by_row([base], said["BASE"]), **samples_by_row([new], said["NEW"])}
     entries, notes, pooled = [], [], []
     series: list[tuple[pd.DataFrame, str, np.ndarray]] = []  # each side's processes, kept for the floor
+    apart = {config_column(k) for k in differ}  # set apart on purpose: not what matches a point
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
         pa = summary_rows(name, a[a["experiment"].astype("string") == name])
         pb = summary_rows(name, b[b["experiment"].astype("string") == name])
@@ -350,7 +351,6 @@ def ab(
         notes += [note] if note else []
         counted = [c for c in sorted(EXACT - {m}) if all(c in x and x[c].notna().any() for x in (pa, pb))]
         notes += [f"{name}: both trees count {c}: --metric {c} judges them, exactly" for c in counted]
-        apart = {config_column(k) for k in differ}
         key_cols = sorted((set(identity_columns(pa)) | set(identity_columns(pb))) - apart)
         match_on = ["measurement", *key_cols, *([] if any_device else ["device"])]
         ga, gb = _points(pa, match_on), _points(pb, match_on)
@@ -375,12 +375,12 @@ def ab(
             ra, rb = ga[point], gb[point]
             sides = {"BASE": measured(ra, m, samples, said["BASE"]), "NEW": measured(rb, m, samples, said["NEW"])}
             va, vb = (_geomean(x.figures) for x in sides.values())
-            differ, unknown = identity_differences(ra, rb)
+            mismatch, unknown = identity_differences(ra, rb)
             left = "; ".join(f"in {side}: {', '.join(x.left_out)}" for side, x in sides.items() if x.left_out)
             entry.update(
                 base=va,
                 new=vb,
-                identity="; ".join(differ),
+                identity="; ".join(mismatch),
                 base_processes=sides["BASE"].n_processes,
                 new_processes=sides["NEW"].n_processes,
                 _base=sides["BASE"],
@@ -389,7 +389,7 @@ def ab(
                 _samples=sides["NEW"].samples,
                 _floor=floor.of(ra),
             )
-            if not differ and m not in EXACT:
+            if not mismatch and m not in EXACT:  # one machine's variation between its processes
                 series += [(r, m, x.figures) for r, x in zip((ra, rb), sides.values()) if x.n_processes >= 2]
             flagged = {side: _suspects(r) for side, r in (("base", ra), ("new", rb))}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
