@@ -14,7 +14,6 @@ job at the pace it had in the runs before (as a user's next ``perflab chapter`` 
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import re
@@ -25,17 +24,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from _results import append
+
 FIELDS = ["timestamp", "host", "cpus", "budget_s", "wall_s", "share_of_budget", "load_before", "load_after", "rc"]
 FIELDS += ["claims", "store", "est_ratio_min", "est_ratio_max"]
-
-
-def append(out: Path, row: dict[str, object]) -> None:
-    """One row more; a file of fewer columns (an older version of this script) gets them, empty."""
-    rows = list(csv.DictReader(out.open())) if out.exists() else []
-    with out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows([*rows, row])
 
 
 def main() -> None:
@@ -76,14 +68,16 @@ def main() -> None:
             when = datetime.now(timezone.utc).isoformat(timespec="seconds")
             append(
                 args.out,
-                dict(
-                    zip(
-                        FIELDS,
-                        [when, platform.node(), os.cpu_count(), f"{budget_s:.0f}", f"{wall:.1f}"]
-                        + [f"{wall / budget_s:.3f}", f"{load_before:.2f}", f"{load_after:.2f}", proc.returncode]
-                        + [claims, store, *ratios],
+                [
+                    dict(
+                        zip(
+                            FIELDS,
+                            [when, platform.node(), os.cpu_count(), f"{budget_s:.0f}", f"{wall:.1f}"]
+                            + [f"{wall / budget_s:.3f}", f"{load_before:.2f}", f"{load_after:.2f}", proc.returncode]
+                            + [claims, store, *ratios],
+                        )
                     )
-                ),
+                ],
             )
     print(f"-> {args.out}")
 

@@ -3,9 +3,10 @@
 One ``perflab +experiment=matmul`` job per (threads, wait policy, machine) case, ``--rounds``
 rounds, the cases interleaved within each round: OMP_NUM_THREADS=1 and =2 (perflab's default on
 this machine: every CPU of its affinity mask), OMP_WAIT_POLICY=active (OpenMP's spinning) and
-passive (perflab's default), each on the machine as it is ("quiet": on a shared machine, as quiet
-as it gets) and with other processes spinning on the CPUs ("busy": ``while True: pass``, as
-many as ``--spinners``, one by default: a busy neighbour). The job: 512 x 512 float32 matmuls,
+passive (steadier beside a busy process; perflab leaves the policy as the user set it), each on
+the machine as it is ("quiet": on a shared machine, as quiet as it gets) and with other
+processes spinning on the CPUs ("busy": ``while True: pass``, as many as ``--spinners``, one by
+default: a busy neighbour). The job: 512 x 512 float32 matmuls,
 4 per call, ``bench.repeats=10``, ``bench.min_time_s=0.3``. Per case: the median over rounds of
 the job's median time and TFLOP/s, how long its threads waited for a CPU (``waited_pct``), and how many of its rows
 perflab flagged as suspect.

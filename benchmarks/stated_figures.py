@@ -14,7 +14,6 @@ machine, the commit and the load before each.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import statistics
@@ -25,9 +24,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from _results import append
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "stated_figures.csv"
-FIELDS = ["timestamp", "host", "commit", "cpus", "load_before", "figure", "median_s", "repeats", "rc"]
 SKIPPED = {"resnet18_concise"}  # made for GPUs: its default run takes hours on a CPU (said as such); its quick/ runs
 MISTAKE = "a config mistake"
 SUITE = "the README's test command"
@@ -95,13 +95,7 @@ def main() -> None:
                 "rc": rc,
             }
         )
-    new = not args.out.exists()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+    append(args.out, rows)
     print(f"-> {args.out}")
 
 

@@ -397,12 +397,16 @@ CLAIMED = {"torchscript": "TorchScript (torch.jit.script, the book's tool)", "co
 
 def first_compile_s() -> float:
     """The first torch.compile call's seconds here: less where inductor's FX graph cache holds
-    graphs already (a machine that compiled before), as it does after a first chapter."""
+    graphs already (a machine that compiled before), as it does after a first chapter. The cache
+    is found where inductor puts it by default, without importing inductor (a second of imports,
+    and it would create the folder) at every plan of the chapter."""
+    import getpass
+    import os
+    import tempfile
     from pathlib import Path
 
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    graphs = Path(cache_dir()) / "fxgraph"
+    default = Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
+    graphs = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default) / "fxgraph"
     return WARM_COMPILE_S if graphs.is_dir() and any(graphs.iterdir()) else FIRST_COMPILE_S
 
 
