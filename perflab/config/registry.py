@@ -190,7 +190,10 @@ class Experiment:
 
         if not self.hooks.COUNTS_INSTRUCTIONS:
             problem = f"{self.name} does not say its work as source text to count"
-            raise ConfigError(instructions.KEY, "true", "false (experiments that count them: matmul)", problem=problem)
+            counting = ", ".join(n for n in names() if _counts_instructions(n)) or "none installed"
+            raise ConfigError(
+                instructions.KEY, "true", f"false (experiments that count them: {counting})", problem=problem
+            )
         gpu = [d.name for d in devices if d.type != "cpu"]
         if gpu:
             problem = f"this job runs on {', '.join(gpu)}: callgrind counts CPU work only"
@@ -278,6 +281,15 @@ class Experiment:
 
 
 @functools.cache
+def _counts_instructions(name: str) -> bool:
+    """Whether ``name`` counts instructions (a broken experiment does not); for a refusal's
+    list, so it imports every experiment only when one is refused."""
+    try:
+        return bool(get(name).hooks.COUNTS_INSTRUCTIONS)
+    except (ConfigError, ExperimentError):
+        return False
+
+
 def get(name: str) -> Experiment:
     """The experiment ``name``, imported and checked against the contract (ExperimentError if not)."""
     d = declared().get(name)

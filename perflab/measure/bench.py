@@ -105,7 +105,7 @@ class Stats:
     def noisy(self) -> bool | None:
         """IQR / median above ``noise_threshold``; None (unknown) with fewer than
         ``FEW_FOR_SPREAD`` samples, where the tables show the spread as "?"."""
-        if math.isnan(self.iqr) or self.n < FEW_FOR_SPREAD:
+        if self.n < FEW_FOR_SPREAD:  # (the IQR is known from FEW samples on)
             return None
         return self.median > 0 and self.iqr / self.median > self.noise_threshold
 
