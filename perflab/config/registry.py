@@ -280,7 +280,6 @@ class Experiment:
         return first_line(self.module.__doc__ or "") or "(no docstring)"
 
 
-@functools.cache
 def _counts_instructions(name: str) -> bool:
     """Whether ``name`` counts instructions (a broken experiment does not); for a refusal's
     list, so it imports every experiment only when one is refused."""
@@ -290,6 +289,7 @@ def _counts_instructions(name: str) -> bool:
         return False
 
 
+@functools.cache
 def get(name: str) -> Experiment:
     """The experiment ``name``, imported and checked against the contract (ExperimentError if not)."""
     d = declared().get(name)
