@@ -244,6 +244,7 @@ def calibration() -> tuple[Machine, float]:
 
 
 CALIBRATION = "calibration.json"  # in the store's .perflab/: the last calibration, per machine identity
+LOCK_S = 10.0  # the longest wait for another chapter's write of it (a few ms): then this pace is not kept
 
 
 def machine_key() -> str:
@@ -298,19 +299,24 @@ def keep_pace(store: Path, pace: dict[str, float]) -> None:
 
 
 def _keep(store: Path, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-    """This machine's entry of the calibration file, changed (written whole, atomically)."""
+    """This machine's entry of the calibration file, changed (written whole, atomically). Read,
+    changed and written under a lock: two chapters on one store (or a chapter and a calibration)
+    keep each other's paces; after each job, so a chapter stopped midway keeps what it learned."""
+    from filelock import FileLock, Timeout
+
     path = meta(store) / CALIBRATION
-    try:
-        kept = json.loads(files.read_regular(path))
-        kept = kept if isinstance(kept, dict) else {}
-    except (OSError, ValueError):
-        kept = {}
-    key = machine_key()
-    entry = kept.get(key)
-    kept[key] = change(entry if isinstance(entry, dict) else {})
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, Timeout):
         path.parent.mkdir(parents=True, exist_ok=True)
-        files.write_atomic(path, json.dumps(kept, indent=2) + "\n")
+        with FileLock(str(path) + ".lock", timeout=LOCK_S):
+            try:
+                kept = json.loads(files.read_regular(path))
+                kept = kept if isinstance(kept, dict) else {}
+            except (OSError, ValueError):
+                kept = {}
+            key = machine_key()
+            entry = kept.get(key)
+            kept[key] = change(entry if isinstance(entry, dict) else {})
+            files.write_atomic(path, json.dumps(kept, indent=2) + "\n")
 
 
 def too_short(text: str, budget_min: float, spent_s: float, smallest_s: float) -> ConfigError | None:

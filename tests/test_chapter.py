@@ -295,6 +295,27 @@ def test_a_jobs_estimate_is_its_hooks_model_at_the_pace_it_had_here_before(work)
     assert chapter_module.kept_pace(store) == {fast.key: 0.5}, "and the next is kept over it"
 
 
+def test_each_job_measured_keeps_its_pace_and_a_reused_one_does_not(work, one_thread):
+    store, folder = work / "outputs", work / "sweep"
+    folder.mkdir()
+    described = machine()
+    points, seconds = chapter_module.plan(described, 30.0)
+    point = next(p for p in points if p.module == "matmul")
+    point.overrides = ["experiment.size=64", "experiment.iterations=1", "bench.repeats=3", "bench.min_time_s=0"]
+    point.model_s, point.estimate_s = 0.01, 1.0  # the hook's model far under what it takes: the pace's upper bound
+    plan = chapter_module.Chapter(30.0, "here", "now", described, [point], seconds)
+    progress = chapter_module.Progress(point.estimate_s)
+    fits = time.time() + chapter_module.REPORT_S + 1.2 * point.estimate_s / chapter_module.MARGIN  # not re-sized
+    assert chapter_module.run_points(plan, folder, store, fits, progress) == {0: "ok"}
+    assert plan.points[0].overrides == point.overrides
+    kept = chapter_module.kept_pace(store)
+    assert kept == {point.key: chapter_module.PACE[1]} == plan.pace, "kept as soon as the job ended"
+    chapter_module.keep_pace(store, {point.key: 1.0})
+    plan.redo = False  # continued: the point is done
+    assert chapter_module.run_points(plan, folder, store, time.time(), progress) == {0: "done"}
+    assert chapter_module.kept_pace(store) == {point.key: 1.0}, "a job reused, not measured: its pace stays"
+
+
 @pytest.mark.parametrize("late_by", [2.0, 0.0, 0.5])
 def test_one_job_up_to_twice_its_estimate_moves_the_eta_by_less_than_half(late_by):
     points, _ = chapter_module.plan(machine(), 480.0)
