@@ -134,11 +134,14 @@ def test_one_process_a_side_is_judged_against_this_machines_kept_variation(tmp_p
     logs = np.array([0.15, -0.15, 0.0])
     processes(tmp_path / "k" / "base", "a", np.exp(logs), rng=rng)
     processes(tmp_path / "k" / "new", "b", np.exp(logs[::-1] + 0.01), rng=rng)
-    assert compare.main([str(tmp_path / "k" / "base"), str(tmp_path / "k" / "new")]) == 3  # honest: undecided
+    k = [str(tmp_path / "k" / "base"), str(tmp_path / "k" / "new")]
+    assert compare.main(k) == 3  # honest: undecided; a reader keeps nothing unasked
+    assert floor.of(results.load(tmp_path / "one" / "base")).cv == replicates.FLOOR_CV
+    assert compare.main([*k, "--keep-floor"]) == 3
     kept = floor.of(results.load(tmp_path / "one" / "base"))
     assert kept.cv == pytest.approx(0.15, rel=0.05) and "this machine's, kept from 2 earlier series" in kept.source
     # Compared again (or looked at again by perflab ab): the same series, not counted twice.
-    compare.ab(tmp_path / "k" / "base", tmp_path / "k" / "new")
+    compare.ab(tmp_path / "k" / "base", tmp_path / "k" / "new", keep=True)
     assert "from 2 earlier series" in floor.of(results.load(tmp_path / "one" / "base")).source
     capsys.readouterr()
     assert compare.main([*one, "--format", "json"]) == 3
