@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perflab import ab, results
+from perflab import ab, compare, results
 from perflab.analysis import verdicts
 from perflab.analysis.replicates import Measured
 from perflab.analysis.stats import ALPHA
@@ -114,6 +114,15 @@ def test_the_looks_alpha_sums_to_at_most_alpha(tmp_path):
     assert sum(levels) <= 0.05 + 1e-12
 
 
+def test_metric_judges_by_that_column_and_one_no_row_has_is_compares_refusal(tmp_path, capsys):
+    measure, _ = fake(0.01, slower=1.5)
+    table, code = ab.run([], *sides(tmp_path / "a"), metric="median_s", measure=measure, say=lambda line: None)
+    assert code == 1 and table["metric"].tolist() == ["median_s"]
+    measure, _ = fake(0.01)
+    with pytest.raises(compare.CompareError, match=r"--metric tflop: no row of BASE \(.*\) has a value of it; allowed"):
+        ab.run([], *sides(tmp_path / "b"), metric="tflop", measure=measure, say=lambda line: None)
+
+
 def side_of(logs: np.ndarray) -> Measured:
     """A side of simulated processes: their figures only (no samples: the t interval, no bootstrap)."""
     figures = np.exp(logs)
@@ -172,6 +181,7 @@ def test_a_real_a_b_writes_both_trees_in_fresh_processes(cli, work, capsys):
         (["--min-processes", "5", "--max-processes", "3"], "--min-processes 5: allowed: at most --max-processes"),
         (["--base-env", "NOVALUE"], "'NOVALUE': allowed: NAME=VALUE"),
         (["--budget", "-1"], "'-1': allowed: a number of minutes > 0, e.g. 5"),
+        (["--metric", "device_name"], "--metric device_name: allowed: a numeric column, e.g. "),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(work, capsys, bad, line):
