@@ -141,7 +141,9 @@ def iqr_pct(values: np.ndarray) -> float:
 class Measured:
     """What a point's rows give to judge it by: the rows whose metric is usable, the median of
     it, their usable raw samples as values of the metric (pooled, and per process), each
-    process's figure, and what was left out, in words."""
+    process's figure, and what was left out, in words. ``rows`` is empty (its columns only)
+    where ``measured_each(frames=False)`` made it (history: nothing reads them back there); a
+    reader of rows (an exact metric's ``*_spread_pct``: ``verdicts``) takes ``measured``'s."""
 
     rows: pd.DataFrame
     value: float
