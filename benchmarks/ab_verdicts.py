@@ -14,20 +14,25 @@ machine's own. Judged at a 10 % gate by:
   (asv compares its samples too; its own statistics differ in detail);
 - ``pytest-benchmark``: ``--benchmark-compare-fail=median:10%`` on process 1's samples.
 
-``--busy`` runs a CPU-burning neighbour process meanwhile; ``--ab N`` also runs N A/A
-``perflab ab --budget MINUTES`` runs and counts how many end undecided.
+``--busy`` runs a CPU-burning neighbour process meanwhile; ``--ab N`` also runs N A/A and N
+A/B ``perflab ab --budget MINUTES`` runs (the A/B side does real extra work:
+``experiment.iterations`` 10 against 11, judged by ``median_s``; ``--gate`` sets their
+``--fail-if-slower``) and writes their verdicts and processes a side (``ab_processes``). A
+FAIL needs the change estimated beyond the gate, so a slowdown the size of the gate is caught
+about half the time at best: a 10 % slowdown is caught reliably by a smaller gate (``--gate 5``).
 
 Goals (issue 29): A/A false FAIL <= 5 % of pairs in both settings; 10 % slowdowns caught
 >= 90 % quiet; with ``perflab ab --budget 5``, <= 20 % of A/A runs undecided beside the busy
 neighbour.
 
     python benchmarks/ab_verdicts.py [--pairs 4] [--processes 3] [--repeats 30] [--busy] [--ab 0]
-                                     [--budget 5] [--out benchmarks/results/ab_verdicts.csv]
+                                     [--budget 5] [--gate 10] [--out benchmarks/results/ab_verdicts.csv]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -44,6 +49,8 @@ SLOWDOWNS = (1.0, 1.05, 1.10, 1.20, 1.50)
 GATE = 10.0
 JOB = ["+experiment=quick/matmul", "results.table=false"]
 ENV = {"OMP_NUM_THREADS": "1"}
+# perflab ab's A/B runs: 10 % more work a call, a real slowdown (judged by the time of a call)
+AB_SLOWER = ["--base", "experiment.iterations=10", "--new", "experiment.iterations=11", "--metric", "median_s"]
 
 
 @contextmanager
@@ -110,7 +117,7 @@ def verdicts(base: Path, new: Path) -> dict[str, str]:
 
     out = {}
     for name, where in (("perflab K", []), ("perflab 1", ["process=1"])):
-        table = compare.ab(base, new, where=where, gate_pct=GATE)
+        table = compare.ab(base, new, where=where, gate_pct=GATE, keep=not where)  # K processes: the floor of 1
         code = compare.verdict_of(table)
         out[name] = {0: "PASS", 1: "FAIL"}.get(code, "UNDECIDED")
     a, b = pooled(base), pooled(new)
@@ -122,14 +129,31 @@ def verdicts(base: Path, new: Path) -> dict[str, str]:
     return out
 
 
-def ab_runs(n: int, budget: float, root: Path, repeats: int) -> list[int]:
-    """Exit codes of ``n`` A/A ``perflab ab --budget`` runs."""
-    codes = []
+def ab_runs(n: int, budget: float, root: Path, repeats: int, gate: float) -> list[dict[str, object]]:
+    """``n`` A/A and ``n`` A/B ``perflab ab --budget`` runs, interleaved: the A/B side does real
+    extra work (``experiment.iterations`` 10 against 11: 10 % more matmuls a call, judged by
+    ``median_s``, the time of a call). Each run's verdict, exit code and processes a side."""
+    found: list[dict[str, object]] = []
     for i in range(n):
-        args = [sys.executable, "-m", "perflab", "ab", *JOB, f"bench.repeats={repeats}"]
-        args += ["--budget", str(budget), "--out", str(root / f"ab{i}")]
-        codes.append(subprocess.run(args, env={**os.environ, **ENV}, capture_output=True).returncode)
-    return codes
+        for slowdown, sides in ((0, []), (10, AB_SLOWER)):
+            args = [sys.executable, "-m", "perflab", "ab", *JOB, f"bench.repeats={repeats}", *sides]
+            args += ["--budget", str(budget), "--fail-if-slower", str(gate), "--format", "json"]
+            args += ["--out", str(root / f"ab{i}-{slowdown}")]
+            ran = subprocess.run(args, env={**os.environ, **ENV}, capture_output=True, text=True)
+            try:
+                points = json.loads(ran.stdout)["points"]
+            except (ValueError, KeyError):
+                points = []
+            found.append(
+                {
+                    "pair": i,
+                    "slowdown_pct": slowdown,
+                    "verdict": {0: "PASS", 1: "FAIL", 3: "UNDECIDED"}.get(ran.returncode, f"exit {ran.returncode}"),
+                    "ab_processes": max((int(p.get("base_processes") or 0) for p in points), default=0),
+                }
+            )
+            print(f"perflab ab {i + 1} of {n}, +{slowdown} %: {found[-1]['verdict']}", file=sys.stderr, flush=True)
+    return found
 
 
 def main() -> None:
@@ -138,7 +162,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--busy", action="store_true", help="beside a CPU-burning neighbour")
-    parser.add_argument("--ab", type=int, default=0, help="also this many A/A perflab ab runs")
+    parser.add_argument("--ab", type=int, default=0, help="also this many A/A and A/B (+10 %%) perflab ab runs")
+    parser.add_argument("--gate", type=float, default=GATE, help="perflab ab --fail-if-slower PCT")
     parser.add_argument("--budget", type=float, default=5.0, help="perflab ab --budget MINUTES")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ab_verdicts.csv"))
     args = parser.parse_args()
@@ -161,12 +186,10 @@ def main() -> None:
                         }
                     )
             print(f"pair {i + 1} of {args.pairs} judged", file=sys.stderr, flush=True)
-        codes = ab_runs(args.ab, args.budget, Path(scratch), args.repeats)
+        runs = ab_runs(args.ab, args.budget, Path(scratch), args.repeats, args.gate)
         load = max(load, os.getloadavg()[0])
     judge = f"perflab ab --budget {args.budget:g}"
-    for i, code in enumerate(codes):  # A/A runs: in the table beside the pairs' verdicts
-        verdict = {0: "PASS", 1: "FAIL", 3: "UNDECIDED"}.get(code, f"exit {code}")
-        found.append({"setting": setting, "pair": i, "slowdown_pct": 0, "judge": judge, "verdict": verdict})
+    found += [{"setting": setting, "judge": judge, **r} for r in runs]  # beside the pairs' verdicts
     table = pd.DataFrame(found)
     summary = table.pivot_table(
         index=["setting", "slowdown_pct"],
@@ -179,9 +202,14 @@ def main() -> None:
     side = f"{args.processes} processes a side, bench.repeats={args.repeats}"
     print(f"{setting}, load up to {load:.1f}, {args.pairs} pairs, {side}")
     print(summary.to_string())
-    if codes:
-        undecided, fails = sum(c == 3 for c in codes), sum(c == 1 for c in codes)
-        print(f"perflab ab --budget {args.budget:g}, A/A: {undecided} of {len(codes)} undecided, {fails} FAIL")
+    for slowdown in (0, 10):
+        words = [str(r["verdict"]) for r in runs if r["slowdown_pct"] == slowdown]
+        if words:
+            reached = [int(str(r["ab_processes"])) for r in runs if r["slowdown_pct"] == slowdown]
+            print(
+                f"{judge} --fail-if-slower {args.gate:g}, +{slowdown} %: {words.count('FAIL')} FAIL, "
+                f"{words.count('UNDECIDED')} undecided of {len(words)} (processes a side: {reached})"
+            )
     print(f"-> {args.out}")
 
 

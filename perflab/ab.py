@@ -5,7 +5,7 @@ each point is decided or the budget ends, then judge them as ``perflab compare``
                [--base-env K=V ...] [--new-env K=V ...] [--base-python PY] [--new-python PY]
                [--base-ref REF] [--new-ref REF] [--install CMD]
                [--budget MINUTES] [--min-processes N] [--max-processes N] [--out DIR]
-               [--fail-if-slower PCT] [--alpha A] [--process-cv PCT] [--format md|csv|json|github]
+               [--metric COLUMN] [--fail-if-slower PCT] [--alpha A] [--process-cv PCT] [--format md|csv|json|github]
 
 The sides share OVERRIDES (``+experiment=quick/matmul``, ``-m`` and a sweep's values too) and
 differ by their own overrides, environment variables, Python interpreter (another venv's
@@ -13,15 +13,18 @@ differ by their own overrides, environment variables, Python interpreter (anothe
 side's processes start in a worktree at its ref, after ``--install``: ``perflab.job.worktrees``).
 Processes alternate A B, B A, A B ... (``perflab.job.processes``:
 each a fresh ``python -m perflab``, its rows carrying ``process`` 1, 2, ...), so a drift of the
-machine falls on both sides alike. After ``--min-processes`` a side, every round ends with a
-look: the points are judged (``perflab.analysis.replicates``, between-process variation); the
-run stops when none is INCONCLUSIVE, at ``--max-processes``, or when another round would not
-fit in ``--budget``. Every round measures every point (the points of one command are one
-sweep).
+machine falls on both sides alike. The run looks at the points on a sparse schedule
+(``schedule``: after ``--min-processes`` a side, then 3, 4, 6, 8, 12, 16, 24, 32 ... and at
+``--max-processes``): the points are judged (``perflab.analysis.replicates``, between-process
+variation); the run stops when none is INCONCLUSIVE, at ``--max-processes`` (``MAX_PROCESSES``),
+or when the rounds up to the next look would not fit in ``--budget`` (at the pace of the rounds
+so far). Every round measures every point (the points of one command are one sweep).
 
-The sequential design: Bonferroni over the planned looks (``--max-processes`` minus
-``--min-processes``, plus one): each look tests at alpha / looks, so the chance of a false FAIL
-over all looks stays at most alpha, however early the run stops.
+The sequential design: Bonferroni over the scheduled looks: each look tests at alpha / looks
+(``alpha_per_look``), so the chance of a false FAIL over all looks stays at most alpha, however
+early the run stops. A sparse schedule keeps that correction mild (10 looks up to 40 processes a
+side, where a look after every round would be 39); a look re-reads both trees, so its cost grows
+with the processes measured, and the looks' total with them too (the schedule roughly doubles).
 
 It writes both trees, ``DIR/base`` and ``DIR/new`` (``--out``, a new or empty folder), so
 compare, report and history read them as any others. Exit codes as compare's: 0 pass, 1 fail,
@@ -41,13 +44,17 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from perflab.analysis.replicates import FLOOR_CV
+from perflab.analysis.replicates import FLOOR_CV, metric_refusal, numeric
 from perflab.analysis.stats import ALPHA
 from perflab.analysis.verdicts import DEFAULT_GATE_PCT, UNJUDGED_EXIT, USAGE_EXIT, Verdict, could_not_judge
 from perflab.errors import OneLineParser
 from perflab.job import worktrees
 
 PROG = "perflab ab"
+
+
+BY_ENVIRONMENT = ("num_threads",)  # identity fields another environment explains (OMP_NUM_THREADS=1)
+BY_INTERPRETER = ("torch", "mkl", "onednn", "cuda", "cudnn")  # ... and another interpreter (a venv's torch)
 
 
 @dataclass
@@ -59,19 +66,41 @@ class Side:
     python: str | None = None
     cwd: Path | None = None  # where its processes start: a worktree at --base-ref / --new-ref
 
-    def explains_identity(self, other: "Side") -> bool:
-        """Whether the sides differ by environment or interpreter: then machine identity fields
-        that differ (num_threads under OMP_NUM_THREADS, torch under another venv) are the change
-        under test, not a reason to call the points incomparable."""
-        return self.env != other.env or self.python != other.python
+    def explains(self, other: "Side") -> frozenset[str]:
+        """The machine identity fields (``environment.IDENTITY``) a difference between the sides
+        is the change under test in, not a reason to call the points incomparable: the threads
+        under another environment (OMP_NUM_THREADS), torch and the libraries under it under another
+        interpreter (another venv's). Any other field that differs still makes a point INCOMPARABLE."""
+        fields: set[str] = set()
+        if self.env != other.env:
+            fields |= set(BY_ENVIRONMENT)
+        if self.python != other.python:
+            fields |= set(BY_INTERPRETER)
+        return frozenset(fields)
 
     def args(self, shared: Sequence[str]) -> list[str]:
         return [*shared, *self.overrides, f"results.store={self.tree}", "results.table=false"]
 
 
+MAX_PROCESSES = 40  # a side, at most (--max-processes): about 5 minutes of quick/matmul's processes
+LOOKS_AT = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)  # processes a side after which a run may look
+
+
+def schedule(min_processes: int, max_processes: int) -> list[int]:
+    """The processes a side after which the run looks: ``min_processes``, the ``LOOKS_AT`` between
+    and ``max_processes``. Fixed before the first look: the correction is paid for all of them."""
+    return sorted({min_processes, max_processes, *(k for k in LOOKS_AT if min_processes < k < max_processes)})
+
+
 def planned_looks(min_processes: int, max_processes: int) -> int:
-    """How many looks the run may take: one after each round from ``min_processes`` on."""
-    return max_processes - min_processes + 1
+    """How many looks the run may take (``schedule``)."""
+    return len(schedule(min_processes, max_processes))
+
+
+def alpha_per_look(alpha: float, looks: int) -> float:
+    """Bonferroni: each of ``looks`` looks tests at this, so a false FAIL over all of them has
+    probability at most ``alpha`` (``compare.ab(looks=...)`` divides by the same count)."""
+    return alpha / max(1, looks)
 
 
 Measure = Callable[[Side, int], int]  # (side, process) -> exit code of that process
@@ -84,14 +113,17 @@ def run(
     *,
     budget_s: float = math.inf,
     min_processes: int = 2,
-    max_processes: int = 10,
+    max_processes: int = MAX_PROCESSES,
     gate_pct: float = DEFAULT_GATE_PCT,
     alpha: float = ALPHA,
     process_cv: float | None = None,
+    metric: str | None = None,
     measure: Measure | None = None,
     say: Callable[[str], None] = lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[pd.DataFrame, int]:
-    """The loop of the module docstring: (the last look's table, its exit code)."""
+    """The loop of the module docstring: (the last look's table, its exit code). ``clock``: where
+    the budget's seconds come from (a test's own)."""
     from perflab import compare
     from perflab.job import processes
 
@@ -101,34 +133,41 @@ def run(
         )
 
     measure = measure or fresh
-    looks = planned_looks(min_processes, max_processes)
-    start, table = time.monotonic(), pd.DataFrame()
+    looks = schedule(min_processes, max_processes)
+    start, table = clock(), pd.DataFrame()
     for k in range(1, max_processes + 1):
-        began = time.monotonic()
         for side in (base, new) if k % 2 else (new, base):  # A B, B A, ...: an order effect falls on both sides
             code = measure(side, k)
             if code:
                 say(f"process {k} of {side.name} ended with exit {code}: nothing judged")
                 return table, USAGE_EXIT if code == USAGE_EXIT else UNJUDGED_EXIT
-        took = time.monotonic() - began
-        if k < min_processes:
+        if k not in looks:
             continue
         table = compare.ab(
             base.tree,
             new.tree,
+            metric=metric,
             gate_pct=gate_pct,
             alpha=alpha,
             process_cv=process_cv,
-            looks=looks,
+            looks=len(looks),
             differ=[o.lstrip("+").partition("=")[0] for o in (*base.overrides, *new.overrides)],
-            allow_mixed=base.explains_identity(new),
+            explained=base.explains(new),
+            keep=True,  # this machine's between-process variation: the floor of later one-process verdicts
         )
         undecided = int((table.get("verdict", pd.Series(dtype=str)) == Verdict.INCONCLUSIVE.value).sum())
-        say(f"{k} processes a side: {compare.summary(table)}")
-        if not undecided:
+        at = looks.index(k) + 1
+        level = alpha_per_look(alpha, len(looks))
+        say(f"{k} processes a side (look {at} of {len(looks)}, at alpha {level:.2g}): {compare.summary(table)}")
+        if not undecided or k == max_processes:
             break
-        if time.monotonic() - start + took > budget_s:
-            say(f"the budget ends: {undecided} point(s) undecided after {k} processes a side")
+        after = looks[at]  # the next look
+        spent = clock() - start
+        if spent + (after - k) * spent / k > budget_s:  # at the pace of the rounds so far
+            say(
+                f"the budget ends: {undecided} point(s) undecided after {k} processes a side "
+                f"(the next look, at {after}, would not fit)"
+            )
             break
     return table, compare.verdict_of(table) if not table.empty else UNJUDGED_EXIT
 
@@ -186,7 +225,10 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--install", metavar="CMD", help="run in each ref's worktree first (a shell command)")
     parser.add_argument("--budget", type=_minutes, default=math.inf, metavar="MINUTES", help="time to spend")
     parser.add_argument("--min-processes", type=_count, default=2, metavar="N", help="a side before the first look")
-    parser.add_argument("--max-processes", type=_count, default=10, metavar="N", help="a side at most")
+    parser.add_argument(
+        "--max-processes", type=_count, default=MAX_PROCESSES, metavar="N", help=f"a side at most ({MAX_PROCESSES})"
+    )
+    parser.add_argument("--metric", help="column to judge (default: each experiment's own)")
     parser.add_argument("--out", type=Path, default=Path("ab"), help="DIR: the trees DIR/base and DIR/new")
     parser.add_argument("--fail-if-slower", type=compare.percent, metavar="PCT", help="the gate (default 10)")
     parser.add_argument("--alpha", type=compare.probability, default=ALPHA, help="false alarm rate (0.05)")
@@ -201,6 +243,8 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.error(f"--min-processes {args.min_processes}: allowed: at most --max-processes ({args.max_processes})")
     if args.process_cv is not None and not args.process_cv > 0:
         parser.error(f"--process-cv {args.process_cv:g}: allowed: a percentage > 0, e.g. 2")
+    if args.metric is not None and not numeric(args.metric):  # the rows are checked at the first look
+        parser.error(metric_refusal(args.metric))
     same = [a for a in (*args.base, *args.new) if not a.partition("=")[1]]
     if same:
         parser.error(f"--base/--new {same[0]}: allowed: KEY=VALUE")
@@ -242,16 +286,21 @@ def _main(argv: Sequence[str] | None) -> int:
                 return UNJUDGED_EXIT
             side.cwd, side.env = path, {**worktrees.environment(path), **side.env}
             side.python = side.python or worktrees.interpreter(path)
-        table, code = run(
-            [*sweep[:1], *args.overrides],
-            *sides,
-            budget_s=60 * args.budget,
-            min_processes=args.min_processes,
-            max_processes=args.max_processes,
-            gate_pct=gate,
-            alpha=args.alpha,
-            process_cv=None if args.process_cv is None else args.process_cv / 100,
-        )
+        try:
+            table, code = run(
+                [*sweep[:1], *args.overrides],
+                *sides,
+                budget_s=60 * args.budget,
+                min_processes=args.min_processes,
+                max_processes=args.max_processes,
+                gate_pct=gate,
+                alpha=args.alpha,
+                process_cv=None if args.process_cv is None else args.process_cv / 100,
+                metric=args.metric,
+            )
+        except compare.CompareError as err:  # --metric no row has: compare's line
+            print(f"{PROG}: error: {err}", file=sys.stderr)
+            return USAGE_EXIT
     if table.empty:
         return code
     compare.show(table, args.format, two=True, code=code, gate=args.fail_if_slower)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import logging
 import math
@@ -252,12 +251,12 @@ def machine_key() -> str:
     the libraries under it), torch's threads and perflab's version (its sizing may change)."""
     import torch
 
-    from perflab.measure.environment import IDENTITY, environment
+    from perflab.measure.environment import IDENTITY, environment, identity_key
 
     env = environment()
     identity = {k: str(env.get(k, "")) for k in IDENTITY if k != "num_threads"}
     identity.update(threads=str(torch.get_num_threads()), perflab=str(env.get("perflab_version", "")))
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    return identity_key(identity)
 
 
 def kept_calibration(store: Path) -> tuple[Machine, float, str] | None:

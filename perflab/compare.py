@@ -17,7 +17,8 @@ FAIL, INCONCLUSIVE (how many processes a side would do) or INCOMPARABLE (which m
 fields differ; ``--allow-mixed`` judges them anyway). The statistics are
 ``perflab.analysis.replicates``': a process (a run) is the unit of replication; with one process
 a side the change is judged against a floor: ``--process-cv``, else this machine's between-process
-variation kept from earlier comparisons (``perflab.analysis.floor``), else ``FLOOR_CV``.
+variation kept by earlier ``perflab ab`` runs (or ``--keep-floor`` comparisons: a reader writes
+no cache unasked; ``perflab.analysis.floor``), else ``FLOOR_CV``.
 ``--fail-if-slower PCT`` sets the gate (default 10 %). Exit codes: 0 pass, 1 fail, 2 usage
 error, 3 could not judge (a crash too: one line, the traceback with ``PERFLAB_DEBUG=1``).
 A row whose metric, or a sample whose time, is NaN, not a number or <= 0 is left out of its
@@ -255,6 +256,12 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument(
         "--allow-mixed", action="store_true", help="BASE NEW: judge points whose machine identity differs"
     )
+    parser.add_argument(
+        "--keep-floor",
+        action="store_true",
+        help="BASE NEW: keep the between-process variation of points with 2+ processes a side as this machine's "
+        "floor for one-process verdicts (perflab ab always does)",
+    )
     parser.add_argument("--plot", type=Path, help="write PNG plots into this folder")
     parser.add_argument("--format", choices=("md", "csv", "json", "github"), default="md")
     args = parser.parse_args(argv)
@@ -281,12 +288,14 @@ def _main(argv: Sequence[str] | None) -> int:
                 alpha=args.alpha,
                 allow_mixed=args.allow_mixed,
                 process_cv=None if args.process_cv is None else args.process_cv / 100,
+                keep=args.keep_floor,
             )
         else:
             for flag, given in (
                 ("--fail-if-slower", args.fail_if_slower is not None),
                 ("--allow-mixed", args.allow_mixed),
                 ("--process-cv", args.process_cv is not None),
+                ("--keep-floor", args.keep_floor),
             ):
                 if given:
                     raise CompareError(f"{flag} compares two trees: BASE NEW")

@@ -529,7 +529,7 @@ def load_series(
 ) -> list[Series]:
     """The series of the rows under ``paths`` (one line for a path that holds none); ``notes``
     gets what was left out of them (see build_series)."""
-    from perflab.analysis.replicates import samples_by_row
+    from perflab.analysis.replicates import has_metric, metric_refusal, samples_by_row
     from perflab.results import load
 
     for p in paths:
@@ -540,8 +540,8 @@ def load_series(
         raise HistoryError(
             f"no result rows under {', '.join(map(str, paths))}" + (f" of {experiment}" if experiment else "")
         )
-    if metric is not None and (metric not in rows or pd.to_numeric(rows[metric], errors="coerce").isna().all()):
-        raise HistoryError(f"--metric {metric}: no row has a value of it")
+    if metric is not None and not has_metric(rows, metric):  # compare's line
+        raise HistoryError(metric_refusal(metric, rows))
     return build_series(rows, samples_by_row(list(paths)), metric, notes)
 
 

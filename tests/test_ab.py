@@ -1,15 +1,21 @@
 """perflab ab: processes alternate A B A B, a point undecided gets more of them until decided or
-the budget ends, looks are paid for (Bonferroni over the planned looks), both trees are written."""
+the budget ends, looks on a sparse schedule are paid for (Bonferroni over them), both trees are
+written."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from perflab import ab, results
+from perflab import ab, compare, results
+from perflab.analysis import verdicts
+from perflab.analysis.replicates import Measured
+from perflab.analysis.stats import ALPHA
 from perflab.store.rundir import RunWriter
 
 from conftest import FAST
@@ -61,10 +67,11 @@ def test_processes_alternate_and_a_clear_slowdown_fails_at_the_first_look(tmp_pa
 def test_an_undecided_point_gets_more_processes_until_decided(tmp_path):
     measure, calls = fake(0.02, seed=1)  # A/A, 2 % between processes: 2 a side cannot show 10 %
     seen: list[str] = []
-    table, code = ab.run([], *sides(tmp_path), max_processes=12, measure=measure, say=seen.append)
+    table, code = ab.run([], *sides(tmp_path), measure=measure, say=seen.append)
     k = calls[-1][1]
-    assert code == 0 and table["verdict"].tolist() == ["PASS"] and 2 < k < 12
-    assert "INCONCLUSIVE" in seen[0] and len(seen) == k - 1  # a look after each round from the second
+    looks = ab.schedule(2, ab.MAX_PROCESSES)
+    assert code == 0 and table["verdict"].tolist() == ["PASS"] and 2 < k < ab.MAX_PROCESSES  # decided: stops early
+    assert "INCONCLUSIVE" in seen[0] and k in looks and len(seen) == looks.index(k) + 1  # a look on the schedule only
     assert table["base_processes"].item() == k
 
 
@@ -75,16 +82,80 @@ def test_the_budget_ends_the_run_and_undecided_is_exit_3(tmp_path):
     assert code == 3 and calls[-1][1] == 2 and "the budget ends: 1 point(s) undecided" in seen[-1]
 
 
-def test_looks_are_paid_for_so_a_false_alarm_stays_at_alpha(tmp_path):
-    """A/A runs of up to five looks each: a FAIL at most as often as alpha allows (none of
-    ten here), each look testing at alpha / planned looks."""
-    assert ab.planned_looks(2, 10) == 9
-    fails = 0
-    for seed in range(10):
-        measure, _ = fake(0.03, seed=100 + seed)
-        _, code = ab.run([], *sides(tmp_path / str(seed)), max_processes=6, gate_pct=3, measure=measure, say=print)
-        fails += code == 1
-    assert fails == 0
+def test_the_budget_bounds_the_processes_not_max_processes(tmp_path):
+    """Each process takes 10 s (a clock of the test's own): 300 s pay for 15 rounds, so an A/A
+    run 20 % apart between processes looks at 2, 3, 4, 6, 8 and 12 and stops there, the rounds
+    up to the next look (16) not fitting; undecided is exit 3."""
+    measure, calls = fake(0.20, seed=3)
+    now = [0.0]
+
+    def timed(side: ab.Side, k: int) -> int:
+        now[0] += 10
+        return measure(side, k)
+
+    seen: list[str] = []
+    table, code = ab.run(
+        [], *sides(tmp_path), budget_s=300, measure=timed, say=seen.append, clock=lambda: now[0], gate_pct=3
+    )
+    assert code == 3 and calls[-1][1] == 12 and table["base_processes"].item() == 12
+    assert "the budget ends: 1 point(s) undecided after 12 processes a side (the next look, at 16" in seen[-1]
+
+
+def test_the_looks_alpha_sums_to_at_most_alpha(tmp_path):
+    """Every look a run takes tests at alpha / the scheduled looks, so over all of them at most
+    alpha; the schedule is sparse (10 looks up to 40 processes a side, not 39)."""
+    assert ab.schedule(2, 40) == [2, 3, 4, 6, 8, 12, 16, 24, 32, 40]
+    assert ab.schedule(5, 10) == [5, 6, 8, 10] and ab.planned_looks(2, 2) == 1
+    measure, _ = fake(0.20, seed=4)
+    seen: list[str] = []
+    ab.run([], *sides(tmp_path), max_processes=12, gate_pct=1, alpha=0.05, measure=measure, say=seen.append)
+    levels = [float(re.search(r"at alpha ([0-9.e-]+)\)", line).group(1)) for line in seen if "look " in line]
+    assert len(levels) == ab.planned_looks(2, 12) == 6  # undecided to the end: every scheduled look taken
+    assert sum(levels) <= 0.05 + 1e-12
+
+
+def test_metric_judges_by_that_column_and_one_no_row_has_is_compares_refusal(tmp_path, capsys):
+    measure, _ = fake(0.01, slower=1.5)
+    table, code = ab.run([], *sides(tmp_path / "a"), metric="median_s", measure=measure, say=lambda line: None)
+    assert code == 1 and table["metric"].tolist() == ["median_s"]
+    measure, _ = fake(0.01)
+    with pytest.raises(compare.CompareError, match=r"--metric tflop: no row of BASE \(.*\) has a value of it; allowed"):
+        ab.run([], *sides(tmp_path / "b"), metric="tflop", measure=measure, say=lambda line: None)
+
+
+def side_of(logs: np.ndarray) -> Measured:
+    """A side of simulated processes: their figures only (no samples: the t interval, no bootstrap)."""
+    figures = np.exp(logs)
+    return Measured(pd.DataFrame(), float(np.median(figures)), figures, [], [np.array([])] * len(figures), figures)
+
+
+def sequential_aa(rng: np.random.Generator, cv: float, looks: list[int], paid: int, gate: float) -> str:
+    """One simulated A/A run of ab's design: processes drawn at ``cv`` between them, judged at each
+    scheduled look at ``paid`` looks' correction, stopped at the first decided look."""
+    a, b = rng.normal(0, cv, looks[-1]), rng.normal(0, cv, looks[-1])
+    for k in looks:
+        point = {"identity": "", "_base": side_of(a[:k]), "_new": side_of(b[:k]), "_higher": False}
+        verdicts.judge([point], gate, ALPHA, False, None, paid)
+        if point["verdict"] != "INCONCLUSIVE":
+            break
+    return point["verdict"]
+
+
+def test_a_simulated_false_fail_rate_over_the_looks_stays_at_alpha():
+    """400 A/A runs at 10 % between processes, up to 40 a side: with a gate of 0 every
+    significant slowdown FAILs, the harshest case; a FAIL at any look happens at most alpha of
+    the time (10 of 400 here), where testing every look at alpha would FAIL 60 of 400. At the
+    10 % gate (5 FAIL) A/A runs end PASS, equivalent within it, before a 10 % change is detectable."""
+    looks = ab.schedule(2, 40)
+    for gate, paid, most in ((0, len(looks), ALPHA), (10, len(looks), ALPHA)):
+        rng = np.random.default_rng(29)
+        found = [sequential_aa(rng, 0.10, looks, paid, gate) for _ in range(400)]
+        assert found.count("FAIL") / len(found) <= most, (gate, found.count("FAIL"))
+        if gate:
+            assert found.count("PASS") >= 0.95 * len(found)
+    rng = np.random.default_rng(29)
+    naive = [sequential_aa(rng, 0.10, looks, 1, 0) for _ in range(400)]
+    assert naive.count("FAIL") / len(naive) > ALPHA  # why the looks are paid for
 
 
 def test_a_real_a_b_writes_both_trees_in_fresh_processes(cli, work, capsys):
@@ -110,6 +181,7 @@ def test_a_real_a_b_writes_both_trees_in_fresh_processes(cli, work, capsys):
         (["--min-processes", "5", "--max-processes", "3"], "--min-processes 5: allowed: at most --max-processes"),
         (["--base-env", "NOVALUE"], "'NOVALUE': allowed: NAME=VALUE"),
         (["--budget", "-1"], "'-1': allowed: a number of minutes > 0, e.g. 5"),
+        (["--metric", "device_name"], "--metric device_name: allowed: a numeric column, e.g. "),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(work, capsys, bad, line):

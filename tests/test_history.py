@@ -179,3 +179,12 @@ def test_eight_subjects_of_a_real_job_that_became_2x_slower(cli, work, monkeypat
     assert (r["before"]["subject"], r["after"]["subject"]) == ("v4", "v5")
     assert r["metric"] == "tflops" and r["change_pct"] < -30
     assert len(r["run_dirs"]["before"]) == 1 and "outputs/runs/" in r["run_dirs"]["after"][0]
+
+
+def test_metric_is_refused_in_compares_words(tmp_path, capsys):
+    """--metric no row has: the one line compare says (the judged columns the rows have), exit 2."""
+    write_history(tmp_path, "m", [1.0] * 6, seed=4)
+    assert history.main([str(tmp_path), "--metric", "tflop"]) == 2
+    err = capsys.readouterr().err
+    assert "--metric tflop: no row has a value of it; allowed: a numeric column, e.g. median_s" in err
+    assert len(err.strip().splitlines()) == 1

@@ -134,11 +134,14 @@ def test_one_process_a_side_is_judged_against_this_machines_kept_variation(tmp_p
     logs = np.array([0.15, -0.15, 0.0])
     processes(tmp_path / "k" / "base", "a", np.exp(logs), rng=rng)
     processes(tmp_path / "k" / "new", "b", np.exp(logs[::-1] + 0.01), rng=rng)
-    assert compare.main([str(tmp_path / "k" / "base"), str(tmp_path / "k" / "new")]) == 3  # honest: undecided
+    k = [str(tmp_path / "k" / "base"), str(tmp_path / "k" / "new")]
+    assert compare.main(k) == 3  # honest: undecided; a reader keeps nothing unasked
+    assert floor.of(results.load(tmp_path / "one" / "base")).cv == replicates.FLOOR_CV
+    assert compare.main([*k, "--keep-floor"]) == 3
     kept = floor.of(results.load(tmp_path / "one" / "base"))
     assert kept.cv == pytest.approx(0.15, rel=0.05) and "this machine's, kept from 2 earlier series" in kept.source
     # Compared again (or looked at again by perflab ab): the same series, not counted twice.
-    compare.ab(tmp_path / "k" / "base", tmp_path / "k" / "new")
+    compare.ab(tmp_path / "k" / "base", tmp_path / "k" / "new", keep=True)
     assert "from 2 earlier series" in floor.of(results.load(tmp_path / "one" / "base")).source
     capsys.readouterr()
     assert compare.main([*one, "--format", "json"]) == 3
@@ -505,3 +508,57 @@ def test_only_a_time_or_a_rate_must_be_positive_an_accuracy_of_0_is_a_value():
     assert compare.measured(rows, "test_acc", {}).value == 0.25 and not compare.measured(rows, "test_acc", {}).left_out
     timed = compare.measured(rows, "median_s", {})
     assert timed.value == 1.0 and timed.left_out == ["1 row whose median_s is NaN, not a number or <= 0"]
+
+
+def test_an_a_a_whose_interval_lies_within_the_gate_ends_pass(tmp_path):
+    """Six processes a side 6 % apart between them, the same on both sides: a 10 % change is not
+    yet detectable at alpha (power 0.8), but the interval at that level excludes a slowdown
+    beyond 10 %: equivalent within the gate, PASS, and the why says how slow at most."""
+    rng = np.random.default_rng(5)
+    logs = 0.85 * np.array([0.06, -0.06, 0.03, -0.03, 0.09, -0.09])  # 6 % between processes
+    processes(tmp_path / "base", "a", np.exp(logs), rng=rng)
+    processes(tmp_path / "new", "b", np.exp(logs[::-1]), rng=rng)
+    (row,) = compare.ab(tmp_path / "base", tmp_path / "new", gate_pct=10).to_dict("records")
+    assert row["detectable_pct"] > 10 and row["verdict"] == "PASS", row["why"]
+    assert "slower at this level: within the 10 % gate" in row["why"]
+    # The same spread 12 % apart: its interval reaches beyond the gate, never a PASS.
+    processes(tmp_path / "slow", "c", 1.12 * np.exp(logs[::-1]), rng=rng)
+    (row,) = compare.ab(tmp_path / "base", tmp_path / "slow", gate_pct=10).to_dict("records")
+    assert row["verdict"] != "PASS"
+
+
+def test_ab_sides_differ_only_in_the_identity_fields_their_difference_explains(tmp_path):
+    """perflab ab's sides under another OMP_NUM_THREADS differ in num_threads on purpose: said,
+    judged; a CPU model that differs too is still INCOMPARABLE (it had turned every check off)."""
+    from perflab import ab
+
+    base, new = ab.Side("base", tmp_path / "b", env={"OMP_NUM_THREADS": "2"}), ab.Side("new", tmp_path / "n")
+    assert base.explains(new) == {"num_threads"}
+    assert ab.Side("a", tmp_path, python="venv/bin/python").explains(new) >= {"torch", "mkl"}
+    assert not ab.Side("a", tmp_path).explains(new)
+    rng = np.random.default_rng(6)
+    processes(tmp_path / "b", "a", [1.0, 1.01, 0.99], rng=rng)
+    processes(tmp_path / "n", "b", [1.0, 1.01, 0.99], rng=rng, **ONE_THREAD)
+    processes(tmp_path / "other", "c", [1.0, 1.01, 0.99], rng=rng, cpu_model="Other CPU", **ONE_THREAD)
+    table = compare.ab(tmp_path / "b", tmp_path / "n", explained=base.explains(new))
+    assert table["verdict"].tolist() != ["INCOMPARABLE"] and not table["identity"].item()
+    assert any("differ on purpose in num_threads: 2 vs 1" in n for n in table.attrs["notes"])
+    table = compare.ab(tmp_path / "b", tmp_path / "other", explained=base.explains(new))
+    assert table["verdict"].tolist() == ["INCOMPARABLE"] and "cpu_model" in table["identity"].item()
+    assert "num_threads" not in table["identity"].item()
+
+
+def test_a_given_process_cv_looks_up_no_kept_floor_and_a_reader_keeps_none(tmp_path, monkeypatch):
+    """--process-cv: no point reads the kept file; compare writes it only with --keep-floor."""
+    rng = np.random.default_rng(7)
+    processes(tmp_path / "base", "a", [1.0, 1.02, 0.98], rng=rng)
+    processes(tmp_path / "new", "b", [1.0, 1.02, 0.98], rng=rng)
+    reads: list[int] = []
+    real = floor._read
+    monkeypatch.setattr(floor, "_read", lambda: reads.append(1) or real())
+    compare.ab(tmp_path / "base", tmp_path / "new", process_cv=0.05)
+    assert not reads and not floor.path().exists()
+    compare.ab(tmp_path / "base", tmp_path / "new")
+    assert reads and not floor.path().exists()  # looked up, nothing written
+    assert compare.main([str(tmp_path / "base"), str(tmp_path / "new"), "--keep-floor"]) in (0, 3)
+    assert floor.path().exists()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 import pandas as pd
@@ -16,9 +16,11 @@ import pandas as pd
 from perflab.analysis import floor, verdicts
 from perflab.analysis.frames import config_column, device_family, identity_columns
 from perflab.analysis.replicates import (
+    has_metric,
     iqr_pct,
     measured,
     metric_for,
+    metric_refusal,
     module_of,
     samples_by_row,
     summary_rows,
@@ -27,7 +29,7 @@ from perflab.analysis.stats import ALPHA, Difference, compare_samples
 from perflab.analysis.verdicts import DEFAULT_GATE_PCT, Verdict
 from perflab.config import registry
 from perflab.results import load
-from perflab.store.columns import EXACT, JUDGED, higher_is_better
+from perflab.store.columns import EXACT, higher_is_better
 from perflab.store.rows import Notes
 
 COUNT_KEYS = ("cfg.devices.count", "n_devices")
@@ -70,12 +72,8 @@ def select(
             have = ", ".join(sorted({str(v) for v in df[column].dropna()}, key=_natural)[:12]) or "none"
             raise CompareError(f"--where {item}: no ok row has it; allowed: {key}= one of {have}")
         df = kept
-    if metric is not None and (metric not in df or pd.to_numeric(df[metric], errors="coerce").isna().all()):
-        known = sorted(c for c in JUDGED if c in df and df[c].notna().any())
-        raise CompareError(
-            f"--metric {metric}: no row{' of ' + tree if tree else ''} has a value of it; "
-            f"allowed: a numeric column, e.g. {', '.join(known)}"
-        )
+    if metric is not None and not has_metric(df, metric):
+        raise CompareError(metric_refusal(metric, df, tree))
     return df.copy()  # one block per dtype again: a loaded tree is fragmented
 
 
@@ -323,6 +321,8 @@ def ab(
     process_cv: float | None = None,
     looks: int = 1,
     differ: Sequence[str] = (),
+    explained: Collection[str] = (),
+    keep: bool = False,
 ) -> pd.DataFrame:
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
     of ``base``, with one verdict each (``perflab.analysis.verdicts``): PASS, FAIL, INCONCLUSIVE (with the
@@ -333,7 +333,10 @@ def ab(
     comparisons with two or more processes a side, ``perflab.analysis.floor``); ``looks``: how often ``perflab ab`` has
     looked at these trees (a Bonferroni correction over them); ``differ``: config keys the two
     sides set apart on purpose (``perflab ab --base K=V --new K=W``), left out of what matches a
-    point. Points in one tree only are rows too,
+    point; ``explained``: machine identity fields the sides differ in on purpose (``perflab ab``'s
+    another environment or interpreter: ``Side.explains``), said, not INCOMPARABLE; ``keep``: keep the between-process
+    variation measured here as this machine's floor (``floor.keep``: ``perflab ab``, and
+    ``perflab compare --keep-floor``; a reader writes no cache unasked). Points in one tree only are rows too,
     ``change`` saying which. ``df.attrs["notes"]`` holds the lines worth showing."""
     a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
     b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
@@ -376,6 +379,10 @@ def ab(
             sides = {"BASE": measured(ra, m, samples, said["BASE"]), "NEW": measured(rb, m, samples, said["NEW"])}
             va, vb = (_geomean(x.figures) for x in sides.values())
             mismatch, unknown = identity_differences(ra, rb)
+            on_purpose = [d for d in mismatch if d.partition(":")[0] in explained]
+            mismatch = [d for d in mismatch if d not in on_purpose]
+            if on_purpose:
+                notes.append(f"{name}: the sides differ on purpose in {'; '.join(on_purpose)} (the change under test)")
             left = "; ".join(f"in {side}: {', '.join(x.left_out)}" for side, x in sides.items() if x.left_out)
             entry.update(
                 base=va,
@@ -387,7 +394,7 @@ def ab(
                 _new=sides["NEW"],
                 _higher=higher_is_better(m),
                 _samples=sides["NEW"].samples,
-                _floor=floor.of(ra),
+                _floor=floor.of(ra) if process_cv is None else None,  # --process-cv: no look-up
             )
             if not mismatch and m not in EXACT:  # one machine's variation between its processes
                 series += [(r, m, x.figures) for r, x in zip((ra, rb), sides.values()) if x.n_processes >= 2]
@@ -406,7 +413,8 @@ def ab(
                 continue
             pooled.append(entry)
     verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks)
-    floor.keep(series)
+    if keep:
+        floor.keep(series)
     notes += verdicts.said_once(pooled)
     for e in entries:
         for key in ("_base", "_new", "_change", "_why", "_higher", "_floor"):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import hashlib
 import json
 import math
 import os
@@ -68,7 +67,9 @@ def machine(rows: pd.DataFrame) -> dict[str, str]:
 
 
 def key(identity: dict[str, str]) -> str:
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    from perflab.measure.environment import identity_key
+
+    return identity_key(identity)
 
 
 def _read() -> dict[str, Any]:

@@ -10,7 +10,10 @@ that process's samples (its row's metric), and a change is judged from those fig
   freedom), so its p-value is about the code, not about one process;
 - the interval: a hierarchical bootstrap (processes, then samples within each process);
 - detectable: the smallest change ``m`` and ``n`` processes at this between-process spread find
-  with probability ``POWER``; the advice: how many processes a side would do, bounded.
+  with probability ``POWER``; the advice: how many processes a side would do, bounded;
+- the margin: half the width of the change's interval at the level a lone point must meet
+  (Student's t on the logs, the spread detectability assumes): where the interval excludes a
+  slowdown beyond the gate, the point is equivalent within it (a PASS).
 
 A process is a run (``run_id``): ``bench.processes=K`` measures a point in K fresh processes,
 each its own run, its rows carrying ``process`` (1..K). With one process a side the
@@ -66,6 +69,29 @@ def metric_for(experiment: str, rows: pd.DataFrame, asked: str | None) -> tuple[
     return own, note
 
 
+def numeric(metric: str) -> bool:
+    """Whether a column of that name may hold a metric: any but perflab's text, category and flag
+    columns (an experiment's own figures are no columns perflab knows)."""
+    from perflab.store.columns import CATEGORIES, FLAGS, TEXT
+
+    return metric not in {*TEXT, *CATEGORIES, *FLAGS}
+
+
+def metric_refusal(metric: str, rows: pd.DataFrame | None = None, tree: str = "") -> str:
+    """The one line that refuses ``--metric`` (compare, ab, history alike): no row (of ``tree``)
+    has a value of it, and the judged columns the rows have (all of them where none are given)."""
+    from perflab.store.columns import JUDGED
+
+    have = sorted(c for c in JUDGED if rows is None or (c in rows and rows[c].notna().any()))
+    where = "" if rows is None else f"no row{' of ' + tree if tree else ''} has a value of it; "
+    return f"--metric {metric}: {where}allowed: a numeric column, e.g. {', '.join(have)}"
+
+
+def has_metric(rows: pd.DataFrame, metric: str) -> bool:
+    """Whether some row has a numeric value of ``metric``."""
+    return metric in rows and bool(pd.to_numeric(rows[metric], errors="coerce").notna().any())
+
+
 def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
     """The rows an experiment compares by default (training: its summary row, not every epoch)."""
     module = module_of(rows)
@@ -115,7 +141,9 @@ def iqr_pct(values: np.ndarray) -> float:
 class Measured:
     """What a point's rows give to judge it by: the rows whose metric is usable, the median of
     it, their usable raw samples as values of the metric (pooled, and per process), each
-    process's figure, and what was left out, in words."""
+    process's figure, and what was left out, in words. ``rows`` is empty (its columns only)
+    where ``measured_each(frames=False)`` made it (history: nothing reads them back there); a
+    reader of rows (an exact metric's ``*_spread_pct``: ``verdicts``) takes ``measured``'s."""
 
     rows: pd.DataFrame
     value: float
@@ -281,6 +309,7 @@ class Change:
     detectable_pct: float  # at ``level``; inf: nothing could be
     base_processes: int
     new_processes: int
+    margin: float = math.inf  # half the width of the log ratio's interval at ``level`` (the spread assumed)
 
 
 def change(
@@ -314,7 +343,9 @@ def change(
     else:
         z = _quantile(0.975, s.df) * se
         low, high = math.exp(diff - z), math.exp(diff + z)
-    return Change(math.exp(diff), p, low, high, s, detectable(m, n, _assumed(s, m, n, floor), s.df, level, power), m, n)
+    sd = _assumed(s, m, n, floor)
+    margin = _quantile(1 - level / 2, s.df) * sd * math.sqrt(1 / m + 1 / n)
+    return Change(math.exp(diff), p, low, high, s, detectable(m, n, sd, s.df, level, power), m, n, margin)
 
 
 def detectable(m: int, n: int, sd: float, df: int, level: float = ALPHA, power: float = POWER) -> float:

@@ -5,7 +5,10 @@ figures (``perflab.analysis.replicates``):
 
   PASS          not significantly slower by more than the gate, and the processes could have
                 shown a change of the gate's size (the smallest change they could show, at
-                this between-process spread and count, is within the gate); or significantly faster
+                this between-process spread and count, is within the gate); or significantly faster;
+                or equivalent: the change's interval at the level a lone point must meet
+                excludes a slowdown beyond the gate (an A/A run decided before it could
+                detect the gate's size)
   FAIL          significantly slower (Benjamini-Hochberg over all points) by more than the gate
   INCONCLUSIVE  neither: the smallest change the processes could show exceeds the gate; the
                 verdict says how many processes a side would do (bounded: none beyond 50)
@@ -169,12 +172,16 @@ def judge(
         if significant and p["change_pct"] < -gate_pct:
             verdict = Verdict.FAIL
             why.append(f"{size}: beyond the {gate_pct:g} % gate (adjusted p={p_adj:.2g})")
-        elif p["detectable_pct"] <= gate_pct or (significant and p["speedup"] >= 1):
-            verdict = Verdict.PASS  # a change of the gate's size was detectable, or it got significantly faster
+        elif p["detectable_pct"] <= gate_pct or (significant and p["speedup"] >= 1) or _within(p, c, gate_pct):
+            # a change of the gate's size was detectable, it got significantly faster, or the
+            # interval at this level excludes a slowdown beyond the gate (equivalent within it)
+            verdict = Verdict.PASS
             seen = size if significant else "no significant change"
             why.append(f"{seen}; a {p['detectable_pct']:.2g} % change was detectable")
-            if p["detectable_pct"] > gate_pct:
+            if significant and p["speedup"] >= 1 and p["detectable_pct"] > gate_pct:
                 why = [f"{size}, significantly (adjusted p={p_adj:.2g})"]
+            elif p["detectable_pct"] > gate_pct:
+                why = [f"{seen}; at most {_slowest(p, c):.2g} % slower at this level: within the {gate_pct:g} % gate"]
         else:
             verdict = Verdict.INCONCLUSIVE
             why.append(_inconclusive(p, c, gate_pct, level, f.cv))
@@ -199,6 +206,17 @@ def judge(
         if not (allow_mixed or not p["identity"]):
             p["verdict"], p["why"] = Verdict.INCOMPARABLE.value, f"machine identity differs: {p['identity']}"
             p["_why"] = [p["why"]]
+
+
+def _slowest(p: dict[str, Any], c: Any) -> float:
+    """The largest slowdown in percent (new's time over base's) the change's interval at the
+    look's level allows (``replicates.Change.margin``)."""
+    return 100 * math.expm1(c.margin - math.log(p["speedup"]))
+
+
+def _within(p: dict[str, Any], c: Any, gate_pct: float) -> bool:
+    """Whether the interval at the look's level excludes a slowdown beyond the gate."""
+    return math.isfinite(p["speedup"]) and p["speedup"] > 0 and _slowest(p, c) <= gate_pct
 
 
 def _judge_exact(p: dict[str, Any]) -> None:

@@ -50,6 +50,15 @@ IDENTITY = (
 _CPU = Path("/sys/devices/system/cpu")
 
 
+def identity_key(identity: dict[str, str]) -> str:
+    """A short stable name for a machine identity (fields as text), for what is kept per machine:
+    chapter's calibration, the floor of one-process verdicts (``perflab.analysis.floor``)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _git(args: list[str], cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5, check=True).stdout.strip()
 
