@@ -1,24 +1,47 @@
-"""perflab's inference and generation figures next to torch.utils.benchmark's, on the same
-models in the same process, in interleaved rounds (each workload perflab first, then torch's,
-then the other way round ...): a timm ResNet-18 forward (batch 1, 3x224x224, 1000 classes, eval,
-inference_mode) and a small GPT-2's prefill (time to first token), whole generate call and
-decode (seconds per token). The figure compared is the best sample (min) of each side, which
-other work on a shared machine disturbs least, and the median beside it. Goal (issue 30):
-perflab / torch.utils.benchmark within +-3 % on best samples.
+"""perflab's inference and generation figures next to torch.utils.benchmark's and, optionally,
+optimum-benchmark's, on the same models, in interleaved rounds (each workload perflab first,
+then torch's, then optimum-benchmark's; the order turned every round): a timm ResNet-18 forward
+(batch 1, 3x224x224, 1000 classes, eval, inference_mode) and a small GPT-2's prefill, whole
+generate call and decode. The figure compared is the best sample (min) of each side, which other
+work on a shared machine disturbs least, and the median beside it. Goal (issue 30): perflab /
+torch.utils.benchmark within +-3 % on best samples, and each gap to optimum-benchmark explained.
 
-Like with like: both sides run THREADS intra-op threads (the Timer's num_threads; perflab's rows
-say num_threads), the same inputs and kwargs, WARMUP calls first, then single calls until
-MIN_TIME_S seconds of them (blocked_autorange's rule; perflab's bench.min_time_s with
-bench.repeats=1; torch's side with Timer.timeit(1), as blocked_autorange times blocks of 10
-calls of a short one): the same rule, so about as many samples a side. The first version let
-perflab take 30 samples and torch 3 of a 0.3 s call: on a busy machine the best of 30 is lower
-than the best of 3, which made perflab's ResNet-18 best look 20 % faster (0.80 at load 9). Decode
-per token is (generate - prefill) / (new tokens - 1) on both sides, from each side's best and
-median; perflab's own decode row (each token's step, read in a logits processor) is checked by
-its mean against torch's mean of the same difference, with no best (a mean is no sample).
-optimum-benchmark is not installed here (and has no offline install): not compared.
+Like with like: every side runs THREADS intra-op threads, the same model folder, WARMUP calls
+first, then single calls until MIN_TIME_S seconds of them (blocked_autorange's rule; perflab's
+bench.min_time_s with bench.repeats=1; torch's side with Timer.timeit(1), as blocked_autorange
+times blocks of 10 calls of a short one), the garbage collector on (timeit turns it off: torch's
+Timer gets gc.enable() as its setup). The first version let perflab take 30 samples and torch 3
+of a 0.3 s call: the best of 30 is lower than the best of 3 on a busy machine (0.80 at load 9).
 
-    python benchmarks/inference.py [--rounds 3] [--out benchmarks/results/inference.csv]
+What one sample is, side by side (issue 30's check; read in each side's code):
+- prefill: perflab and torch: one whole generate(max_new_tokens=1) call (its setup: generation
+  config, logits processors, stopping criteria, a new DynamicCache; the prompt's forward; the
+  first greedy choice; the return). optimum-benchmark: a generate call's start to its first
+  logits (its per-token logits processor), so without the first choice and the return.
+- generate: one whole generate(max_new_tokens=min_new_tokens=16) call, greedy, 64 random prompt
+  ids, a fresh cache each call, under inference_mode (generate itself adds no_grad), on all three.
+- decode per token: (generate - prefill) / 15 from each side's best and median.
+- decode row, mean: perflab's decode row's mean (each step between two tokens' logits, read in
+  a logits processor), torch's (mean generate - mean prefill) / 15, optimum-benchmark's own
+  "decode" (each generate minus the mean prefill) / 15: means, no best.
+- decode step: per-step samples, perflab's decode row and optimum-benchmark's per_token; its
+  median and best are comparable, not its mean: 0.6.0 never clears its token stamps between
+  calls, so its per_token list repeats earlier calls' steps and holds one step per call that
+  spans the call's end and the next call's start and prefill.
+perflab's only extra in a call is that logits processor reading the clock: on the thread's CPU
+clock (30 alternating calls, load 3.6-4.0) generate took 64.4 / 82.5 ms (best / median) without
+it and 66.3 / 82.9 ms with it, prefill 12.1 / 13.9 and 11.8 / 13.9 ms: no measurable cost.
+
+optimum-benchmark (--optimum-python): 0.6.0 from pip's index in its own venv (see
+docs/inference.md); it needs transformers < 5 (it imports SpecialTokensMixin), so its side runs
+transformers 4.57 where the others run the system's 5.x: a generate-overhead gap between the
+versions is in its figures. It runs in its own process (benchmarks/_optimum_side.py, its inline
+launcher), with torch.set_num_threads(THREADS) (0.6.0's inter_op_num_threads key is what sets
+intra-op threads, and intra_op_num_threads the inter-op ones). Its timm backend cannot build a
+model offline (the script says so): ResNet-18 is compared with torch's side only.
+
+    python benchmarks/inference.py [--rounds 3] [--out benchmarks/results/inference.csv] \
+        [--optimum-python /tmp/ob-venv/bin/python]
 
 The script prints each round, each side's samples, and the machine's load.
 """
@@ -26,9 +49,11 @@ The script prints each round, each side's samples, and the machine's load.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
+import subprocess
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,6 +112,7 @@ def perflab_lm(folder: str) -> Figures:
         "gpt2 generate": whole,
         "gpt2 decode per token": decode_per_token(whole, prefill),
         "gpt2 decode row, mean": (NAN, float(decode["mean_s"]), int(decode["n"])),
+        "gpt2 decode step": perflab_figures(decode),
     }
 
 
@@ -97,8 +123,9 @@ def perflab_figures(row: Any) -> tuple[float, float, int]:
 def timed(fn: Any) -> tub.Measurement:
     """Single calls until MIN_TIME_S seconds of them: Timer.timeit(1) (with its own two warm-up
     calls before each), merged; blocked_autorange would time blocks of 10 calls of a 12 ms
-    prefill, whose best is a block's mean, no call's."""
-    timer = tub.Timer(stmt="fn()", globals={"fn": fn}, num_threads=THREADS)
+    prefill, whose best is a block's mean, no call's. The garbage collector stays on, as in
+    perflab's loop and optimum-benchmark's (timeit turns it off; its setup turns it back on)."""
+    timer = tub.Timer(stmt="fn()", setup="import gc; gc.enable()", globals={"fn": fn}, num_threads=THREADS)
     with torch.inference_mode():
         for _ in range(WARMUP):
             fn()
@@ -146,59 +173,134 @@ def torch_lm(folder: str) -> Figures:
     }
 
 
-# Each workload's two sides back to back, in turns (perflab first, then torch's first ...): the
-# machine's drift falls on both alike.
-PAIRS = [
-    [("perflab", perflab_vision), ("torch.utils.benchmark", torch_vision)],
-    [("perflab", perflab_lm), ("torch.utils.benchmark", torch_lm)],
-]
+def in_optimum_venv(python: str, *args: str) -> Any:
+    """benchmarks/_optimum_side.py run by the optimum-benchmark venv's Python: its JSON."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "HF_HUB_OFFLINE": "1"}
+    command = [python, str(ROOT / "benchmarks" / "_optimum_side.py"), *args]
+    ran = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    line = next((x for x in ran.stdout.splitlines() if x.startswith("OPTIMUM-JSON ")), None)
+    if line is None:
+        raise SystemExit(f"{' '.join(command)} failed (rc {ran.returncode}): {ran.stderr.strip().splitlines()[-1:]}")
+    return json.loads(line.removeprefix("OPTIMUM-JSON "))
+
+
+def optimum_lm(folder: str, python: str) -> Figures:
+    """optimum-benchmark 0.6.0's text-generation scenario on the same folder, in its own venv's
+    Python: its prefill (a generate call's start to its first logits), generate, decode per
+    token as on the other sides; its per-token samples as the decode step (their median and
+    best: its mean is not one, see the docstring)."""
+    got = in_optimum_venv(python, "gpt2", folder, str(PROMPT), str(NEW), str(THREADS), str(WARMUP), str(MIN_TIME_S))
+    assert got["num_threads"] == THREADS, f"optimum-benchmark ran {got['num_threads']} threads"
+
+    def figures(values: list[float]) -> tuple[float, float, int]:
+        return min(values), statistics.median(values), len(values)
+
+    prefill, whole = figures(got["prefill"]), figures(got["generate"])
+    return {
+        "gpt2 prefill": prefill,
+        "gpt2 generate": whole,
+        "gpt2 decode per token": decode_per_token(whole, prefill),
+        "gpt2 decode row, mean": (NAN, statistics.mean(got["decode"]) / (NEW - 1), len(got["decode"])),
+        "gpt2 decode step": figures(got["per_token"]),
+    }
+
+
+def torch_lm_optimum_venv(folder: str, python: str) -> Figures:
+    """torch_lm in the optimum-benchmark venv (its transformers 4): optimum-benchmark / this is
+    its harness alone; torch.utils.benchmark / this, the transformers versions."""
+    got = in_optimum_venv(python, "torch", folder)
+    return {what: (float(b), float(m), int(n)) for what, (b, m, n) in got.items()}
+
+
+SIDES = ("perflab", "torch.utils.benchmark", "optimum-benchmark", "torch.utils.benchmark, transformers 4")
+OPTIMUM_NO_RESNET = (
+    "optimum-benchmark: resnet18 forward not compared: its timm backend cannot build a model offline "
+    "(a folder is passed to timm.create_model, which asks for a 'local-dir:' prefix that its own config "
+    "lookup then refuses; no_weights is not for timm)"
+)
+
+
+def workloads(optimum: str | None) -> list[list[tuple[str, Any]]]:
+    """Each workload's sides: run back to back, in an order turned every round (perflab first,
+    then torch's, then optimum-benchmark's ...), so the machine's drift falls on all alike."""
+    lm: list[tuple[str, Any]] = [("perflab", perflab_lm), ("torch.utils.benchmark", torch_lm)]
+    if optimum:
+        lm.append(("optimum-benchmark", lambda folder: optimum_lm(folder, optimum)))
+        lm.append(("torch.utils.benchmark, transformers 4", lambda folder: torch_lm_optimum_venv(folder, optimum)))
+    return [[("perflab", perflab_vision), ("torch.utils.benchmark", torch_vision)], lm]
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.4f}" if b == b and a == a else ""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "inference.csv"))
+    parser.add_argument("--optimum-python", help="the Python of a venv with optimum-benchmark 0.6.0 (optional)")
     args = parser.parse_args()
     torch.set_num_threads(THREADS)
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    if args.optimum_python:
+        print(OPTIMUM_NO_RESNET)
+    else:
+        print("optimum-benchmark: skipped (no --optimum-python)")
     with tempfile.TemporaryDirectory() as work:
         os.chdir(work)
         folder = str(Path(work) / "gpt2")
         config = AutoConfig.for_model("gpt2", **GPT2, bos_token_id=0, eos_token_id=0)
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-        found: dict[str, dict[str, list[tuple[float, float, int]]]] = {"perflab": {}, "torch.utils.benchmark": {}}
+        found: dict[str, dict[str, list[tuple[float, float, int]]]] = {name: {} for name in SIDES}
         for r in range(args.rounds):
-            for name, side in (turn for pair in PAIRS for turn in (pair if r % 2 == 0 else pair[::-1])):
-                for what, figures in side(folder).items():
-                    found[name].setdefault(what, []).append(figures)
-                    best, median, n = figures[0] * 1e3, figures[1] * 1e3, figures[2]
-                    print(
-                        f"round {r + 1} {name:22} {what:24} best {best:8.3f} ms, median {median:8.3f} ms, "
-                        f"n {n} (load {os.getloadavg()[0]:.2f})"
-                    )
+            for sides in workloads(args.optimum_python):
+                for name, side in sides[r % len(sides) :] + sides[: r % len(sides)]:
+                    for what, figures in side(folder).items():
+                        found[name].setdefault(what, []).append(figures)
+                        best, median, n = figures[0] * 1e3, figures[1] * 1e3, figures[2]
+                        print(
+                            f"round {r + 1} {name:22} {what:24} best {best:8.3f} ms, median {median:8.3f} ms, "
+                            f"n {n} (load {os.getloadavg()[0]:.2f})"
+                        )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    def summary(name: str, what: str) -> tuple[float, float]:
+        """Best of the rounds' bests, median of their medians (NaN: that side has no such figure)."""
+        got = found[name].get(what)
+        if not got:
+            return NAN, NAN
+        return min(b for b, _, _ in got), statistics.median(m for _, m, _ in got)
+
     rows = []
     for what in found["perflab"]:
-        ours, theirs = found["perflab"][what], found["torch.utils.benchmark"][what]
-        bests = (min(b for b, _, _ in ours), min(b for b, _, _ in theirs))  # NaN where no sample is a best
-        medians = (statistics.median(m for _, m, _ in ours), statistics.median(m for _, m, _ in theirs))
+        (pb, pm), (tb, tm), (ob, om), (t4b, t4m) = (summary(name, what) for name in SIDES)
         print(
-            f"{what:24} perflab / torch.utils.benchmark: best {bests[0] / bests[1]:.3f}, "
-            f"median {medians[0] / medians[1]:.3f} ({args.rounds} rounds, load {load})"
+            f"{what:24} perflab / torch.utils.benchmark: best {pb / tb:.3f}, median {pm / tm:.3f}; "
+            f"perflab / optimum-benchmark: best {pb / ob:.3f}, median {pm / om:.3f}; optimum-benchmark / "
+            f"torch.utils.benchmark in its venv: best {ob / t4b:.3f}, median {om / t4m:.3f}; torch.utils.benchmark "
+            f"transformers 5 / 4: best {tb / t4b:.3f}, median {tm / t4m:.3f} ({args.rounds} rounds, load {load})"
         )
         rows.append(
             {
                 "when": when,
                 "what": what,
-                "perflab_best_s": f"{bests[0]:.6g}",
-                "torch_best_s": f"{bests[1]:.6g}",
-                "ratio_best": f"{bests[0] / bests[1]:.4f}",
-                "perflab_median_s": f"{medians[0]:.6g}",
-                "torch_median_s": f"{medians[1]:.6g}",
-                "ratio_median": f"{medians[0] / medians[1]:.4f}",
+                "perflab_best_s": f"{pb:.6g}",
+                "torch_best_s": f"{tb:.6g}",
+                "ratio_best": ratio(pb, tb),
+                "perflab_median_s": f"{pm:.6g}",
+                "torch_median_s": f"{tm:.6g}",
+                "ratio_median": ratio(pm, tm),
+                "optimum_best_s": f"{ob:.6g}",
+                "optimum_median_s": f"{om:.6g}",
+                "ratio_best_optimum": ratio(pb, ob),
+                "ratio_median_optimum": ratio(pm, om),
+                "torch_tf4_best_s": f"{t4b:.6g}",
+                "torch_tf4_median_s": f"{t4m:.6g}",
+                "optimum_over_torch_tf4_best": ratio(ob, t4b),
+                "optimum_over_torch_tf4_median": ratio(om, t4m),
                 "rounds": args.rounds,
                 "load": load,
                 "machine": platform.node(),

@@ -210,7 +210,8 @@ def run(ctx: Context) -> None:
             [d],
             items=p.batch * p.prompt_len,
             **knobs,
-            note="time to the first token: the prompt's forward and the first greedy choice; "
+            note="time to the first token: a whole call for one token (its setup: generation config, logits "
+            "processors, a new KV cache; the prompt's forward; the first greedy choice; its return); "
             "items_per_s: prompt tokens/s",
         )
         runs.clear()

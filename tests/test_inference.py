@@ -100,8 +100,16 @@ def test_generation_refuses_what_cannot_generate_in_one_line(work, overrides, li
     assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
 
 
-def test_inference_of_a_models_torch_export(work):
+def test_inference_of_a_models_torch_export(work, monkeypatch):
+    real, shapes = torch.export.export, []
+
+    def counted(model, args, *rest, **kwargs):
+        shapes.append(tuple(args[0].shape))
+        return real(model, args, *rest, **kwargs)
+
+    monkeypatch.setattr(torch.export, "export", counted)
     df = perflab.run("quick/infer", ["experiment.export=true", "experiment.batches=[1,2]", *QUIET])
+    assert [s[0] for s in shapes] == [1, 2], "one export per batch, the first batch's too (not one more to check it)"
     assert (df["status"] == "ok").all(), df[["measurement", "error"]]
     timed = df[df["measurement"].str.startswith("forward batch")]
     assert len(timed) == 2 and timed["exported"].all() and (timed["export_s"] > 0).all(), "one export per batch"

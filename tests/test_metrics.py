@@ -42,6 +42,18 @@ def test_memory_columns_per_part_grow_with_what_the_part_allocates(work, monkeyp
     assert "cuda_allocated_peak_mb" not in df or df["cuda_allocated_peak_mb"].isna().all()  # unknown is empty
 
 
+def test_memory_columns_under_torch_utils_benchmark_see_its_loop(work, monkeypatch):
+    """torch.utils.benchmark runs its own loop: its peak RSS is still read, around the whole loop."""
+
+    def run(ctx):
+        ctx.measure("big", lambda: np.ones(300 * MB // 8).sum())
+
+    monkeypatch.setattr(registry.get("matmul").module, "run", run)
+    df = perflab.run("quick/matmul", [*FAST, "bench.timer=torch_utils_benchmark"]).set_index("measurement")
+    assert df.loc["big", "timer"] == "torch_utils_benchmark"
+    assert df.loc["big", "rss_peak_mb"] - df.loc["big", "rss_before_mb"] > 290
+
+
 def test_a_busy_machine_makes_a_measurement_suspect(work, monkeypatch):
     monkeypatch.setattr(Machine, "others_share", lambda self, own_s=None: 0.9)
     df = perflab.run("quick/matmul", FAST)

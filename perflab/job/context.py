@@ -173,6 +173,7 @@ class Context:
                 timer=b.timer,
                 noise_threshold=b.noise_threshold,
                 around=around,
+                around_loop=memory.sample,  # its peak RSS; energy per call it cannot know (energy.NOT_SAMPLED)
             )
         related = relate(stats) if relate else {}
         for name, part in parts.items():

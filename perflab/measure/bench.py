@@ -213,10 +213,13 @@ def measure_rounds(
     noise_threshold: float = 0.10,
     clock: Clock = time.perf_counter,
     around: Around | None = None,
+    around_loop: Around | None = None,
 ) -> dict[str, Stats]:
     """Time several variants of comparable work, interleaved: round r takes one sample of
     each, in an order rotated every round (A B C, B C A, C A B ...), until every variant has
     ``repeats`` samples and ``min_time_s`` seconds. Warm-up calls come first, per variant.
+    ``around_loop(name)`` wraps a loop perflab does not sample itself (torch_utils_benchmark's,
+    its warm-up calls in it): only what holds over all its calls, a peak, not a per-call sum.
     """
     names = list(variants)
     kinds = {n: choose_timer(timer, variants[n].devices, variants[n].sync) for n in names}
@@ -224,7 +227,8 @@ def measure_rounds(
         if len(names) > 1:
             raise ValueError("timer=torch_utils_benchmark times one variant at a time; use measure()")
         v = variants[names[0]]
-        return {names[0]: _torch_utils(v.fn, v.devices, min_time_s, noise_threshold)}
+        with around_loop(names[0]) if around_loop else contextlib.nullcontext():
+            return {names[0]: _torch_utils(v.fn, v.devices, min_time_s, noise_threshold)}
     warm: dict[str, list[float]] = {n: [] for n in names}
     for name in names:
         v = variants[name]
