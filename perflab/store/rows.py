@@ -204,6 +204,7 @@ def read_many(
     without perflab's header (or without ``columns_required``) is skipped, and a torn last line
     dropped (``notes`` says so).
     """
+    import numpy as np
     import pandas as pd
 
     notes = notes if notes is not None else Notes()
@@ -246,7 +247,7 @@ def read_many(
             if len(df) != sum(n for *_, n in parts) or "\ufffd" in "".join(b for _, b, _ in parts):
                 raise ValueError("lines and rows differ")
             df = type_config(df)
-            df[column] = [label for label, _, n in parts for _ in range(n)]
+            df[column] = np.repeat(np.array([label for label, _, _ in parts], dtype=object), [n for *_, n in parts])
         except (ValueError, pd.errors.ParserError):
             each = [
                 read_csv(by_label[label], columns_required, notes=notes).assign(**{column: label})
@@ -317,19 +318,25 @@ def concat(frames: Sequence[Any]):
 
 
 def fix_dtypes(df):
-    """Types a user expects in pandas: categories, nullable ints and booleans, timestamps."""
+    """Types a user expects in pandas: categories, nullable ints and booleans, timestamps. A
+    column already of its type is left as it is (rows from the index are: nothing to redo)."""
     import pandas as pd
 
-    if "timestamp" in df:
+    stamped = (
+        isinstance(df["timestamp"].dtype, pd.DatetimeTZDtype) and str(df["timestamp"].dtype.tz) == "UTC"
+        if "timestamp" in df
+        else True
+    )
+    if not stamped:
         df["timestamp"] = pd.to_datetime(df["timestamp"], utc=True, format="ISO8601", errors="coerce")
     for col in columns.CATEGORIES:
-        if col in df:
+        if col in df and not isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = df[col].astype("category")
     for col in columns.FLAGS:
-        if col in df:
+        if col in df and df[col].dtype != "boolean":
             df[col] = df[col].map({"True": True, "False": False, True: True, False: False}).astype("boolean")
     for col in columns.INTS:
-        if col in df:
+        if col in df and df[col].dtype != "Int64":
             df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     for col in columns.FLOATS:  # a hand-edited or damaged cell reads as missing, not as text
         if col in df and not pd.api.types.is_numeric_dtype(df[col]):
