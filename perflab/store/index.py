@@ -221,6 +221,8 @@ def _appended(tables):
             col = t[name] if name in t.column_names else None
             if col is None or (col.type != field.type and col.null_count == len(col)):
                 col = pa.nulls(len(t), field.type)
+            elif pa.types.is_dictionary(col.type) and pa.types.is_dictionary(field.type):
+                col = col.cast(field.type)  # a category's codes wider in one table (more values)
             elif col.type != field.type:
                 raise pa.ArrowTypeError(f"{name}: {col.type} and {field.type}")
             columns.append(col)
