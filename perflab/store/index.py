@@ -157,17 +157,51 @@ def as_indexed(df):
 
 
 def _read_segment(path: Path, experiment: str | None, wanted: set[str] | None):
-    """A segment's rows as an Arrow table: of one experiment, and of the run dirs ``wanted``
-    (None: all it holds), both filtered as Parquet is read."""
+    """A segment's rows as an Arrow table: of one experiment (only the row groups whose
+    statistics say they may hold it are read), and of the run dirs ``wanted`` (None: all it
+    holds). Rows are filtered on each category's values, not on every row's text."""
     import pyarrow.parquet as pq
 
-    filters = [("experiment", "==", experiment)] if experiment else []
+    with pq.ParquetFile(path) as segment:
+        meta = segment.metadata
+        names = segment.schema_arrow.names
+        if "_source" not in names:
+            raise ValueError("no _source column")
+        groups = list(range(meta.num_row_groups))
+        if experiment and "experiment" in names:
+            at = names.index("experiment")
+            groups = [i for i in groups if _may_hold(meta.row_group(i).column(at).statistics, experiment)]
+        table = segment.read_row_groups(groups) if groups else segment.schema_arrow.empty_table()
+    if experiment:
+        table = _kept(table, "experiment", {experiment})
     if wanted is not None:
-        filters.append(("_source", "in", sorted(wanted)))
-    table = pq.read_table(path, filters=filters or None)
-    if "_source" not in table.column_names:
-        raise ValueError("no _source column")
+        table = _kept(table, "_source", wanted)
     return table
+
+
+def _may_hold(stats, value: str) -> bool:
+    """Whether a row group may hold ``value`` in a column, by its statistics (no statistics: may)."""
+    if stats is None or not stats.has_min_max or not isinstance(stats.min, str) or not isinstance(stats.max, str):
+        return True
+    return stats.min <= value <= stats.max
+
+
+def _kept(table, column: str, values: set[str]):
+    """The rows of ``table`` whose ``column`` is one of ``values`` (the table itself when all are)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column not in table.column_names:
+        return table.slice(0, 0)
+    wanted = pa.array(sorted(values), type=pa.large_string())
+    masks = []
+    for chunk in table[column].chunks:
+        if pa.types.is_dictionary(chunk.type):  # one test per category, then spread over the rows
+            masks.append(pc.take(pc.is_in(chunk.dictionary.cast(pa.large_string()), value_set=wanted), chunk.indices))
+        else:
+            masks.append(pc.is_in(chunk.cast(pa.large_string()), value_set=wanted))
+    mask = pc.fill_null(pa.chunked_array(masks, type=pa.bool_()), False)
+    return table if len(table) == 0 or pc.all(mask).as_py() else table.filter(mask)
 
 
 def combine(parts):
