@@ -237,14 +237,17 @@ def read_many(
     frames = []
     for header, parts in groups.items():
         fields = _fields(header) or []
+        body = "".join(b for _, b, _ in parts)  # joined once: parsed, and searched for undecodable bytes
         try:
+            if "\ufffd" in body:
+                raise ValueError("undecodable bytes")
             df = pd.read_csv(
-                io.StringIO(header + "\n" + "".join(b for _, b, _ in parts)),
+                io.StringIO(header + "\n" + body),
                 low_memory=False,
                 dtype=_text_dtypes(fields),
                 skip_blank_lines=False,
             )
-            if len(df) != sum(n for *_, n in parts) or "\ufffd" in "".join(b for _, b, _ in parts):
+            if len(df) != sum(n for *_, n in parts):
                 raise ValueError("lines and rows differ")
             df = type_config(df)
             df[column] = np.repeat(np.array([label for label, _, _ in parts], dtype=object), [n for *_, n in parts])
