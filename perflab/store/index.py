@@ -213,6 +213,8 @@ def combine(parts):
     import pyarrow as pa
 
     try:
+        if not any(isinstance(p, pa.Table) for p in parts):  # all read from CSV now (a cold load): frames already
+            raise TypeError("no segment read")
         tables = [p if isinstance(p, pa.Table) else pa.Table.from_pandas(p, preserve_index=False) for p in parts]
         df = _appended(tables).to_pandas()
     except (pa.ArrowException, TypeError, ValueError, KeyError) as err:
