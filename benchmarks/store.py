@@ -14,8 +14,9 @@ the rows: the exponent of a log-log least-squares fit (1: linear; 2: quadratic).
                 of 10 rows each, one experiment: 10 series of that many subjects)
   report        ``perflab report``: the HTML report of the tree                      goal <= 30 s at 100k
 
-Each reader can be timed alone (``--figures compare,history``); the history tree is written in
-a folder of its own beside the main one.
+Each reader can be timed alone (``--figures compare,history``), and each of load's four figures
+too (``--figures load_warm``: load_cold, load_warm, load_one, load_new); the history tree is
+written in a folder of its own beside the main one.
 
 One tree grows from size to size (only the new run dirs are written); the index is removed
 before each cold load. Each figure is written with the machine, the commit and the load
@@ -160,6 +161,7 @@ def exponent(sizes: list[int], seconds: list[float]) -> float:
 
 
 FIGURES = ("done", "load", "results", "compare", "history", "report")
+LOAD_FIGURES = ("load_cold", "load_warm", "load_one", "load_new")  # "load"'s four, each timed alone
 
 
 def measure(root: Path, hashes: list[str], which: Sequence[str] = FIGURES) -> dict[str, float]:
@@ -170,10 +172,15 @@ def measure(root: Path, hashes: list[str], which: Sequence[str] = FIGURES) -> di
         probe = random.Random(1).sample(hashes, min(200, len(hashes))) + [f"{i:016x}-absent" for i in range(50)]
         per_point = [timed(lambda h=h: done_marks.find_done(root, h))[0] for h in probe]
         figures["done check per sweep point (median)"] = statistics.median(per_point)
-    if "load" in which:
+    if "load" in which or "load_cold" in which:
         figures["load(), cold (builds the index)"], _ = cold_load(root)
+    elif any(f.startswith("load") for f in which):
+        load(root)  # the index as the other load figures find it: built
+    if "load" in which or "load_warm" in which:
         figures["load(), warm"], _ = timed(lambda: load(root), repeats=3)
+    if "load" in which or "load_one" in which:
         figures["load(experiment='matmul')"], _ = timed(lambda: load(root, experiment="matmul"), repeats=3)
+    if "load" in which or "load_new" in which:
         extra = root / "runs" / "new"
         extra.mkdir(parents=True)
         (extra / "results.csv").write_text(
@@ -233,15 +240,17 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=100, help="rows a run dir (default 100)")
     parser.add_argument(
-        "--figures", default=",".join(FIGURES), help=f"the readers timed, comma-separated (default {','.join(FIGURES)})"
+        "--figures",
+        default=",".join(FIGURES),
+        help=f"the readers timed, comma-separated (all: {','.join(FIGURES)}; load's alone: {','.join(LOAD_FIGURES)})",
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "store.csv")
     args = parser.parse_args()
     sizes = sorted(size(s) for s in args.sizes.split(","))
     which = [f.strip() for f in args.figures.split(",") if f.strip()]
-    unknown = [f for f in which if f not in FIGURES]
+    unknown = [f for f in which if f not in FIGURES + LOAD_FIGURES]
     if unknown:
-        parser.error(f"--figures {','.join(unknown)}: allowed: {', '.join(FIGURES)}")
+        parser.error(f"--figures {','.join(unknown)}: allowed: {', '.join(FIGURES + LOAD_FIGURES)}")
     first, where = True, machine()
     taken: list[dict[str, str | int | float]] = []
     with tempfile.TemporaryDirectory() as tmp:

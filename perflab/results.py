@@ -69,10 +69,13 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
         return empty
     df = concat(frames)
     key = ["row_id", "phase", "i"] if samples else ["row_id"]
-    if all(k in df for k in key):
-        df = df.drop_duplicates(subset=key, keep="first", ignore_index=True)
+    if all(k in df for k in key):  # copied only when some row is there twice (a million rows: a second)
+        twice = df.duplicated(subset=key, keep="first")
+        df = df[~twice] if twice.any() else df
     if experiment is not None and "experiment" in df:
-        df = df[df["experiment"].astype("string") == experiment].reset_index(drop=True)
+        mine = (df["experiment"].astype("string") == experiment).fillna(False).astype(bool)
+        df = df if mine.all() else df[mine]
+    df = df.reset_index(drop=True)
     df = fix_dtypes(df)
     df.attrs["notes"] = notes.lines()
     return df

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -152,3 +153,40 @@ def test_a_points_processes_are_found_in_one_pass():
         seconds.append(min(timed))
     growth = bench.exponent(sizes, seconds)
     assert growth < LINEAR, f"measured grows as processes^{growth:.2f} ({sizes}: {seconds} s of CPU)"
+
+
+def test_loads_through_the_index_grow_linearly_and_read_one_experiment_alone(tmp_path):
+    """The same kind of tree, its index built: a warm load, one experiment's, and a load after one
+    more run dir (its rows appended to the index's, not the index rebuilt) are linear. The index
+    keeps each experiment's stretch of rows in a row group of its own: one experiment is read alone."""
+    import pyarrow.parquet as pq
+
+    root, per_dir, sizes = tmp_path / "outputs", 10, [5_000, 20_000]
+    narrow = {"extra": 10, "keys": 2, "done": False}
+    bench.synthesize(root, 10, per_dir, **narrow)
+    load(root)
+    seconds: dict[str, list[float]] = {"warm": [], "one": [], "new": []}
+    written = 10
+    for rows in sizes:
+        bench.synthesize(root, rows // per_dir - written, per_dir, start=written, **narrow)
+        written = rows // per_dir
+        bench.cold_load(root)
+        (segment,) = (root / ".perflab" / "index").glob("*.parquet")
+        assert pq.ParquetFile(segment).metadata.num_row_groups == len(bench.EXPERIMENTS)
+        warm = [bench.timed(lambda: load(root), clock=time.process_time) for _ in range(2)]
+        one = [bench.timed(lambda: load(root, experiment="matmul"), clock=time.process_time) for _ in range(2)]
+        assert len(warm[-1][1]) == rows and len(one[-1][1]) == rows // len(bench.EXPERIMENTS)
+        new = []
+        for i in range(2):
+            bench.synthesize(root / "runs" / f"new{i}", 1, 1, start=10**6 + rows + i, **narrow)
+            new.append(bench.timed(lambda: load(root), clock=time.process_time))
+            assert len(new[-1][1]) == rows + i + 1
+            kept = sorted((root / ".perflab" / "index").glob("*.parquet"))
+            assert segment in kept and len(kept) == i + 2, "the new run's rows a segment of their own, beside"
+        shutil.rmtree(root / "runs")
+        seconds["warm"].append(min(t for t, _ in warm))
+        seconds["one"].append(min(t for t, _ in one))
+        seconds["new"].append(min(t for t, _ in new))
+    for name, taken in seconds.items():
+        growth = bench.exponent(sizes, taken)
+        assert growth < LINEAR, f"load ({name}) grows as rows^{growth:.2f} ({sizes} rows: {taken} s of CPU)"

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import re
 import shutil
+import string
 from pathlib import Path
 
 from perflab.store import files
@@ -20,13 +21,25 @@ log = logging.getLogger("perflab")
 
 
 FORMAT = "FORMAT-2"  # in done/: its markers are keyed by point_key (config, subject, process)
-KEY = re.compile(r".+-(none|[0-9a-f]{12})-p\d+")  # what point_key makes
+KEY_FORMAT = "{config}-{subject}-p{process}"  # a point's key: point_key writes it, KEY reads it
+NO_SUBJECT = "none"
+SUBJECT_DIGITS = 12  # of the subject's sha256
 
 
 def point_key(config_hash: str, subject: str = "", process: int = 1) -> str:
     """What "the same point" means for done marks and claims: config, subject, process."""
-    said = hashlib.sha256(subject.encode()).hexdigest()[:12] if subject else "none"
-    return f"{config_hash}-{said}-p{process}"
+    said = hashlib.sha256(subject.encode()).hexdigest()[:SUBJECT_DIGITS] if subject else NO_SUBJECT
+    return KEY_FORMAT.format(config=config_hash, subject=said, process=process)
+
+
+def _pattern(template: str, **fields: str) -> re.Pattern[str]:
+    """A format string as a regex: its text literal, each field the pattern given for it."""
+    parts = string.Formatter().parse(template)
+    return re.compile("".join(re.escape(text) + (fields[name] if name else "") for text, name, _, _ in parts))
+
+
+# what point_key makes, derived from the same format (a key of another format is an older perflab's)
+KEY = _pattern(KEY_FORMAT, config=".+", subject=f"(?:{NO_SUBJECT}|[0-9a-f]{{{SUBJECT_DIGITS}}})", process=r"\d+")
 
 
 def key_of(record: RunRecord) -> str:

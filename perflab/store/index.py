@@ -23,7 +23,9 @@ log = logging.getLogger("perflab")
 
 
 MAX_SEGMENTS = 8  # more index segments than this are merged into one on the next full load
-FORMAT = 2  # of an index segment; a segment of another format (another perflab version) is rebuilt
+# of an index segment (3: rows in the types load() gives); a segment of another format (another
+# perflab version) is rebuilt
+FORMAT = 3
 OTHER_FORMAT = "rebuilt {n} index segment{s} written by another perflab version"
 DAMAGED = "rebuilt {n} damaged index segment{s}"
 
@@ -33,6 +35,7 @@ def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
     run.json (0, 0 when it has none), so that a run that ends (run.json: running -> ok) is read
     again. The same walk as run_dirs(), on DirEntry stats (10k run dirs in a fraction of a second)."""
     top = os.fspath(root)
+    prefix = os.path.join(top, "")  # the walk's paths start with it: cut, not os.path.relpath (10k calls)
     found: dict[str, list[int]] = {}
     for here, entries in walk(top, notes):
         results = entries.get(RESULTS)
@@ -44,7 +47,7 @@ def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
         except OSError:
             continue
         stamp = [st.st_mtime_ns, st.st_size, rec.st_mtime_ns if rec else 0, rec.st_size if rec else 0]
-        found[os.path.relpath(here, top)] = stamp
+        found[here[len(prefix) :] if here.startswith(prefix) else os.path.relpath(here, top)] = stamp
     return found
 
 
@@ -79,6 +82,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     dropped: dict[str, str] = {}  # segment -> why it is rebuilt
     segments = sorted(index.glob("*.json")) if index.is_dir() else []
     noted: dict[str, dict[str, int]] = {}  # source -> what reading it skipped: said on every load
+    listed: dict[str, set[str]] = {}  # segment -> the run dirs it holds rows of
     for manifest in segments:
         try:
             found = _manifest(manifest)
@@ -90,21 +94,19 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
             dropped.setdefault(manifest.stem, OTHER_FORMAT)
             continue
         stamps, skipped = found
+        listed[manifest.stem] = set(stamps)
         for source, stamp in stamps.items():
             if sources.get(source) == stamp:
                 indexed[source] = manifest.stem
                 noted[source] = skipped.get(source, {})
-    frames = []
+    frames = []  # the rows read: Arrow tables from the segments, pandas frames from CSV
     wanted_by_segment: dict[str, set[str]] = {}
     for source, segment in indexed.items():
         wanted_by_segment.setdefault(segment, set()).add(source)
     for segment, wanted in wanted_by_segment.items():
         try:
-            part = pd.read_parquet(
-                index / f"{segment}.parquet", filters=[("experiment", "==", experiment)] if experiment else None
-            )
-            if "_source" not in part:
-                raise ValueError("no _source column")
+            stale = listed[segment] - wanted  # run dirs since read again, or gone: their rows filtered out
+            part = _read_segment(index / f"{segment}.parquet", experiment, wanted if stale else None)
         except FileNotFoundError:  # removed by a concurrent compaction: read its run dirs
             part = None
         except Exception as err:  # damaged: pyarrow raises its own kinds
@@ -114,7 +116,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
             for source in wanted:
                 indexed.pop(source, None)
             continue
-        frames.append(part[part["_source"].isin(wanted)])
+        frames.append(part)
     for source, kinds in noted.items():
         if source in indexed:
             for kind, count in kinds.items():
@@ -129,6 +131,8 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
         skipped = {s: {**now.of(_results_of(root, s)), **now.of(_place(root, s, RECORD_UNREADABLE))} for s in fresh}
         if new.empty and any(skipped.values()):  # nothing but what was skipped: remember that much
             new = pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
+        if len(new):
+            new = as_indexed(new)
         if not new.empty or any(skipped.values()):
             _write_segment(index, new, {s: sources[s] for s in fresh}, {s: k for s, k in skipped.items() if k})
         if len(new):
@@ -136,15 +140,145 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     for segment, why in dropped.items():
         notes.add(why, index / f"{segment}.parquet")
         _remove_segment(index, segment)
-    if not experiment and len(segments) - len(dropped) + bool(fresh) > MAX_SEGMENTS and frames:
-        _compact(index, concat(frames), sources)
     if not frames:
         return pd.DataFrame()
-    df = concat([f for f in frames if not f.empty] or frames)
-    base = root.resolve()
-    where = {s: str(Path(s) if Path(s).is_absolute() else base / s) for s in df["_source"].unique()}
-    moved = df["_source"].map(where).rename("run_dir")  # where each run dir is now (trees move)
-    return fix_dtypes(pd.concat([df.drop(columns=["_source", "run_dir"], errors="ignore"), moved], axis=1))
+    df = combine(frames)
+    if not experiment and len(segments) - len(dropped) + bool(fresh) > MAX_SEGMENTS:
+        _compact(index, df, sources)
+    return _placed(df, root)
+
+
+def as_indexed(df):
+    """Rows as a segment holds them: in the types load() gives (read back, nothing is converted
+    again), each row's run dir (``_source``) a category (one string per run dir, not per row)."""
+    df = fix_dtypes(df)
+    df["_source"] = df["_source"].astype("category")
+    return df
+
+
+def _read_segment(path: Path, experiment: str | None, wanted: set[str] | None):
+    """A segment's rows as an Arrow table: of one experiment (only the row groups whose
+    statistics say they may hold it are read), and of the run dirs ``wanted`` (None: all it
+    holds). Rows are filtered on each category's values, not on every row's text."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as segment:
+        meta = segment.metadata
+        names = segment.schema_arrow.names
+        if "_source" not in names:
+            raise ValueError("no _source column")
+        groups = list(range(meta.num_row_groups))
+        if experiment and "experiment" in names:
+            at = names.index("experiment")
+            groups = [i for i in groups if _may_hold(meta.row_group(i).column(at).statistics, experiment)]
+        table = segment.read_row_groups(groups) if groups else segment.schema_arrow.empty_table()
+    if experiment:
+        table = _kept(table, "experiment", {experiment})
+    if wanted is not None:
+        table = _kept(table, "_source", wanted)
+    return table
+
+
+def _may_hold(stats, value: str) -> bool:
+    """Whether a row group may hold ``value`` in a column, by its statistics (no statistics: may)."""
+    if stats is None or not stats.has_min_max or not isinstance(stats.min, str) or not isinstance(stats.max, str):
+        return True
+    return stats.min <= value <= stats.max
+
+
+def _kept(table, column: str, values: set[str]):
+    """The rows of ``table`` whose ``column`` is one of ``values`` (the table itself when all are)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column not in table.column_names:
+        return table.slice(0, 0)
+    wanted = pa.array(sorted(values), type=pa.large_string())
+    masks = []
+    for chunk in table[column].chunks:
+        if pa.types.is_dictionary(chunk.type):  # one test per category, then spread over the rows
+            masks.append(pc.take(pc.is_in(chunk.dictionary.cast(pa.large_string()), value_set=wanted), chunk.indices))
+        else:
+            masks.append(pc.is_in(chunk.cast(pa.large_string()), value_set=wanted))
+    mask = pc.fill_null(pa.chunked_array(masks, type=pa.bool_()), False)
+    return table if len(table) == 0 or pc.all(mask).as_py() else table.filter(mask)
+
+
+def combine(parts):
+    """One frame of the rows read, built once: the segments' Arrow tables (and new rows) appended
+    as Arrow and converted to pandas in one pass, not each converted and then copied together.
+    Where the parts disagree on a column's type (text in one, numbers in another) they are
+    joined as rows.concat joins frames."""
+    import pandas as pd
+    import pyarrow as pa
+
+    try:
+        if not any(isinstance(p, pa.Table) for p in parts):  # all read from CSV now (a cold load): frames already
+            raise TypeError("no segment read")
+        tables = [p if isinstance(p, pa.Table) else pa.Table.from_pandas(p, preserve_index=False) for p in parts]
+        df = _appended(tables).to_pandas()
+    except (pa.ArrowException, TypeError, ValueError, KeyError) as err:
+        log.debug("index rows joined as pandas frames (%s)", err)
+        df = concat([p.to_pandas() if isinstance(p, pa.Table) else p for p in parts])
+    for col in df.columns:  # a category as from its values: the ones present, sorted
+        if isinstance(df[col].dtype, pd.CategoricalDtype) and col != "_source":
+            cats = df[col].cat.remove_unused_categories()
+            df[col] = cats.cat.reorder_categories(cats.cat.categories.sort_values())
+    return df
+
+
+def _appended(tables):
+    """Arrow tables as one, with the first one's columns, then any the others add (rows.concat's
+    order), each column of one type: where a table lacks a column, or holds no value in it, it
+    is null there. A column of two types raises ArrowTypeError (then pandas joins them)."""
+    import pyarrow as pa
+
+    first = tables[0]
+    if all(t.schema.equals(first.schema) for t in tables[1:]):
+        return pa.concat_tables(tables)
+    fields = {f.name: f for f in first.schema}
+    described = {c["name"]: c for c in (first.schema.pandas_metadata or {}).get("columns", [])}
+    for t in tables[1:]:
+        for f in t.schema:
+            if f.name not in fields:
+                fields[f.name] = f
+                for c in (t.schema.pandas_metadata or {}).get("columns", []):
+                    if c["name"] == f.name:
+                        described[f.name] = c
+    schema = pa.schema(list(fields.values()))
+    meta = dict(first.schema.pandas_metadata or {})
+    meta["columns"] = [described[n] for n in fields if n in described]
+    meta["column_indexes"], meta["index_columns"] = [], []
+    schema = schema.with_metadata({b"pandas": json.dumps(meta).encode()})
+    conformed = []
+    for t in tables:
+        columns = []
+        for name, field in fields.items():
+            col = t[name] if name in t.column_names else None
+            if col is None or (col.type != field.type and col.null_count == len(col)):
+                col = pa.nulls(len(t), field.type)
+            elif pa.types.is_dictionary(col.type) and pa.types.is_dictionary(field.type):
+                col = col.cast(field.type)  # a category's codes wider in one table (more values)
+            elif col.type != field.type:
+                raise pa.ArrowTypeError(f"{name}: {col.type} and {field.type}")
+            columns.append(col)
+        conformed.append(pa.Table.from_arrays(columns, schema=schema))
+    return pa.concat_tables(conformed)
+
+
+def _placed(df, root: Path):
+    """The rows with ``run_dir``, where each run dir is now (trees move), for ``_source``."""
+    import pandas as pd
+
+    base = os.fspath(root.resolve())
+    sources = df["_source"].astype("category")
+    where = [s if os.path.isabs(s) else os.path.join(base, s) for s in sources.cat.categories]
+    run_dir = pd.Series(
+        pd.array(where, dtype="str").take(sources.cat.codes.to_numpy(), allow_fill=True), index=df.index
+    )
+    return fix_dtypes(
+        pd.concat([df.drop(columns=["_source", "run_dir"], errors="ignore"), run_dir.rename("run_dir")], axis=1)
+    )
 
 
 def _results_of(root: Path, source: str) -> Path:
@@ -225,7 +359,8 @@ def _write_segment(
     index: Path, df, stamps: dict[str, list[int]], noted: dict[str, dict[str, int]] | None = None
 ) -> None:
     """A new immutable segment and then its manifest (readers only trust segments with one)."""
-    name = f"seg-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+    # named in the order written (to the nanosecond): segments are read, and their rows given, in that order
+    name = f"seg-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}-{secrets.token_hex(4)}"
     manifest = {"format": FORMAT, "sources": stamps, "notes": noted or {}}
     try:
         index.mkdir(parents=True, exist_ok=True)
@@ -249,16 +384,25 @@ def _compact(index: Path, df, sources: dict[str, list[int]]) -> None:
     """One segment of every current row in place of the many; a reader that finds a segment
     gone meanwhile reads those run dirs from CSV instead."""
     old = sorted({p.name.split(".")[0] for p in index.glob("seg-*")})
-    _write_segment(index, df, {s: sources[s] for s in set(df["_source"]) if s in sources})
+    _write_segment(index, df, {s: sources[s] for s in df["_source"].unique() if s in sources})
     for segment in old:
         _remove_segment(index, segment)
 
 
+MAX_ROW_GROUPS = 256  # a segment's rows in one row group per stretch of one experiment, up to this many
+
+
 def to_parquet(df) -> bytes:
-    """Parquet bytes; object columns that mix types (numbers in one run, text in another) become text."""
+    """Parquet bytes; object columns that mix types (numbers in one run, text in another) become
+    text. Each stretch of rows of one experiment is a row group of its own (rows keep their
+    order; run dirs of one experiment share a header, so rows come in few such stretches):
+    ``load(experiment=...)`` reads only its own row groups, skipping the rest by their statistics."""
     import io
 
+    import numpy as np
     import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     df = df.copy()
     for col in df.columns:
@@ -268,6 +412,15 @@ def to_parquet(df) -> bytes:
             "empty",
         ):
             df[col] = df[col].map(lambda v: None if v is None or (isinstance(v, float) and v != v) else str(v))
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    starts = [0]
+    if "experiment" in df and len(df):
+        codes = pd.factorize(df["experiment"])[0]
+        starts += list(np.flatnonzero(codes[1:] != codes[:-1]) + 1)
+    if len(starts) > MAX_ROW_GROUPS:
+        starts = [0]
     buf = io.BytesIO()
-    df.to_parquet(buf, index=False)
+    with pq.ParquetWriter(buf, table.schema) as writer:
+        for start, end in zip(starts, [*starts[1:], len(df)]):
+            writer.write_table(table.slice(start, end - start))
     return buf.getvalue()

@@ -204,6 +204,7 @@ def read_many(
     without perflab's header (or without ``columns_required``) is skipped, and a torn last line
     dropped (``notes`` says so).
     """
+    import numpy as np
     import pandas as pd
 
     notes = notes if notes is not None else Notes()
@@ -236,17 +237,20 @@ def read_many(
     frames = []
     for header, parts in groups.items():
         fields = _fields(header) or []
+        body = "".join(b for _, b, _ in parts)  # joined once: parsed, and searched for undecodable bytes
         try:
+            if "\ufffd" in body:
+                raise ValueError("undecodable bytes")
             df = pd.read_csv(
-                io.StringIO(header + "\n" + "".join(b for _, b, _ in parts)),
+                io.StringIO(header + "\n" + body),
                 low_memory=False,
                 dtype=_text_dtypes(fields),
                 skip_blank_lines=False,
             )
-            if len(df) != sum(n for *_, n in parts) or "\ufffd" in "".join(b for _, b, _ in parts):
+            if len(df) != sum(n for *_, n in parts):
                 raise ValueError("lines and rows differ")
             df = type_config(df)
-            df[column] = [label for label, _, n in parts for _ in range(n)]
+            df[column] = np.repeat(np.array([label for label, _, _ in parts], dtype=object), [n for *_, n in parts])
         except (ValueError, pd.errors.ParserError):
             each = [
                 read_csv(by_label[label], columns_required, notes=notes).assign(**{column: label})
@@ -317,19 +321,25 @@ def concat(frames: Sequence[Any]):
 
 
 def fix_dtypes(df):
-    """Types a user expects in pandas: categories, nullable ints and booleans, timestamps."""
+    """Types a user expects in pandas: categories, nullable ints and booleans, timestamps. A
+    column already of its type is left as it is (rows from the index are: nothing to redo)."""
     import pandas as pd
 
-    if "timestamp" in df:
+    stamped = (
+        isinstance(df["timestamp"].dtype, pd.DatetimeTZDtype) and str(df["timestamp"].dtype.tz) == "UTC"
+        if "timestamp" in df
+        else True
+    )
+    if not stamped:
         df["timestamp"] = pd.to_datetime(df["timestamp"], utc=True, format="ISO8601", errors="coerce")
     for col in columns.CATEGORIES:
-        if col in df:
+        if col in df and not isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = df[col].astype("category")
     for col in columns.FLAGS:
-        if col in df:
+        if col in df and df[col].dtype != "boolean":
             df[col] = df[col].map({"True": True, "False": False, True: True, False: False}).astype("boolean")
     for col in columns.INTS:
-        if col in df:
+        if col in df and df[col].dtype != "Int64":
             df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     for col in columns.FLOATS:  # a hand-edited or damaged cell reads as missing, not as text
         if col in df and not pd.api.types.is_numeric_dtype(df[col]):
