@@ -112,6 +112,8 @@ def _cells(column: pd.Series) -> tuple[np.ndarray, list[Any]]:
         present = np.array([not missing(v) for v in values], bool)
     else:  # a dtype of its own (Int64, string, boolean, category, datetime): pandas knows its empty cells
         present = column.notna().to_numpy(bool)
+        if not present.any():  # another experiment's key: nothing to box
+            return present, []
         values = column.tolist()
         if not pd.api.types.is_integer_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
             values = [whole(v) for v in values]
