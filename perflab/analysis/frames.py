@@ -247,6 +247,13 @@ def config_column(key: str) -> str:
     return key if key.startswith("cfg.") or "." not in key else f"cfg.{key}"
 
 
+def own_columns(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` without the config keys none of them sets (another experiment's, in a tree of
+    several): a hook that boxes every cell of its rows (``to_dict``) boxed them too."""
+    empty = [c for c in rows.columns if c.startswith("cfg.") and not rows[c].notna().any()]
+    return rows.drop(columns=empty) if empty else rows
+
+
 def identity_columns(df: pd.DataFrame) -> list[str]:
     """The cfg.* columns that say what was measured (not where results were kept)."""
     volatile = tuple(f"cfg.{k}" for k in schema.volatile_keys())

@@ -118,7 +118,7 @@ class Report:
     def rows_of(self, name: str) -> pd.DataFrame:
         if "experiment" not in self.df:
             return self.df
-        return self.df[self.df["experiment"].astype("string").fillna(UNNAMED) == name]
+        return frames.own_columns(self.df[self.df["experiment"].astype("string").fillna(UNNAMED) == name])
 
     def section(self, s: Preset) -> str:
         d = s.data
