@@ -175,7 +175,8 @@ def measured_each(
         process = runs[kept_at] if runs is not None else np.arange(len(kept_at)).astype(str)
         # each process's rows found in one pass (a search of every row per process grew as their product)
         codes, names = _first_seen(process)  # processes in the order they first appear
-        figures = _medians(values[good], codes, len(names))
+        # a row a process (the usual point): its figure is its value, no median to take
+        figures = values[good] if len(names) == len(kept_at) else _medians(values[good], codes, len(names))
         if len(names) == len(per_row):  # a row a process (the usual point): its samples are the process's
             per_process = [usable(x) for x in per_row]
         else:
