@@ -86,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     replicated = processes.conduct(args)  # bench.processes=K: the command in K fresh processes
     if replicated is not None:
         return replicated
+    early = refused_before_hydra(args)  # (a process of K refuses in its own words, as any run)
+    if early is not None:
+        return usage_error(early)
     session = Session()
     token = CURRENT.set(session)
     saved_argv = sys.argv
@@ -135,6 +138,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.argv = saved_argv
         CURRENT.reset(token)
         terminate()
+
+
+def refused_before_hydra(args: Sequence[str]) -> str | None:
+    """A single run's bad value or key, found by composing its config once (Hydra's compose API)
+    and checking it as the job would (:func:`perflab.job.execute.check`'s order): its line, or
+    None. hydra.main composes twice and starts a job before the job refuses, most of a refusal's
+    time. Only a plain ``+experiment=NAME key=value ...`` is checked here (no flag, no sweep, no
+    hydra or launcher key); a config that does not compose is left to Hydra, which says why."""
+    from perflab.config.composition import compose
+    from perflab.config.install import check_torch_pair
+    from perflab.config.schema import resolve_all
+    from perflab.errors import Refused
+    from perflab.job.execute import check_overrides, check_values
+
+    if any(a.startswith("-") for a in args):
+        return None
+    chosen = [a.partition("=")[2] for a in args if a.startswith("+experiment=")]
+    overrides = [a for a in args if not a.startswith("+experiment=")]
+    if len(chosen) != 1 or sweeping(overrides):
+        return None
+    if any(a.lstrip("+~").startswith(("hydra.", "hydra/", "launcher")) for a in overrides):
+        return None
+    try:
+        cfg, _, _ = compose(chosen[0], overrides)
+    except Refused:
+        return None  # Hydra's own path says it, in its words
+    try:
+        resolve_all(cfg)
+        check_overrides(overrides)
+        check_torch_pair()
+        check_values(cfg)
+    except ConfigError as err:
+        return err.line()
+    return None
 
 
 def help_text(args: Sequence[str]) -> int:

@@ -190,3 +190,29 @@ def test_loads_through_the_index_grow_linearly_and_read_one_experiment_alone(tmp
     for name, taken in seconds.items():
         growth = bench.exponent(sizes, taken)
         assert growth < LINEAR, f"load ({name}) grows as rows^{growth:.2f} ({sizes} rows: {taken} s of CPU)"
+
+
+def test_report_grows_linearly_with_rows_and_runs(tmp_path):
+    """The HTML report of a tree of 20 then 80 run dirs of 100 rows (every experiment's section,
+    the claims, the trend over runs): linear. A section's rows converted again for each run, or
+    each run's rows filtered from the whole frame, would show here as their product."""
+    from perflab.report import build
+
+    root, per_dir, sizes = tmp_path / "outputs", 100, [2_000, 8_000]
+    narrow = {"extra": 10, "keys": 5, "done": False}
+    bench.synthesize(root, 5, per_dir, **narrow)
+    build(root)  # imports (an experiment's hook may import torch), and first-call costs, are no size's
+    seconds, written = [], 5
+    for rows in sizes:
+        bench.synthesize(root, rows // per_dir - written, per_dir, start=written, **narrow)
+        written = rows // per_dir
+        load(root)  # the index built: the report's own work is timed
+        timed = []
+        for _ in range(2):
+            t0 = time.process_time()
+            page = build(root)
+            timed.append(time.process_time() - t0)
+        assert f"{rows} rows from {written} runs" in page
+        seconds.append(min(timed))  # the less disturbed of two
+    growth = bench.exponent(sizes, seconds)
+    assert growth < LINEAR, f"the report grows as rows^{growth:.2f} ({sizes} rows: {seconds} s of CPU)"

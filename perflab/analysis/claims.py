@@ -73,6 +73,7 @@ def judge(rows: pd.DataFrame, samples: Mapping[str, np.ndarray] | None = None) -
     Each preset's rows go to its experiment's ``claims`` hook (``registry.Experiment.claims``); a
     hook that fails costs its own claims, with a line in the log, never the others' or the report.
     """
+    from perflab.analysis.frames import own_columns
     from perflab.config import registry
 
     if rows.empty or "experiment" not in rows:
@@ -81,7 +82,7 @@ def judge(rows: pd.DataFrame, samples: Mapping[str, np.ndarray] | None = None) -
     found: list[Claim] = []
     names = rows["experiment"].astype("string").fillna("")
     for experiment in dict.fromkeys(str(n) for n in names if n):
-        own = rows[names == experiment]
+        own = own_columns(rows[names == experiment])  # its own keys: a hook boxes every cell
         module = registry.of_rows(own)
         if module is None:
             continue

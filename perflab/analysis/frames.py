@@ -6,6 +6,7 @@ frame labelled by the config keys that vary between them, written as their value
 from __future__ import annotations
 
 import math
+import operator
 import re
 from typing import Any, Callable, Mapping, Sequence
 
@@ -70,14 +71,53 @@ def text(v: Any) -> str:
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as dicts the way headline() hooks read them: an empty cell is absent, a whole number an int."""
-    kept = list(df.columns[df.notna().any().to_numpy()])  # another experiment's columns: empty in every row
-    columns = [df[c].tolist() for c in kept]  # not to_dict("records"): it boxed every cell of a wide tree
-    return (
-        [{k: whole(v) for k, v in zip(kept, r) if not missing(v)} for r in zip(*columns)]
-        if kept
-        else [{} for _ in range(len(df))]
-    )
+    """Rows as dicts the way headline() hooks read them: an empty cell is absent, a whole number an int.
+    Built a column at a time, and the rows with the same cells filled at once (a cell at a time
+    took most of a report of a 100k-row tree)."""
+    if df.empty:
+        return [{} for _ in range(len(df))]
+    columns = [_cells(df[c]) for c in df.columns]
+    filled = np.column_stack([present for present, _ in columns])
+    alike: dict[bytes, list[int]] = {}  # the rows by which cells they fill
+    for i, key in enumerate(np.packbits(filled, axis=1)):
+        alike.setdefault(key.tobytes(), []).append(i)
+    out: list[dict[str, Any]] = [{}] * len(df)
+    for at in alike.values():
+        pattern = filled[at[0]]
+        keys = [c for c, there in zip(df.columns, pattern) if there]
+        picked = [_pick(values, at) for (_, values), there in zip(columns, pattern) if there]
+        for i, row in zip(at, zip(*picked) if picked else ((),) * len(at)):
+            out[i] = dict(zip(keys, row))
+    return out
+
+
+def _pick(values: list[Any], at: list[int]) -> tuple[Any, ...]:
+    """``values`` at the positions ``at``, as a tuple."""
+    return tuple(values) if len(at) == len(values) else operator.itemgetter(*at, 0)(values)[:-1]
+
+
+def _cells(column: pd.Series) -> tuple[np.ndarray, list[Any]]:
+    """A column's cells as :func:`records` gives them (:func:`whole` numbers), and which are not
+    :func:`missing`."""
+    if pd.api.types.is_float_dtype(column.dtype) and not isinstance(column.dtype, pd.CategoricalDtype):
+        x = column.to_numpy(float, na_value=np.nan)
+        present = ~np.isnan(x)
+        values = x.tolist()
+        with np.errstate(invalid="ignore"):
+            whole_at = np.isfinite(x) & (np.floor(x) == x) & (np.abs(x) < 2**53)
+        for i in np.flatnonzero(whole_at).tolist():
+            values[i] = int(values[i])
+    elif column.dtype == object:  # anything at all: each cell as missing() and whole() say
+        values = [whole(v) for v in column.tolist()]
+        present = np.array([not missing(v) for v in values], bool)
+    else:  # a dtype of its own (Int64, string, boolean, category, datetime): pandas knows its empty cells
+        present = column.notna().to_numpy(bool)
+        if not present.any():  # another experiment's key: nothing to box
+            return present, []
+        values = column.tolist()
+        if not pd.api.types.is_integer_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
+            values = [whole(v) for v in values]
+    return present, values
 
 
 def unit(rows: pd.DataFrame, column: str = "items_unit", default: str = "items") -> str:
@@ -140,35 +180,50 @@ def runs(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     by the keys that vary between runs, and by its device where runs of one label differ in it (a
     run's own mix of devices is in its measurement names); repeats of one point get #1, #2 ...
     One run: ""."""
+    return [(name, rows if len(at) == len(rows) else rows.iloc[at]) for name, at in runs_at(rows)]
+
+
+def runs_at(rows: pd.DataFrame) -> list[tuple[str, list[int]]]:
+    """:func:`runs` as each run's positions in ``rows`` (what a reader of :func:`records` of the
+    rows converted once takes its runs' records from)."""
     if "run_id" not in rows or rows["run_id"].nunique(dropna=False) <= 1:
-        return [("", rows)]
+        return [("", list(range(len(rows))))]
     keys = varying(rows)
-    parts = [part for _, part in rows.groupby("run_id", sort=False, dropna=False, observed=True)]
-    devices = [tuple(p["device_name"].dropna().astype("string").unique()) if "device_name" in p else () for p in parts]
-    names = [label(keys, part.iloc[0]) for part in parts]
+    codes, _ = pd.factorize(rows["run_id"], use_na_sentinel=False)  # runs in the order they first appear
+    parts: dict[int, list[int]] = {}
+    for i, code in enumerate(codes.tolist()):
+        parts.setdefault(code, []).append(i)
+    where = rows["device_name"].tolist() if "device_name" in rows else None
+    devices = [
+        tuple(dict.fromkeys(str(d) for d in (where[i] for i in at) if not missing(d))) if where else ()
+        for at in parts.values()
+    ]
+    values = {k: rows[k].tolist() for k in keys}  # a run's first row, read without building it
+    firsts = [{k: values[k][at[0]] for k in keys} for at in parts.values()]
+    names = [label(keys, first) for first in firsts]
     seen: dict[str, set[tuple]] = {}
     for name, device in zip(names, devices):
         seen.setdefault(name, set()).add(device)
     by_device = all(len(d) == 1 for d in devices) and any(len(d) > 1 for d in seen.values())
-    found: dict[str, list[tuple[tuple, pd.DataFrame]]] = {}
-    for part, device, name in zip(parts, devices, names):
-        first = part.iloc[0]
+    found: dict[str, list[tuple[tuple, list[int]]]] = {}
+    for at, device, name, first in zip(parts.values(), devices, names, firsts):
         if by_device:
             name = ", ".join(x for x in (name, str(device[0])) if x)
         order = tuple(_order(first[k]) for k in keys) + ((str(device[0]),) if by_device else ())
-        found.setdefault(name, []).append((order, part))
+        found.setdefault(name, []).append((order, at))
     out = []
     for name, group in sorted(found.items(), key=lambda item: item[1][0][0]):
-        for i, (_, part) in enumerate(group):
+        for i, (_, at) in enumerate(group):
             shown = name or "run"
-            out.append((f"{shown} #{i + 1}" if len(group) > 1 or not name else shown, part))
+            out.append((f"{shown} #{i + 1}" if len(group) > 1 or not name else shown, at))
     return out
 
 
 def per_run(rows: pd.DataFrame, value: Callable[[list[dict[str, Any]]], str]) -> str:
     """``value`` of each run's records: "label: value; label: value", or the value once when
     every run has the same."""
-    found = [(name, v) for name, part in runs(rows) if (v := value(records(part)))]
+    converted = records(rows)  # once, for every run
+    found = [(name, v) for name, at in runs_at(rows) if (v := value([converted[i] for i in at]))]
     if len({v for _, v in found}) == 1:
         return found[0][1]
     return "; ".join(f"{name}: {v}" if name else v for name, v in found)
@@ -190,6 +245,13 @@ def with_samples(rows: pd.DataFrame, samples: Mapping[str, np.ndarray], metric: 
 def config_column(key: str) -> str:
     """``trainer.batch_size`` -> ``cfg.trainer.batch_size``; plain row columns stay as they are."""
     return key if key.startswith("cfg.") or "." not in key else f"cfg.{key}"
+
+
+def own_columns(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` without the config keys none of them sets (another experiment's, in a tree of
+    several): a hook that boxes every cell of its rows (``to_dict``) boxed them too."""
+    empty = [c for c in rows.columns if c.startswith("cfg.") and not rows[c].notna().any()]
+    return rows.drop(columns=empty) if empty else rows
 
 
 def identity_columns(df: pd.DataFrame) -> list[str]:

@@ -79,6 +79,15 @@ class Preset:
         except Exception as err:  # an experiment's hook must not cost the whole report
             report.notes.append((name, "report hook failed", f"{type(err).__name__}: {err}"))
         self.metric = self.experiment.metric if self.experiment else "median_s"
+        self.runs = frames.runs_at(rows)  # labelled once, for the headline and the rows table
+        self._records: list[dict[str, Any]] | None = None
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The rows as records, converted once for every reader of the section."""
+        if self._records is None:
+            self._records = records(self.rows)
+        return self._records
 
     @property
     def heading(self) -> str:
@@ -109,7 +118,7 @@ class Report:
     def rows_of(self, name: str) -> pd.DataFrame:
         if "experiment" not in self.df:
             return self.df
-        return self.df[self.df["experiment"].astype("string").fillna(UNNAMED) == name]
+        return frames.own_columns(self.df[self.df["experiment"].astype("string").fillna(UNNAMED) == name])
 
     def section(self, s: Preset) -> str:
         d = s.data
@@ -158,12 +167,12 @@ class Report:
     def headline(self, s: Preset) -> str:
         """At most a few lines: the hook's own over all runs, else a single run's headline; with
         several runs, each run's headline in a table under it."""
-        labelled = frames.runs(s.rows)
+        labelled = s.runs
         each: list[tuple[str, list[str]]] = []
         if s.experiment is not None:
-            for label, part in labelled[:MAX_HEADLINE_RUNS]:
+            for label, at in labelled[:MAX_HEADLINE_RUNS]:
                 try:
-                    each.append((label, s.experiment.headline(records(part))))
+                    each.append((label, s.experiment.headline([s.records[i] for i in at])))
                 except Exception as err:  # an experiment's headline must not cost the report
                     self.notes.append((s.name, "headline failed", f"{type(err).__name__}: {err}"))
                     break
@@ -193,11 +202,11 @@ class Report:
     # rows --------------------------------------------------------------------------------------
 
     def rows_table(self, s: Preset) -> str:
-        labelled = frames.runs(s.rows)
+        labelled = s.runs
         show_run = len(labelled) > 1
         header = ["measurement", "status", "n", "median", "IQR", "rate", "flags", "notes"]
         header = (["run"] if show_run else []) + header
-        listed = [(label, r) for label, part in labelled for r in records(part.iloc[:MAX_TABLE_ROWS])][:MAX_TABLE_ROWS]
+        listed = [(label, s.records[i]) for label, at in labelled for i in at[:MAX_TABLE_ROWS]][:MAX_TABLE_ROWS]
         said = [
             "; ".join(dict.fromkeys(text(r.get(c)) for c in ("error", "suspect", "note") if text(r.get(c))))
             for _, r in listed
