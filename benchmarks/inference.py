@@ -30,7 +30,8 @@ What one sample is, side by side (issue 30's check; read in each side's code):
   spans the call's end and the next call's start and prefill.
 perflab's only extra in a call is that logits processor reading the clock: on the thread's CPU
 clock (30 alternating calls, load 3.6-4.0) generate took 64.4 / 82.5 ms (best / median) without
-it and 66.3 / 82.9 ms with it, prefill 12.1 / 13.9 and 11.8 / 13.9 ms: no measurable cost.
+it and 66.3 / 82.9 ms with it, prefill 12.1 / 13.9 and 11.8 / 13.9 ms: medians flat, the best
+of generate 2.9 % higher (busy: noise or cost, not told apart).
 
 optimum-benchmark (--optimum-python): 0.6.0 from pip's index in its own venv (see
 docs/inference.md); it needs transformers < 5 (it imports SpecialTokensMixin), so its side runs

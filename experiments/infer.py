@@ -200,7 +200,10 @@ def run(ctx: Context) -> None:
             x = first if i == 0 else example(batch)
             export_cols: dict[str, Any] = {}
             if p.export:
-                program, export_cols = pending if i == 0 and pending else export(x)
+                try:
+                    program, export_cols = pending if i == 0 and pending else export(x)
+                except ConfigError as err:  # the first batch exported: a later one's failure is an error row
+                    raise RuntimeError(f"batch {batch}: {err.line()}") from None
                 run_model = compiled(program)
             with Benchmark("first call", [d], report=False) as first_call:  # before any other call of this batch
                 run_model(x)

@@ -44,9 +44,17 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from perflab.analysis.comparison import MetricError
 from perflab.analysis.replicates import FLOOR_CV, metric_refusal, numeric
 from perflab.analysis.stats import ALPHA
-from perflab.analysis.verdicts import DEFAULT_GATE_PCT, UNJUDGED_EXIT, USAGE_EXIT, Verdict, could_not_judge
+from perflab.analysis.verdicts import (
+    DEFAULT_GATE_PCT,
+    UNJUDGED_EXIT,
+    USAGE_EXIT,
+    Verdict,
+    alpha_per_look,
+    could_not_judge,
+)
 from perflab.errors import OneLineParser
 from perflab.job import worktrees
 
@@ -90,17 +98,6 @@ def schedule(min_processes: int, max_processes: int) -> list[int]:
     """The processes a side after which the run looks: ``min_processes``, the ``LOOKS_AT`` between
     and ``max_processes``. Fixed before the first look: the correction is paid for all of them."""
     return sorted({min_processes, max_processes, *(k for k in LOOKS_AT if min_processes < k < max_processes)})
-
-
-def planned_looks(min_processes: int, max_processes: int) -> int:
-    """How many looks the run may take (``schedule``)."""
-    return len(schedule(min_processes, max_processes))
-
-
-def alpha_per_look(alpha: float, looks: int) -> float:
-    """Bonferroni: each of ``looks`` looks tests at this, so a false FAIL over all of them has
-    probability at most ``alpha`` (``compare.ab(looks=...)`` divides by the same count)."""
-    return alpha / max(1, looks)
 
 
 Measure = Callable[[Side, int], int]  # (side, process) -> exit code of that process
@@ -298,7 +295,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 process_cv=None if args.process_cv is None else args.process_cv / 100,
                 metric=args.metric,
             )
-        except compare.CompareError as err:  # --metric no row has: compare's line
+        except MetricError as err:  # --metric no row has: compare's line (other failures: could not judge)
             print(f"{PROG}: error: {err}", file=sys.stderr)
             return USAGE_EXIT
     if table.empty:

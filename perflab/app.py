@@ -160,17 +160,19 @@ def refused_before_hydra(args: Sequence[str]) -> str | None:
         return None
     if any(a.lstrip("+~").startswith(("hydra.", "hydra/", "launcher")) for a in overrides):
         return None
+    if any("${hydra:" in a for a in overrides):
+        return None  # resolved only inside hydra.main (HydraConfig)
     try:
         cfg, _, _ = compose(chosen[0], overrides)
     except Refused:
         return None  # Hydra's own path says it, in its words
     try:
+        check_overrides(overrides)  # the job's order: this refusal is said over a resolving one
         resolve_all(cfg)
-        check_overrides(overrides)
         check_torch_pair()
         check_values(cfg)
     except ConfigError as err:
-        return err.line()
+        return None if "HydraConfig" in str(err) else err.line()  # a preset's ${hydra:...}: Hydra's to resolve
     return None
 
 

@@ -243,7 +243,7 @@ def calibration() -> tuple[Machine, float]:
 
 
 CALIBRATION = "calibration.json"  # in the store's .perflab/: the last calibration, per machine identity
-LOCK_S = 10.0  # the longest wait for another chapter's write of it (a few ms): then this pace is not kept
+LOCK_S = 10.0  # the longest wait for another chapter's write of it (a few ms): then it is not kept, said
 
 
 def machine_key() -> str:
@@ -303,8 +303,8 @@ def _keep(store: Path, change: Callable[[dict[str, Any]], dict[str, Any]]) -> No
     keep each other's paces; after each job, so a chapter stopped midway keeps what it learned."""
     from filelock import FileLock, Timeout
 
-    path = meta(store) / CALIBRATION
-    with contextlib.suppress(OSError, Timeout):
+    path, key = meta(store) / CALIBRATION, machine_key()  # the key outside the lock: it may import torch
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock", timeout=LOCK_S):
             try:
@@ -312,10 +312,11 @@ def _keep(store: Path, change: Callable[[dict[str, Any]], dict[str, Any]]) -> No
                 kept = kept if isinstance(kept, dict) else {}
             except (OSError, ValueError):
                 kept = {}
-            key = machine_key()
             entry = kept.get(key)
             kept[key] = change(entry if isinstance(entry, dict) else {})
             files.write_atomic(path, json.dumps(kept, indent=2) + "\n")
+    except (OSError, Timeout) as err:
+        log.warning("perflab chapter: this machine's calibration and paces not kept in %s: %s", path, err)
 
 
 def too_short(text: str, budget_min: float, spent_s: float, smallest_s: float) -> ConfigError | None:

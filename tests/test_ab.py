@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perflab import ab, compare, results
+from perflab import ab, results
 from perflab.analysis import verdicts
+from perflab.analysis.comparison import MetricError
 from perflab.analysis.replicates import Measured
 from perflab.analysis.stats import ALPHA
 from perflab.store.rundir import RunWriter
@@ -101,17 +102,25 @@ def test_the_budget_bounds_the_processes_not_max_processes(tmp_path):
     assert "the budget ends: 1 point(s) undecided after 12 processes a side (the next look, at 16" in seen[-1]
 
 
-def test_the_looks_alpha_sums_to_at_most_alpha(tmp_path):
+def test_the_looks_alpha_sums_to_at_most_alpha(tmp_path, monkeypatch):
     """Every look a run takes tests at alpha / the scheduled looks, so over all of them at most
     alpha; the schedule is sparse (10 looks up to 40 processes a side, not 39)."""
     assert ab.schedule(2, 40) == [2, 3, 4, 6, 8, 12, 16, 24, 32, 40]
-    assert ab.schedule(5, 10) == [5, 6, 8, 10] and ab.planned_looks(2, 2) == 1
+    assert ab.schedule(5, 10) == [5, 6, 8, 10] and ab.schedule(2, 2) == [2]
     measure, _ = fake(0.20, seed=4)
     seen: list[str] = []
+    judged, judge = [], verdicts.judge
+
+    def judging(points, gate_pct, alpha, allow_mixed, floor=None, looks=1):
+        judged.append(looks)
+        return judge(points, gate_pct, alpha, allow_mixed, floor, looks)
+
+    monkeypatch.setattr(verdicts, "judge", judging)
     ab.run([], *sides(tmp_path), max_processes=12, gate_pct=1, alpha=0.05, measure=measure, say=seen.append)
     levels = [float(re.search(r"at alpha ([0-9.e-]+)\)", line).group(1)) for line in seen if "look " in line]
-    assert len(levels) == ab.planned_looks(2, 12) == 6  # undecided to the end: every scheduled look taken
+    assert len(levels) == len(ab.schedule(2, 12)) == 6  # undecided to the end: every scheduled look taken
     assert sum(levels) <= 0.05 + 1e-12
+    assert judged == [6] * 6, "the verdicts were judged at the same correction as said"
 
 
 def test_metric_judges_by_that_column_and_one_no_row_has_is_compares_refusal(tmp_path, capsys):
@@ -119,7 +128,7 @@ def test_metric_judges_by_that_column_and_one_no_row_has_is_compares_refusal(tmp
     table, code = ab.run([], *sides(tmp_path / "a"), metric="median_s", measure=measure, say=lambda line: None)
     assert code == 1 and table["metric"].tolist() == ["median_s"]
     measure, _ = fake(0.01)
-    with pytest.raises(compare.CompareError, match=r"--metric tflop: no row of BASE \(.*\) has a value of it; allowed"):
+    with pytest.raises(MetricError, match=r"--metric tflop: no row of BASE \(.*\) has a value of it; allowed"):
         ab.run([], *sides(tmp_path / "b"), metric="tflop", measure=measure, say=lambda line: None)
 
 

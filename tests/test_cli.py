@@ -231,6 +231,27 @@ def test_user_mistakes_are_one_line_and_exit_2(cli, work, args, line):
     assert run_dirs(work) == []
 
 
+def test_a_plain_runs_mistake_is_refused_from_one_composition_as_the_job_would(work):
+    """The front door's early check (before hydra.main composes twice): the job's own line for a
+    bad value or key; nothing for a valid run, a sweep or what only Hydra can resolve."""
+    from perflab.app import refused_before_hydra
+
+    for args, line in [
+        (["+experiment=matmul", "experiment.size=-5"], "experiment.size=-5: allowed: an integer >= 1"),
+        (["+experiment=quick/matmul", "experiment.name=train"], "experiment.name=train: allowed: the preset's own; "
+         "choose the experiment with +experiment=NAME"),
+        (["+experiment=quick/train", "data.num_classes=1"], "data.num_classes=1: allowed: an integer >= 2 "
+         "(a classifier)"),
+    ]:  # fmt: skip
+        assert refused_before_hydra(args) == line
+    for args in (
+        ["+experiment=quick/matmul", "bench.repeats=3"],
+        ["+experiment=quick/matmul", "results.store=${hydra:runtime.cwd}/out"],
+        ["+experiment=quick/matmul", "experiment.size=16,32"],
+    ):
+        assert refused_before_hydra(args) is None, args
+
+
 def test_help_lists_only_the_groups_the_experiment_has(cli):
     def groups(experiment):
         out = cli(f"+experiment={experiment}", "--help").out

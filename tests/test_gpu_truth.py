@@ -15,13 +15,16 @@ import pytest
 import torch
 
 from perflab.config import composition
+from perflab.job.execute import check_values
 
 SCRIPT = Path(__file__).resolve().parent.parent / "tools" / "gpu" / "truth.sh"
 
 
 def commands() -> list[tuple[str, list[str]]]:
     """Each perflab command of the script: (experiment, overrides), a sweep at its first value."""
-    text = SCRIPT.read_text().replace("\\\n", " ").replace("$gpu", "devices.spec=[cuda:0]")
+    text = (
+        SCRIPT.read_text().replace("\\\n", " ").replace('"$gpu"', "devices.spec=[cuda:0]").replace("$dtype", "bfloat16")
+    )  # the loop's first
     found = []
     for line in text.splitlines():
         m = re.search(r"\bperflab (?:ab |-m )?(\+experiment=.*)", line)
@@ -53,4 +56,5 @@ def test_each_of_its_commands_composes():
     found = commands()
     assert len(found) >= 12, found
     for experiment, overrides in found:
-        composition.compose(experiment, overrides)
+        cfg, _, _ = composition.compose(experiment, overrides)
+        check_values(cfg)  # a value the job would refuse (not the devices: none is here)

@@ -42,6 +42,10 @@ class CompareError(ValueError):
     """A user mistake in a comparison: one line."""
 
 
+class MetricError(CompareError):
+    """``--metric`` names a column no row of the tree has (or one that is no figure)."""
+
+
 def select(
     df: pd.DataFrame,
     experiment: str | None = None,
@@ -73,7 +77,7 @@ def select(
             raise CompareError(f"--where {item}: no ok row has it; allowed: {key}= one of {have}")
         df = kept
     if metric is not None and not has_metric(df, metric):
-        raise CompareError(metric_refusal(metric, df, tree))
+        raise MetricError(metric_refusal(metric, df, tree))
     return df.copy()  # one block per dtype again: a loaded tree is fragmented
 
 

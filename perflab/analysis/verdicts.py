@@ -104,12 +104,19 @@ def could_not_judge(prog: str, err: BaseException) -> int:
     return UNJUDGED_EXIT
 
 
+def alpha_per_look(alpha: float, looks: int) -> float:
+    """Bonferroni over a sequential run's scheduled looks (``perflab ab``): each tests at this,
+    so a false FAIL over all of them has probability at most ``alpha``."""
+    return alpha / max(1, looks)
+
+
 def meaning(gate_pct: float, alpha: float, given: bool) -> str:
     """What a PASS means, in one line (printed under every comparison)."""
     where = "" if given else f" (the default gate; --fail-if-slower PCT sets it, {DEFAULT_GATE_PCT:g} % like asv)"
     return (
         f"PASS means: not significantly slower by more than {gate_pct:g} %{where}, with a change of that size "
-        f"detectable in the processes; significance at a false discovery rate of {alpha:g} over all points "
+        "detectable in the processes or their interval excluding one; significance at a false discovery rate "
+        f"of {alpha:g} over all points "
         "(Benjamini-Hochberg). Exit codes: 0 pass, 1 fail, 2 usage error, 3 could not judge."
     )
 
@@ -140,7 +147,7 @@ def judge(
         if p.get("metric") in EXACT:
             _judge_exact(p)
     judged = [p for p in judged if p.get("metric") not in EXACT]
-    level = alpha / max(1, len(judged)) / max(1, looks)
+    level = alpha_per_look(alpha, looks) / max(1, len(judged))
     for p in judged:
         f = floors.given(floor) if floor is not None else p.get("_floor", floors.Floor(replicates.FLOOR_CV, "assumed"))
         p["_floor"] = f

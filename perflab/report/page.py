@@ -172,7 +172,8 @@ class Report:
         if s.experiment is not None:
             for label, at in labelled[:MAX_HEADLINE_RUNS]:
                 try:
-                    each.append((label, s.experiment.headline([s.records[i] for i in at])))
+                    own = [dict(s.records[i]) for i in at]  # the hook's copies: the rows table shares the records
+                    each.append((label, s.experiment.headline(own)))
                 except Exception as err:  # an experiment's headline must not cost the report
                     self.notes.append((s.name, "headline failed", f"{type(err).__name__}: {err}"))
                     break

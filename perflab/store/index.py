@@ -268,14 +268,15 @@ def _appended(tables):
 
 def _placed(df, root: Path):
     """The rows with ``run_dir``, where each run dir is now (trees move), for ``_source``."""
+    import numpy as np
     import pandas as pd
 
     base = os.fspath(root.resolve())
     sources = df["_source"].astype("category")
     where = [s if os.path.isabs(s) else os.path.join(base, s) for s in sources.cat.categories]
-    run_dir = pd.Series(
-        pd.array(where, dtype="str").take(sources.cat.codes.to_numpy(), allow_fill=True), index=df.index
-    )
+    codes = sources.cat.codes.to_numpy()
+    taken = np.asarray([*where, None], dtype=object)[codes]  # one string object a run dir; code -1: None
+    run_dir = pd.Series(taken, index=df.index, dtype="str")
     return fix_dtypes(
         pd.concat([df.drop(columns=["_source", "run_dir"], errors="ignore"), run_dir.rename("run_dir")], axis=1)
     )
@@ -360,7 +361,8 @@ def _write_segment(
 ) -> None:
     """A new immutable segment and then its manifest (readers only trust segments with one)."""
     # named in the order written (to the nanosecond): segments are read, and their rows given, in that order
-    name = f"seg-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}-{secrets.token_hex(4)}"
+    ns = time.time_ns()  # one reading: UTC to the second, then its nanoseconds
+    name = f"seg-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(ns // 10**9))}-{ns % 10**9:09d}-{secrets.token_hex(4)}"
     manifest = {"format": FORMAT, "sources": stamps, "notes": noted or {}}
     try:
         index.mkdir(parents=True, exist_ok=True)

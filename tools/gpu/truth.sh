@@ -5,8 +5,8 @@
 #   tools/gpu/truth.sh tests    the whole suite, GPU tests included          -> tests.log
 #   tools/gpu/truth.sh book     the book's GPU workloads at small sizes       -> rows.tar.gz, book.log
 #   tools/gpu/truth.sh timing   CUDA events against torch.utils.benchmark and against a synchronized
-#                               wall clock (perflab ab: interleaved), DDP's code path with two
-#                               processes on one GPU                         -> rows.tar.gz, timing.log
+#                               wall clock (perflab ab: interleaved), DDP's code path on
+#                               the one GPU (one process)                    -> rows.tar.gz, timing.log
 #
 # Writes under $OUT (the device tool's folder), else ./gpu-out; the GPU's identity (model,
 # driver, clocks, power limit) in gpu.csv beside the rows. On a machine without CUDA it says so
@@ -44,29 +44,30 @@ tests)
 book)
   {
     for dtype in bfloat16 float32; do
-      perflab +experiment=matmul $gpu experiment.size=8192 experiment.dtype=$dtype
+      perflab +experiment=matmul "$gpu" experiment.size=8192 experiment.dtype=$dtype
     done
-    perflab +experiment=async_compute $gpu
-    perflab +experiment=auto_parallel $gpu
-    perflab +experiment=hardware $gpu
-    perflab +experiment=compile $gpu
-    perflab -m +experiment=train $gpu model=lenet trainer.epochs=2 trainer.batch_size=256,1024
+    perflab +experiment=async_compute "$gpu"
+    perflab +experiment=auto_parallel "$gpu"
+    perflab +experiment=hardware "$gpu"
+    perflab +experiment=compile "$gpu"
+    perflab -m +experiment=train "$gpu" model=lenet trainer.epochs=2 trainer.batch_size=256,1024
     # the book's loop (fp32, eager) against channels_last + bf16 + compile (the 3x goal)
-    perflab -m +experiment=train $gpu model=resnet18 trainer.epochs=1 trainer.batch_size=128,256
-    perflab +experiment=train $gpu model=resnet18 trainer.epochs=1 trainer.batch_size=256 \
+    perflab -m +experiment=train "$gpu" model=resnet18 trainer.epochs=1 trainer.batch_size=128,256
+    perflab +experiment=train "$gpu" model=resnet18 trainer.epochs=1 trainer.batch_size=256 \
       model.channels_last=true trainer.precision=bf16-mixed trainer.compile=true
-    perflab +experiment=infer $gpu model=torchvision model.arch=resnet18 data.shape=[3,224,224]
-    perflab +experiment=generate $gpu
+    perflab +experiment=infer "$gpu" model=torchvision model.arch=resnet18 data.shape=[3,224,224]
+    perflab +experiment=generate "$gpu"
   } 2>&1 | tee "$out/book.log"
   tar -czf "$out/rows.tar.gz" -C "$out" rows && rm -rf "$store"
   ;;
 timing)
   {
-    python3 -m perflab ab +experiment=matmul $gpu experiment.size=4096 experiment.dtype=bfloat16 \
+    python3 -m perflab ab +experiment=matmul "$gpu" experiment.size=4096 experiment.dtype=bfloat16 \
       --base bench.timer=cuda_event --new bench.timer=torch_utils_benchmark --budget 3 --out "$store/timer_ab"
-    python3 -m perflab ab +experiment=matmul $gpu experiment.size=1024 \
+    python3 -m perflab ab +experiment=matmul "$gpu" experiment.size=1024 \
       --base bench.timer=cuda_event --new bench.timer=wall_sync --budget 2 --out "$store/sync_ab"
-    perflab +experiment=train model=lenet strategy=ddp devices.spec=[cuda:0,cuda:0] trainer.epochs=1
+    # DDP's code path on the one GPU (perflab refuses a GPU listed twice: one process, NCCL)
+    perflab +experiment=train model=lenet strategy=ddp "$gpu" trainer.epochs=1
   } 2>&1 | tee "$out/timing.log"
   tar -czf "$out/rows.tar.gz" -C "$out" rows && rm -rf "$store"
   ;;
