@@ -527,6 +527,20 @@ def test_an_a_a_whose_interval_lies_within_the_gate_ends_pass(tmp_path):
     assert row["verdict"] != "PASS"
 
 
+def test_the_gate_reads_slower_as_time_over_the_bases(tmp_path):
+    """A 10 % gate fails a point 10.5 % slower (its time 1.105x the base's), as asv's factor 1.1
+    and the equivalence rule read it; read as a speedup above 0.9 it had passed (1.11x needed)."""
+    rng = np.random.default_rng(7)
+    medians = np.array([1.0, 1.002, 0.998, 1.001, 0.999, 1.0])
+    processes(tmp_path / "base", "a", medians, spread=0.001, rng=rng)
+    processes(tmp_path / "new", "b", 1.105 * medians, spread=0.001, rng=rng)
+    (row,) = compare.ab(tmp_path / "base", tmp_path / "new", gate_pct=10).to_dict("records")
+    assert 1.1 < 1 / row["speedup"] < 1.11
+    assert row["verdict"] == "FAIL" and "slower: beyond the 10 % gate" in row["why"], row["why"]
+    (row,) = compare.ab(tmp_path / "base", tmp_path / "new", gate_pct=11).to_dict("records")
+    assert row["verdict"] == "PASS", row["why"]
+
+
 def test_ab_sides_differ_only_in_the_identity_fields_their_difference_explains(tmp_path):
     """perflab ab's sides under another OMP_NUM_THREADS differ in num_threads on purpose: said,
     judged; a CPU model that differs too is still INCOMPARABLE (it had turned every check off)."""

@@ -176,7 +176,7 @@ def judge(
         else:
             p["significance"] = f"no significant difference (adjusted p={p_adj:.2g})"
         why: list[str] = []
-        if significant and p["change_pct"] < -gate_pct:
+        if significant and slower_pct(p["speedup"]) > gate_pct:
             verdict = Verdict.FAIL
             why.append(f"{size}: beyond the {gate_pct:g} % gate (adjusted p={p_adj:.2g})")
         elif p["detectable_pct"] <= gate_pct or (significant and p["speedup"] >= 1) or _within(p, c, gate_pct):
@@ -213,6 +213,13 @@ def judge(
         if not (allow_mixed or not p["identity"]):
             p["verdict"], p["why"] = Verdict.INCOMPARABLE.value, f"machine identity differs: {p['identity']}"
             p["_why"] = [p["why"]]
+
+
+def slower_pct(speedup: float) -> float:
+    """How much slower in percent a change is, as the gate reads it: the time (a rate's time per
+    item) over the base's, minus one (asv's factor 1 + gate/100). A 10 % gate fails a 1.10x
+    slower point; read as a speedup of 0.9 it would need 1.11x."""
+    return 100 * (1 / speedup - 1) if speedup > 0 else math.inf
 
 
 def _slowest(p: dict[str, Any], c: Any) -> float:
