@@ -78,13 +78,19 @@ class Side:
         """The machine identity fields (``environment.IDENTITY``) a difference between the sides
         is the change under test in, not a reason to call the points incomparable: the threads
         under another environment (OMP_NUM_THREADS), torch and the libraries under it under another
-        interpreter (another venv's). Any other field that differs still makes a point INCOMPARABLE."""
+        interpreter (another venv's), the threads under another ``devices.threads``. Any other field
+        that differs still makes a point INCOMPARABLE."""
         fields: set[str] = set()
-        if self.env != other.env:
+        if self.env != other.env or self.setting("devices.threads") != other.setting("devices.threads"):
             fields |= set(BY_ENVIRONMENT)
         if self.python != other.python:
             fields |= set(BY_INTERPRETER)
         return frozenset(fields)
+
+    def setting(self, key: str) -> str | None:
+        """The value this side's own overrides give ``key`` (None: not set by them)."""
+        given = {k.lstrip("+~"): v for k, _, v in (o.partition("=") for o in self.overrides)}
+        return given.get(key)
 
     def args(self, shared: Sequence[str]) -> list[str]:
         return [*shared, *self.overrides, f"results.store={self.tree}", "results.table=false"]

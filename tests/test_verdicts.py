@@ -550,6 +550,12 @@ def test_ab_sides_differ_only_in_the_identity_fields_their_difference_explains(t
     assert base.explains(new) == {"num_threads"}
     assert ab.Side("a", tmp_path, python="venv/bin/python").explains(new) >= {"torch", "mkl"}
     assert not ab.Side("a", tmp_path).explains(new)
+    from perflab.measure.environment import IDENTITY
+
+    assert {*ab.BY_ENVIRONMENT, *ab.BY_INTERPRETER} <= set(IDENTITY), "fields a renamed identity would drop"
+    threads = ab.Side("a", tmp_path, overrides=["devices.threads=4"])
+    assert threads.explains(ab.Side("b", tmp_path, overrides=["devices.threads=1"])) == {"num_threads"}
+    assert not threads.explains(ab.Side("b", tmp_path, overrides=["devices.threads=4", "bench.repeats=3"]))
     rng = np.random.default_rng(6)
     processes(tmp_path / "b", "a", [1.0, 1.01, 0.99], rng=rng)
     processes(tmp_path / "n", "b", [1.0, 1.01, 0.99], rng=rng, **ONE_THREAD)
