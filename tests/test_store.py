@@ -233,6 +233,11 @@ def test_load_a_tree_through_its_index_matches_reading_every_file(tmp_path):
     shutil.rmtree(out / ".perflab")  # the index is derived: losing it loses nothing
     third = load(out)
     assert sorted(third["row_id"]) == sorted(second["row_id"])
+    # the same frame, values and types, through the index (a segment and a run appended) or not
+    in_order = lambda df: df.sort_values("row_id", ignore_index=True)  # noqa: E731
+    pd.testing.assert_frame_equal(in_order(second), in_order(third))
+    fourth = load(out)  # warm: the index just rebuilt
+    pd.testing.assert_frame_equal(in_order(fourth), in_order(third))
     assert load(out, experiment="nope").empty
 
 
