@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis.replicates import FLOOR_CV
+from perflab.measure.environment import identity_key
 
 MOST_SERIES = 100  # a machine's latest series pooled into its floor
 KEPT = "process_cv.json"  # in the user's cache: $XDG_CACHE_HOME/perflab/, else ~/.cache/perflab/
@@ -66,12 +67,6 @@ def machine(rows: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def key(identity: dict[str, str]) -> str:
-    from perflab.measure.environment import identity_key
-
-    return identity_key(identity)
-
-
 def _read() -> dict[str, Any]:
     """The kept file as it is now (read again only when it changed: compare asks per point)."""
     try:
@@ -95,7 +90,7 @@ def _parsed(name: str, inode: int, mtime_ns: int, size: int) -> dict[str, Any]:
 def of(rows: pd.DataFrame) -> Floor:
     """The floor for the machine that measured ``rows``: its kept variation, pooled over its
     series, or ``FLOOR_CV`` where none is kept (or the file is unreadable)."""
-    series = _read().get(key(machine(rows)), {}).get("series", {})
+    series = _read().get(identity_key(machine(rows)), {}).get("series", {})
     try:
         found = [(float(s["cv"]), int(s["df"])) for s in series.values()]
     except (AttributeError, KeyError, TypeError, ValueError):
@@ -121,9 +116,9 @@ def keep(measured: Iterable[tuple[pd.DataFrame, str, np.ndarray]]) -> None:
         if len(logs) < 2 or "run_id" not in rows:
             continue
         identity = machine(rows)
-        entry = kept.setdefault(key(identity), {})
+        entry = kept.setdefault(identity_key(identity), {})
         entry = entry if isinstance(entry, dict) else {}
-        kept[key(identity)] = entry
+        kept[identity_key(identity)] = entry
         entry["machine"] = identity
         found = entry.get("series")
         series: dict[str, Any] = found if isinstance(found, dict) else {}
