@@ -167,6 +167,7 @@ def test_a_simulated_false_fail_rate_over_the_looks_stays_at_alpha():
     assert naive.count("FAIL") / len(naive) > ALPHA  # why the looks are paid for
 
 
+@pytest.mark.slow  # four fresh processes; ab's loop is tested fast above, its refusals below
 def test_a_real_a_b_writes_both_trees_in_fresh_processes(cli, work, capsys):
     out = work / "ab"
     # the docs' kind of A/B: another thread count (a machine identity field) and a key set apart
@@ -199,6 +200,17 @@ def test_bad_flags_are_one_line_and_exit_2(work, capsys, bad, line):
     err = capsys.readouterr().err
     assert usage.value.code == 2 and line in err and len(err.strip().splitlines()) == 1
     assert not (work / "ab").exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize("side", ["base", "new"])
+def test_a_tree_already_in_out_is_refused_before_anything_runs(cli, work, side):
+    """Either side's tree there already: never mixed with a new run's."""
+    (work / "ab" / side).mkdir(parents=True)
+    (work / "ab" / side / "results.csv").write_text("x\n")
+    ran = cli("ab", "+experiment=quick/matmul", "--new-env", "OMP_NUM_THREADS=1", rc=2)
+    assert ran.err.startswith("perflab ab: error: --out") and f"{side} is not empty" in ran.err
+    assert len(ran.err.strip().splitlines()) == 1
+    assert sorted(p.name for p in (work / "ab").iterdir()) == [side], "nothing measured, nothing written"
 
 
 def git(*args: str, cwd) -> str:

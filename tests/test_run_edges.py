@@ -158,31 +158,38 @@ def test_a_hook_that_fails_after_the_measurement_is_one_line_and_the_rows_stand(
 # --- Ctrl-C after and during worker processes -----------------------------------------------------
 
 
+def sleep_once_started(started: str) -> None:
+    """A worker that says it is running (a file), then sleeps until it is stopped."""
+    Path(started).touch()
+    time.sleep(300)
+
+
 def test_ctrl_c_while_workers_run_is_a_keyboard_interrupt_from_launch(tmp_path):
-    """Outside any job too: torch's agent stops the workers, then Ctrl-C is Python's again."""
+    """Outside any job too: torch's agent stops the workers, then Ctrl-C is Python's again.
+    Ctrl-C comes once the worker runs its function (a worker still starting may not die of it,
+    and the agent then waits its 30 s shutdown timeout before it kills it)."""
     from perflab.cluster import workers
 
     handlers = {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS}
+    started = tmp_path / "started"
     done = threading.Event()
 
-    def ctrl_c_once_the_agent_holds_it() -> None:
+    def ctrl_c_once_the_worker_runs() -> None:
         deadline = time.time() + 120
-        while (
-            time.time() < deadline and not done.is_set() and signal.getsignal(signal.SIGINT) is handlers[signal.SIGINT]
-        ):
+        while time.time() < deadline and not done.is_set() and not started.exists():
             time.sleep(0.05)
-        time.sleep(0.5)  # its worker starting
         if not done.is_set():
             os.kill(os.getpid(), signal.SIGINT)
 
-    thread = threading.Thread(target=ctrl_c_once_the_agent_holds_it, daemon=True)
+    thread = threading.Thread(target=ctrl_c_once_the_worker_runs, daemon=True)
     thread.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            workers.launch(time.sleep, 300, nproc=1, log_dir=tmp_path, run_id="ctrl-c")
+            workers.launch(sleep_once_started, str(started), nproc=1, log_dir=tmp_path, run_id="ctrl-c")
     finally:
         done.set()
         thread.join()
+    assert started.exists(), "Ctrl-C came before the worker ran"
     assert {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS} == handlers
 
 
