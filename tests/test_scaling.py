@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from perflab.results import load
 from perflab.store import index
@@ -192,6 +193,7 @@ def test_loads_through_the_index_grow_linearly_and_read_one_experiment_alone(tmp
         assert growth < LINEAR, f"load ({name}) grows as rows^{growth:.2f} ({sizes} rows: {taken} s of CPU)"
 
 
+@pytest.mark.slow  # the report built 4 times on trees of up to 8000 rows; the loads' growth is tested fast above
 def test_report_grows_linearly_with_rows_and_runs(tmp_path):
     """The HTML report of a tree of 20 then 80 run dirs of 100 rows (every experiment's section,
     the claims, the trend over runs): linear. A section's rows converted again for each run, or

@@ -4,6 +4,7 @@ layout and compile knobs change what runs; a diverging run is an error, not ``ok
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -64,17 +65,24 @@ FEW_STEPS = [*SMALL, "data.train_size=256", "trainer.batch_size=32", "trainer.ep
 
 @pytest.fixture(scope="module")
 def strategy_runs(tmp_path_factory):
-    """Each strategy trains the same LeNet on the same data and global batch for 3 epochs."""
-    os.chdir(tmp_path_factory.mktemp("strategies"))
-    return {
-        name: perflab.run("train", [*LEARNS, f"strategy={name}", f"devices.count={n}"])
-        for name, n in STRATEGIES.items()
-    }
+    """``strategy_runs(name)``: that strategy trains the same LeNet on the same data and global
+    batch for 3 epochs, once per module and only when asked (ddp's run is in the slow set)."""
+    where = tmp_path_factory.mktemp("strategies")
+
+    @functools.cache
+    def run(name: str):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(where)
+            return perflab.run("train", [*LEARNS, f"strategy={name}", f"devices.count={STRATEGIES[name]}"])
+
+    return run
 
 
-@pytest.mark.parametrize("name", list(STRATEGIES))
+# ddp slow: its workers' processes and 48 steps; test_every_strategy_ends_with_the_weights_of_single[ddp]
+# checks DDP's weights in the fast set.
+@pytest.mark.parametrize("name", ["single", "scratch", "data_parallel", pytest.param("ddp", marks=pytest.mark.slow)])
 def test_every_strategy_trains_and_learns(strategy_runs, name):
-    df = strategy_runs[name]
+    df = strategy_runs(name)
     epochs, summary = df[df["measurement"] == "epoch"], df[df["measurement"] == "train"].iloc[0]
     assert epochs["epoch"].tolist() == [1, 2, 3] and (df["status"] == "ok").all()
     assert (epochs["train_s"] > 0).all() and (epochs["eval_s"] > 0).all()
