@@ -151,15 +151,17 @@ def test_the_threads_default_to_the_cpus_this_process_may_use_and_never_more():
 
 
 def test_the_affinity_mask_is_what_a_process_may_use():
-    import subprocess
-    import sys
+    """``taskset`` to one CPU: one thread (this thread's mask, as a process started so would have)."""
+    import os
 
-    code = (
-        "import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
-        "from perflab.measure.devices import intra_op_threads; print(intra_op_threads(None, env={}))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "1", "taskset to one CPU: one thread"
+    from perflab.measure.devices import intra_op_threads
+
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(mask)})
+        assert intra_op_threads(None, env={}) == 1
+    finally:
+        os.sched_setaffinity(0, mask)
 
 
 def test_a_job_runs_with_its_threads_says_them_in_its_rows_and_gives_the_callers_back(work):

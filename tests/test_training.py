@@ -256,7 +256,8 @@ def test_a_killed_run_resumes_to_the_same_weights(work):
 
 
 def test_a_diverging_run_is_an_error_row_not_ok(work):
-    df = perflab.run("train", [*SMALL, "data.train_size=256", "trainer.epochs=3", "trainer.lr=1e30", "trainer.momentum=0"])
+    diverges = ["trainer.lr=1e30", "trainer.momentum=0"]
+    df = perflab.run("train", [*SMALL, "data.train_size=256", "trainer.epochs=3", *diverges])
     assert df.attrs["outcome"] == "error"
     epoch = df[df["measurement"] == "epoch"].iloc[0]
     assert epoch["status"] == "error" and epoch["error"].startswith("diverged at step 2: ")  # the first update
