@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from started_worker import sleep_once_started
 from test_contract import install  # noqa: F401 - the fixture
 
 from perflab.results import load
@@ -156,12 +157,6 @@ def test_a_hook_that_fails_after_the_measurement_is_one_line_and_the_rows_stand(
 
 
 # --- Ctrl-C after and during worker processes -----------------------------------------------------
-
-
-def sleep_once_started(started: str) -> None:
-    """A worker that says it is running (a file), then sleeps until it is stopped."""
-    Path(started).touch()
-    time.sleep(300)
 
 
 def test_ctrl_c_while_workers_run_is_a_keyboard_interrupt_from_launch(tmp_path):
