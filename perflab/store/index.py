@@ -279,9 +279,22 @@ def combine(parts):
         df = concat([p.whole().to_pandas() if isinstance(p, Piece) else p for p in parts])
     for col in df.columns:  # a category as from its values: the ones present, sorted
         if isinstance(df[col].dtype, pd.CategoricalDtype) and col != "_source":
-            cats = df[col].cat.remove_unused_categories()
-            df[col] = cats.cat.reorder_categories(cats.cat.categories.sort_values())
+            df[col] = _as_read(df[col])
     return df
+
+
+def _as_read(column):
+    """A category column with only the categories present, sorted: recoded only where that
+    changes something (a count of each code, not pandas' sort of every row's code)."""
+    import numpy as np
+
+    codes = column.cat.codes.to_numpy()
+    used = np.bincount(codes[codes >= 0], minlength=len(column.cat.categories)) > 0
+    if not used.all():
+        column = column.cat.remove_categories(column.cat.categories[~used])
+    if not column.cat.categories.is_monotonic_increasing:
+        column = column.cat.reorder_categories(column.cat.categories.sort_values())
+    return column
 
 
 def _piece(table) -> Piece:
