@@ -271,6 +271,24 @@ def test_an_index_with_empty_constant_and_wide_columns_loads_as_the_files_do(tmp
     assert str(warm["cfg.size"].dtype) == "Int64" and warm["cfg.size"].isna().sum() == 93
 
 
+def test_a_key_of_two_types_across_segments_loads_as_the_files_do(tmp_path, caplog):
+    """A config key that is one integer throughout the index (read from its statistics) and
+    text in a new run: the rows are joined as pandas joins frames, the key's values kept."""
+    out = tmp_path / "outputs"
+    for i in range(3):
+        RunWriter(out / "runs" / f"r{i}").add(row(f"r{i}", 0, **{"cfg.x": 4, "job_num": 1}))
+    load(out)  # the index built: cfg.x and job_num one integer throughout
+    RunWriter(out / "runs" / "new").add(row("new", 0, **{"cfg.x": "big", "job_num": 2}))
+    with caplog.at_level(logging.DEBUG, logger="perflab"):
+        through_index = load(out)
+    assert "joined as pandas frames" in caplog.text
+    # the same rows; the key's dtype is object this way, string from the files (as before this index)
+    in_order = lambda df: df.astype({"cfg.x": "string"}).sort_values("row_id", ignore_index=True)  # noqa: E731
+    files = load(out / "runs")
+    pd.testing.assert_frame_equal(in_order(through_index), in_order(files), check_like=True)
+    assert in_order(through_index)["cfg.x"].tolist() == ["big", "4", "4", "4"]  # new#0 first
+
+
 def test_many_index_segments_are_merged_into_one(tmp_path):
     out = tmp_path / "outputs"
     for i in range(index.MAX_SEGMENTS + 2):  # each load after a new run dir adds a segment
