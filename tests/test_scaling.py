@@ -79,20 +79,30 @@ def test_run_dirs_rows_are_counted_in_one_pass(monkeypatch):
 
 def test_cold_load_grows_linearly_with_rows_and_run_dirs(tmp_path):
     """A real tree of 500 then 2000 run dirs of 10 rows: the whole cold load (walk, run.json,
-    CSV, the index written) is linear; a per-run-dir loop over all run dirs would show here."""
+    CSV, the index written) is linear; a per-run-dir loop over all run dirs would show here. So
+    are the warm load and one experiment's, through the index (its row groups read, the frame
+    built column by column)."""
     root, per_dir, sizes = tmp_path / "outputs", 10, [5_000, 20_000]
     narrow = {"extra": 10, "keys": 2, "done": False}
     bench.synthesize(root, 10, per_dir, **narrow)
     load(root)  # imports, and first-call costs, are no size's
-    seconds, written = [], 10
+    seconds: dict[str, list[float]] = {"cold": [], "warm": [], "one experiment": []}
+    written = 10
     for rows in sizes:
         bench.synthesize(root, rows // per_dir - written, per_dir, start=written, **narrow)
         written = rows // per_dir
         timed = [bench.cold_load(root, clock=time.process_time) for _ in range(2)]
-        seconds.append(min(t for t, _ in timed))  # the less disturbed of two
+        seconds["cold"].append(min(t for t, _ in timed))  # the less disturbed of two
         assert len(timed[-1][1]) == rows  # what was timed read them all
-    growth = bench.exponent(sizes, seconds)
-    assert growth < LINEAR, f"cold load grows as rows^{growth:.2f} ({sizes} rows: {seconds} s of CPU)"
+        warm = bench.timed(lambda: load(root), repeats=3, clock=time.process_time)
+        seconds["warm"].append(warm[0])
+        assert len(warm[1]) == rows
+        one = bench.timed(lambda: load(root, experiment="matmul"), repeats=3, clock=time.process_time)
+        seconds["one experiment"].append(one[0])
+        assert len(one[1]) == rows // len(bench.EXPERIMENTS)
+    for reader, taken in seconds.items():
+        growth = bench.exponent(sizes, taken)
+        assert growth < LINEAR, f"{reader} load grows as rows^{growth:.2f} ({sizes} rows: {taken} s of CPU)"
 
 
 class Commits(list):

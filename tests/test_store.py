@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import re
 import stat
@@ -239,6 +240,53 @@ def test_load_a_tree_through_its_index_matches_reading_every_file(tmp_path):
     fourth = load(out)  # warm: the index just rebuilt
     pd.testing.assert_frame_equal(in_order(fourth), in_order(third))
     assert load(out, experiment="nope").empty
+
+
+def test_an_index_with_empty_constant_and_wide_columns_loads_as_the_files_do(tmp_path, caplog):
+    """The index reads a row group without its empty columns and a constant integer column from
+    its statistics, and joins a category of more values than int8 codes hold (140 experiments,
+    a row group each) with a new run's: the same frame as reading every file, and no fallback
+    to pandas' join."""
+    out = tmp_path / "outputs"
+    for e in range(140):  # a key of odd runs, empty in the even ones' row groups, and the reverse
+        w = RunWriter(out / "runs" / f"r{e}")
+        for i in range(2):
+            size = "" if (e + i) % 3 == 0 else 2**40 + e * 10 + i  # varies, with gaps, beyond int32
+            w.add(row(f"r{e}", i, experiment=f"e{e:03d}", **{f"cfg.k{e % 2}": 7, "cfg.size": size, "job_num": e}))
+    load(out)  # the index built
+    with caplog.at_level(logging.DEBUG, logger="perflab"):
+        warm = load(out)
+        one = load(out, experiment="e005")
+        RunWriter(out / "runs" / "new").add(row("new", 0, experiment="e005", **{"cfg.k1": 8}))
+        after_new = load(out)
+    assert "joined as pandas frames" not in caplog.text
+    in_order = lambda df: df.sort_values("row_id", ignore_index=True)  # noqa: E731
+    same = lambda a, b: pd.testing.assert_frame_equal(in_order(a), in_order(b), check_like=True)  # noqa: E731
+    files = load(out / "runs")  # the files, run dir by run dir (in their own column order)
+    same(after_new, files)
+    same(warm, files[files["run_id"] != "new"])
+    same(load(out), after_new)
+    assert list(one["row_id"]) == ["r5#0", "r5#1"] and list(one.columns) == list(warm.columns)
+    assert one["cfg.k1"].tolist() == [7, 7] and one["cfg.k0"].isna().all()
+    assert str(warm["cfg.size"].dtype) == "Int64" and warm["cfg.size"].isna().sum() == 93
+
+
+def test_a_key_of_two_types_across_segments_loads_as_the_files_do(tmp_path, caplog):
+    """A config key that is one integer throughout the index (read from its statistics) and
+    text in a new run: the rows are joined as pandas joins frames, the key's values kept."""
+    out = tmp_path / "outputs"
+    for i in range(3):
+        RunWriter(out / "runs" / f"r{i}").add(row(f"r{i}", 0, **{"cfg.x": 4, "job_num": 1}))
+    load(out)  # the index built: cfg.x and job_num one integer throughout
+    RunWriter(out / "runs" / "new").add(row("new", 0, **{"cfg.x": "big", "job_num": 2}))
+    with caplog.at_level(logging.DEBUG, logger="perflab"):
+        through_index = load(out)
+    assert "joined as pandas frames" in caplog.text
+    # the same rows; the key's dtype is object this way, string from the files (as before this index)
+    in_order = lambda df: df.astype({"cfg.x": "string"}).sort_values("row_id", ignore_index=True)  # noqa: E731
+    files = load(out / "runs")
+    pd.testing.assert_frame_equal(in_order(through_index), in_order(files), check_like=True)
+    assert in_order(through_index)["cfg.x"].tolist() == ["big", "4", "4", "4"]  # new#0 first
 
 
 def test_many_index_segments_are_merged_into_one(tmp_path):

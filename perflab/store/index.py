@@ -11,8 +11,9 @@ import os
 import secrets
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from perflab.store import files
 from perflab.store.rows import RESULTS, Notes, concat, fix_dtypes, read_many
@@ -116,7 +117,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
             for source in wanted:
                 indexed.pop(source, None)
             continue
-        frames.append(part)
+        frames.extend(part)
     for source, kinds in noted.items():
         if source in indexed:
             for kind, count in kinds.items():
@@ -156,27 +157,83 @@ def as_indexed(df):
     return df
 
 
-def _read_segment(path: Path, experiment: str | None, wanted: set[str] | None):
-    """A segment's rows as an Arrow table: of one experiment (only the row groups whose
+@dataclass
+class Piece:
+    """Rows of one row group of a segment as read: ``table`` holds the columns read; columns
+    its statistics say are empty throughout, or one integer throughout (``constant``), are not
+    read at all (a config key of another experiment costs nothing). ``schema``: the segment's
+    columns, in order, with pandas' description of each."""
+
+    table: Any
+    schema: Any
+    constant: dict[str, int] = field(default_factory=dict)
+
+    def whole(self):
+        """The piece as one table of every column of its schema."""
+        import numpy as np
+        import pyarrow as pa
+
+        n, columns = self.table.num_rows, []
+        for f in self.schema:
+            if f.name in self.table.column_names:
+                columns.append(self.table[f.name])
+            elif f.name in self.constant:
+                columns.append(pa.array(np.full(n, self.constant[f.name]), type=f.type))
+            else:
+                columns.append(pa.nulls(n, f.type))
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+
+def _read_segment(path: Path, experiment: str | None, wanted: set[str] | None) -> list[Piece]:
+    """A segment's rows, a piece a row group: of one experiment (only the row groups whose
     statistics say they may hold it are read), and of the run dirs ``wanted`` (None: all it
     holds). Rows are filtered on each category's values, not on every row's text."""
     import pyarrow.parquet as pq
 
     with pq.ParquetFile(path) as segment:
-        meta = segment.metadata
-        names = segment.schema_arrow.names
-        if "_source" not in names:
+        meta, schema = segment.metadata, segment.schema_arrow
+        if "_source" not in schema.names:
             raise ValueError("no _source column")
-        groups = list(range(meta.num_row_groups))
-        if experiment and "experiment" in names:
-            at = names.index("experiment")
-            groups = [i for i in groups if _may_hold(meta.row_group(i).column(at).statistics, experiment)]
-        table = segment.read_row_groups(groups) if groups else segment.schema_arrow.empty_table()
-    if experiment:
-        table = _kept(table, "experiment", {experiment})
-    if wanted is not None:
-        table = _kept(table, "_source", wanted)
-    return table
+        ints = _ints(schema, _described(schema))
+        pieces = []
+        for i in range(meta.num_row_groups):
+            group = meta.row_group(i)
+            stats = {group.column(j).path_in_schema: group.column(j).statistics for j in range(group.num_columns)}
+            if experiment and "experiment" in stats and not _may_hold(stats["experiment"], experiment):
+                continue
+            read, constant = [], {}
+            for name in schema.names:
+                s = stats.get(name)
+                if name in ("_source", "experiment") or s is None or not s.has_null_count:
+                    read.append(name)
+                elif s.null_count == group.num_rows:
+                    continue  # empty throughout: null where it is built
+                elif name in ints and s.null_count == 0 and s.has_min_max and s.min == s.max:
+                    constant[name] = s.min
+                else:
+                    read.append(name)
+            table = segment.read_row_group(i, columns=read)
+            if experiment:
+                table = _kept(table, "experiment", {experiment})
+            if wanted is not None:
+                table = _kept(table, "_source", wanted)
+            pieces.append(Piece(table, schema, constant))
+    return pieces or [Piece(schema.empty_table(), schema)]
+
+
+def _ints(fields, described: dict[str, dict]) -> set[str]:
+    """The columns pandas' description (``described``: by name) says are Int64 (nullable) and
+    Arrow holds as int64."""
+    import pyarrow as pa
+
+    return {
+        f.name for f in fields if described.get(f.name, {}).get("numpy_type") == "Int64" and pa.types.is_int64(f.type)
+    }
+
+
+def _described(schema) -> dict[str, dict]:
+    """pandas' description of each column of ``schema``, by name."""
+    return {c["name"]: c for c in (schema.pandas_metadata or {}).get("columns", [])}
 
 
 def _may_hold(stats, value: str) -> bool:
@@ -205,65 +262,131 @@ def _kept(table, column: str, values: set[str]):
 
 
 def combine(parts):
-    """One frame of the rows read, built once: the segments' Arrow tables (and new rows) appended
-    as Arrow and converted to pandas in one pass, not each converted and then copied together.
-    Where the parts disagree on a column's type (text in one, numbers in another) they are
-    joined as rows.concat joins frames."""
+    """One frame of the rows read, built once: the segments' pieces (and new rows) converted
+    to pandas column by column, each value copied once (no table of them all first). Where
+    the parts disagree on a column's type (text in one, numbers in another) they are joined
+    as rows.concat joins frames."""
     import pandas as pd
     import pyarrow as pa
 
     try:
-        if not any(isinstance(p, pa.Table) for p in parts):  # all read from CSV now (a cold load): frames already
+        if not any(isinstance(p, Piece) for p in parts):  # all read from CSV now (a cold load): frames already
             raise TypeError("no segment read")
-        tables = [p if isinstance(p, pa.Table) else pa.Table.from_pandas(p, preserve_index=False) for p in parts]
-        df = _appended(tables).to_pandas()
+        pieces = [p if isinstance(p, Piece) else _piece(pa.Table.from_pandas(p, preserve_index=False)) for p in parts]
+        df = _frame(pieces)
     except (pa.ArrowException, TypeError, ValueError, KeyError) as err:
         log.debug("index rows joined as pandas frames (%s)", err)
-        df = concat([p.to_pandas() if isinstance(p, pa.Table) else p for p in parts])
+        df = concat([p.whole().to_pandas() if isinstance(p, Piece) else p for p in parts])
     for col in df.columns:  # a category as from its values: the ones present, sorted
         if isinstance(df[col].dtype, pd.CategoricalDtype) and col != "_source":
-            cats = df[col].cat.remove_unused_categories()
-            df[col] = cats.cat.reorder_categories(cats.cat.categories.sort_values())
+            df[col] = _as_read(df[col])
     return df
 
 
-def _appended(tables):
-    """Arrow tables as one, with the first one's columns, then any the others add (rows.concat's
-    order), each column of one type: where a table lacks a column, or holds no value in it, it
-    is null there. A column of two types raises ArrowTypeError (then pandas joins them)."""
+def _as_read(column):
+    """A category column with only the categories present, sorted: recoded only where that
+    changes something (a count of each code, not pandas' sort of every row's code)."""
+    import numpy as np
+
+    codes = column.cat.codes.to_numpy()
+    used = np.bincount(codes[codes >= 0], minlength=len(column.cat.categories)) > 0
+    if not used.all():
+        column = column.cat.remove_categories(column.cat.categories[~used])
+    if not column.cat.categories.is_monotonic_increasing:
+        column = column.cat.reorder_categories(column.cat.categories.sort_values())
+    return column
+
+
+def _piece(table) -> Piece:
+    return Piece(table, table.schema)
+
+
+def _frame(pieces: list[Piece]):
+    """The pieces as one frame: the first one's columns, then any the others add (rows.concat's
+    order), each of one type: where a piece lacks a column, or holds no value in it, it is
+    null there. Int64 columns are filled in place, piece by piece (empty or constant ones
+    without reading anything); the others go through Arrow's conversion once. A column of two
+    types raises ArrowTypeError (then pandas joins the rows)."""
+    import pandas as pd
     import pyarrow as pa
 
-    first = tables[0]
-    if all(t.schema.equals(first.schema) for t in tables[1:]):
-        return pa.concat_tables(tables)
-    fields = {f.name: f for f in first.schema}
-    described = {c["name"]: c for c in (first.schema.pandas_metadata or {}).get("columns", [])}
-    for t in tables[1:]:
-        for f in t.schema:
+    fields: dict[str, Any] = {}
+    described: dict[str, dict] = {}
+    for p in pieces:  # an empty piece (no row of the experiment asked for) still adds its columns
+        told = _described(p.schema)
+        for f in p.schema:
             if f.name not in fields:
                 fields[f.name] = f
-                for c in (t.schema.pandas_metadata or {}).get("columns", []):
-                    if c["name"] == f.name:
-                        described[f.name] = c
-    schema = pa.schema(list(fields.values()))
-    meta = dict(first.schema.pandas_metadata or {})
-    meta["columns"] = [described[n] for n in fields if n in described]
-    meta["column_indexes"], meta["index_columns"] = [], []
-    schema = schema.with_metadata({b"pandas": json.dumps(meta).encode()})
-    conformed = []
-    for t in tables:
-        columns = []
-        for name, field in fields.items():
-            col = t[name] if name in t.column_names else None
-            if col is None or (col.type != field.type and col.null_count == len(col)):
-                col = pa.nulls(len(t), field.type)
-            elif pa.types.is_dictionary(col.type) and pa.types.is_dictionary(field.type):
-                col = col.cast(field.type)  # a category's codes wider in one table (more values)
-            elif col.type != field.type:
-                raise pa.ArrowTypeError(f"{name}: {col.type} and {field.type}")
-            columns.append(col)
-        conformed.append(pa.Table.from_arrays(columns, schema=schema))
-    return pa.concat_tables(conformed)
+                if f.name in told:
+                    described[f.name] = told[f.name]
+    ints = _ints(fields.values(), described)
+    full = [p for p in pieces if p.table.num_rows]  # the pieces that hold rows: an empty one decides nothing
+    n = sum(p.table.num_rows for p in full)
+    arrays, masked = {}, {}
+    for name, f in fields.items():
+        if name in ints:
+            masked[name] = _int64(name, full, n)
+            continue
+        chunks = []
+        kind = pa.dictionary(pa.int32(), f.type.value_type) if pa.types.is_dictionary(f.type) else f.type
+        for p in full:
+            col = p.table[name] if name in p.table.column_names else None
+            if col is None or (col.type != f.type and col.null_count == len(col)):
+                chunks.append(pa.nulls(len(p.table), kind))
+            elif pa.types.is_dictionary(col.type) and pa.types.is_dictionary(kind):
+                # codes of one width (a category holding more values in one piece needs wider codes)
+                for c in col.chunks:
+                    chunks.append(
+                        pa.DictionaryArray.from_arrays(c.indices.cast(pa.int32()), c.dictionary.cast(kind.value_type))
+                    )
+            elif col.type != f.type:
+                raise pa.ArrowTypeError(f"{name}: {col.type} and {f.type}")
+            else:
+                chunks.extend(col.chunks)
+        arrays[name] = pa.chunked_array(chunks, type=kind)
+    schema = pa.schema([pa.field(name, a.type) for name, a in arrays.items()])
+    meta = {
+        "columns": [described[name] for name in arrays if name in described],
+        "column_indexes": [],
+        "index_columns": [],
+    }
+    table = pa.Table.from_arrays(
+        list(arrays.values()), schema=schema.with_metadata({b"pandas": json.dumps(meta).encode()})
+    )
+    df = table.to_pandas()
+    if masked:  # beside the rest (no copy: pandas keeps each column's array), then in the columns' order
+        df = pd.concat([df, pd.DataFrame(masked, index=df.index, copy=False)], axis=1)[list(fields)]
+    return df
+
+
+def _int64(name: str, pieces: list[Piece], n: int):
+    """One Int64 column of the pieces, each value copied once: a piece's constant written as
+    such, a piece without the column left missing (nothing read, nothing written)."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    values = np.zeros(n, dtype=np.int64)  # pages untouched where missing
+    missing = np.ones(n, dtype=bool)
+    at = 0
+    for p in pieces:
+        rows = p.table.num_rows
+        if name in p.constant:
+            values[at : at + rows] = p.constant[name]
+            missing[at : at + rows] = False
+        elif name in p.table.column_names and p.table[name].null_count < rows:
+            col = p.table[name]
+            if not pa.types.is_int64(col.type):
+                raise pa.ArrowTypeError(f"{name}: {col.type} and int64")
+            i = at
+            for c in col.chunks:
+                values[i : i + len(c)] = np.frombuffer(
+                    c.buffers()[1], dtype=np.int64, count=len(c), offset=c.offset * 8
+                )
+                missing[i : i + len(c)] = c.is_null().to_numpy(zero_copy_only=False) if c.null_count else False
+                i += len(c)
+        at += rows
+    return pd.arrays.IntegerArray(values, missing)
 
 
 def _placed(df, root: Path):
