@@ -182,5 +182,8 @@ def test_a_model_digest_is_of_a_folder_only(tmp_path):
     named = type("M", (), {"name": str(folder)})()
     first = model_contents(named)["model_digest"]
     assert model_contents(named) == {"model_digest": first}, "reading twice changes nothing"
+    (folder / ".cache").mkdir()
+    (folder / ".cache" / "lock").write_text("a tool's own file")
+    assert model_contents(named) == {"model_digest": first}, "hidden files and folders (.git/) are not the model"
     (folder / "config.json").write_text((folder / "config.json").read_text().replace('"n_head": 2', '"n_head": 1'))
     assert model_contents(named)["model_digest"] != first

@@ -116,9 +116,11 @@ def model_contents(model: Any) -> dict[str, str]:
         return {}
     digest = hashlib.sha256()
     try:
-        for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        listed = sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
+        for inside in (f for f in listed if not any(part.startswith(".") for part in f.parts)):  # not .git/
+            path = folder / inside
             stat = path.stat()
-            digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0".encode())
+            digest.update(f"{inside}\0{stat.st_size}\0".encode())
             if stat.st_size <= SMALL_FILE:
                 digest.update(path.read_bytes())
             else:
