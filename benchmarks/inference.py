@@ -21,17 +21,37 @@ What one sample is, side by side (issue 30's check; read in each side's code):
 - generate: one whole generate(max_new_tokens=min_new_tokens=16) call, greedy, 64 random prompt
   ids, a fresh cache each call, under inference_mode (generate itself adds no_grad), on all three.
 - decode per token: (generate - prefill) / 15 from each side's best and median.
-- decode row, mean: perflab's decode row's mean (each step between two tokens' logits, read in
-  a logits processor), torch's (mean generate - mean prefill) / 15, optimum-benchmark's own
+- decode row, mean: perflab's decode row's mean (each step between two tokens' stamps, read by
+  its streamer as each token is chosen), torch's (mean generate - mean prefill) / 15, optimum-benchmark's own
   "decode" (each generate minus the mean prefill) / 15: means, no best.
 - decode step: per-step samples, perflab's decode row and optimum-benchmark's per_token; its
   median and best are comparable, not its mean: 0.6.0 never clears its token stamps between
   calls, so its per_token list repeats earlier calls' steps and holds one step per call that
   spans the call's end and the next call's start and prefill.
-perflab's only extra in a call is that logits processor reading the clock: on the thread's CPU
-clock (30 alternating calls, load 3.6-4.0) generate took 64.4 / 82.5 ms (best / median) without
-it and 66.3 / 82.9 ms with it, prefill 12.1 / 13.9 and 11.8 / 13.9 ms: medians flat, the best
-of generate 2.9 % higher (busy: noise or cost, not told apart).
+perflab's only extra in a call is the streamer that reads each token's clock (one put() a
+token). Why perflab's best GPT-2 sample read ~10 % above torch's (20:04 run, load 1.0-1.6) while
+its medians were lower (issue 30), found in one process, call by call (the evidence a busy
+machine leaves standing; benchmarks/generate_overhead.py repeats it):
+- perflab's call cost more: its logits processor stamp cost ~20 us a token (LogitsProcessorList
+  calls inspect.signature on every processor every step), a class made per call, and the KV
+  cache read inside the clock (transformers 5's past_key_values property checks for tracing);
+  200+ alternated calls, thread CPU clock, load 3-5: generate +1.1 to +1.6 ms a call paired
+  (1.5-2.5 %), prefill +0.2 to +0.3 ms. Fixed in experiments/generate.py (a streamer; the cache
+  read after the clock): generate_overhead.py at load 4-4.8, 200 calls: best 1.004 / 0.984
+  (generate / prefill, CPU clock), best 10 % 1.002 / 0.988, medians 1.009 / 0.983.
+- torch's side draws its best from a longer stretch of the machine's time: Timer.timeit(1)
+  makes 2 untimed warm-up calls before each timed one, so MIN_TIME_S of its samples span ~3x
+  the wall time of perflab's (9 s against 3 s). On a machine whose load changes by the second,
+  the longer stretch holds quieter moments: its best lower, its median higher. 6 alternated
+  blocks of the prefill call in one process (load 3.1-4.1), the same call back to back (as
+  perflab samples) against timeit(1): best 1-6 % lower for timeit(1) in 5 of 6 blocks (best of
+  bests 10.52 against 10.71 ms), median of medians 14.1 against 12.7 ms. blocked_autorange
+  spans as perflab does but picked blocks of 10 calls in 5 of 6 blocks (its best a block's
+  mean), so timeit(1) stays: the samples are counted alike (a best of 30 against a best of 3
+  read 0.80 at load 9), and the spans differ; on a quiet machine both effects vanish.
+- the rest is the spread of a best between runs on this VM: the same call, in one process,
+  alternated 200-300 times at load 3-5, gave bests 3-9 % apart; the 17:30 run read generate
+  0.886 (perflab lower).
 
 optimum-benchmark (--optimum-python): 0.6.0 from pip's index in its own venv (see
 docs/inference.md); it needs transformers < 5 (it imports SpecialTokensMixin), so its side runs
@@ -155,7 +175,7 @@ def torch_lm(folder: str) -> Figures:
 
     lm = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
     ids = torch.randint(0, GPT2["vocab_size"], (1, PROMPT))
-    # perflab's generate kwargs (experiments/generate.py), all but its logits processor that reads the clock
+    # perflab's generate kwargs (experiments/generate.py), all but its streamer that reads the clock
     args = {
         "do_sample": False,
         "num_beams": 1,

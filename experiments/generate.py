@@ -6,9 +6,9 @@ keys to sweep. Greedy decoding, every run exactly ``new_tokens`` long.
 A Hugging Face model generates through its own ``generate``; a user's model through a plain
 greedy loop over its ``decode(ids, cache) -> (logits, cache)`` (the protocol: logits
 ``(B, T, vocab)`` for the new tokens ``ids``, the prompt when ``cache`` is None, then one
-token at a time with the cache it returned). Each token's time is read when its logits are
-ready (after a sync on a GPU, which HF's ``generate`` does every token anyway to check for
-its end)."""
+token at a time with the cache it returned). Each token's time is read when it is chosen (its
+logits ready, the greedy pick made), after a sync on a GPU, which HF's ``generate`` does every
+token anyway to check for its end."""
 
 from __future__ import annotations
 
@@ -44,8 +44,14 @@ class Config(ExperimentConfig):
 
 class Generator:
     """One model's greedy generation, the same call for HF and a user's model: ``run(ids, n)``
-    generates ``n`` tokens and returns the seconds at which each token's logits were ready
-    (``times[0]``: the first token's, after the prefill) and the KV cache it kept."""
+    generates ``n`` tokens and returns the seconds at which each token was chosen (``times[0]``:
+    the first token's, after the prefill) and what the call returned (:func:`kv_cache` finds
+    its KV cache, outside the clock).
+
+    HF's ``generate`` stamps each token through a streamer (its ``put`` gets every token as it is
+    chosen; the first ``put`` is the prompt): a call per token and nothing more. A logits
+    processor cost ~20 us a token, as ``LogitsProcessorList`` reads each processor's
+    ``inspect.signature`` every step (issue 30: 1-2 % of a small GPT-2's generate call)."""
 
     def __init__(self, net: Any, device: Device) -> None:
         from perflab.models import huggingface as hf
@@ -53,6 +59,9 @@ class Generator:
         self.net, self.device = net, device
         self.inner = getattr(net, "inner", net)
         self.hf = hf.is_hf(self.inner)
+        if self.hf:
+            eos = getattr(self.inner.generation_config, "eos_token_id", None)
+            self.pad = eos if isinstance(eos, int) else 0
 
     def now(self) -> float:
         from perflab.measure.devices import synchronize
@@ -65,16 +74,6 @@ class Generator:
 
         times: list[float] = []
         if self.hf:
-            from transformers import LogitsProcessor, LogitsProcessorList
-
-            outer = self
-
-            class Stamp(LogitsProcessor):
-                def __call__(self, input_ids: Any, scores: Any) -> Any:
-                    times.append(outer.now())
-                    return scores
-
-            eos = getattr(self.inner.generation_config, "eos_token_id", None)
             out = self.inner.generate(
                 ids,
                 attention_mask=torch.ones_like(ids),
@@ -82,12 +81,12 @@ class Generator:
                 min_new_tokens=n,
                 do_sample=False,
                 num_beams=1,
-                pad_token_id=eos if isinstance(eos, int) else 0,
-                logits_processor=LogitsProcessorList([Stamp()]),
+                pad_token_id=self.pad,
+                streamer=_Stamps(times, self.now),
                 return_dict_in_generate=True,
                 use_cache=True,
             )
-            return times, out.past_key_values
+            return times, out
         logits, cache = self.inner.decode(ids, None)
         token = logits[:, -1:].argmax(-1)
         times.append(self.now())
@@ -96,6 +95,32 @@ class Generator:
             token = logits[:, -1:].argmax(-1)
             times.append(self.now())
         return times, cache
+
+
+class _Stamps:
+    """A streamer for HF's ``generate`` (its ``put(tokens)`` / ``end()``) that reads the clock
+    when each new token is handed out; the first ``put`` is the prompt, not a token."""
+
+    def __init__(self, times: list[float], now: Callable[[], float]) -> None:
+        self.times, self.now, self.prompt_seen = times, now, False
+
+    def put(self, tokens: Any) -> None:
+        if self.prompt_seen:
+            self.times.append(self.now())
+        self.prompt_seen = True
+
+    def end(self) -> None:
+        pass
+
+
+def kv_cache(returned: Any) -> Any:
+    """The KV cache a generate call kept: HF's output's ``cache`` (transformers 5; its
+    ``past_key_values`` before), or the user's loop's own. Read outside the clock: transformers
+    5's ``past_key_values`` is a deprecated property that checks for tracing on every read."""
+    if hasattr(returned, "sequences"):  # an HF GenerateOutput
+        cache = returned.get("cache")
+        return cache if cache is not None else returned.get("past_key_values")
+    return returned
 
 
 def spec_of(net: Any, settings: PerflabConfig, prompt_len: int) -> Any:
@@ -202,8 +227,8 @@ def run(ctx: Context) -> None:
         return call
 
     with on_device(d), torch.inference_mode(), precision.applied(p.precision, d.type):
-        _, cache = gen.run(ids, p.new_tokens)
-        kv_mb = tensor_bytes(cache) / 2**20
+        _, returned = gen.run(ids, p.new_tokens)
+        kv_mb = tensor_bytes(kv_cache(returned)) / 2**20
         ctx.measure(
             "prefill",
             timed(1),

@@ -53,3 +53,13 @@ def test_a_rebuild_keeps_the_markers_point_key_names_and_drops_an_older_perflabs
     key = done_marks.point_key("h9", "v1.2", 2)
     assert (tmp_path / ".perflab" / "done" / key / "r1").is_file() and not older.exists()
     assert done_marks.find_done(tmp_path, key) == run
+
+
+def test_a_model_folders_digest_makes_another_point_and_none_keeps_the_key():
+    """A rewritten model folder (its model_digest) is another point; without one the key is the
+    one an earlier perflab wrote, so a store's done marks stay valid."""
+    key = done_marks.point_key
+    assert key("h", "v1", 1, "") == key("h", "v1", 1)
+    for subject in ("v1", ""):
+        assert key("h", subject, 1, "0123456789ab") not in (key("h", subject, 1), key("h", subject, 1, "ba9876543210"))
+        assert done_marks.KEY.fullmatch(key("h", subject, 1, "0123456789ab"))

@@ -116,3 +116,74 @@ def test_random_weights_pick_the_task_a_config_is_for():
         "bert": transformers.AutoModelForSequenceClassification,  # an encoder: no causal head unless is_decoder
         "vit": transformers.AutoModelForImageClassification,
     }
+
+
+def test_a_model_folder_rewritten_is_a_new_point_and_the_same_folder_is_done(cli, work, tmp_path):
+    """The done marks key a folder model by its contents, not the name typed: the same folder
+    again is done; after save_pretrained wrote other weights (and another config) over it, the
+    point is measured again, and its rows say which contents each run measured."""
+    from perflab import compare
+    from perflab.job.sweep import job_dirs
+    from perflab.results import load
+    from perflab.store.rundir import RunRecord
+
+    def last_sweep():
+        return max((work / "outputs" / "sweeps").iterdir(), key=lambda p: p.stat().st_mtime_ns)
+
+    def outcomes():
+        return [RunRecord.read(j).outcome for j in job_dirs(last_sweep())]
+
+    folder = save_gpt2(tmp_path / "model")
+    point = ["-m", "+experiment=quick/infer", "model=hf", f"model.name={folder}", "experiment.batches=[1]"]
+    point += ["results.table=false", *FAST]
+    cli(*point)
+    cli(*point)
+    assert outcomes() == ["done"], "the same folder: the same point"
+    transformers.set_seed(1)
+    save_gpt2(folder, n_layer=2)  # the user overwrote it: other weights, another config
+    cli(*point)
+    assert outcomes() == ["ok"], "a rewritten folder is measured again, not 'already done'"
+    cli(*point)
+    assert outcomes() == ["done"]
+    rows = load(work / "outputs")
+    assert (rows.groupby("run_id")["model_digest"].nunique() == 1).all(), "each run's rows name their contents"
+    assert rows["run_id"].nunique() == 2 and rows["model_digest"].nunique() == 2, "two runs, two contents"
+    assert rows["config_hash"].nunique() == 1, "the same config: compare still pairs old and new weights"
+    table = compare.compare(rows=rows)
+    forward = table[table["measurement"] == "forward batch 1"]
+    assert forward["model_digest"].nunique() == 2, "one tree's table: a line per contents, never pooled"
+    record = RunRecord.read(job_dirs(last_sweep())[0])
+    assert record is not None and record.model_digest in set(rows["model_digest"]), "run.json keeps it (a rebuild)"
+
+
+def test_compare_pairs_a_folders_old_and_new_weights_and_says_their_contents_differ(cli, work, tmp_path):
+    from perflab import compare
+    from perflab.analysis.comparison import MODEL_CONTENTS_DIFFER
+
+    folder = save_gpt2(tmp_path / "model")
+    point = ["+experiment=quick/infer", "model=hf", f"model.name={folder}", "experiment.batches=[1]"]
+    cli(*point, "results.store=old", "results.table=false", *FAST)
+    transformers.set_seed(1)
+    save_gpt2(folder)  # other weights, the same config
+    cli(*point, "results.store=new", "results.table=false", *FAST)
+    df = compare.ab(work / "old", work / "new")
+    assert not df.empty and ("change" not in df or df["change"].isna().all()), "every point paired"
+    assert (df["identity"].fillna("") == "").all(), "not a different machine: judged"
+    assert any(MODEL_CONTENTS_DIFFER in n for n in df.attrs["notes"]), df.attrs["notes"]
+    same = compare.ab(work / "old", work / "old")
+    assert not any(MODEL_CONTENTS_DIFFER in n for n in same.attrs["notes"])
+
+
+def test_a_model_digest_is_of_a_folder_only(tmp_path):
+    from perflab.measure.environment import model_contents
+
+    assert model_contents(None) == {} and model_contents(type("M", (), {"name": "gpt2"})()) == {}
+    folder = save_gpt2(tmp_path / "m")
+    named = type("M", (), {"name": str(folder)})()
+    first = model_contents(named)["model_digest"]
+    assert model_contents(named) == {"model_digest": first}, "reading twice changes nothing"
+    (folder / ".cache").mkdir()
+    (folder / ".cache" / "lock").write_text("a tool's own file")
+    assert model_contents(named) == {"model_digest": first}, "hidden files and folders (.git/) are not the model"
+    (folder / "config.json").write_text((folder / "config.json").read_text().replace('"n_head": 2', '"n_head": 1'))
+    assert model_contents(named)["model_digest"] != first

@@ -189,6 +189,8 @@ def _one_experiment(
             keys.append("device")  # different hardware is never pooled
     if "subject" in df and df["subject"].astype("string").nunique() > 1 and "subject" not in keys:
         keys.append("subject")  # nor different code under test (a commit each): a line per subject
+    if "model_digest" in df and df["model_digest"].astype("string").nunique() > 1 and "model_digest" not in keys:
+        keys.append("model_digest")  # nor a model folder rewritten between runs: a line per contents
     group = list(dict.fromkeys(["measurement", *keys]))
     entries = []
     for values, part in df.groupby(group, dropna=False, sort=True, observed=True):
@@ -387,6 +389,9 @@ def ab(
             mismatch = [d for d in mismatch if d not in on_purpose]
             if on_purpose:
                 notes.append(f"{name}: the sides differ on purpose in {'; '.join(on_purpose)} (the change under test)")
+            contents = _values(ra, "model_digest"), _values(rb, "model_digest")
+            if all(contents) and contents[0] != contents[1]:
+                notes.append(f"{entry['_name']}: {MODEL_CONTENTS_DIFFER}")
             left = "; ".join(f"in {side}: {', '.join(x.left_out)}" for side, x in sides.items() if x.left_out)
             entry.update(
                 base=va,
@@ -467,6 +472,14 @@ def dashboard_name(experiment: str, label: dict[str, str], varying: list[str]) -
     keys = [k for k in label if k.startswith("cfg.experiment.") or k in varying]
     parts = [experiment, label["measurement"], *(f"{k.removeprefix('cfg.')}={label[k]}" for k in keys)]
     return " / ".join(parts + ([label["device"]] if label.get("device") else []))
+
+
+# Two trees' rows of one model folder whose contents differ (rewritten weights or config): paired
+# as the same config, as a user comparing old and new weights wants, and said.
+MODEL_CONTENTS_DIFFER = (
+    "the model's contents differ between the sides (model_digest: its folder's config or weights were "
+    "rewritten, or copied without their modification times): compared as the same config"
+)
 
 
 def identity_differences(base: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:

@@ -177,10 +177,11 @@ def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
 def claim_point(root: Path, record: RunRecord, place: Place, settings: PerflabConfig) -> point_claims.Claim | Path:
     """This sweep point, claimed; or the run dir that completed it (before, or while we waited
     for another sweep that was measuring it)."""
-    from perflab.measure.environment import subject
+    from perflab.measure.environment import model_contents, subject
 
     said = False
     record.subject = subject(settings.results.subject)["subject"]  # a new commit is a new point
+    record.model_digest = model_contents(settings.model).get("model_digest", "")  # so is a rewritten folder
     key = done_marks.key_of(record)
     while True:
         done = done_marks.find_done(root, key)

@@ -27,7 +27,7 @@ from perflab.job.ending import Place, Result, discard, record_time, refuse, save
 from perflab.job.stop import Stopped, on_stop_signals, raise_if_stopped, stop_of, stop_signals_held
 from perflab.measure import memory
 from perflab.measure.devices import Device, cpu_threads, resolve, use_threads
-from perflab.measure.environment import environment, subject
+from perflab.measure.environment import environment, model_contents, subject
 from perflab.measure.peaks import Peaks
 from perflab.store import done_marks, files
 from perflab.store.point_claims import Claim, TakenOver
@@ -81,8 +81,10 @@ class GuardedJob:
         a device that cannot be had (outside a sweep) or a launcher that cannot share it is refused."""
         quiet_library_logs()
         place, record = self.place, self.record
-        self.identity = identity = {**self.identity, **environment(), **subject(self.settings.results.subject)}
+        what = {**subject(self.settings.results.subject), **model_contents(self.settings.model)}
+        self.identity = identity = {**self.identity, **environment(), **what}
         record.subject, record.perflab_version = str(identity["subject"]), str(identity["perflab_version"])
+        record.model_digest = str(identity.get("model_digest", ""))
         record.where = {k: str(v) for k, v in identity.items() if k.startswith("slurm_") or k == "log"}
         on_missing = self.settings.devices.on_missing
         fallback = beside = ""

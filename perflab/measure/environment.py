@@ -93,6 +93,43 @@ def subject(tag: str | None) -> dict[str, str]:
     return {"subject": sha, "subject_time": when}
 
 
+SMALL_FILE = 2**20  # a model folder's files up to this size are digested by their bytes, larger ones by stat
+DIGEST_DIGITS = 12
+
+
+def model_contents(model: Any) -> dict[str, str]:
+    """What a model's config names outside itself: for ``model.name`` a local folder (``model=hf
+    model.name=FOLDER``), ``model_digest``, a digest of the folder's files, so that a folder
+    rewritten with other weights or another config is a new point (as a new subject is), not
+    "done"; {} for any other model (a hub id's snapshot, a factory's own weights).
+
+    Its files up to 1 MiB (config.json, generation_config.json, a tokenizer's) count by their
+    bytes, larger ones (the weights) by name, size and modification time: reading gigabytes of
+    weights for every sweep point would cost more than the load it guards. So a copy that does
+    not keep modification times (``cp`` without ``-p``) reads as changed: measured again, the
+    safe side, and compare notes the difference."""
+    import hashlib
+
+    name = getattr(model, "name", None) if model is not None else None
+    folder = Path(str(name)).expanduser() if name else None
+    if folder is None or not folder.is_dir():
+        return {}
+    digest = hashlib.sha256()
+    try:
+        listed = sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
+        for inside in (f for f in listed if not any(part.startswith(".") for part in f.parts)):  # not .git/
+            path = folder / inside
+            stat = path.stat()
+            digest.update(f"{inside}\0{stat.st_size}\0".encode())
+            if stat.st_size <= SMALL_FILE:
+                digest.update(path.read_bytes())
+            else:
+                digest.update(str(stat.st_mtime_ns).encode())
+    except OSError:
+        return {}  # unreadable: the model's own build says why, in one line
+    return {"model_digest": digest.hexdigest()[:DIGEST_DIGITS]}
+
+
 def _read(path: Path) -> str:
     try:
         return files.read_text(path).strip()

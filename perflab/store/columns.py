@@ -120,6 +120,7 @@ COLUMNS: dict[str, Column] = {
                 *("mkl", "onednn", "cudnn", "cuda_driver", "gpu_model", "gpu_throttle", "run_dir"),
                 *("slurm_job_id", "slurm_array_task_id", "slurm_node", "slurm_nodes", "log", "trace"),
                 *("checkpoint", "precision", "run_outcome"),
+                "model_digest",  # a model folder's contents (environment.model_contents): part of a point
             )
         ),
     )

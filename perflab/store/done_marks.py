@@ -1,7 +1,9 @@
 """Which sweep points are done: one tiny file per complete run under ``.perflab/done/<point
 key>/<run id>``, holding its run dir, so "is this point done?" is one directory listing however
-big the tree is. A point's key is its config hash, the subject (the code under test: a re-run
-after a commit measures again) and the process (bench.processes: process 2 is not process 1)."""
+big the tree is. A point's key is its config hash, what is measured (the subject, the code
+under test: a re-run after a commit measures again; and a model folder's contents, its
+``model_digest``: a folder rewritten with other weights is measured again) and the process
+(bench.processes: process 2 is not process 1)."""
 
 from __future__ import annotations
 
@@ -26,9 +28,12 @@ NO_SUBJECT = "none"
 SUBJECT_DIGITS = 12  # of the subject's sha256
 
 
-def point_key(config_hash: str, subject: str = "", process: int = 1) -> str:
-    """What "the same point" means for done marks and claims: config, subject, process."""
-    said = hashlib.sha256(subject.encode()).hexdigest()[:SUBJECT_DIGITS] if subject else NO_SUBJECT
+def point_key(config_hash: str, subject: str = "", process: int = 1, model_digest: str = "") -> str:
+    """What "the same point" means for done marks and claims: config, subject (with the model
+    folder's digest where there is one: the key's format and a key without one stay as they
+    were), process."""
+    measured = subject + (f"\0model {model_digest}" if model_digest else "")
+    said = hashlib.sha256(measured.encode()).hexdigest()[:SUBJECT_DIGITS] if measured else NO_SUBJECT
     return KEY_FORMAT.format(config=config_hash, subject=said, process=process)
 
 
@@ -43,7 +48,7 @@ KEY = _pattern(KEY_FORMAT, config=".+", subject=f"(?:{NO_SUBJECT}|[0-9a-f]{{{SUB
 
 
 def key_of(record: RunRecord) -> str:
-    return point_key(record.config_hash, record.subject, record.process)
+    return point_key(record.config_hash, record.subject, record.process, record.model_digest)
 
 
 def mark_done(root: Path, record: RunRecord, run_dir: Path) -> None:

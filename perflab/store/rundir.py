@@ -52,6 +52,7 @@ class RunRecord:
     where: dict[str, str] = field(default_factory=dict)  # e.g. SLURM job id, node, log file
     subject: str = ""  # the code under test (results.subject: a tag, or the working directory's git commit)
     process: int = 1  # which of bench.processes' fresh processes (1..K)
+    model_digest: str = ""  # a model folder's contents (environment.model_contents): rewritten, a new point
     perflab_version: str = ""
 
     def save(self, run_dir: Path) -> None:
