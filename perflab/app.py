@@ -421,6 +421,8 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
 def unknown_flag(args: Sequence[str]) -> str | None:
     """A flag that is neither perflab's nor Hydra's (``--versio``, ``-mm``): argparse would take a
     prefix of a flag for it (``--versio``: Hydra's version, exit 0) or merge short ones."""
+    if not any(a.startswith("-") for a in args):
+        return None  # no flag: Hydra's parser (most of a refusal's imports) is not needed
     from hydra._internal.utils import get_args_parser
 
     known = sorted(get_args_parser()._option_string_actions)
