@@ -472,7 +472,7 @@ def _factory_args(node: DictConfig, cfg: DictConfig) -> tuple[DictConfig, dict[s
     kept = OmegaConf.structured(ModelConfig)
     OmegaConf.set_struct(kept, False)  # any field may be MISSING until merged
     kept = OmegaConf.merge(kept, {k: v for k, v in plain.items() if k in known})
-    return cast(DictConfig, kept), {k: plain[k] for k in extra}
+    return cast("DictConfig", kept), {k: plain[k] for k in extra}
 
 
 def resolve_all(cfg: DictConfig) -> dict[str, Any]:
