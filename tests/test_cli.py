@@ -252,6 +252,30 @@ def test_a_plain_runs_mistake_is_refused_from_one_composition_as_the_job_would(w
         assert refused_before_hydra(args) is None, args
 
 
+def test_a_valid_plain_run_is_composed_twice_as_hydra_alone_did(cli, work, monkeypatch):
+    """The front door's check composes a plain run once; hydra.main then composes it only to run
+    it, told the mode the check read (``Hydra.get_mode`` composes once more just to read it), so
+    a valid run pays no third composition. Counted at Hydra's config loader, which every
+    composition goes through; Hydra's own get_mode is back afterwards."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.hydra import Hydra
+
+    own_get_mode, loads = Hydra.get_mode, []
+    load_configuration = ConfigLoaderImpl.load_configuration
+
+    def counted(self, *args, **kwargs):
+        loads.append(kwargs.get("run_mode"))
+        return load_configuration(self, *args, **kwargs)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
+    cli("+experiment=quick/matmul", *FAST, "experiment.size=8", "results.table=false")
+    assert len(loads) == 2, loads
+    assert len(run_dirs(work)) == 1 and Hydra.get_mode is own_get_mode
+    loads.clear()
+    cli("-m", "+experiment=quick/matmul", *FAST, "experiment.size=8,16", "results.table=false")  # Hydra's own
+    assert len(loads) >= 3, loads  # its mode, the sweep, each point: as before
+
+
 def test_help_lists_only_the_groups_the_experiment_has(cli):
     def groups(experiment):
         out = cli(f"+experiment={experiment}", "--help").out

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # Where each package of perflab's wheel comes from (pyproject.toml's package-dir).
 SOURCES = {
@@ -142,3 +144,45 @@ def test_an_experiments_imports_come_from_one_face_without_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "[]", "Context", "True"]
+
+
+LIBRARIES = ("hydra", "omegaconf", "yaml", "pandas", "scipy", "pyarrow", "numpy", "torch")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "allowed"),
+    [
+        (["+experiment=nosuch"], 2, ()),  # perflab's own lists say it: no library at all
+        (["nosuch=1"], 2, ()),
+        (["+experiment=matmul", "+bench.repeat=3", "--versio"], 2, ("hydra", "omegaconf", "yaml")),  # a flag: Hydra's
+        ([], 0, ()),  # the experiment list
+        (["+experiment=matmul", "experiment.size=-5"], 2, ("hydra", "omegaconf", "yaml")),  # composing finds it
+    ],
+)
+def test_a_refusal_imports_only_what_answering_it_needs(tmp_path, args, code, allowed):
+    """The front door (issue 31): a mistake perflab's own lists answer imports no library (Hydra,
+    OmegaConf, pandas, scipy, numpy, torch: each imported on first use); a bad value, which only
+    composing finds, Hydra and OmegaConf alone. Checked by what is imported, not by time, so a
+    new top-level import on this path fails here whatever the machine's load."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\nfrom perflab.app import main\ncode = main(sys.argv[1:])\n"
+        f"print(code, *sorted(m for m in {LIBRARIES!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", script, *args], cwd=tmp_path, capture_output=True, text=True)
+    said = done.stdout.splitlines()[-1].split()  # its last line: the listing prints above it
+    assert said[0] == str(code), done.stderr
+    assert set(said[1:]) <= set(allowed), f"perflab {' '.join(args)} imported {said[1:]} (allowed: {allowed})"
+
+
+def test_the_schemas_missing_is_omegaconfs():
+    """schema.py spells omegaconf.MISSING itself (so that importing it imports no omegaconf):
+    OmegaConf must read it as its own, a field set nowhere."""
+    import omegaconf
+
+    from perflab.config import schema
+
+    assert schema.MISSING == omegaconf.MISSING
+    assert omegaconf.OmegaConf.is_missing(omegaconf.OmegaConf.structured(schema.ModelConfig), "_target_")

@@ -6,9 +6,10 @@ output; ``perflab ab`` judges its trees with ``ab`` here."""
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
-from typing import Any, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 import pandas as pd
@@ -19,6 +20,7 @@ from perflab.analysis.replicates import (
     has_metric,
     iqr_pct,
     measured,
+    measured_each,
     metric_for,
     metric_refusal,
     module_of,
@@ -351,6 +353,7 @@ def ab(
     entries, notes, pooled = [], [], []
     series: list[tuple[pd.DataFrame, str, np.ndarray]] = []  # each side's processes, kept for the floor
     apart = {config_column(k) for k in differ}  # set apart on purpose: not what matches a point
+    floors = functools.cache(lambda identity: floor.of_machine(dict(identity)))  # a machine's, looked up once
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
         pa = summary_rows(name, a[a["experiment"].astype("string") == name])
         pb = summary_rows(name, b[b["experiment"].astype("string") == name])
@@ -363,15 +366,20 @@ def ab(
         key_cols = sorted((set(identity_columns(pa)) | set(identity_columns(pb))) - apart)
         match_on = ["measurement", *key_cols, *([] if any_device else ["device"])]
         ga, gb = _points(pa, match_on), _points(pb, match_on)
+        va_, vb_ = _Cells(pa), _Cells(pb)
         varying = [c for c in key_cols if both[c].astype("string").nunique(dropna=False) > 1]
-        for point in sorted(set(ga) | set(gb)):
+        points = sorted(set(ga) | set(gb))
+        in_both = [point for point in points if point in ga and point in gb]
+        frames = m in EXACT  # only an exact metric's verdict reads a side's rows back (its *_spread_pct)
+        measured_a = dict(zip(in_both, measured_each(pa, [ga[x] for x in in_both], m, samples, said["BASE"], frames)))
+        measured_b = dict(zip(in_both, measured_each(pb, [gb[x] for x in in_both], m, samples, said["NEW"], frames)))
+        for point in points:
             label = dict(zip(match_on, point))
-            rows = ga.get(point, gb.get(point))
-            assert rows is not None
+            rows, at = (pa, ga[point]) if point in ga else (pb, gb[point])
             entry: dict[str, Any] = {
                 "experiment": name,
                 "measurement": label["measurement"],
-                **{k: _native(rows[k]) for k in varying},
+                **{k: _native(rows[k].iloc[at]) for k in varying},
                 "metric": m,
                 "_name": dashboard_name(name, label, varying),
             }
@@ -381,10 +389,10 @@ def ab(
                 entry["change"] = "only in " + ("new" if point not in ga else "base")
                 entries.append(entry)
                 continue
-            ra, rb = ga[point], gb[point]
-            sides = {"BASE": measured(ra, m, samples, said["BASE"]), "NEW": measured(rb, m, samples, said["NEW"])}
+            ia, ib = ga[point], gb[point]
+            sides = {"BASE": measured_a[point], "NEW": measured_b[point]}
             va, vb = (_geomean(x.figures) for x in sides.values())
-            mismatch, unknown = identity_differences(ra, rb)
+            mismatch, unknown = _differences(va_.identity(ia), vb_.identity(ib))
             on_purpose = [d for d in mismatch if d.partition(":")[0] in explained]
             mismatch = [d for d in mismatch if d not in on_purpose]
             if on_purpose:
@@ -403,11 +411,15 @@ def ab(
                 _new=sides["NEW"],
                 _higher=higher_is_better(m),
                 _samples=sides["NEW"].samples,
-                _floor=floor.of(ra) if process_cv is None else None,  # --process-cv: no look-up
+                _floor=floors(va_.machine(ia)) if process_cv is None else None,  # --process-cv: no look-up
             )
-            if not mismatch and m not in EXACT:  # one machine's variation between its processes
-                series += [(r, m, x.figures) for r, x in zip((ra, rb), sides.values()) if x.n_processes >= 2]
-            flagged = {side: _suspects(r) for side, r in (("base", ra), ("new", rb))}
+            if keep and not mismatch and m not in EXACT:  # one machine's variation between its processes
+                series += [
+                    (c.floor_rows(i), m, x.figures)
+                    for c, i, x in zip((va_, vb_), (ia, ib), sides.values())
+                    if x.n_processes >= 2
+                ]
+            flagged = {"base": va_.suspects(ia), "new": vb_.suspects(ib)}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
             if unknown:
                 notes.append(f"{name} {label['measurement']}: identity not checked for {', '.join(unknown)}")
@@ -451,12 +463,6 @@ def _geomean(figures: np.ndarray) -> float:
     return float(np.exp(np.log(figures).mean())) if len(figures) else math.nan
 
 
-def _suspects(rows: pd.DataFrame) -> str:
-    """The distinct suspect reasons of a point's rows ("" if none)."""
-    found = {str(s) for s in rows.get("suspect", pd.Series(dtype="string")).dropna().unique()}
-    return "; ".join(sorted(s for s in found if s.strip()))
-
-
 def _native(column: pd.Series) -> object:
     """A key's value as the rows hold it (an integer stays one), for the table."""
     values = column.dropna()
@@ -485,11 +491,16 @@ MODEL_CONTENTS_DIFFER = (
 def identity_differences(base: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
     """(``field: base vs new`` for each machine identity field (``environment.IDENTITY``) whose
     values differ between the two sides' rows; fields one side did not record, unchecked)."""
+    return _differences(_Cells(base).identity(), _Cells(new).identity())
+
+
+def _differences(base: dict[str, set[str]], new: dict[str, set[str]]) -> tuple[list[str], list[str]]:
+    """``identity_differences`` of two sides' identity values (``_Cells.identity``)."""
     from perflab.measure.environment import IDENTITY
 
     differ, unknown = [], []
     for field in IDENTITY:
-        va, vb = _values(base, field), _values(new, field)
+        va, vb = base.get(field, set()), new.get(field, set())
         if not va and not vb:
             continue
         if not va or not vb:
@@ -499,10 +510,45 @@ def identity_differences(base: pd.DataFrame, new: pd.DataFrame) -> tuple[list[st
     return differ, unknown
 
 
-def _values(rows: pd.DataFrame, column: str) -> set[str]:
-    if column not in rows:
-        return set()
-    return {plain_text(v) for v in rows[column].dropna().unique() if plain_text(v)}
+class _Cells:
+    """One side's rows of an experiment with the cells a point's checks read (its machine
+    identity, its suspect reasons) made text once per distinct value, read by row positions:
+    a frame per point, and a Python set over each of its cells, were most of a compare of two
+    100k-row trees."""
+
+    def __init__(self, rows: pd.DataFrame) -> None:
+        from perflab.measure.environment import IDENTITY
+
+        self.rows = rows
+        self.plain = {f: _texts(rows[f], plain_text) for f in IDENTITY if f in rows}
+        self.field = {f: _texts(rows[f], floor.field_text) for f in IDENTITY if f in rows}
+        self.suspect = _texts(rows["suspect"], str) if "suspect" in rows else None
+
+    def identity(self, at: np.ndarray | slice = slice(None)) -> dict[str, set[str]]:
+        """Each identity field's values (as ``plain_text``) in the rows at ``at``."""
+        return {f: set(t[at].tolist()) - {None, ""} for f, t in self.plain.items()}
+
+    def machine(self, at: np.ndarray) -> tuple[tuple[str, str], ...]:
+        """``floor.machine`` of the rows at ``at``, as (field, values) pairs."""
+        found = ((f, sorted(set(t[at].tolist()) - {None, ""})) for f, t in self.field.items())
+        return tuple((f, ", ".join(values)) for f, values in found if values)
+
+    def suspects(self, at: np.ndarray) -> str:
+        """The distinct suspect reasons of the rows at ``at`` ("" if none)."""
+        found = set(self.suspect[at].tolist()) - {None} if self.suspect is not None else set()
+        return "; ".join(sorted(s for s in found if s.strip()))
+
+    def floor_rows(self, at: np.ndarray) -> pd.DataFrame:
+        """The rows at ``at`` with what ``floor.keep`` reads of them (their runs and machine)."""
+        from perflab.measure.environment import IDENTITY
+
+        return self.rows[[c for c in ("run_id", *IDENTITY) if c in self.rows]].iloc[at]
+
+
+def _texts(column: pd.Series, fn: Callable[[Any], str]) -> np.ndarray:
+    """``fn`` of each cell of ``column``, None where it is empty; ``fn`` runs once per distinct value."""
+    codes, uniques = pd.factorize(column)
+    return np.array([*map(fn, uniques), None], dtype=object)[codes]
 
 
 def plain_text(v: object) -> str:
@@ -521,15 +567,25 @@ def _own_keys(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFr
     return a.drop(columns=empty, errors="ignore"), b.drop(columns=empty, errors="ignore")
 
 
-def _points(df: pd.DataFrame, columns: list[str]) -> dict[tuple, pd.DataFrame]:
-    frame = df.assign(device=df["device_name"].map(device_family)) if "device_name" in df else df
-    present = [c for c in columns if c in frame]
-    frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *columns])))
-    return (
-        {
-            tuple(plain_text(v) if not pd.isna(v) else "" for v in (k if isinstance(k, tuple) else (k,))): g
-            for k, g in frame.groupby(columns, dropna=False, sort=True)
-        }
-        if present
-        else {}
-    )
+def _points(df: pd.DataFrame, columns: list[str]) -> dict[tuple, np.ndarray]:
+    """Each point's row positions in ``df``, by its values in ``columns`` as text (an empty cell
+    matches an empty one; a column ``df`` lacks is empty; ``device``: the device's family), in one
+    grouping: a frame per point was most of a large compare."""
+    derived = {"device": _device(df["device_name"])} if "device_name" in df else {}
+    if not any(c in df or c in derived for c in columns) or df.empty:
+        return {}
+    keys = pd.DataFrame({c: derived[c] if c in derived else df.get(c, np.nan) for c in columns}, index=df.index)
+    codes = keys.groupby(columns, dropna=False, sort=True).ngroup().to_numpy()
+    order = np.argsort(codes, kind="stable")
+    groups = np.split(order, np.flatnonzero(np.diff(codes[order])) + 1)
+    firsts = keys.iloc[[g[0] for g in groups]].itertuples(index=False, name=None)
+    return {tuple(plain_text(v) if not pd.isna(v) else "" for v in k): g for k, g in zip(firsts, groups)}
+
+
+def _device(names: pd.Series) -> pd.Series:
+    """``names.map(device_family)``, the family made once per distinct name."""
+    codes, uniques = pd.factorize(names)
+    out = np.array([*map(device_family, uniques), None], dtype=object)[codes]
+    if (codes < 0).any():  # an empty name maps as map maps it
+        out[codes < 0] = names[codes < 0].map(device_family).to_numpy(object)
+    return pd.Series(out, index=names.index, dtype=object)

@@ -54,14 +54,20 @@ def path() -> Path:
     return Path(root) / "perflab" / KEPT
 
 
+def field_text(v: object) -> str:
+    """An identity field's cell as the machine's identity holds it."""
+    from perflab.analysis.frames import text
+
+    return text(v).strip()
+
+
 def machine(rows: pd.DataFrame) -> dict[str, str]:
     """The machine identity fields (``environment.IDENTITY``) the rows recorded, as text."""
-    from perflab.analysis.frames import text
     from perflab.measure.environment import IDENTITY
 
     out = {}
     for field in IDENTITY:
-        values = sorted({text(v).strip() for v in rows[field].dropna()} - {""}) if field in rows else []
+        values = sorted({field_text(v) for v in rows[field].dropna()} - {""}) if field in rows else []
         if values:
             out[field] = ", ".join(values)
     return out
@@ -90,7 +96,12 @@ def _parsed(name: str, inode: int, mtime_ns: int, size: int) -> dict[str, Any]:
 def of(rows: pd.DataFrame) -> Floor:
     """The floor for the machine that measured ``rows``: its kept variation, pooled over its
     series, or ``FLOOR_CV`` where none is kept (or the file is unreadable)."""
-    series = _read().get(identity_key(machine(rows)), {}).get("series", {})
+    return of_machine(machine(rows))
+
+
+def of_machine(identity: dict[str, str]) -> Floor:
+    """``of`` for a machine identity (``machine``'s): a compare looks each machine up once."""
+    series = _read().get(identity_key(identity), {}).get("series", {})
     try:
         found = [(float(s["cv"]), int(s["df"])) for s in series.values()]
     except (AttributeError, KeyError, TypeError, ValueError):

@@ -188,7 +188,9 @@ def measured_each(
     # a row whose samples were kept but give no usable value is damage too (a negative median_s),
     # where the metric comes from its samples (an instruction count does not)
     from_samples = metric in RATES | PER_SAMPLE_TIMES
-    lost_of = usable_of & recorded & np.array([not len(usable(x)) for x in every], bool) & from_samples
+    clean_of = [usable(x) if len(x) else x for x in every]  # each row's usable samples, made once
+    unusable = said.kinds.get(UNUSABLE_SAMPLES, {}) if said else {}  # samples left out when read, by row id
+    lost_of = usable_of & recorded & np.array([not len(x) for x in clean_of], bool) & from_samples
     runs = rows["run_id"].astype(str).to_numpy() if "run_id" in rows else None
     empty = rows.iloc[:0]  # once: a slice a group took most of a history of 1,000 subjects
     out = []
@@ -206,13 +208,13 @@ def measured_each(
         # a row a process (the usual point): its figure is its value, no median to take
         figures = values[good] if len(names) == len(kept_at) else _medians(values[good], codes, len(names))
         if len(names) == len(per_row):  # a row a process (the usual point): its samples are the process's
-            per_process = [usable(x) for x in per_row]
+            per_process = [clean_of[i] for i in kept_at]
         else:
             members: list[list[np.ndarray]] = [[] for _ in range(len(names))]
             for code, x in zip(codes, per_row):
                 members[code].append(x)
             per_process = [usable(np.concatenate(m)) for m in members]
-        at_read = sum(said.of(ids[i]).get(UNUSABLE_SAMPLES, 0) for i in kept_at) if said else 0
+        at_read = sum(unusable.get(ids[i], 0) for i in kept_at) if unusable else 0
         left = []
         if lost.any():
             n = int(lost.sum())

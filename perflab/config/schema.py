@@ -19,12 +19,17 @@ import math
 import re
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, cast
-
-from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, cast
 
 from perflab.errors import ConfigError, KeyOnly, first_line, unknown_key
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+    from omegaconf.errors import InterpolationResolutionError
+
+# omegaconf.MISSING (a test holds them equal), so that a config mistake the front door answers
+# imports no omegaconf; the functions below import it when they run.
+MISSING: Any = "???"
 
 # Choice lists: the code that implements each choice checks against these (tests keep them in step).
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -394,6 +399,9 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
     Keys that no schema knows (``+bench.repeat=3``) are refused with a did-you-mean, since
     Hydra's ``+`` would otherwise add them and they would be silently ignored.
     """
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+
     sections: dict[str, Any] = {}
     known = {f.name: f for f in fields(PerflabConfig)}
     removed = next((name for name in known if name not in cfg and name not in OPTIONAL_SECTIONS), None)
@@ -450,6 +458,9 @@ def _factory_args(node: DictConfig, cfg: DictConfig) -> tuple[DictConfig, dict[s
     """The model section without the keys the schema does not name, and those keys: the
     factory's own arguments (``+model.width=16``), checked against its signature later
     (perflab.models.check), where the factory is imported."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
+
     known = {f.name for f in fields(ModelConfig)}
     extra = [str(k) for k in node if k not in known]
     if not extra:
@@ -461,12 +472,15 @@ def _factory_args(node: DictConfig, cfg: DictConfig) -> tuple[DictConfig, dict[s
     kept = OmegaConf.structured(ModelConfig)
     OmegaConf.set_struct(kept, False)  # any field may be MISSING until merged
     kept = OmegaConf.merge(kept, {k: v for k, v in plain.items() if k in known})
-    return cast(DictConfig, kept), {k: plain[k] for k in extra}
+    return cast("DictConfig", kept), {k: plain[k] for k in extra}
 
 
 def resolve_all(cfg: DictConfig) -> dict[str, Any]:
     """The config as plain data with every ``${...}`` resolved; one that does not resolve
     (``${oops}``, ``${oc.env:UNSET}``, a loop) is a one-line ConfigError, not a traceback."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
+
     try:
         return cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     except InterpolationResolutionError as err:
@@ -481,6 +495,9 @@ def unresolved(cfg: DictConfig, err: InterpolationResolutionError) -> ConfigErro
 
 def _first_unresolved(cfg: DictConfig) -> str:
     """The key of the first ``${...}`` that fails (OmegaConf does not always say which)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
+
     todo: list[tuple[str, Any]] = [("", OmegaConf.to_container(cfg, resolve=False))]
     while todo:
         prefix, node = todo.pop(0)
@@ -496,6 +513,8 @@ def _first_unresolved(cfg: DictConfig) -> str:
 
 def _raw(cfg: DictConfig, key: str) -> Any:
     """The value at a dotted key as written (``${oops}``), without resolving it."""
+    from omegaconf import OmegaConf
+
     node: Any = OmegaConf.to_container(cfg, resolve=False)
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
@@ -516,6 +535,8 @@ def _refuse_out_of_range(obj: Any, prefix: str = "") -> None:
 
 
 def _refuse_unknown(node: DictConfig, known: Mapping[str, Any], prefix: str) -> None:
+    from omegaconf import OmegaConf
+
     for key in node:
         if key == "hydra" or key in known:
             continue
