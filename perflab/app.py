@@ -199,7 +199,7 @@ def _mode_known(mode: Any) -> Iterator[None]:
         yield
         return
     asked = Hydra.get_mode
-    Hydra.get_mode = lambda self, config_name, overrides: mode  # type: ignore[method-assign,assignment]
+    Hydra.get_mode = lambda *args, **kwargs: mode  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:

@@ -397,7 +397,7 @@ def ab(
             mismatch = [d for d in mismatch if d not in on_purpose]
             if on_purpose:
                 notes.append(f"{name}: the sides differ on purpose in {'; '.join(on_purpose)} (the change under test)")
-            contents = _values(ra, "model_digest"), _values(rb, "model_digest")
+            contents = va_.contents(ia), vb_.contents(ib)
             if all(contents) and contents[0] != contents[1]:
                 notes.append(f"{entry['_name']}: {MODEL_CONTENTS_DIFFER}")
             left = "; ".join(f"in {side}: {', '.join(x.left_out)}" for side, x in sides.items() if x.left_out)
@@ -523,6 +523,7 @@ class _Cells:
         self.plain = {f: _texts(rows[f], plain_text) for f in IDENTITY if f in rows}
         self.field = {f: _texts(rows[f], floor.field_text) for f in IDENTITY if f in rows}
         self.suspect = _texts(rows["suspect"], str) if "suspect" in rows else None
+        self.digest = _texts(rows["model_digest"], plain_text) if "model_digest" in rows else None
 
     def identity(self, at: np.ndarray | slice = slice(None)) -> dict[str, set[str]]:
         """Each identity field's values (as ``plain_text``) in the rows at ``at``."""
@@ -532,6 +533,10 @@ class _Cells:
         """``floor.machine`` of the rows at ``at``, as (field, values) pairs."""
         found = ((f, sorted(set(t[at].tolist()) - {None, ""})) for f, t in self.field.items())
         return tuple((f, ", ".join(values)) for f, values in found if values)
+
+    def contents(self, at: np.ndarray) -> set[str]:
+        """The model folder digests (``model_digest``) of the rows at ``at``."""
+        return set(self.digest[at].tolist()) - {None, ""} if self.digest is not None else set()
 
     def suspects(self, at: np.ndarray) -> str:
         """The distinct suspect reasons of the rows at ``at`` ("" if none)."""
