@@ -289,6 +289,24 @@ def test_a_key_of_two_types_across_segments_loads_as_the_files_do(tmp_path, capl
     assert in_order(through_index)["cfg.x"].tolist() == ["big", "4", "4", "4"]  # new#0 first
 
 
+@pytest.mark.parametrize("first", [0.5, "auto"])
+def test_a_key_that_becomes_one_integer_in_a_later_segment_keeps_its_values(tmp_path, first):
+    """The other order: a key read as a float or as text first, then one integer throughout a
+    later segment (its constant, from the statistics, never read as a column): its values are
+    kept, on every load, and not lost when the segments are merged into the index."""
+    out = tmp_path / "outputs"
+    for i in range(2):
+        RunWriter(out / "runs" / f"a{i}").add(row(f"a{i}", 0, **{"cfg.x": first}))
+    load(out)
+    for i in range(2):
+        RunWriter(out / "runs" / f"b{i}").add(row(f"b{i}", 0, **{"cfg.x": 4}))
+    files = load(out / "runs").sort_values("row_id", ignore_index=True)
+    for _ in range(3):  # the new segment written, then read through the index, then merged
+        through_index = load(out).sort_values("row_id", ignore_index=True)
+        assert through_index["cfg.x"].astype("string").tolist() == files["cfg.x"].astype("string").tolist()
+        assert through_index["cfg.x"].notna().all()
+
+
 def test_many_index_segments_are_merged_into_one(tmp_path):
     out = tmp_path / "outputs"
     for i in range(index.MAX_SEGMENTS + 2):  # each load after a new run dir adds a segment

@@ -100,7 +100,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
             if sources.get(source) == stamp:
                 indexed[source] = manifest.stem
                 noted[source] = skipped.get(source, {})
-    frames = []  # the rows read: Arrow tables from the segments, pandas frames from CSV
+    frames = []  # the rows read: pieces of the segments, pandas frames from CSV
     wanted_by_segment: dict[str, set[str]] = {}
     for source, segment in indexed.items():
         wanted_by_segment.setdefault(segment, set()).add(source)
@@ -331,6 +331,8 @@ def _frame(pieces: list[Piece]):
         kind = pa.dictionary(pa.int32(), f.type.value_type) if pa.types.is_dictionary(f.type) else f.type
         for p in full:
             col = p.table[name] if name in p.table.column_names else None
+            if col is None and name in p.constant:  # one integer throughout, unread: not of this column's type
+                raise pa.ArrowTypeError(f"{name}: int64 and {f.type}")
             if col is None or (col.type != f.type and col.null_count == len(col)):
                 chunks.append(pa.nulls(len(p.table), kind))
             elif pa.types.is_dictionary(col.type) and pa.types.is_dictionary(kind):
