@@ -174,6 +174,37 @@ def test_compare_pairs_a_folders_old_and_new_weights_and_says_their_contents_dif
     assert not any(MODEL_CONTENTS_DIFFER in n for n in same.attrs["notes"])
 
 
+def test_two_folders_in_one_tree_compare_against_a_baseline_folder(cli, work, tmp_path):
+    """Two model folders are two configs (model.name): their digests are no key of the table,
+    and --baseline model.name=A finds A's row for B's (a digest key matched nothing)."""
+    from perflab import compare
+
+    a, b = save_gpt2(tmp_path / "a"), save_gpt2(tmp_path / "b", n_layer=2)
+    for folder in (a, b):
+        cli("+experiment=quick/infer", "model=hf", f"model.name={folder}", "experiment.batches=[1]")
+    table = compare.compare(work / "outputs", by=["model.name"], baseline=f"model.name={a}")
+    forward = table[table["measurement"] == "forward batch 1"].set_index("cfg.model.name")
+    assert "model_digest" not in table
+    assert forward.loc[str(a), "significance"] == "baseline"
+    assert forward.loc[str(b), "significance"] != "no baseline" and forward.loc[str(b), "speedup_vs_baseline"] > 0
+
+
+def test_a_large_weight_file_counts_by_its_size_and_time(tmp_path, monkeypatch):
+    """Weights above SMALL_FILE are not read: their name, size and modification time are the digest."""
+    import os
+
+    from perflab.measure import environment
+
+    monkeypatch.setattr(environment, "SMALL_FILE", 0)
+    folder = save_gpt2(tmp_path / "m")
+    named = type("M", (), {"name": str(folder)})()
+    first = environment.model_contents(named)["model_digest"]
+    weights = next(f for f in folder.iterdir() if f.suffix in (".safetensors", ".bin"))
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert environment.model_contents(named)["model_digest"] != first
+
+
 def test_a_model_digest_is_of_a_folder_only(tmp_path):
     from perflab.measure.environment import model_contents
 

@@ -191,7 +191,7 @@ def _one_experiment(
             keys.append("device")  # different hardware is never pooled
     if "subject" in df and df["subject"].astype("string").nunique() > 1 and "subject" not in keys:
         keys.append("subject")  # nor different code under test (a commit each): a line per subject
-    if "model_digest" in df and df["model_digest"].astype("string").nunique() > 1 and "model_digest" not in keys:
+    if "model_digest" in df and "model_digest" not in keys and _rewritten(df, identity):
         keys.append("model_digest")  # nor a model folder rewritten between runs: a line per contents
     group = list(dict.fromkeys(["measurement", *keys]))
     entries = []
@@ -259,7 +259,7 @@ def _against_baseline(
     if not is_base.any():  # another experiment's key or value: this one has no baseline
         notes.append(f"{name}: no baseline: none of its points has {baseline}")
         return out
-    others = ["measurement", *(k for k in keys if k != key)]
+    others = ["measurement", *(k for k in keys if k not in (key, "model_digest"))]  # a rewritten folder's baseline too
     higher = higher_is_better(metric)
     left = _point_keys(out, others).assign(_row=out.index)
     right = _point_keys(out[is_base], others).assign(_base=out.index[is_base.to_numpy()])
@@ -280,6 +280,14 @@ def _against_baseline(
     return out.assign(speedup_vs_baseline=speedups, significance=words)
 
 
+def _rewritten(df: pd.DataFrame, identity: Sequence[str]) -> bool:
+    """Whether one config's rows hold two model contents (``model_digest``: its folder rewritten
+    between runs). Two folders are two configs already (``model.name``): no key of their own."""
+    cols = [c for c in identity if c in df]
+    both = df[[*cols, "model_digest"]].astype("string")
+    return len(both.drop_duplicates()) > len(both[cols].drop_duplicates())
+
+
 def _verdict(base: np.ndarray, new: np.ndarray, higher: bool, metric: str) -> Difference:
     if not len(base) or not len(new):
         return Difference(math.nan, math.nan, math.nan, math.nan, f"no raw samples of {metric} to test")
@@ -288,7 +296,7 @@ def _verdict(base: np.ndarray, new: np.ndarray, higher: bool, metric: str) -> Di
 
 def _scaling(out: pd.DataFrame, keys: list[str], metric: str, count: str, rows: pd.DataFrame) -> pd.DataFrame:
     """Speedup S(n) and efficiency E(n) = S(n) / n within each group of the other keys."""
-    others = ["measurement", *(k for k in keys if k != count)]
+    others = ["measurement", *(k for k in keys if k not in (count, "model_digest"))]
     out = out.copy()
     out[count] = pd.to_numeric(out[count])
     keyed = _point_keys(out, others)
