@@ -381,6 +381,7 @@ def ab(
         frames = m in EXACT  # only an exact metric's verdict reads a side's rows back (its *_spread_pct)
         measured_a = dict(zip(in_both, measured_each(pa, [ga[x] for x in in_both], m, samples, said["BASE"], frames)))
         measured_b = dict(zip(in_both, measured_each(pb, [gb[x] for x in in_both], m, samples, said["NEW"], frames)))
+        differing: list[str] = []  # points whose model folder's contents differ between the sides
         for point in points:
             label = dict(zip(match_on, point))
             rows, at = (pa, ga[point]) if point in ga else (pb, gb[point])
@@ -407,7 +408,7 @@ def ab(
                 notes.append(f"{name}: the sides differ on purpose in {'; '.join(on_purpose)} (the change under test)")
             contents = va_.contents(ia), vb_.contents(ib)
             if all(contents) and contents[0] != contents[1]:
-                notes.append(f"{entry['_name']}: {MODEL_CONTENTS_DIFFER}")
+                differing.append(entry["_name"])
             left = "; ".join(f"in {side}: {', '.join(x.left_out)}" for side, x in sides.items() if x.left_out)
             entry.update(
                 base=va,
@@ -441,6 +442,9 @@ def ab(
                 entry["why"] = f"no usable {m} in {' and '.join(empty)} (left out {left})"
                 continue
             pooled.append(entry)
+        if differing:  # said once per experiment, not once per point
+            some = ", ".join(differing[:3]) + (f" and {len(differing) - 3} more" if len(differing) > 3 else "")
+            notes.append(f"{name} ({some}): {MODEL_CONTENTS_DIFFER}")
     verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks)
     if keep:
         floor.keep(series)

@@ -81,7 +81,9 @@ class GuardedJob:
         a device that cannot be had (outside a sweep) or a launcher that cannot share it is refused."""
         quiet_library_logs()
         place, record = self.place, self.record
-        what = {**subject(self.settings.results.subject), **model_contents(self.settings.model)}
+        # the contents a sweep's claim read (claim_point) are the ones its rows and done mark name
+        contents = {"model_digest": record.model_digest} if record.model_digest else model_contents(self.settings.model)
+        what = {**subject(self.settings.results.subject), **contents}
         self.identity = identity = {**self.identity, **environment(), **what}
         record.subject, record.perflab_version = str(identity["subject"]), str(identity["perflab_version"])
         record.model_digest = str(identity.get("model_digest", ""))
