@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import torch
 from _results import append
+from inference import GPT2, PROMPT, generate_kwargs
 
 from perflab.experiments.generate import Generator
 from perflab.measure.devices import Device
@@ -39,8 +40,6 @@ from perflab.measure.energy import Energy
 from perflab.measure.watch import GpuState, Memory
 
 ROOT = Path(__file__).resolve().parents[1]
-GPT2 = {"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 1000, "n_positions": 512}
-PROMPT = 64
 
 
 Sample = tuple[Callable[[], object], Callable[[], Any]]  # the call, and what wraps it outside the clock
@@ -48,14 +47,7 @@ Sample = tuple[Callable[[], object], Callable[[], Any]]  # the call, and what wr
 
 def paths(lm: Any, new: int) -> dict[str, Sample]:
     ids = torch.randint(0, GPT2["vocab_size"], (1, PROMPT))
-    kwargs = {
-        "do_sample": False,
-        "num_beams": 1,
-        "pad_token_id": 0,
-        "attention_mask": torch.ones_like(ids),
-        "return_dict_in_generate": True,
-        "use_cache": True,
-    }
+    kwargs = generate_kwargs(ids)
     cpu = Device("cpu", "cpu", None, 1)
     gen = Generator(lm, cpu)
     memory, energy, gpu = Memory([cpu]), Energy([cpu]), GpuState([cpu])

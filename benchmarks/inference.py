@@ -170,13 +170,9 @@ def torch_vision(folder: str) -> Figures:
     return {"resnet18 forward": torch_figures(timed(lambda: net(x)))}
 
 
-def torch_lm(folder: str) -> Figures:
-    from transformers import AutoModelForCausalLM
-
-    lm = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
-    ids = torch.randint(0, GPT2["vocab_size"], (1, PROMPT))
-    # perflab's generate kwargs (experiments/generate.py), all but its streamer that reads the clock
-    args = {
+def generate_kwargs(ids: torch.Tensor) -> dict[str, Any]:
+    """perflab's generate kwargs (experiments/generate.py), all but its streamer that reads the clock."""
+    return {
         "do_sample": False,
         "num_beams": 1,
         "pad_token_id": 0,
@@ -184,6 +180,14 @@ def torch_lm(folder: str) -> Figures:
         "return_dict_in_generate": True,
         "use_cache": True,
     }
+
+
+def torch_lm(folder: str) -> Figures:
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    ids = torch.randint(0, GPT2["vocab_size"], (1, PROMPT))
+    args = generate_kwargs(ids)
     prefill = timed(lambda: lm.generate(ids, max_new_tokens=1, min_new_tokens=1, **args))
     whole = timed(lambda: lm.generate(ids, max_new_tokens=NEW, min_new_tokens=NEW, **args))
     return {
