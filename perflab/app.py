@@ -142,21 +142,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         terminate()
 
 
-def refused_before_hydra(args: Sequence[str]) -> str | None:
-    """A single run's bad value or key, found by composing its config once (Hydra's compose API)
-    and checking it as the job would (:func:`perflab.job.execute.check`'s order): its line, or
-    None. hydra.main composes twice and starts a job before the job refuses, most of a refusal's
-    time. Only a plain ``+experiment=NAME key=value ...`` is checked here (no flag, no sweep, no
-    hydra or launcher key); a config that does not compose is left to Hydra, which says why."""
-    return checked_before_hydra(args)[0]
-
-
 NOT_COMPOSED = object()  # checked_before_hydra's mode where it composed nothing
 
 
 def checked_before_hydra(args: Sequence[str]) -> tuple[str | None, Any]:
-    """``refused_before_hydra``'s line, and the config's ``hydra.mode`` where it composed one
-    (else ``NOT_COMPOSED``): hydra.main's first composition reads only that (``_mode_known``)."""
+    """A single run's bad value or key, found by composing its config once (Hydra's compose API)
+    and checking it as the job would (:func:`perflab.job.execute.check`'s order): its line, or
+    None; and the config's ``hydra.mode`` where it composed one (else ``NOT_COMPOSED``), which
+    hydra.main's first composition reads only to learn (``_mode_known``). hydra.main composes
+    twice and starts a job before the job refuses, most of a refusal's time. Only a plain
+    ``+experiment=NAME key=value ...`` is checked here (no flag, no sweep, no hydra or launcher
+    key); a config that does not compose is left to Hydra, which says why."""
     from perflab.config.composition import compose_with_mode
     from perflab.config.install import check_torch_pair
     from perflab.config.schema import resolve_all

@@ -234,7 +234,7 @@ def test_user_mistakes_are_one_line_and_exit_2(cli, work, args, line):
 def test_a_plain_runs_mistake_is_refused_from_one_composition_as_the_job_would(work):
     """The front door's early check (before hydra.main composes twice): the job's own line for a
     bad value or key; nothing for a valid run, a sweep or what only Hydra can resolve."""
-    from perflab.app import refused_before_hydra
+    from perflab.app import checked_before_hydra
 
     for args, line in [
         (["+experiment=matmul", "experiment.size=-5"], "experiment.size=-5: allowed: an integer >= 1"),
@@ -243,13 +243,13 @@ def test_a_plain_runs_mistake_is_refused_from_one_composition_as_the_job_would(w
         (["+experiment=quick/train", "data.num_classes=1"], "data.num_classes=1: allowed: an integer >= 2 "
          "(a classifier)"),
     ]:  # fmt: skip
-        assert refused_before_hydra(args) == line
+        assert checked_before_hydra(args)[0] == line
     for args in (
         ["+experiment=quick/matmul", "bench.repeats=3"],
         ["+experiment=quick/matmul", "results.store=${hydra:runtime.cwd}/out"],
         ["+experiment=quick/matmul", "experiment.size=16,32"],
     ):
-        assert refused_before_hydra(args) is None, args
+        assert checked_before_hydra(args)[0] is None, args
 
 
 def test_a_valid_plain_run_is_composed_twice_as_hydra_alone_did(cli, work, monkeypatch):

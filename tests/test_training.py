@@ -80,7 +80,7 @@ def strategy_runs(tmp_path_factory):
 
 # ddp slow: its workers' processes and 48 steps; test_every_strategy_ends_with_the_weights_of_single[ddp]
 # checks DDP's weights in the fast set.
-@pytest.mark.parametrize("name", ["single", "scratch", "data_parallel", pytest.param("ddp", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "ddp" else n for n in STRATEGIES])
 def test_every_strategy_trains_and_learns(strategy_runs, name):
     df = strategy_runs(name)
     epochs, summary = df[df["measurement"] == "epoch"], df[df["measurement"] == "train"].iloc[0]
@@ -118,7 +118,7 @@ def test_every_strategy_ends_with_the_weights_of_single(few_step_runs, name):
     assert_same(weights(few_step_runs["single"]), weights(few_step_runs[name]))
 
 
-@pytest.mark.parametrize("name", ["single", "scratch", "data_parallel", pytest.param("ddp", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "ddp" else n for n in STRATEGIES])
 def test_resumed_training_is_identical_to_uninterrupted_training(work, name):
     """With momentum (0.9): a run stopped after epoch 1 and resumed ends bit-identical to one
     that never stopped. (Scratch used to share one momentum buffer between its replicas.)"""

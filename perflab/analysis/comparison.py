@@ -283,6 +283,8 @@ def _against_baseline(
 def _rewritten(df: pd.DataFrame, identity: Sequence[str]) -> bool:
     """Whether one config's rows hold two model contents (``model_digest``: its folder rewritten
     between runs). Two folders are two configs already (``model.name``): no key of their own."""
+    if df["model_digest"].nunique() < 2:  # one contents or none (no folder model): nothing to look at
+        return False
     cols = [c for c in identity if c in df]
     both = df[[*cols, "model_digest"]].astype("string")
     return len(both.drop_duplicates()) > len(both[cols].drop_duplicates())
@@ -562,10 +564,10 @@ class _Cells:
         return self.rows[[c for c in ("run_id", *IDENTITY) if c in self.rows]].iloc[at]
 
 
-def _texts(column: pd.Series, fn: Callable[[Any], str]) -> np.ndarray:
-    """``fn`` of each cell of ``column``, None where it is empty; ``fn`` runs once per distinct value."""
+def _texts(column: pd.Series, fn: Callable[[Any], str], empty: str | None = None) -> np.ndarray:
+    """``fn`` of each cell of ``column``, ``empty`` where it is empty; ``fn`` runs once per distinct value."""
     codes, uniques = pd.factorize(column)
-    return np.array([*map(fn, uniques), None], dtype=object)[codes]
+    return np.array([*map(fn, uniques), empty], dtype=object)[codes]
 
 
 def plain_text(v: object) -> str:
@@ -600,9 +602,8 @@ def _points(df: pd.DataFrame, columns: list[str]) -> dict[tuple, np.ndarray]:
 
 
 def _device(names: pd.Series) -> pd.Series:
-    """``names.map(device_family)``, the family made once per distinct name."""
-    codes, uniques = pd.factorize(names)
-    out = np.array([*map(device_family, uniques), None], dtype=object)[codes]
-    if (codes < 0).any():  # an empty name maps as map maps it
-        out[codes < 0] = names[codes < 0].map(device_family).to_numpy(object)
+    """``names.map(device_family)``, the family made once per distinct name (an empty name maps
+    as map maps it: its text)."""
+    empty = names[names.isna()]
+    out = _texts(names, device_family, device_family(empty.iloc[0]) if len(empty) else None)
     return pd.Series(out, index=names.index, dtype=object)

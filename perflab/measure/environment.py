@@ -116,9 +116,7 @@ def model_contents(model: Any) -> dict[str, str]:
         return {}
     digest = hashlib.sha256()
     try:
-        listed = sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
-        for inside in (f for f in listed if not any(part.startswith(".") for part in f.parts)):  # not .git/
-            path = folder / inside
+        for inside, path in _model_files(folder):
             stat = path.stat()
             digest.update(f"{inside}\0{stat.st_size}\0".encode())
             if stat.st_size <= SMALL_FILE:
@@ -128,6 +126,20 @@ def model_contents(model: Any) -> dict[str, str]:
     except OSError:
         return {}  # unreadable: the model's own build says why, in one line
     return {"model_digest": digest.hexdigest()[:DIGEST_DIGITS]}
+
+
+def _model_files(folder: Path) -> list[tuple[str, Path]]:
+    """A model folder's files (their path inside it, sorted), hidden ones and hidden folders
+    (.git/, a tool's cache) left out without walking into them."""
+    found = []
+    for where, dirs, names in os.walk(folder, onerror=_raise):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += [Path(where, n) for n in names if not n.startswith(".")]
+    return sorted((p.relative_to(folder).as_posix(), p) for p in found if p.is_file())
+
+
+def _raise(err: OSError) -> None:
+    raise err
 
 
 def _read(path: Path) -> str:
