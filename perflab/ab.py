@@ -61,7 +61,8 @@ from perflab.job import worktrees
 PROG = "perflab ab"
 
 
-BY_ENVIRONMENT = ("num_threads",)  # identity fields another environment explains (OMP_NUM_THREADS=1)
+BY_ENVIRONMENT = ("num_threads",)  # identity fields another thread setting explains (OMP_NUM_THREADS=1)
+THREAD_VARIABLES = ("OMP_", "MKL_")  # ... the environment variables that are one (prefixes)
 BY_INTERPRETER = ("torch", "mkl", "onednn", "cuda", "cudnn")  # ... and another interpreter (a venv's torch)
 
 
@@ -77,15 +78,20 @@ class Side:
     def explains(self, other: "Side") -> frozenset[str]:
         """The machine identity fields (``environment.IDENTITY``) a difference between the sides
         is the change under test in, not a reason to call the points incomparable: the threads
-        under another environment (OMP_NUM_THREADS), torch and the libraries under it under another
-        interpreter (another venv's), the threads under another ``devices.threads``. Any other field
-        that differs still makes a point INCOMPARABLE."""
+        under another ``OMP_*``/``MKL_*`` variable or ``devices.threads``, torch and the libraries
+        under it under another interpreter (another venv's). Any other field that differs still
+        makes a point INCOMPARABLE (another variable, a ref's ``PYTHONPATH``, explains none)."""
         fields: set[str] = set()
-        if self.env != other.env or self.setting("devices.threads") != other.setting("devices.threads"):
+        if self.threads() != other.threads():
             fields |= set(BY_ENVIRONMENT)
         if self.python != other.python:
             fields |= set(BY_INTERPRETER)
         return frozenset(fields)
+
+    def threads(self) -> tuple[dict[str, str], str | None]:
+        """What sets this side's threads: its thread variables and its ``devices.threads``."""
+        variables = {k: v for k, v in self.env.items() if k.startswith(THREAD_VARIABLES)}
+        return variables, self.setting("devices.threads")
 
     def setting(self, key: str) -> str | None:
         """The value this side's own overrides give ``key`` (None: not set by them)."""

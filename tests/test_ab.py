@@ -22,9 +22,10 @@ from perflab.store.rundir import RunWriter
 from conftest import FAST
 
 
-def fake(between: float, slower: float = 1.0, seed: int = 0):
+def fake(between: float, slower: float = 1.0, seed: int = 0, identity: dict[str, dict[str, object]] | None = None):
     """A measure function that writes one matmul row per (side, process), the processes'
-    medians spread ``between`` apart, NEW ``slower`` times slower; and the order of calls."""
+    medians spread ``between`` apart, NEW ``slower`` times slower, each side's rows with its
+    ``identity`` columns (by side name); and the order of calls."""
     rng = np.random.default_rng(seed)
     calls: list[tuple[str, int]] = []
 
@@ -45,6 +46,7 @@ def fake(between: float, slower: float = 1.0, seed: int = 0):
                 "tflops": 1e-3 / float(np.median(times)),
                 "device_name": "CPU (1 thread)",
                 "cfg.experiment.size": 64,
+                **(identity or {}).get(side.name, {}),
             },
             samples=list(times),
         )
@@ -254,3 +256,51 @@ def test_git_refs_as_sides_measure_each_commit_in_its_own_worktree(cli, work):
         assert sha.startswith(str(subject).removesuffix("+dirty")), (side, subject)
     assert len(git("worktree", "list", cwd=work).splitlines()) == 1  # the worktrees are gone again
     assert not (work / "ab" / "src" / "base").exists()
+
+
+MACHINE = {"cpu_model": "Test CPU", "num_threads": 2, "torch": "2.14.1"}
+
+
+def judged(tmp_path, base: ab.Side, new: ab.Side, new_identity: dict[str, object]) -> pd.DataFrame:
+    """``perflab ab``'s loop on two sides whose rows differ by ``new_identity`` (an A/A otherwise)."""
+    identity = {"base": MACHINE, "new": {**MACHINE, **new_identity}}
+    measure, _ = fake(0.01, identity=identity)
+    table, _ = ab.run([], base, new, min_processes=2, max_processes=2, measure=measure, say=lambda line: None)
+    return table
+
+
+@pytest.mark.parametrize("name", ["OMP_NUM_THREADS", "MKL_NUM_THREADS"])
+def test_sides_under_another_thread_variable_compare_but_another_cpu_is_incomparable(tmp_path, name):
+    """Another OMP_*/MKL_* variable explains num_threads (the change under test, said); a CPU model
+    that differs too is still INCOMPARABLE (the sides' difference had turned every check off)."""
+    sides = ab.Side("base", tmp_path / "1" / "base"), ab.Side("new", tmp_path / "1" / "new", env={name: "1"})
+    table = judged(tmp_path, *sides, {"num_threads": 1})
+    assert table["verdict"].item() in ("PASS", "INCONCLUSIVE") and not table["identity"].item()
+    assert any("differ on purpose in num_threads: 2 vs 1" in n for n in table.attrs["notes"])
+    sides = ab.Side("base", tmp_path / "2" / "base"), ab.Side("new", tmp_path / "2" / "new", env={name: "1"})
+    table = judged(tmp_path, *sides, {"num_threads": 1, "cpu_model": "Other CPU"})
+    assert table["verdict"].item() == "INCOMPARABLE"
+    assert table["identity"].item() == "cpu_model: Test CPU vs Other CPU"  # num_threads: explained
+
+
+def test_a_variable_that_sets_no_threads_explains_nothing(tmp_path):
+    """Sides apart only by PYTHONPATH (a ref's worktree) or another variable: threads that differ
+    are INCOMPARABLE, as in compare."""
+    base = ab.Side("base", tmp_path / "base", env={"PYTHONPATH": "src/base", "MY_FLAG": "1"})
+    new = ab.Side("new", tmp_path / "new", env={"PYTHONPATH": "src/new"})
+    assert not base.explains(new)
+    table = judged(tmp_path, base, new, {"num_threads": 1})
+    assert table["verdict"].item() == "INCOMPARABLE" and "num_threads: 2 vs 1" in table["identity"].item()
+
+
+def test_another_interpreter_explains_torch_not_the_cpu(tmp_path):
+    """Another venv's python explains torch's version (and the libraries under it), not the CPU."""
+    sides = ab.Side("base", tmp_path / "1" / "base"), ab.Side("new", tmp_path / "1" / "new", python="venv/bin/python")
+    table = judged(tmp_path, *sides, {"torch": "2.15.0"})
+    assert table["verdict"].item() != "INCOMPARABLE"
+    assert any("differ on purpose in torch: 2.14.1 vs 2.15.0" in n for n in table.attrs["notes"])
+    sides = ab.Side("base", tmp_path / "2" / "base"), ab.Side("new", tmp_path / "2" / "new", python="venv/bin/python")
+    table = judged(tmp_path, *sides, {"torch": "2.15.0", "cpu_model": "Other CPU"})
+    assert table["verdict"].item() == "INCOMPARABLE" and table["identity"].item().startswith("cpu_model:")
+    sides = ab.Side("base", tmp_path / "3" / "base"), ab.Side("new", tmp_path / "3" / "new", python="venv/bin/python")
+    assert judged(tmp_path, *sides, {"num_threads": 1})["verdict"].item() == "INCOMPARABLE"  # threads: not by python
