@@ -39,10 +39,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis import verdicts
+from perflab.analysis import comparison, floor, verdicts
 from perflab.analysis.comparison import (  # noqa: F401  (perflab.compare.ab, .select ... are documented imports)
     CompareError,
-    ab,
     compare,
     dashboard_name,
     figures,
@@ -76,6 +75,17 @@ from perflab.errors import ConfigError, OneLineParser
 from perflab.results import load
 from perflab.store import files
 from perflab.store.columns import higher_is_better, unit_of
+
+
+def ab(base: str | Path, new: str | Path, *, keep: bool = False, **options: Any) -> pd.DataFrame:
+    """``perflab.analysis.comparison.ab`` (its ``options``), and with ``keep`` the between-process
+    variation it measured kept as this machine's floor (``floor.keep``): ``perflab ab`` keeps it,
+    ``perflab compare`` with ``--keep-floor`` only (a reader writes no cache unasked)."""
+    series: list[tuple[pd.DataFrame, str, np.ndarray]] | None = [] if keep else None
+    table = comparison.ab(base, new, series=series, **options)
+    if series:
+        floor.keep(series)
+    return table
 
 
 def regressions(table: pd.DataFrame, pct: float | None = None) -> pd.DataFrame:

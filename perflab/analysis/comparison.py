@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis import floor, verdicts
-from perflab.analysis.frames import config_column, device_family, identity_columns
+from perflab.analysis.frames import config_column, device_family, identity_columns, plain_text
 from perflab.analysis.replicates import (
     has_metric,
     iqr_pct,
@@ -340,7 +340,7 @@ def ab(
     looks: int = 1,
     differ: Sequence[str] = (),
     explained: Collection[str] = (),
-    keep: bool = False,
+    series: list[tuple[pd.DataFrame, str, np.ndarray]] | None = None,
 ) -> pd.DataFrame:
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
     of ``base``, with one verdict each (``perflab.analysis.verdicts``): PASS, FAIL, INCONCLUSIVE (with the
@@ -352,16 +352,16 @@ def ab(
     looked at these trees (a Bonferroni correction over them); ``differ``: config keys the two
     sides set apart on purpose (``perflab ab --base K=V --new K=W``), left out of what matches a
     point; ``explained``: machine identity fields the sides differ in on purpose (``perflab ab``'s
-    another environment or interpreter: ``Side.explains``), said, not INCOMPARABLE; ``keep``: keep the between-process
-    variation measured here as this machine's floor (``floor.keep``: ``perflab ab``, and
-    ``perflab compare --keep-floor``; a reader writes no cache unasked). Points in one tree only are rows too,
+    another environment or interpreter: ``Side.explains``), said, not INCOMPARABLE; ``series``: a list
+    to add each side's processes to (two or more, one machine), for the command to keep as this
+    machine's floor (``floor.keep``: ``perflab.compare.ab(keep=True)``); nothing is written here.
+    Points in one tree only are rows too,
     ``change`` saying which. ``df.attrs["notes"]`` holds the lines worth showing."""
     a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
     b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
     said = {"BASE": Notes(), "NEW": Notes()}  # samples left out when read, by row id
     samples = {**samples_by_row([base], said["BASE"]), **samples_by_row([new], said["NEW"])}
     entries, notes, pooled = [], [], []
-    series: list[tuple[pd.DataFrame, str, np.ndarray]] = []  # each side's processes, kept for the floor
     apart = {config_column(k) for k in differ}  # set apart on purpose: not what matches a point
     floors = functools.cache(lambda identity: floor.of_machine(dict(identity)))  # a machine's, looked up once
     for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
@@ -424,12 +424,12 @@ def ab(
                 _samples=sides["NEW"].samples,
                 _floor=floors(va_.machine(ia)) if process_cv is None else None,  # --process-cv: no look-up
             )
-            if keep and not mismatch and m not in EXACT:  # one machine's variation between its processes
-                series += [
+            if series is not None and not mismatch and m not in EXACT:  # one machine's variation between processes
+                series.extend(
                     (c.floor_rows(i), m, x.figures)
                     for c, i, x in zip((va_, vb_), (ia, ib), sides.values())
                     if x.n_processes >= 2
-                ]
+                )
             flagged = {"base": va_.suspects(ia), "new": vb_.suspects(ib)}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
             if unknown:
@@ -448,8 +448,6 @@ def ab(
             some = ", ".join(differing[:3]) + (f" and {len(differing) - 3} more" if len(differing) > 3 else "")
             notes.append(f"{name} ({some}): {MODEL_CONTENTS_DIFFER}")
     verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks)
-    if keep:
-        floor.keep(series)
     notes += verdicts.said_once(pooled)
     for e in entries:
         for key in ("_base", "_new", "_change", "_why", "_higher", "_floor"):
@@ -535,7 +533,6 @@ class _Cells:
 
         self.rows = rows
         self.plain = {f: _texts(rows[f], plain_text) for f in IDENTITY if f in rows}
-        self.field = {f: _texts(rows[f], floor.field_text) for f in IDENTITY if f in rows}
         self.suspect = _texts(rows["suspect"], str) if "suspect" in rows else None
         self.digest = _texts(rows["model_digest"], plain_text) if "model_digest" in rows else None
 
@@ -545,8 +542,7 @@ class _Cells:
 
     def machine(self, at: np.ndarray) -> tuple[tuple[str, str], ...]:
         """``floor.machine`` of the rows at ``at``, as (field, values) pairs."""
-        found = ((f, sorted(set(t[at].tolist()) - {None, ""})) for f, t in self.field.items())
-        return tuple((f, ", ".join(values)) for f, values in found if values)
+        return tuple(floor.joined(self.identity(at)).items())
 
     def contents(self, at: np.ndarray) -> set[str]:
         """The model folder digests (``model_digest``) of the rows at ``at``."""
@@ -568,13 +564,6 @@ def _texts(column: pd.Series, fn: Callable[[Any], str], empty: str | None = None
     """``fn`` of each cell of ``column``, ``empty`` where it is empty; ``fn`` runs once per distinct value."""
     codes, uniques = pd.factorize(column)
     return np.array([*map(fn, uniques), empty], dtype=object)[codes]
-
-
-def plain_text(v: object) -> str:
-    """A cell as text, integers without '.0' (a column read as float in one tree, int in the other)."""
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return str(v).strip()
 
 
 def _own_keys(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -24,11 +24,12 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from perflab.analysis.frames import plain_text
 from perflab.analysis.replicates import FLOOR_CV
 from perflab.measure.environment import identity_key
 
@@ -54,22 +55,21 @@ def path() -> Path:
     return Path(root) / "perflab" / KEPT
 
 
-def field_text(v: object) -> str:
-    """An identity field's cell as the machine's identity holds it."""
-    from perflab.analysis.frames import text
-
-    return text(v).strip()
-
-
 def machine(rows: pd.DataFrame) -> dict[str, str]:
     """The machine identity fields (``environment.IDENTITY``) the rows recorded, as text."""
     from perflab.measure.environment import IDENTITY
 
+    return joined({f: set(map(plain_text, rows[f].dropna())) for f in IDENTITY if f in rows})
+
+
+def joined(identity: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """A machine as it is kept: each identity field's values (``frames.plain_text``, as compare
+    reads them for INCOMPARABLE), sorted and joined; fields with none left out."""
     out = {}
-    for field in IDENTITY:
-        values = sorted({field_text(v) for v in rows[field].dropna()} - {""}) if field in rows else []
-        if values:
-            out[field] = ", ".join(values)
+    for field, values in identity.items():
+        found = sorted(set(values) - {""})
+        if found:
+            out[field] = ", ".join(found)
     return out
 
 

@@ -60,6 +60,14 @@ def whole(v: Any) -> Any:
     return v
 
 
+def plain_text(v: object) -> str:
+    """A cell as text, integers without '.0' (a column read as float in one tree, int in the
+    other): how a point's keys and a machine's identity read (``comparison``, ``floor``)."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v).strip()
+
+
 def text(v: Any) -> str:
     """A cell as text: "" when empty, whole numbers without ``.0``, other floats to 4 digits."""
     if missing(v):
