@@ -5,6 +5,7 @@ level excludes a slowdown beyond the gate). No machine is measured: each process
 drawn (log-normal at ``--cv``), and judged by ``perflab.analysis.verdicts.judge`` as ab judges.
 
     python benchmarks/ab_sequential.py [--runs 300] [--cv 10] [--gate 10] [--max-processes 40]
+                                       [--slowdowns 0 5 10 12 15 20]
                                        [--out benchmarks/results/ab_sequential.csv]
 """
 
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import append  # noqa: E402
 
-SLOWDOWNS = (1.0, 1.05, 1.10, 1.12, 1.15, 1.20)
+SLOWDOWNS = (0, 5, 10, 12, 15, 20)  # percent
 
 
 def side(logs: np.ndarray):
@@ -49,6 +50,7 @@ def main() -> None:
     parser.add_argument("--cv", type=float, default=10.0, help="between-process variation, percent")
     parser.add_argument("--gate", type=float, default=10.0)
     parser.add_argument("--max-processes", type=int, default=40)
+    parser.add_argument("--slowdowns", type=float, nargs="+", default=SLOWDOWNS, help="true slowdowns, percent")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ab_sequential.csv"))
     args = parser.parse_args()
     from perflab import ab
@@ -57,7 +59,7 @@ def main() -> None:
     looks, within, found = ab.schedule(2, args.max_processes), verdicts._within, []
     for rule in ("equivalence", "detectable only"):
         verdicts._within = within if rule == "equivalence" else (lambda p, c, gate: False)  # type: ignore[assignment]
-        for slowdown in SLOWDOWNS:
+        for slowdown in (1 + pct / 100 for pct in args.slowdowns):
             rng = np.random.default_rng(1)
             ends = [one_run(rng, args.cv / 100, slowdown, args.gate, looks) for _ in range(args.runs)]
             words = [w for w, _ in ends]
