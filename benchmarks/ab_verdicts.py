@@ -143,7 +143,7 @@ def ab_runs(n: int, budget: float, root: Path, repeats: int, gate: float, judge:
     found: list[dict[str, object]] = []
     for i in range(n):
         for slowdown, sides in ((0, []), (10, AB_SLOWER)):
-            args = [sys.executable, "-m", "perflab", "ab", *JOB, f"bench.repeats={repeats}", *sides, *judge]
+            args = [sys.executable, "-m", "perflab", "ab", *JOB, f"bench.repeats={repeats}", *judge, *sides]
             args += ["--budget", str(budget), "--fail-if-slower", str(gate), "--format", "json"]
             args += ["--out", str(root / f"ab{i}-{slowdown}")]
             ran = subprocess.run(args, env={**os.environ, **ENV}, capture_output=True, text=True)
