@@ -60,7 +60,7 @@ def assert_same(a: dict, b: dict, exact: bool = False) -> None:
 LEARNS = [*SMALL, "data.train_size=512", "trainer.batch_size=32", "trainer.epochs=3"]
 # 8 steps only: beyond ~20 steps at this lr, float rounding grows chaotically (even ``single``
 # with 1 vs 2 threads drifts apart by ~1e-3), so equality is tested early.
-FEW_STEPS = [*SMALL, "data.train_size=256", "trainer.batch_size=32", "trainer.epochs=1"]
+FEW_STEPS = [*SMALL, "data.train_size=256", "data.test_size=64", "trainer.batch_size=32", "trainer.epochs=1"]
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_every_strategy_counts_its_images_and_names_its_devices(few_step_runs, n
 def test_resumed_training_is_identical_to_uninterrupted_training(work, name):
     """With momentum (0.9): a run stopped after epoch 1 and resumed ends bit-identical to one
     that never stopped. (Scratch used to share one momentum buffer between its replicas.)"""
-    args = [*SMALL, "data.train_size=256", f"strategy={name}", f"devices.count={STRATEGIES[name]}"]
+    args = [*SMALL, "data.train_size=128", "data.test_size=64", f"strategy={name}", f"devices.count={STRATEGIES[name]}"]
     straight = perflab.run("train", [*args, "trainer.epochs=2", "trainer.checkpoint_dir=straight"])
     perflab.run("train", [*args, "trainer.epochs=1", "trainer.checkpoint_dir=stopped"])
     resumed = perflab.run("train", [*args, "trainer.epochs=2", "trainer.checkpoint_dir=stopped", "trainer.resume=true"])
