@@ -26,6 +26,7 @@ from conftest import FAST, ROOT, cpu_only, presets, run_subprocess
 # shipped in the slow set (test_config composes and validates every preset as shipped).
 CHEAPER = {
     "compile": ["experiment.backend=eager"],
+    "async_compute": ["experiment.size=64", "experiment.train_steps=2", "experiment.train_batch=16"],
     "resnet18_concise": ["data.train_size=32", "data.test_size=16"],
     "train": ["data.train_size=512", "data.test_size=256"],
     "lenet_scratch": ["data.train_size=512", "data.test_size=256"],

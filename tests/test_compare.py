@@ -121,7 +121,14 @@ def test_ratio_and_words_agree_for_a_rate_metric_against_a_baseline(tmp_path):
 
 def test_a_mixed_tree_keeps_every_experiment_with_its_own_metric(cli, work):
     cli("-m", "+experiment=quick/matmul", "experiment.size=32,64", *FAST, "results.table=false")
-    cli("+experiment=quick/train", "data.train_size=256", "trainer.epochs=1", *FAST, "results.table=false")
+    cli(
+        "+experiment=quick/train",
+        "data.train_size=256",
+        "data.test_size=64",
+        "trainer.epochs=1",
+        *FAST,
+        "results.table=false",
+    )
     table = compare.compare(work / "outputs")
     assert set(table["experiment"]) == {"matmul", "train"}
     assert table.set_index("experiment")["metric"].to_dict() == {"matmul": "tflops", "train": "items_per_s"}

@@ -24,7 +24,7 @@ from perflab.results import load
 from perflab.store import point_claims
 from perflab.store.rundir import RunRecord
 
-from conftest import FAST, cpu_only, run_subprocess
+from conftest import FAST, cpu_only
 
 
 def point_hash(*overrides: str) -> str:
@@ -296,10 +296,11 @@ def test_a_derived_part_of_the_wrong_kind_is_rebuilt_and_said(cli, work, part):
 # --- a claim lost while its holder was paused -------------------------------------------------
 
 
-def test_a_holder_paused_past_its_claim_records_nothing_when_it_resumes(work):
+def test_a_holder_paused_past_its_claim_records_nothing_when_it_resumes(cli, work):
     """A real SIGSTOP while the point is being measured: the paused sweep's claim goes stale, a
-    second sweep takes the point over and measures it; resumed, the first records nothing (it
-    checks its claim before each row), says so in one line and reuses the taker's rows."""
+    second sweep (in this process: only the holder need be one to pause) takes the point over
+    and measures it; resumed, the first records nothing (it checks its claim before each row),
+    says so in one line and reuses the taker's rows."""
     args = ["-m", "+experiment=quick/matmul", *FAST, "bench.min_time_s=1", "results.claim_stale_s=3"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     first = subprocess.Popen(
@@ -322,8 +323,8 @@ def test_a_holder_paused_past_its_claim_records_nothing_when_it_resumes(work):
         (held,) = claims.glob("*.json")
         while time.time() - held.stat().st_mtime <= 4:  # stale now: no heartbeat while stopped
             time.sleep(0.2)
-        second = run_subprocess(*args, "results.table=false", cwd=work)
-        assert "took over" in second.stdout + second.stderr and "sweep: 1 jobs: 1 ok" in second.stdout
+        second = cli(*args, "results.table=false")
+        assert "took over" in second.out + second.err and "sweep: 1 jobs: 1 ok" in second.out
     finally:
         os.kill(first.pid, signal.SIGCONT)
     out, _ = first.communicate(timeout=300)

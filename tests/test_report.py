@@ -54,7 +54,7 @@ def tree(tmp_path_factory) -> Path:
     """A small real results tree (about 15 s on 2 CPU cores)."""
     root = tmp_path_factory.mktemp("tree")
     cpu = [*FAST, "devices.spec=cpu"]
-    train = [*cpu, "strategy=scratch", "data.train_size=256", "data.test_size=128", "trainer.epochs=2"]
+    train = [*cpu, "strategy=scratch", "data.train_size=256", "data.test_size=64", "trainer.epochs=2"]
     jobs = [
         ("quick/matmul", [*cpu, "experiment.size=32"]),
         ("quick/matmul", [*cpu, "experiment.size=64"]),

@@ -34,7 +34,14 @@ def built(tmp_path_factory):
             "devices.on_missing=error",
             "results.table=false",
         ],
-        ["+experiment=quick/train", "data.train_size=256", "trainer.epochs=1", *FAST, "results.table=false"],
+        [
+            "+experiment=quick/train",
+            "data.train_size=256",
+            "data.test_size=64",
+            "trainer.epochs=1",
+            *FAST,
+            "results.table=false",
+        ],
     ]
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)

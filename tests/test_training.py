@@ -60,7 +60,7 @@ def assert_same(a: dict, b: dict, exact: bool = False) -> None:
 LEARNS = [*SMALL, "data.train_size=512", "trainer.batch_size=32", "trainer.epochs=3"]
 # 8 steps only: beyond ~20 steps at this lr, float rounding grows chaotically (even ``single``
 # with 1 vs 2 threads drifts apart by ~1e-3), so equality is tested early.
-FEW_STEPS = [*SMALL, "data.train_size=256", "trainer.batch_size=32", "trainer.epochs=1"]
+FEW_STEPS = [*SMALL, "data.train_size=256", "data.test_size=64", "trainer.batch_size=32", "trainer.epochs=1"]
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +78,10 @@ def strategy_runs(tmp_path_factory):
     return run
 
 
-# ddp slow: its workers' processes and 48 steps; test_every_strategy_ends_with_the_weights_of_single[ddp]
-# checks DDP's weights in the fast set.
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "ddp" else n for n in STRATEGIES])
+# Only single learns in the fast set: the others' 48 steps are slow (ddp's workers' processes
+# too); test_every_strategy_ends_with_the_weights_of_single checks each one's weights against
+# single's, and test_every_strategy_counts_its_images_and_names_its_devices its rows, in the fast set.
+@pytest.mark.parametrize("name", [n if n == "single" else pytest.param(n, marks=pytest.mark.slow) for n in STRATEGIES])
 def test_every_strategy_trains_and_learns(strategy_runs, name):
     df = strategy_runs(name)
     epochs, summary = df[df["measurement"] == "epoch"], df[df["measurement"] == "train"].iloc[0]
@@ -118,11 +119,30 @@ def test_every_strategy_ends_with_the_weights_of_single(few_step_runs, name):
     assert_same(weights(few_step_runs["single"]), weights(few_step_runs[name]))
 
 
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_every_strategy_counts_its_images_and_names_its_devices(few_step_runs, name):
+    """The rows of each strategy's 8 steps: every image once across all ranks, the global batch,
+    the devices it ran on, the FLOPs of LeNet and the host's columns."""
+    df = few_step_runs[name]
+    epochs, summary = df[df["measurement"] == "epoch"], df[df["measurement"] == "train"].iloc[0]
+    assert epochs["epoch"].tolist() == [1] and (df["status"] == "ok").all()
+    assert (epochs["train_s"] > 0).all() and (epochs["eval_s"] > 0).all()
+    assert (epochs["items_per_s"] * epochs["train_s"]).round().eq(256).all(), "each image once per epoch, all ranks"
+    assert (df.dropna(subset=["global_batch"])["global_batch"] == 32).all()
+    assert summary["devices"] == ("cpu" if name == "single" else "cpu#0+cpu#1")
+    assert summary["flops_per_item"] == pytest.approx(training_flops_per_item(LENET(), FASHION))
+    assert (epochs["rss_peak_mb"] > 50).all() and (
+        (epochs["data_wait_frac"] >= 0) & (epochs["data_wait_frac"] < 1)
+    ).all()
+    loader = df[df["measurement"] == "data loader"].iloc[0]
+    assert loader["items_per_s"] > 0 and loader["items_unit"] == "images"
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "ddp" else n for n in STRATEGIES])
 def test_resumed_training_is_identical_to_uninterrupted_training(work, name):
     """With momentum (0.9): a run stopped after epoch 1 and resumed ends bit-identical to one
     that never stopped. (Scratch used to share one momentum buffer between its replicas.)"""
-    args = [*SMALL, "data.train_size=256", f"strategy={name}", f"devices.count={STRATEGIES[name]}"]
+    args = [*SMALL, "data.train_size=128", "data.test_size=64", f"strategy={name}", f"devices.count={STRATEGIES[name]}"]
     straight = perflab.run("train", [*args, "trainer.epochs=2", "trainer.checkpoint_dir=straight"])
     perflab.run("train", [*args, "trainer.epochs=1", "trainer.checkpoint_dir=stopped"])
     resumed = perflab.run("train", [*args, "trainer.epochs=2", "trainer.checkpoint_dir=stopped", "trainer.resume=true"])
@@ -143,16 +163,16 @@ def test_a_sweep_re_run_resumes_a_point_that_was_stopped(cli, work, monkeypatch)
 
     monkeypatch.setattr(Trainer, "save_checkpoint", stop_after_epoch_1)
     ran = cli(
-        "-m", "+experiment=train", *SMALL, "data.train_size=256", "trainer.epochs=3", "trainer.lr=0.1,0.05", rc=130
+        "-m", "+experiment=train", *SMALL, "data.train_size=256", "trainer.epochs=2", "trainer.lr=0.1,0.05", rc=130
     )
     assert "sweep: 1 jobs: 1 cancelled" in ran.out, "a stopped command stops its sweep, and still sums it up"
     first = next((work / "outputs" / "sweeps").iterdir())
     monkeypatch.setattr(Trainer, "save_checkpoint", real)
-    cli("-m", "+experiment=train", *SMALL, "data.train_size=256", "trainer.epochs=3", "trainer.lr=0.1,0.05")
+    cli("-m", "+experiment=train", *SMALL, "data.train_size=256", "trainer.epochs=2", "trainer.lr=0.1,0.05")
     second = next(p for p in (work / "outputs" / "sweeps").iterdir() if p != first)
     rows = load(second / "sweep.csv")
     epochs = rows[rows["measurement"] == "epoch"].sort_values(["job_num", "epoch"])
-    assert epochs["epoch"].tolist() == [2, 3, 1, 2, 3], "the stopped point went on from its checkpoint"
+    assert epochs["epoch"].tolist() == [2, 1, 2], "the stopped point went on from its checkpoint"
     train = rows[rows["measurement"] == "train"].sort_values("job_num")
     assert train["resumed_from_epoch"].tolist() == [1, 0]
 
