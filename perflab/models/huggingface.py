@@ -53,7 +53,11 @@ def unwrap(out: Any) -> Any:
 class Unwrapped(nn.Module):
     """An HF model called as perflab calls every model, ``model(x) -> tensor``: ``x`` goes in
     as its main input (``input_ids`` / ``pixel_values``, its first argument), without a KV
-    cache (a training or forward pass keeps none), and its output comes back as a tensor."""
+    cache (a training or forward pass keeps none), and its output comes back as a tensor.
+
+    An encoder-decoder (T5, BART) gets ``x`` on both sides: its decoder reads ``x`` shifted
+    right behind its ``decoder_start_token_id``, what BART does by itself and T5 refuses to
+    guess ("You must specify exactly one of input_ids or inputs_embeds")."""
 
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
@@ -62,13 +66,20 @@ class Unwrapped(nn.Module):
 
         takes = inspect.signature(inner.forward).parameters
         self.kwargs = {"use_cache": False} if "use_cache" in takes else {}
+        cfg = getattr(inner, "config", None)
+        both = getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in takes
+        start = getattr(cfg, "decoder_start_token_id", None) if both else None
+        self.decoder_start = start if isinstance(start, int) else None
 
     @property
     def config(self) -> Any:
         return self.inner.config  # type: ignore[union-attr]
 
     def forward(self, x: torch.Tensor) -> Any:
-        return unwrap(self.inner(x, **self.kwargs))
+        if self.decoder_start is None or x.is_floating_point():
+            return unwrap(self.inner(x, **self.kwargs))
+        shifted = torch.cat([torch.full_like(x[:, :1], self.decoder_start), x[:, :-1]], dim=1)
+        return unwrap(self.inner(x, decoder_input_ids=shifted, **self.kwargs))
 
 
 def build(name: str | None = None, config: Any = None, task: str = "auto") -> nn.Module:
