@@ -97,6 +97,20 @@ class Generator:
         return times, cache
 
 
+def streams_late(device_type: str) -> bool:
+    """Whether transformers' ``generate`` hands each token to a streamer one step late on this
+    kind of device: its ``DeferredStopCheck`` (mps, transformers 5) puts token k after the
+    forward of token k + 1, so a stamp would time the next step, and the last two would share
+    one. transformers' own rule is asked, so that a device it defers on later is caught too."""
+    import torch
+
+    try:
+        from transformers.generation.utils import DeferredStopCheck
+    except ImportError:  # transformers 4: every token streamed as it is chosen
+        return False
+    return bool(DeferredStopCheck.is_supported(torch.device(device_type), None, True, is_assistant=False))
+
+
 class _Stamps:
     """A streamer for HF's ``generate`` (its ``put(tokens)`` / ``end()``) that reads the clock
     when each new token is handed out; the first ``put`` is the prompt, not a token."""
@@ -150,6 +164,14 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     if hf.is_hf(inner):
         if not (hasattr(inner, "can_generate") and inner.can_generate()):
             raise ConfigError("model", label, PROTOCOL, problem=f"{type(inner).__name__} does not generate")
+        if streams_late(devices[0].type):
+            raise ConfigError(
+                "devices.spec",
+                devices[0].name,
+                "cpu or cuda:N for a Hugging Face model's generate",
+                problem="transformers streams each token one step late there (its DeferredStopCheck): "
+                "per-token times would be the next step's",
+            )
         longest = hf.max_positions(inner.config)
         if longest and p.prompt_len + p.new_tokens > longest:
             raise ConfigError(
