@@ -4,13 +4,14 @@ its change points found and labelled.
     perflab history PATH... [--experiment NAME] [--metric M] [--threshold PCT]
                             [--min-segment N] [--alpha A] [--format md|json]
 
-A series is one point (measurement and the config keys that say what is measured, on one kind
-of device) on one machine identity (``perflab.measure.environment.IDENTITY``): rows of another machine
-never join it, nor rows of a model folder rewritten with other contents (``model_digest``, as
-compare's table gives each contents its own line): a series per contents. Its x axis is the subject (``results.subject``: a commit by default), in commit
-order where git can tell (the repository in the working directory knows every commit), else by
-the subject's commit time, else by when it was first measured; its value per subject is the
-median of the experiment's metric over that subject's rows.
+A series is one point (measurement and the config keys that say what is measured, on one kind of
+device) on one machine identity (``perflab.measure.environment.IDENTITY``): rows of another
+machine never join it, nor rows of a model folder rewritten with other contents
+(``model_digest``, as compare's table gives each contents its own line): a series per contents.
+Its x axis is the subject (``results.subject``: a commit by default), in commit order where git
+can tell (the repository in the working directory knows every commit), else by the subject's
+commit time, else by when it was first measured; its value per subject is the median of the
+experiment's metric over that subject's rows.
 
 Change points: PELT (exact; ``perflab.analysis.changepoints``, ruptures' recursion in numpy:
 on a series without change it weighs every segment, n^2 / 2 of them, which ruptures did one
