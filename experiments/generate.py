@@ -163,7 +163,9 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     label = settings.model.label
     if hf.is_hf(inner):
         if not (hasattr(inner, "can_generate") and inner.can_generate()):
-            raise ConfigError("model", label, PROTOCOL, problem=f"{type(inner).__name__} does not generate")
+            seq2seq = getattr(inner.config, "is_encoder_decoder", False)  # a random T5 is a classifier unless asked
+            hint = "; model.task=seq2seq-lm builds one that does" if seq2seq else ""
+            raise ConfigError("model", label, PROTOCOL, problem=f"{type(inner).__name__} does not generate{hint}")
         if streams_late(devices[0].type):
             raise ConfigError(
                 "devices.spec",

@@ -158,3 +158,14 @@ def test_timm_models_by_name_run_infer(work, arch):
     over = ["experiment.batches=[1]", "data.shape=[3,64,64]", "results.table=false", *FAST]
     df = perflab.run("quick/infer", ["model=timm", f"model.arch={arch}", *over])
     assert timed_rows_are_right(df, ["forward batch 1"]).iloc[0]["tflops"] > 0
+
+
+def test_a_random_encoder_decoder_generates_as_a_seq2seq_lm_when_asked(work):
+    t5 = ["model=hf", "model.config.model_type=t5", "+model.config.d_model=32", "+model.config.d_ff=64"]
+    t5 += ["+model.config.num_layers=1", "+model.config.num_heads=2", "+model.config.d_kv=16"]
+    t5 += ["+model.config.vocab_size=100", "+model.config.decoder_start_token_id=0", "experiment.new_tokens=3"]
+    with pytest.raises(Refused) as refused:
+        perflab.run("quick/generate", [*t5, *FAST])
+    assert "T5ForSequenceClassification does not generate; model.task=seq2seq-lm builds one" in str(refused.value)
+    df = perflab.run("quick/generate", [*t5, "model.task=seq2seq-lm", "results.table=false", *FAST])
+    timed_rows_are_right(df, ["prefill", "decode", "generate"])

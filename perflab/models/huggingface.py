@@ -22,7 +22,7 @@ from torch import nn
 from perflab.errors import ConfigError, first_line
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "gpt2", "org/name"
-TASKS = ("auto", "causal-lm", "image-classification", "sequence-classification", "base")
+TASKS = ("auto", "causal-lm", "seq2seq-lm", "image-classification", "sequence-classification", "base")
 NAME_ALLOWED = "a folder written by save_pretrained, or a hub id already in the Hugging Face cache"
 CONFIG_ALLOWED = (
     "model.config.model_type=NAME (a transformers model type, e.g. gpt2) with its keys "
@@ -174,11 +174,12 @@ def _model_class(transformers: Any, cfg: Any, task: str, named: bool) -> Any:
     """The class to build: the folder's own architecture (``config.architectures``), else the
     task's Auto class for this config: a causal LM where the config has one (an encoder such as
     BERT only when its config says ``is_decoder``), then an image classifier, a sequence
-    classifier, the base model."""
+    classifier, the base model. ``seq2seq-lm`` (an encoder-decoder that generates) only when asked."""
     from transformers.models.auto import modeling_auto as auto
 
     by_task: dict[str, tuple[Any, Any]] = {
         "causal-lm": (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, transformers.AutoModelForCausalLM),
+        "seq2seq-lm": (auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, transformers.AutoModelForSeq2SeqLM),
         "image-classification": (
             auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES,
             transformers.AutoModelForImageClassification,
@@ -194,7 +195,8 @@ def _model_class(transformers: Any, cfg: Any, task: str, named: bool) -> Any:
         if own and hasattr(transformers, own):
             return getattr(transformers, own)
         encoder = cfg.model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(cfg, "is_decoder", False)
-        fits = [t for t, (names, _) in by_task.items() if cfg.model_type in names]
+        # seq2seq-lm only when asked: a random T5 or BART was a classifier, and its points keep their hash
+        fits = [t for t, (names, _) in by_task.items() if cfg.model_type in names and t != "seq2seq-lm"]
         if encoder and "causal-lm" in fits:  # BERT and kin: a causal head is theirs only as a decoder
             fits.remove("causal-lm")
         task = fits[0] if fits else "base"
