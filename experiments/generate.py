@@ -219,7 +219,7 @@ def run(ctx: Context) -> None:
     import torch
 
     from perflab.experiments import infer
-    from perflab.measure import bench, precision
+    from perflab.measure import bench, flops, precision
     from perflab.measure.devices import on_device
 
     p, s = ctx.params, ctx.settings
@@ -253,15 +253,27 @@ def run(ctx: Context) -> None:
     with on_device(d), torch.inference_mode(), precision.applied(p.precision, d.type):
         _, returned = gen.run(ids, p.new_tokens)
         kv_mb = tensor_bytes(kv_cache(returned)) / 2**20
+        # FLOPs of the calls themselves, counted once outside the clock (KV cache and all)
+        first_flops, flops_note = flops.estimated("FLOPs", lambda: flops.count(lambda: gen.run(ids, 1)))
+        whole_flops, _ = flops.estimated("FLOPs", lambda: flops.count(lambda: gen.run(ids, p.new_tokens)))
         ctx.measure(
             "prefill",
             timed(1),
             [d],
             items=p.batch * p.prompt_len,
+            flops=first_flops,
+            dtype=p.precision,
             **knobs,
-            note="time to the first token: a whole call for one token (its setup: generation config, logits "
-            "processors, a new KV cache; the prompt's forward; the first greedy choice; its return); "
-            "items_per_s: prompt tokens/s",
+            note="; ".join(
+                n
+                for n in (
+                    "time to the first token: a whole call for one token (its setup: generation config, logits "
+                    "processors, a new KV cache; the prompt's forward; the first greedy choice; its return); "
+                    "items_per_s: prompt tokens/s",
+                    flops_note,
+                )
+                if n
+            ),
         )
         runs.clear()
         whole = ctx.measure(
@@ -269,9 +281,11 @@ def run(ctx: Context) -> None:
             timed(p.new_tokens),
             [d],
             items=p.batch * p.new_tokens,
+            flops=whole_flops,
+            dtype=p.precision,
             kv_cache_mb=kv_mb,
             **knobs,
-            note="the whole call: prefill, then new_tokens - 1 decode steps",
+            note="; ".join(n for n in ("the whole call: prefill, then new_tokens - 1 decode steps", flops_note) if n),
         )
     warm = ctx.settings.bench.warmup if len(runs) > ctx.settings.bench.warmup else 0
     steps = [b - a for r in runs[warm:] for a, b in zip(r, r[1:])]
@@ -279,16 +293,27 @@ def run(ctx: Context) -> None:
         ctx.skip("decode", "new_tokens=1: no decode step after the first token", [d])
         return
     stats = bench.stats_of(steps, noise_threshold=ctx.settings.bench.noise_threshold)
+    step_flops: dict[str, Any] = {}
+    about_flops = flops_note
+    if first_flops is not None and whole_flops is not None:
+        per_step = (whole_flops - first_flops) / (p.new_tokens - 1)
+        tflops = per_step / stats.median / 1e12
+        step_flops = {"tflops": tflops, **ctx.utilization(tflops, [d], p.precision, per_step / p.batch)}
+        about_flops = "tflops: a step's FLOPs, the whole call's less the first token's, over new_tokens - 1"
+    note = (
+        f"per-token latency: each decode step of the {whole.n} timed generate calls (with the KV cache); "
+        "items_per_s: tokens/s of the batch; kv_cache_mb: the cache after prompt_len + new_tokens tokens"
+    )
     ctx.record(
         "decode",
         stats,
         devices=[d],
         items_per_s=p.batch / stats.median,
         kv_cache_mb=kv_mb,
+        **step_flops,
         **knobs,
         suspect=stats.suspect,
-        note=f"per-token latency: each decode step of the {whole.n} timed generate calls (with the KV cache); "
-        f"items_per_s: tokens/s of the batch; kv_cache_mb: the cache after prompt_len + new_tokens tokens",
+        note="; ".join(n for n in (note, about_flops) if n),
     )
 
 

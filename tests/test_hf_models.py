@@ -117,7 +117,10 @@ def test_a_held_out_folder_runs_infer_with_its_flops(work, folders, name):
 def test_a_decoder_and_an_encoder_decoder_generate(work, folders, name):
     over = ["experiment.new_tokens=4", "experiment.prompt_len=8", "results.table=false", *FAST]
     df = perflab.run("quick/generate", ["model=hf", f"model.name={folders / name}", *over])
-    timed_rows_are_right(df, ["prefill", "decode", "generate"])
+    timed = timed_rows_are_right(df, ["prefill", "decode", "generate"]).set_index("measurement")
+    assert (timed["tflops"] > 0).all(), "FLOPs of the calls themselves, KV cache and all"
+    per_token = timed["tflops"] * timed["median_s"] * 1e12  # FLOPs of a prefill, a decode step, a whole call
+    assert per_token["decode"] < per_token["prefill"] < per_token["generate"], "a step reads 1 token, a prompt 8"
 
 
 @pytest.mark.parametrize("name, cls", [("bert-mlm", "BertForMaskedLM"), ("vit", "ViTForImageClassification")])
