@@ -67,6 +67,9 @@ MODELS = {
             num_labels=10,
         )
     ),
+    "resnet-hf": lambda: transformers.ResNetForImageClassification(  # its config says no image size
+        transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=10)
+    ),
 }
 TOKENS = [
     "data=tokens",
@@ -110,7 +113,11 @@ def test_a_held_out_folder_runs_infer_with_its_flops(work, folders, name):
     )
     forward = timed_rows_are_right(df, ["forward batch 2"]).iloc[0]
     assert forward["tflops"] > 0, "FLOPs counted, not left empty"
-    assert forward["items_unit"] == ("images" if name == "vit" else "tokens")
+    assert forward["items_unit"] == ("images" if name in ("vit", "resnet-hf") else "tokens")
+    if name == "resnet-hf":
+        assert forward["input"] == "(B, 3, 224, 224) float32", (
+            "no size in its config: ImageNet's, not the data's 1x28x28"
+        )
 
 
 @pytest.mark.parametrize("name", ["llama", "t5"])
@@ -172,3 +179,16 @@ def test_a_random_encoder_decoder_generates_as_a_seq2seq_lm_when_asked(work):
     assert "T5ForSequenceClassification does not generate; model.task=seq2seq-lm builds one" in str(refused.value)
     df = perflab.run("quick/generate", [*t5, "model.task=seq2seq-lm", "results.table=false", *FAST])
     timed_rows_are_right(df, ["prefill", "decode", "generate"])
+
+
+def test_an_image_model_of_any_size_trains_on_images_of_its_channels(work, folders):
+    """HF's ResNet names its channels, not a size: any size of 3 channels fits; 1 is one line."""
+    images = ["data=synthetic", "data.num_classes=10", "data.train_size=32", "data.test_size=16"]
+    images += ["trainer.batch_size=16", "trainer.epochs=1", "results.table=false", *FAST]
+    model = ["model=hf", f"model.name={folders / 'resnet-hf'}"]
+    df = perflab.run("quick/train", [*model, *images, "data.shape=[3,32,32]"])
+    assert (df[df["measurement"] == "train"]["status"] == "ok").all(), df[["measurement", "error"]]
+    with pytest.raises(Refused) as refused:
+        perflab.run("quick/train", [*model, *images, "data.shape=[1,32,32]"])
+    assert str(refused.value).startswith("data.shape=[1,32,32]: the model's config decides its channels")
+    assert "allowed: [3, H, W]" in str(refused.value)

@@ -223,6 +223,14 @@ def max_positions(cfg: Any) -> int | None:
     return None
 
 
+IMAGE_SIZE = 224  # an image model whose config says no size (HF's ResNet, RegNet): ImageNet's, as its processor
+
+
+def _image_size(cfg: Any) -> int | None:
+    size = getattr(cfg, "image_size", None)
+    return (size if isinstance(size, int) else size[0]) if size else None
+
+
 def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     """The inputs an HF model takes, from its config, as perflab's data ``Spec``: token ids of
     its vocabulary (``seq_len`` of them, at most its positions), or images of its
@@ -233,10 +241,10 @@ def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     if not is_hf(inner):
         return None
     cfg: Any = inner.config
-    if getattr(cfg, "image_size", None) and hasattr(cfg, "num_channels"):
-        size = cfg.image_size if isinstance(cfg.image_size, int) else cfg.image_size[0]
-        return Spec((cfg.num_channels, size, size), getattr(cfg, "num_labels", 2))
     vocab = getattr(cfg, "vocab_size", None)
+    if hasattr(cfg, "num_channels") and (getattr(cfg, "image_size", None) or not vocab):
+        size = _image_size(cfg) or IMAGE_SIZE
+        return Spec((cfg.num_channels, size, size), getattr(cfg, "num_labels", 2))
     if vocab:
         longest = max_positions(cfg)
         return Spec((min(seq_len, longest) if longest else seq_len,), vocab, tokens=True)
@@ -264,8 +272,15 @@ def misfit(net: nn.Module, spec: Any) -> tuple[str, Any, str, str] | None:
         if want.shape[0] < spec.shape[0]:
             return "data.seq_len", spec.shape[0], f"at most {want.shape[0]}", "the model holds no more positions"
         return None
-    if tuple(spec.shape) != tuple(want.shape):
-        return "data.shape", list(spec.shape), str(list(want.shape)), "the model's config decides its image size"
+    sized = _image_size(getattr(net, "inner", net).config) is not None  # else any size, its channels only
+    if tuple(spec.shape) != tuple(want.shape) and (sized or spec.shape[0] != want.shape[0]):
+        allowed = str(list(want.shape)) if sized else f"[{want.shape[0]}, H, W]"
+        return (
+            "data.shape",
+            list(spec.shape),
+            allowed,
+            f"the model's config decides its {'image size' if sized else 'channels'}",
+        )
     if spec.classes != want.classes:
         return "data.num_classes", spec.classes, f"{want.classes}, the model's num_labels", "its config decides them"
     return None
