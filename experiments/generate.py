@@ -97,6 +97,20 @@ class Generator:
         return times, cache
 
 
+def streams_late(device_type: str) -> bool:
+    """Whether transformers' ``generate`` hands each token to a streamer one step late on this
+    kind of device: its ``DeferredStopCheck`` (mps, transformers 5) puts token k after the
+    forward of token k + 1, so a stamp would time the next step, and the last two would share
+    one. transformers' own rule is asked, so that a device it defers on later is caught too."""
+    import torch
+
+    try:
+        from transformers.generation.utils import DeferredStopCheck
+    except ImportError:  # transformers 4: every token streamed as it is chosen
+        return False
+    return bool(DeferredStopCheck.is_supported(torch.device(device_type), None, True, is_assistant=False))
+
+
 class _Stamps:
     """A streamer for HF's ``generate`` (its ``put(tokens)`` / ``end()``) that reads the clock
     when each new token is handed out; the first ``put`` is the prompt, not a token."""
@@ -149,7 +163,17 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     label = settings.model.label
     if hf.is_hf(inner):
         if not (hasattr(inner, "can_generate") and inner.can_generate()):
-            raise ConfigError("model", label, PROTOCOL, problem=f"{type(inner).__name__} does not generate")
+            seq2seq = getattr(inner.config, "is_encoder_decoder", False)  # a random T5 is a classifier unless asked
+            hint = "; model.task=seq2seq-lm builds one that does" if seq2seq else ""
+            raise ConfigError("model", label, PROTOCOL, problem=f"{type(inner).__name__} does not generate{hint}")
+        if streams_late(devices[0].type):
+            raise ConfigError(
+                "devices.spec",
+                devices[0].name,
+                "cpu or cuda:N for a Hugging Face model's generate",
+                problem="transformers streams each token one step late there (its DeferredStopCheck): "
+                "per-token times would be the next step's",
+            )
         longest = hf.max_positions(inner.config)
         if longest and p.prompt_len + p.new_tokens > longest:
             raise ConfigError(
@@ -195,7 +219,7 @@ def run(ctx: Context) -> None:
     import torch
 
     from perflab.experiments import infer
-    from perflab.measure import bench, precision
+    from perflab.measure import bench, flops, precision
     from perflab.measure.devices import on_device
 
     p, s = ctx.params, ctx.settings
@@ -229,15 +253,27 @@ def run(ctx: Context) -> None:
     with on_device(d), torch.inference_mode(), precision.applied(p.precision, d.type):
         _, returned = gen.run(ids, p.new_tokens)
         kv_mb = tensor_bytes(kv_cache(returned)) / 2**20
+        # FLOPs of the calls themselves, counted once outside the clock (KV cache and all)
+        first_flops, flops_note = flops.estimated("FLOPs", lambda: flops.count(lambda: gen.run(ids, 1)))
+        whole_flops, _ = flops.estimated("FLOPs", lambda: flops.count(lambda: gen.run(ids, p.new_tokens)))
         ctx.measure(
             "prefill",
             timed(1),
             [d],
             items=p.batch * p.prompt_len,
+            flops=first_flops,
+            dtype=p.precision,
             **knobs,
-            note="time to the first token: a whole call for one token (its setup: generation config, logits "
-            "processors, a new KV cache; the prompt's forward; the first greedy choice; its return); "
-            "items_per_s: prompt tokens/s",
+            note="; ".join(
+                n
+                for n in (
+                    "time to the first token: a whole call for one token (its setup: generation config, logits "
+                    "processors, a new KV cache; the prompt's forward; the first greedy choice; its return); "
+                    "items_per_s: prompt tokens/s",
+                    flops_note,
+                )
+                if n
+            ),
         )
         runs.clear()
         whole = ctx.measure(
@@ -245,9 +281,11 @@ def run(ctx: Context) -> None:
             timed(p.new_tokens),
             [d],
             items=p.batch * p.new_tokens,
+            flops=whole_flops,
+            dtype=p.precision,
             kv_cache_mb=kv_mb,
             **knobs,
-            note="the whole call: prefill, then new_tokens - 1 decode steps",
+            note="; ".join(n for n in ("the whole call: prefill, then new_tokens - 1 decode steps", flops_note) if n),
         )
     warm = ctx.settings.bench.warmup if len(runs) > ctx.settings.bench.warmup else 0
     steps = [b - a for r in runs[warm:] for a, b in zip(r, r[1:])]
@@ -255,16 +293,27 @@ def run(ctx: Context) -> None:
         ctx.skip("decode", "new_tokens=1: no decode step after the first token", [d])
         return
     stats = bench.stats_of(steps, noise_threshold=ctx.settings.bench.noise_threshold)
+    step_flops: dict[str, Any] = {}
+    about_flops = flops_note
+    if first_flops is not None and whole_flops is not None:
+        per_step = (whole_flops - first_flops) / (p.new_tokens - 1)
+        tflops = per_step / stats.median / 1e12
+        step_flops = {"tflops": tflops, **ctx.utilization(tflops, [d], p.precision, per_step / p.batch)}
+        about_flops = "tflops: a step's FLOPs, the whole call's less the first token's, over new_tokens - 1"
+    note = (
+        f"per-token latency: each decode step of the {whole.n} timed generate calls (with the KV cache); "
+        "items_per_s: tokens/s of the batch; kv_cache_mb: the cache after prompt_len + new_tokens tokens"
+    )
     ctx.record(
         "decode",
         stats,
         devices=[d],
         items_per_s=p.batch / stats.median,
         kv_cache_mb=kv_mb,
+        **step_flops,
         **knobs,
         suspect=stats.suspect,
-        note=f"per-token latency: each decode step of the {whole.n} timed generate calls (with the KV cache); "
-        f"items_per_s: tokens/s of the batch; kv_cache_mb: the cache after prompt_len + new_tokens tokens",
+        note="; ".join(n for n in (note, about_flops) if n),
     )
 
 

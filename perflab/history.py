@@ -4,12 +4,14 @@ its change points found and labelled.
     perflab history PATH... [--experiment NAME] [--metric M] [--threshold PCT]
                             [--min-segment N] [--alpha A] [--format md|json]
 
-A series is one point (measurement and the config keys that say what is measured, on one kind
-of device) on one machine identity (``perflab.measure.environment.IDENTITY``): rows of another machine
-never join it. Its x axis is the subject (``results.subject``: a commit by default), in commit
-order where git can tell (the repository in the working directory knows every commit), else by
-the subject's commit time, else by when it was first measured; its value per subject is the
-median of the experiment's metric over that subject's rows.
+A series is one point (measurement and the config keys that say what is measured, on one kind of
+device) on one machine identity (``perflab.measure.environment.IDENTITY``): rows of another
+machine never join it, nor rows of a model folder rewritten with other contents
+(``model_digest``, as compare's table gives each contents its own line): a series per contents.
+Its x axis is the subject (``results.subject``: a commit by default), in commit order where git
+can tell (the repository in the working directory knows every commit), else by the subject's
+commit time, else by when it was first measured; its value per subject is the median of the
+experiment's metric over that subject's rows.
 
 Change points: PELT (exact; ``perflab.analysis.changepoints``, ruptures' recursion in numpy:
 on a series without change it weighs every segment, n^2 / 2 of them, which ruptures did one
@@ -145,6 +147,7 @@ def build_series(
     A subject's value comes from its clean rows; a subject with none (every row flagged
     ``suspect``) keeps its rows and says why (``Subject.suspect``). Rows and samples of no use
     (NaN, not a number, <= 0: ``replicates.measured``) are left out; ``notes`` gets a line saying so."""
+    from perflab.analysis.comparison import _rewritten
     from perflab.analysis.frames import device_family, identity_columns
     from perflab.analysis.replicates import measured_each, metric_for, summary_rows
     from perflab.measure.environment import IDENTITY
@@ -164,6 +167,8 @@ def build_series(
         )
         keys = identity_columns(part)
         varying = [c for c in keys if part[c].astype("string").nunique(dropna=False) > 1]
+        if "model_digest" in part and _rewritten(part, keys):  # a folder rewritten: a series per contents
+            keys, varying = [*keys, "model_digest"], [*varying, "model_digest"]
         ident = [c for c in IDENTITY if c in part and part[c].notna().any()]
         group = ["measurement", *keys, "device", *ident]
         frame = part.reindex(columns=list(dict.fromkeys([*part.columns, *group])))

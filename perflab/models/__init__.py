@@ -260,11 +260,13 @@ def arguments(cfg: ModelConfig, data: Any) -> dict[str, Any]:
         if not value:
             continue
         if key not in named:
+            by_arch = key == "name" and "arch" in named  # model=timm model.name=resnet10t: its name is arch
+            allowed = "model=hf (a Hugging Face model), or leave it out"
             raise ConfigError(
                 f"model.{key}",
                 value,
-                "model=hf (a Hugging Face model), or leave it out",
-                problem=f"{cfg.label} takes no {key}",
+                f"model.arch={value} (its models by name)" if by_arch else allowed,
+                problem=f"{cfg._target_.rsplit('.', 1)[-1]} takes no {key}",
             )
         args[key] = value
     return {**args, **cfg.args}
@@ -372,10 +374,12 @@ def check(cfg: ModelConfig, data: Any, batch: int = 2) -> nn.Module:
         with torch.no_grad():
             out = net.eval()(x)
     except Exception as err:
+        own = getattr(net, "pretrained_cfg", None) or {}  # timm's: the input size it was made for
+        shape = f" (data.shape={list(own['input_size'])} for this one)" if own.get("input_size") else ""
         raise ConfigError(
             "model",
             cfg.label,
-            f"a model that takes {data.describe()}, or data of the shape it takes",
+            f"a model that takes {data.describe()}, or data of the shape it takes{shape}",
             problem=f"it fails on the data's input {tuple(x.shape)}: {type(err).__name__}: {first_line(err)}",
         ) from None
     got = tuple(out.shape) if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"

@@ -22,7 +22,7 @@ from torch import nn
 from perflab.errors import ConfigError, first_line
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "gpt2", "org/name"
-TASKS = ("auto", "causal-lm", "image-classification", "sequence-classification", "base")
+TASKS = ("auto", "causal-lm", "seq2seq-lm", "image-classification", "sequence-classification", "base")
 NAME_ALLOWED = "a folder written by save_pretrained, or a hub id already in the Hugging Face cache"
 CONFIG_ALLOWED = (
     "model.config.model_type=NAME (a transformers model type, e.g. gpt2) with its keys "
@@ -53,7 +53,11 @@ def unwrap(out: Any) -> Any:
 class Unwrapped(nn.Module):
     """An HF model called as perflab calls every model, ``model(x) -> tensor``: ``x`` goes in
     as its main input (``input_ids`` / ``pixel_values``, its first argument), without a KV
-    cache (a training or forward pass keeps none), and its output comes back as a tensor."""
+    cache (a training or forward pass keeps none), and its output comes back as a tensor.
+
+    An encoder-decoder (T5, BART) gets ``x`` on both sides: its decoder reads ``x`` shifted
+    right behind its ``decoder_start_token_id``, what BART does by itself and T5 refuses to
+    guess ("You must specify exactly one of input_ids or inputs_embeds")."""
 
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
@@ -62,13 +66,20 @@ class Unwrapped(nn.Module):
 
         takes = inspect.signature(inner.forward).parameters
         self.kwargs = {"use_cache": False} if "use_cache" in takes else {}
+        cfg = getattr(inner, "config", None)
+        both = getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in takes
+        start = getattr(cfg, "decoder_start_token_id", None) if both else None
+        self.decoder_start = start if isinstance(start, int) else None
 
     @property
     def config(self) -> Any:
         return self.inner.config  # type: ignore[union-attr]
 
     def forward(self, x: torch.Tensor) -> Any:
-        return unwrap(self.inner(x, **self.kwargs))
+        if self.decoder_start is None or x.is_floating_point():
+            return unwrap(self.inner(x, **self.kwargs))
+        shifted = torch.cat([torch.full_like(x[:, :1], self.decoder_start), x[:, :-1]], dim=1)
+        return unwrap(self.inner(x, decoder_input_ids=shifted, **self.kwargs))
 
 
 def build(name: str | None = None, config: Any = None, task: str = "auto") -> nn.Module:
@@ -163,11 +174,12 @@ def _model_class(transformers: Any, cfg: Any, task: str, named: bool) -> Any:
     """The class to build: the folder's own architecture (``config.architectures``), else the
     task's Auto class for this config: a causal LM where the config has one (an encoder such as
     BERT only when its config says ``is_decoder``), then an image classifier, a sequence
-    classifier, the base model."""
+    classifier, the base model. ``seq2seq-lm`` (an encoder-decoder that generates) only when asked."""
     from transformers.models.auto import modeling_auto as auto
 
     by_task: dict[str, tuple[Any, Any]] = {
         "causal-lm": (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, transformers.AutoModelForCausalLM),
+        "seq2seq-lm": (auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, transformers.AutoModelForSeq2SeqLM),
         "image-classification": (
             auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES,
             transformers.AutoModelForImageClassification,
@@ -183,7 +195,8 @@ def _model_class(transformers: Any, cfg: Any, task: str, named: bool) -> Any:
         if own and hasattr(transformers, own):
             return getattr(transformers, own)
         encoder = cfg.model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(cfg, "is_decoder", False)
-        fits = [t for t, (names, _) in by_task.items() if cfg.model_type in names]
+        # seq2seq-lm only when asked: a random T5 or BART was a classifier, and its points keep their hash
+        fits = [t for t, (names, _) in by_task.items() if cfg.model_type in names and t != "seq2seq-lm"]
         if encoder and "causal-lm" in fits:  # BERT and kin: a causal head is theirs only as a decoder
             fits.remove("causal-lm")
         task = fits[0] if fits else "base"
@@ -210,6 +223,14 @@ def max_positions(cfg: Any) -> int | None:
     return None
 
 
+IMAGE_SIZE = 224  # an image model whose config says no size (HF's ResNet, RegNet): ImageNet's, as its processor
+
+
+def _image_size(cfg: Any) -> int | None:
+    size = getattr(cfg, "image_size", None)
+    return (size if isinstance(size, int) else size[0]) if size else None
+
+
 def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     """The inputs an HF model takes, from its config, as perflab's data ``Spec``: token ids of
     its vocabulary (``seq_len`` of them, at most its positions), or images of its
@@ -220,10 +241,10 @@ def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     if not is_hf(inner):
         return None
     cfg: Any = inner.config
-    if getattr(cfg, "image_size", None) and hasattr(cfg, "num_channels"):
-        size = cfg.image_size if isinstance(cfg.image_size, int) else cfg.image_size[0]
-        return Spec((cfg.num_channels, size, size), getattr(cfg, "num_labels", 2))
     vocab = getattr(cfg, "vocab_size", None)
+    if hasattr(cfg, "num_channels") and (getattr(cfg, "image_size", None) or not vocab):
+        size = _image_size(cfg) or IMAGE_SIZE
+        return Spec((cfg.num_channels, size, size), getattr(cfg, "num_labels", 2))
     if vocab:
         longest = max_positions(cfg)
         return Spec((min(seq_len, longest) if longest else seq_len,), vocab, tokens=True)
@@ -251,8 +272,15 @@ def misfit(net: nn.Module, spec: Any) -> tuple[str, Any, str, str] | None:
         if want.shape[0] < spec.shape[0]:
             return "data.seq_len", spec.shape[0], f"at most {want.shape[0]}", "the model holds no more positions"
         return None
-    if tuple(spec.shape) != tuple(want.shape):
-        return "data.shape", list(spec.shape), str(list(want.shape)), "the model's config decides its image size"
+    sized = _image_size(getattr(net, "inner", net).config) is not None  # else any size, its channels only
+    if tuple(spec.shape) != tuple(want.shape) and (sized or spec.shape[0] != want.shape[0]):
+        allowed = str(list(want.shape)) if sized else f"[{want.shape[0]}, H, W]"
+        return (
+            "data.shape",
+            list(spec.shape),
+            allowed,
+            f"the model's config decides its {'image size' if sized else 'channels'}",
+        )
     if spec.classes != want.classes:
         return "data.num_classes", spec.classes, f"{want.classes}, the model's num_labels", "its config decides them"
     return None
