@@ -355,7 +355,7 @@ def _frame(pieces: list[Piece]):
     table = pa.Table.from_arrays(
         list(arrays.values()), schema=schema.with_metadata({b"pandas": json.dumps(meta).encode()})
     )
-    df = table.to_pandas()
+    df = table.to_pandas(split_blocks=True)
     if masked:  # beside the rest (no copy: pandas keeps each column's array), then in the columns' order
         df = pd.concat([df, pd.DataFrame(masked, index=df.index, copy=False)], axis=1)[list(fields)]
     return df
@@ -393,15 +393,16 @@ def _int64(name: str, pieces: list[Piece], n: int):
 
 def _placed(df, root: Path):
     """The rows with ``run_dir``, where each run dir is now (trees move), for ``_source``."""
-    import numpy as np
     import pandas as pd
+    import pyarrow as pa
 
     base = os.fspath(root.resolve())
     sources = df["_source"].astype("category")
-    where = [s if os.path.isabs(s) else os.path.join(base, s) for s in sources.cat.categories]
+    within = os.path.join(base, "")
+    where = pa.array([s if s.startswith(os.sep) else within + s for s in sources.cat.categories], pa.large_string())
     codes = sources.cat.codes.to_numpy()
-    taken = np.asarray([*where, None], dtype=object)[codes]  # one string object a run dir; code -1: None
-    run_dir = pd.Series(taken, index=df.index, dtype="str")
+    taken = where.take(pa.array(codes, mask=codes < 0))  # Arrow's text, as pandas' str holds it: no string object a row
+    run_dir = pd.Series(pd.array(taken, dtype="str"), index=df.index)
     return fix_dtypes(
         pd.concat([df.drop(columns=["_source", "run_dir"], errors="ignore"), run_dir.rename("run_dir")], axis=1)
     )
