@@ -52,19 +52,22 @@ def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
     return found
 
 
-def _manifest(path: Path) -> tuple[dict[str, list[int]], dict[str, dict[str, int]]] | None:
-    """The sources a segment's manifest lists, and what was skipped in them when they were
-    read (so every later load still says it); None if it is not of this format (or damaged:
-    ValueError, OSError); FileNotFoundError if it went meanwhile (a concurrent compaction)."""
+def _manifest(path: Path) -> tuple[dict[str, list[int]], dict[str, dict[str, int]], bool] | None:
+    """The sources a segment's manifest lists, what was skipped in them when they were read (so
+    every later load still says it), and whether it says each of its row ids is there once
+    (``unique``; an older manifest says nothing: not known); None if it is not of this format
+    (or damaged: ValueError, OSError); FileNotFoundError if it went meanwhile (a concurrent
+    compaction)."""
     data = json.loads(files.read_regular(path))
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("sources"), dict):
         return None
     noted = data.get("notes")
-    return data["sources"], noted if isinstance(noted, dict) else {}
+    return data["sources"], noted if isinstance(noted, dict) else {}, data.get("unique") is True
 
 
 def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = None):
-    """Every row under the store ``root`` (optionally of one experiment), through the index.
+    """Every row under the store ``root`` (optionally of one experiment), through the index,
+    each row id once (the first row of it kept, as load() keeps it).
 
     Run dirs whose results.csv (and run.json) have not changed since they were indexed come
     from the Parquet segments; new or changed ones are read from CSV and added as a new
@@ -84,6 +87,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     segments = sorted(index.glob("*.json")) if index.is_dir() else []
     noted: dict[str, dict[str, int]] = {}  # source -> what reading it skipped: said on every load
     listed: dict[str, set[str]] = {}  # segment -> the run dirs it holds rows of
+    unique: dict[str, bool] = {}  # segment -> its manifest says each of its row ids is there once
     for manifest in segments:
         try:
             found = _manifest(manifest)
@@ -94,13 +98,14 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
         if found is None:
             dropped.setdefault(manifest.stem, OTHER_FORMAT)
             continue
-        stamps, skipped = found
+        stamps, skipped, unique[manifest.stem] = found
         listed[manifest.stem] = set(stamps)
         for source, stamp in stamps.items():
             if sources.get(source) == stamp:
                 indexed[source] = manifest.stem
                 noted[source] = skipped.get(source, {})
     frames = []  # the rows read: pieces of the segments, pandas frames from CSV
+    once = []  # for each part read (a segment, the new rows): whether each of its row ids is there once
     wanted_by_segment: dict[str, set[str]] = {}
     for source, segment in indexed.items():
         wanted_by_segment.setdefault(segment, set()).add(source)
@@ -118,6 +123,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
                 indexed.pop(source, None)
             continue
         frames.extend(part)
+        once.append(unique.get(segment, False))
     for source, kinds in noted.items():
         if source in indexed:
             for kind, count in kinds.items():
@@ -134,19 +140,35 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
             new = pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
         if len(new):
             new = as_indexed(new)
+        alone = not _twice(new).any()
         if not new.empty or any(skipped.values()):
-            _write_segment(index, new, {s: sources[s] for s in fresh}, {s: k for s, k in skipped.items() if k})
+            noted_now = {s: k for s, k in skipped.items() if k}
+            _write_segment(index, new, {s: sources[s] for s in fresh}, noted_now, alone)
         if len(new):
             frames.append(new[new["experiment"] == experiment] if experiment and "experiment" in new else new)
+            once.append(alone)
     for segment, why in dropped.items():
         notes.add(why, index / f"{segment}.parquet")
         _remove_segment(index, segment)
     if not frames:
         return pd.DataFrame()
     df = combine(frames)
+    # one part whose row ids are each there once (a segment's manifest says so): nothing to look for
+    twice = None if once == [True] else _twice(df)
     if not experiment and len(segments) - len(dropped) + bool(fresh) > MAX_SEGMENTS:
-        _compact(index, df, sources)
+        _compact(index, df, sources, twice is None or not twice.any())
+    if twice is not None and twice.any():
+        df = df[~twice.to_numpy()]
     return _placed(df, root)
+
+
+def _twice(df):
+    """Which rows repeat an earlier row's ``row_id`` (none without the column)."""
+    import pandas as pd
+
+    if "row_id" not in df:
+        return pd.Series(False, index=df.index)
+    return df["row_id"].duplicated(keep="first")
 
 
 def as_indexed(df):
@@ -483,13 +505,18 @@ def _rows_per_run(df, column: str, run_ids: dict[str, str]) -> dict[str, int]:
 
 
 def _write_segment(
-    index: Path, df, stamps: dict[str, list[int]], noted: dict[str, dict[str, int]] | None = None
+    index: Path,
+    df,
+    stamps: dict[str, list[int]],
+    noted: dict[str, dict[str, int]] | None = None,
+    unique: bool = False,
 ) -> None:
-    """A new immutable segment and then its manifest (readers only trust segments with one)."""
+    """A new immutable segment and then its manifest (readers only trust segments with one);
+    ``unique``: each of its row ids is there once (a load of it alone need not look)."""
     # named in the order written (to the nanosecond): segments are read, and their rows given, in that order
     ns = time.time_ns()  # one reading: UTC to the second, then its nanoseconds
     name = f"seg-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(ns // 10**9))}-{ns % 10**9:09d}-{secrets.token_hex(4)}"
-    manifest = {"format": FORMAT, "sources": stamps, "notes": noted or {}}
+    manifest = {"format": FORMAT, "sources": stamps, "notes": noted or {}, "unique": unique}
     try:
         index.mkdir(parents=True, exist_ok=True)
         files.write_atomic(index / f"{name}.parquet", to_parquet(df))
@@ -508,11 +535,11 @@ def _remove_segment(index: Path, segment: str) -> None:
                 path.unlink()
 
 
-def _compact(index: Path, df, sources: dict[str, list[int]]) -> None:
+def _compact(index: Path, df, sources: dict[str, list[int]], unique: bool) -> None:
     """One segment of every current row in place of the many; a reader that finds a segment
     gone meanwhile reads those run dirs from CSV instead."""
     old = sorted({p.name.split(".")[0] for p in index.glob("seg-*")})
-    _write_segment(index, df, {s: sources[s] for s in df["_source"].unique() if s in sources})
+    _write_segment(index, df, {s: sources[s] for s in df["_source"].unique() if s in sources}, unique=unique)
     for segment in old:
         _remove_segment(index, segment)
 

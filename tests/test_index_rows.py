@@ -1,0 +1,71 @@
+"""The index gives each row id once, as reading the run dirs one by one does: a segment's manifest
+says whether its row ids are each there once, so that a load of that segment alone skips the
+look; a run dir copied within the tree (its row ids twice) still loads once, whatever wrote the
+index."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+
+from perflab.results import load
+from perflab.store import index
+from perflab.store.rundir import RunWriter
+
+
+def _run(out, name: str, rows: int = 2, experiment: str = "matmul") -> None:
+    w = RunWriter(out / "runs" / name)
+    for i in range(rows):
+        w.add({"run_id": name, "experiment": experiment, "status": "ok", "median_s": 0.5 + i, "cfg.size": 64 * i})
+
+
+def _manifests(out) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((out / ".perflab" / "index").glob("*.json"))]
+
+
+def _same(through_index, files) -> None:
+    """The same rows, values and types (the columns in any order)."""
+    in_order = lambda df: df.sort_values(["row_id", "run_dir"], ignore_index=True)  # noqa: E731
+    pd.testing.assert_frame_equal(in_order(through_index), in_order(files), check_like=True)  # run_dir last here
+
+
+def test_a_run_dir_copied_in_the_tree_loads_once_through_the_index_cold_warm_and_merged(tmp_path):
+    out = tmp_path / "outputs"
+    for i in range(3):
+        _run(out, f"r{i}")
+    shutil.copytree(out / "runs" / "r1", out / "runs" / "r1-copy")  # its row ids twice in the tree
+    files = load(out / "runs")  # not a results tree: read run dir by run dir
+    assert len(files) == 6 and files["row_id"].is_unique
+    cold = load(out)  # the index built
+    assert [m["unique"] for m in _manifests(out)] == [False]
+    _same(cold, files)
+    _same(load(out), files)  # warm: the segment's manifest says it must look
+    _same(load(out, experiment="matmul"), files)
+    for i in range(index.MAX_SEGMENTS + 1):  # a segment a new run dir, then all merged into one
+        _run(out, f"s{i}", rows=1)
+        grown = load(out)
+    assert len(_manifests(out)) <= 2 and not _manifests(out)[0]["unique"]
+    _same(grown, load(out / "runs"))
+    assert len(grown) == 6 + index.MAX_SEGMENTS + 1
+
+
+def test_a_segment_said_unique_is_read_alone_and_an_older_manifest_still_loads_the_same(tmp_path):
+    out = tmp_path / "outputs"
+    for i in range(3):
+        _run(out, f"r{i}")
+    load(out)
+    assert [m["unique"] for m in _manifests(out)] == [True]
+    _same(load(out), load(out / "runs"))
+    shutil.copytree(out / "runs" / "r2", out / "runs" / "r2-copy")  # a segment of its own, unique in itself
+    after = load(out)
+    assert [m["unique"] for m in _manifests(out)] == [True, True]
+    assert len(after) == 6, "the copy's rows are there twice across the two segments: kept once"
+    _same(after, load(out / "runs"))
+    for path in (out / ".perflab" / "index").glob("*.json"):  # as perflab 0.3 wrote them: no "unique"
+        manifest = json.loads(path.read_text())
+        del manifest["unique"]
+        path.write_text(json.dumps(manifest))
+    _same(load(out), after)
+    _same(load(out, experiment="matmul"), after)
