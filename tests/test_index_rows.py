@@ -1,7 +1,7 @@
 """The index gives each row id once, as reading the run dirs one by one does: a segment's manifest
-says whether its row ids are each there once, so that a load of that segment alone skips the
-look; a run dir copied within the tree (its row ids twice) still loads once, whatever wrote the
-index."""
+holds the span of its row ids when each is there once, so that a load of segments whose spans are
+apart skips the look; a run dir copied within the tree (its row ids twice) still loads once,
+whatever wrote the index."""
 
 from __future__ import annotations
 
@@ -39,33 +39,38 @@ def test_a_run_dir_copied_in_the_tree_loads_once_through_the_index_cold_warm_and
     files = load(out / "runs")  # not a results tree: read run dir by run dir
     assert len(files) == 6 and files["row_id"].is_unique
     cold = load(out)  # the index built
-    assert [m["unique"] for m in _manifests(out)] == [False]
+    assert [m["row_ids"] for m in _manifests(out)] == [None]
     _same(cold, files)
     _same(load(out), files)  # warm: the segment's manifest says it must look
     _same(load(out, experiment="matmul"), files)
     for i in range(index.MAX_SEGMENTS + 1):  # a segment a new run dir, then all merged into one
         _run(out, f"s{i}", rows=1)
         grown = load(out)
-    assert len(_manifests(out)) <= 2 and not _manifests(out)[0]["unique"]
+    assert len(_manifests(out)) <= 2 and _manifests(out)[0]["row_ids"] is None
     _same(grown, load(out / "runs"))
     assert len(grown) == 6 + index.MAX_SEGMENTS + 1
 
 
-def test_a_segment_said_unique_is_read_alone_and_an_older_manifest_still_loads_the_same(tmp_path):
+def test_segments_apart_in_row_ids_are_not_looked_through_and_an_older_manifest_loads_the_same(tmp_path):
     out = tmp_path / "outputs"
     for i in range(3):
         _run(out, f"r{i}")
     load(out)
-    assert [m["unique"] for m in _manifests(out)] == [True]
+    assert [m["row_ids"] for m in _manifests(out)] == [["r0#1", "r2#2"]]
     _same(load(out), load(out / "runs"))
-    shutil.copytree(out / "runs" / "r2", out / "runs" / "r2-copy")  # a segment of its own, unique in itself
+    _run(out, "r3")  # a new run: its rows a segment of their own, their ids after all the others
+    assert len(load(out)) == 8
+    assert [m["row_ids"] for m in _manifests(out)] == [["r0#1", "r2#2"], ["r3#1", "r3#2"]]
+    assert index._apart([("r0#1", "r2#2"), ("r3#1", "r3#2")])
+    shutil.copytree(out / "runs" / "r2", out / "runs" / "r2-copy")  # unique in itself, not beside r2
     after = load(out)
-    assert [m["unique"] for m in _manifests(out)] == [True, True]
-    assert len(after) == 6, "the copy's rows are there twice across the two segments: kept once"
+    assert _manifests(out)[-1]["row_ids"] == ["r2#1", "r2#2"]
+    assert not index._apart([("r0#1", "r2#2"), ("r3#1", "r3#2"), ("r2#1", "r2#2")])
+    assert len(after) == 8, "the copy's rows are there twice across two segments: kept once"
     _same(after, load(out / "runs"))
-    for path in (out / ".perflab" / "index").glob("*.json"):  # as perflab 0.3 wrote them: no "unique"
+    for path in (out / ".perflab" / "index").glob("*.json"):  # as perflab 0.3 wrote them: no row_ids
         manifest = json.loads(path.read_text())
-        del manifest["unique"]
+        del manifest["row_ids"]
         path.write_text(json.dumps(manifest))
     _same(load(out), after)
     _same(load(out, experiment="matmul"), after)

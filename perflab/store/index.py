@@ -29,6 +29,7 @@ MAX_SEGMENTS = 8  # more index segments than this are merged into one on the nex
 FORMAT = 3
 OTHER_FORMAT = "rebuilt {n} index segment{s} written by another perflab version"
 DAMAGED = "rebuilt {n} damaged index segment{s}"
+Span = tuple[str, str] | None  # the least and greatest row id of rows whose row ids are each there once
 
 
 def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
@@ -52,17 +53,21 @@ def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
     return found
 
 
-def _manifest(path: Path) -> tuple[dict[str, list[int]], dict[str, dict[str, int]], bool] | None:
+def _manifest(path: Path) -> tuple[dict[str, list[int]], dict[str, dict[str, int]], Span] | None:
     """The sources a segment's manifest lists, what was skipped in them when they were read (so
-    every later load still says it), and whether it says each of its row ids is there once
-    (``unique``; an older manifest says nothing: not known); None if it is not of this format
+    every later load still says it), and the span of its row ids if each is there once
+    (``row_ids``; an older manifest says nothing: not known); None if it is not of this format
     (or damaged: ValueError, OSError); FileNotFoundError if it went meanwhile (a concurrent
     compaction)."""
     data = json.loads(files.read_regular(path))
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("sources"), dict):
         return None
     noted = data.get("notes")
-    return data["sources"], noted if isinstance(noted, dict) else {}, data.get("unique") is True
+    ids = data.get("row_ids")
+    span: Span = None
+    if isinstance(ids, list) and len(ids) == 2 and all(isinstance(x, str) for x in ids):
+        span = (ids[0], ids[1])
+    return data["sources"], noted if isinstance(noted, dict) else {}, span
 
 
 def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = None):
@@ -87,7 +92,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     segments = sorted(index.glob("*.json")) if index.is_dir() else []
     noted: dict[str, dict[str, int]] = {}  # source -> what reading it skipped: said on every load
     listed: dict[str, set[str]] = {}  # segment -> the run dirs it holds rows of
-    unique: dict[str, bool] = {}  # segment -> its manifest says each of its row ids is there once
+    spans: dict[str, Span] = {}  # segment -> the span of its row ids, each there once (its manifest says)
     for manifest in segments:
         try:
             found = _manifest(manifest)
@@ -98,14 +103,14 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
         if found is None:
             dropped.setdefault(manifest.stem, OTHER_FORMAT)
             continue
-        stamps, skipped, unique[manifest.stem] = found
+        stamps, skipped, spans[manifest.stem] = found
         listed[manifest.stem] = set(stamps)
         for source, stamp in stamps.items():
             if sources.get(source) == stamp:
                 indexed[source] = manifest.stem
                 noted[source] = skipped.get(source, {})
     frames = []  # the rows read: pieces of the segments, pandas frames from CSV
-    once = []  # for each part read (a segment, the new rows): whether each of its row ids is there once
+    read: list[Span] = []  # for each part read (a segment, the new rows): the span of its row ids
     wanted_by_segment: dict[str, set[str]] = {}
     for source, segment in indexed.items():
         wanted_by_segment.setdefault(segment, set()).add(source)
@@ -123,7 +128,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
                 indexed.pop(source, None)
             continue
         frames.extend(part)
-        once.append(unique.get(segment, False))
+        read.append(spans.get(segment))
     for source, kinds in noted.items():
         if source in indexed:
             for kind, count in kinds.items():
@@ -140,26 +145,44 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
             new = pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
         if len(new):
             new = as_indexed(new)
-        alone = not _twice(new).any()
+        span = _span(new)
         if not new.empty or any(skipped.values()):
             noted_now = {s: k for s, k in skipped.items() if k}
-            _write_segment(index, new, {s: sources[s] for s in fresh}, noted_now, alone)
+            _write_segment(index, new, {s: sources[s] for s in fresh}, noted_now, span)
         if len(new):
             frames.append(new[new["experiment"] == experiment] if experiment and "experiment" in new else new)
-            once.append(alone)
+            read.append(span)
     for segment, why in dropped.items():
         notes.add(why, index / f"{segment}.parquet")
         _remove_segment(index, segment)
     if not frames:
         return pd.DataFrame()
     df = combine(frames)
-    # one part whose row ids are each there once (a segment's manifest says so): nothing to look for
-    twice = None if once == [True] else _twice(df)
+    twice = None if _apart(read) else _twice(df)  # parts whose row ids cannot meet: nothing to look for
     if not experiment and len(segments) - len(dropped) + bool(fresh) > MAX_SEGMENTS:
-        _compact(index, df, sources, twice is None or not twice.any())
+        _compact(index, df, sources, _span(df))
     if twice is not None and twice.any():
         df = df[~twice.to_numpy()]
     return _placed(df, root)
+
+
+def _span(df) -> Span:
+    """The span of the rows' row ids if each is there once (None: some row id is there twice, or
+    missing): rows of parts whose spans do not overlap hold each row id once, without a look."""
+    if "row_id" not in df or not len(df):
+        return None
+    ids = df["row_id"]
+    if ids.isna().any() or ids.duplicated().any():
+        return None
+    return str(ids.min()), str(ids.max())
+
+
+def _apart(spans: list[Span]) -> bool:
+    """Whether no row id can be in two of the parts these are the spans of, nor twice in one."""
+    if any(s is None for s in spans):
+        return False
+    ordered = sorted(s for s in spans if s is not None)
+    return all(a[1] < b[0] for a, b in zip(ordered, ordered[1:]))
 
 
 def _twice(df):
@@ -509,14 +532,14 @@ def _write_segment(
     df,
     stamps: dict[str, list[int]],
     noted: dict[str, dict[str, int]] | None = None,
-    unique: bool = False,
+    span: Span = None,
 ) -> None:
     """A new immutable segment and then its manifest (readers only trust segments with one);
-    ``unique``: each of its row ids is there once (a load of it alone need not look)."""
+    ``span``: its row ids' if each is there once (_span: a load need not look for repeats)."""
     # named in the order written (to the nanosecond): segments are read, and their rows given, in that order
     ns = time.time_ns()  # one reading: UTC to the second, then its nanoseconds
     name = f"seg-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(ns // 10**9))}-{ns % 10**9:09d}-{secrets.token_hex(4)}"
-    manifest = {"format": FORMAT, "sources": stamps, "notes": noted or {}, "unique": unique}
+    manifest = {"format": FORMAT, "sources": stamps, "notes": noted or {}, "row_ids": span}
     try:
         index.mkdir(parents=True, exist_ok=True)
         files.write_atomic(index / f"{name}.parquet", to_parquet(df))
@@ -535,11 +558,11 @@ def _remove_segment(index: Path, segment: str) -> None:
                 path.unlink()
 
 
-def _compact(index: Path, df, sources: dict[str, list[int]], unique: bool) -> None:
+def _compact(index: Path, df, sources: dict[str, list[int]], span: Span) -> None:
     """One segment of every current row in place of the many; a reader that finds a segment
     gone meanwhile reads those run dirs from CSV instead."""
     old = sorted({p.name.split(".")[0] for p in index.glob("seg-*")})
-    _write_segment(index, df, {s: sources[s] for s in df["_source"].unique() if s in sources}, unique=unique)
+    _write_segment(index, df, {s: sources[s] for s in df["_source"].unique() if s in sources}, span=span)
     for segment in old:
         _remove_segment(index, segment)
 
