@@ -140,7 +140,10 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
         for kind, places in now.kinds.items():
             for place, count in places.items():
                 notes.add(kind, place, count)
-        skipped = {s: {**now.of(_results_of(root, s)), **now.of(_place(root, s, RECORD_UNREADABLE))} for s in fresh}
+        skipped = {  # each run dir's places looked up only when something was skipped (10k paths otherwise)
+            s: {**now.of(_results_of(root, s)), **now.of(_place(root, s, RECORD_UNREADABLE))} if now.kinds else {}
+            for s in fresh
+        }
         if new.empty and any(skipped.values()):  # nothing but what was skipped: remember that much
             new = pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
         if len(new):
@@ -508,7 +511,8 @@ def read_runs(dirs: Sequence[Path], labels: Sequence[str], column: str, notes: N
     empty: no run.json); the rule above for unreadable records and missing rows. One pass over
     the rows whatever the number of run dirs (each run's rows counted by one value_counts)."""
     records = {label: record_of(d, notes) for label, d in zip(labels, dirs)}
-    kept = [(d, label) for d, label in zip(dirs, labels) if not notes.of(d / RECORD).get(RECORD_UNREADABLE)]
+    unreadable = notes.kinds.get(RECORD_UNREADABLE, {})
+    kept = [(d, label) for d, label in zip(dirs, labels) if not unreadable or str(d / RECORD) not in unreadable]
     df = read_many([d / RESULTS for d, _ in kept], labels=[label for _, label in kept], column=column, notes=notes)
     have = _rows_per_run(df, column, {label: r.run_id for label, r in records.items() if r and r.rows})
     for d, label in kept:
