@@ -103,11 +103,12 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
         if found is None:
             dropped.setdefault(manifest.stem, OTHER_FORMAT)
             continue
-        stamps, skipped, spans[manifest.stem] = found
-        listed[manifest.stem] = set(stamps)
+        segment = manifest.stem
+        stamps, skipped, spans[segment] = found
+        listed[segment] = set(stamps)
         for source, stamp in stamps.items():
             if sources.get(source) == stamp:
-                indexed[source] = manifest.stem
+                indexed[source] = segment
                 noted[source] = skipped.get(source, {})
     frames = []  # the rows read: pieces of the segments, pandas frames from CSV
     read: list[Span] = []  # for each part read (a segment, the new rows): the span of its row ids
