@@ -74,3 +74,25 @@ def test_segments_apart_in_row_ids_are_not_looked_through_and_an_older_manifest_
         path.write_text(json.dumps(manifest))
     _same(load(out), after)
     _same(load(out, experiment="matmul"), after)
+
+
+def test_a_warm_load_looks_for_repeated_row_ids_only_where_parts_overlap(tmp_path, monkeypatch):
+    """Counted through the real look (index._twice): none on a warm load, none beside a segment
+    of no rows (a run dir of foreign rows only), one where a copied run dir's rows overlap."""
+    out = tmp_path / "outputs"
+    for i in range(3):
+        _run(out, f"r{i}")
+    load(out)
+    foreign = out / "runs" / "foreign"
+    foreign.mkdir(parents=True)
+    (foreign / "results.csv").write_text("a,b\n1,2\n")  # not perflab's: skipped, a segment of no rows
+    load(out)
+    assert [m["row_ids"] for m in _manifests(out)] == [["r0#1", "r2#2"], None]
+    looks = []
+    real = index._twice
+    monkeypatch.setattr(index, "_twice", lambda df: looks.append(len(df)) or real(df))
+    assert len(load(out)) == 6 and looks == []
+    _run(out, "r3")
+    assert len(load(out)) == 8 and looks == []
+    shutil.copytree(out / "runs" / "r3", out / "runs" / "r3-copy")
+    assert len(load(out)) == 8 and looks == [10]

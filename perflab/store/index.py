@@ -129,7 +129,8 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
                 indexed.pop(source, None)
             continue
         frames.extend(part)
-        read.append(spans.get(segment))
+        if any(p.table.num_rows for p in part):  # a part without rows repeats no row id
+            read.append(spans.get(segment))
     for source, kinds in noted.items():
         if source in indexed:
             for kind, count in kinds.items():
