@@ -49,6 +49,7 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
 
     notes = Notes()
     frames = []
+    whole = []  # frames from load_tree: each row id there once already
     for path in map(Path, paths or ("outputs",)):
         if path.is_file():
             frames.append(read_csv(path, ("row_id", "seconds") if samples else OWN_HEADER, notes=notes))
@@ -57,7 +58,8 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
         elif samples:  # the tree's own notes are said when its rows are loaded
             frames.append(read_samples(list(run_dirs(path, Notes())), notes))
         elif tree.is_store(path):
-            frames.append(index.load_tree(path, experiment, notes))
+            whole.append(index.load_tree(path, experiment, notes))
+            frames.append(whole[-1])
         else:
             dirs = [d for d in run_dirs(path, notes) if (d / RESULTS).is_file() and not (d / RESULTS).is_symlink()]
             frames.append(index.read_runs(dirs, [str(d.resolve()) for d in dirs], "run_dir", notes))
@@ -69,7 +71,8 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
         return empty
     df = concat(frames)
     key = ["row_id", "phase", "i"] if samples else ["row_id"]
-    if all(k in df for k in key):  # copied only when some row is there twice (a million rows: a second)
+    once = len(frames) == 1 and any(frames[0] is f for f in whole)  # one tree's rows, each row id once
+    if all(k in df for k in key) and not once:  # copied only when some row is there twice
         twice = df.duplicated(subset=key, keep="first")
         df = df[~twice] if twice.any() else df
     if experiment is not None and "experiment" in df:

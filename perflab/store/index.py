@@ -29,6 +29,7 @@ MAX_SEGMENTS = 8  # more index segments than this are merged into one on the nex
 FORMAT = 3
 OTHER_FORMAT = "rebuilt {n} index segment{s} written by another perflab version"
 DAMAGED = "rebuilt {n} damaged index segment{s}"
+Span = tuple[str, str] | None  # the least and greatest row id of rows whose row ids are each there once
 
 
 def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
@@ -52,19 +53,26 @@ def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
     return found
 
 
-def _manifest(path: Path) -> tuple[dict[str, list[int]], dict[str, dict[str, int]]] | None:
-    """The sources a segment's manifest lists, and what was skipped in them when they were
-    read (so every later load still says it); None if it is not of this format (or damaged:
-    ValueError, OSError); FileNotFoundError if it went meanwhile (a concurrent compaction)."""
+def _manifest(path: Path) -> tuple[dict[str, list[int]], dict[str, dict[str, int]], Span] | None:
+    """The sources a segment's manifest lists, what was skipped in them when they were read (so
+    every later load still says it), and the span of its row ids if each is there once
+    (``row_ids``; an older manifest says nothing: not known); None if it is not of this format
+    (or damaged: ValueError, OSError); FileNotFoundError if it went meanwhile (a concurrent
+    compaction)."""
     data = json.loads(files.read_regular(path))
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("sources"), dict):
         return None
     noted = data.get("notes")
-    return data["sources"], noted if isinstance(noted, dict) else {}
+    ids = data.get("row_ids")
+    span: Span = None
+    if isinstance(ids, list) and len(ids) == 2 and all(isinstance(x, str) for x in ids):
+        span = (ids[0], ids[1])
+    return data["sources"], noted if isinstance(noted, dict) else {}, span
 
 
 def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = None):
-    """Every row under the store ``root`` (optionally of one experiment), through the index.
+    """Every row under the store ``root`` (optionally of one experiment), through the index,
+    each row id once (the first row of it kept, as load() keeps it).
 
     Run dirs whose results.csv (and run.json) have not changed since they were indexed come
     from the Parquet segments; new or changed ones are read from CSV and added as a new
@@ -84,6 +92,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     segments = sorted(index.glob("*.json")) if index.is_dir() else []
     noted: dict[str, dict[str, int]] = {}  # source -> what reading it skipped: said on every load
     listed: dict[str, set[str]] = {}  # segment -> the run dirs it holds rows of
+    spans: dict[str, Span] = {}  # segment -> the span of its row ids, each there once (its manifest says)
     for manifest in segments:
         try:
             found = _manifest(manifest)
@@ -94,13 +103,15 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
         if found is None:
             dropped.setdefault(manifest.stem, OTHER_FORMAT)
             continue
-        stamps, skipped = found
-        listed[manifest.stem] = set(stamps)
+        segment = manifest.stem
+        stamps, skipped, spans[segment] = found
+        listed[segment] = set(stamps)
         for source, stamp in stamps.items():
             if sources.get(source) == stamp:
-                indexed[source] = manifest.stem
+                indexed[source] = segment
                 noted[source] = skipped.get(source, {})
     frames = []  # the rows read: pieces of the segments, pandas frames from CSV
+    read: list[Span] = []  # for each part read (a segment, the new rows): the span of its row ids
     wanted_by_segment: dict[str, set[str]] = {}
     for source, segment in indexed.items():
         wanted_by_segment.setdefault(segment, set()).add(source)
@@ -118,6 +129,8 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
                 indexed.pop(source, None)
             continue
         frames.extend(part)
+        if any(p.table.num_rows for p in part):  # a part without rows repeats no row id
+            read.append(spans.get(segment))
     for source, kinds in noted.items():
         if source in indexed:
             for kind, count in kinds.items():
@@ -129,24 +142,61 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
         for kind, places in now.kinds.items():
             for place, count in places.items():
                 notes.add(kind, place, count)
-        skipped = {s: {**now.of(_results_of(root, s)), **now.of(_place(root, s, RECORD_UNREADABLE))} for s in fresh}
+        skipped = {  # each run dir's places looked up only when something was skipped (10k paths otherwise)
+            s: {**now.of(_results_of(root, s)), **now.of(_place(root, s, RECORD_UNREADABLE))} if now.kinds else {}
+            for s in fresh
+        }
         if new.empty and any(skipped.values()):  # nothing but what was skipped: remember that much
             new = pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
         if len(new):
             new = as_indexed(new)
+        span = _span(new)
         if not new.empty or any(skipped.values()):
-            _write_segment(index, new, {s: sources[s] for s in fresh}, {s: k for s, k in skipped.items() if k})
+            noted_now = {s: k for s, k in skipped.items() if k}
+            _write_segment(index, new, {s: sources[s] for s in fresh}, noted_now, span)
         if len(new):
             frames.append(new[new["experiment"] == experiment] if experiment and "experiment" in new else new)
+            read.append(span)
     for segment, why in dropped.items():
         notes.add(why, index / f"{segment}.parquet")
         _remove_segment(index, segment)
     if not frames:
         return pd.DataFrame()
     df = combine(frames)
+    twice = None if _apart(read) else _twice(df)  # parts whose row ids cannot meet: nothing to look for
     if not experiment and len(segments) - len(dropped) + bool(fresh) > MAX_SEGMENTS:
-        _compact(index, df, sources)
+        _compact(index, df, sources, _span(df))
+    if twice is not None and twice.any():
+        df = df[~twice.to_numpy()]
     return _placed(df, root)
+
+
+def _span(df) -> Span:
+    """The span of the rows' row ids if each is there once (None: some row id is there twice, or
+    missing): rows of parts whose spans do not overlap hold each row id once, without a look."""
+    if "row_id" not in df or not len(df):
+        return None
+    ids = df["row_id"]
+    if ids.isna().any() or ids.duplicated().any():
+        return None
+    return str(ids.min()), str(ids.max())
+
+
+def _apart(spans: list[Span]) -> bool:
+    """Whether no row id can be in two of the parts these are the spans of, nor twice in one."""
+    if any(s is None for s in spans):
+        return False
+    ordered = sorted(s for s in spans if s is not None)
+    return all(a[1] < b[0] for a, b in zip(ordered, ordered[1:]))
+
+
+def _twice(df):
+    """Which rows repeat an earlier row's ``row_id`` (none without the column)."""
+    import pandas as pd
+
+    if "row_id" not in df:
+        return pd.Series(False, index=df.index)
+    return df["row_id"].duplicated(keep="first")
 
 
 def as_indexed(df):
@@ -355,7 +405,7 @@ def _frame(pieces: list[Piece]):
     table = pa.Table.from_arrays(
         list(arrays.values()), schema=schema.with_metadata({b"pandas": json.dumps(meta).encode()})
     )
-    df = table.to_pandas()
+    df = table.to_pandas(split_blocks=True)
     if masked:  # beside the rest (no copy: pandas keeps each column's array), then in the columns' order
         df = pd.concat([df, pd.DataFrame(masked, index=df.index, copy=False)], axis=1)[list(fields)]
     return df
@@ -393,15 +443,16 @@ def _int64(name: str, pieces: list[Piece], n: int):
 
 def _placed(df, root: Path):
     """The rows with ``run_dir``, where each run dir is now (trees move), for ``_source``."""
-    import numpy as np
     import pandas as pd
+    import pyarrow as pa
 
     base = os.fspath(root.resolve())
     sources = df["_source"].astype("category")
-    where = [s if os.path.isabs(s) else os.path.join(base, s) for s in sources.cat.categories]
+    within = os.path.join(base, "")
+    where = pa.array([s if s.startswith(os.sep) else within + s for s in sources.cat.categories], pa.large_string())
     codes = sources.cat.codes.to_numpy()
-    taken = np.asarray([*where, None], dtype=object)[codes]  # one string object a run dir; code -1: None
-    run_dir = pd.Series(taken, index=df.index, dtype="str")
+    taken = where.take(pa.array(codes, mask=codes < 0))  # Arrow's text, as pandas' str holds it: no string object a row
+    run_dir = pd.Series(pd.array(taken, dtype="str"), index=df.index)
     return fix_dtypes(
         pd.concat([df.drop(columns=["_source", "run_dir"], errors="ignore"), run_dir.rename("run_dir")], axis=1)
     )
@@ -462,7 +513,8 @@ def read_runs(dirs: Sequence[Path], labels: Sequence[str], column: str, notes: N
     empty: no run.json); the rule above for unreadable records and missing rows. One pass over
     the rows whatever the number of run dirs (each run's rows counted by one value_counts)."""
     records = {label: record_of(d, notes) for label, d in zip(labels, dirs)}
-    kept = [(d, label) for d, label in zip(dirs, labels) if not notes.of(d / RECORD).get(RECORD_UNREADABLE)]
+    unreadable = notes.kinds.get(RECORD_UNREADABLE, {})
+    kept = [(d, label) for d, label in zip(dirs, labels) if not unreadable or str(d / RECORD) not in unreadable]
     df = read_many([d / RESULTS for d, _ in kept], labels=[label for _, label in kept], column=column, notes=notes)
     have = _rows_per_run(df, column, {label: r.run_id for label, r in records.items() if r and r.rows})
     for d, label in kept:
@@ -482,13 +534,18 @@ def _rows_per_run(df, column: str, run_ids: dict[str, str]) -> dict[str, int]:
 
 
 def _write_segment(
-    index: Path, df, stamps: dict[str, list[int]], noted: dict[str, dict[str, int]] | None = None
+    index: Path,
+    df,
+    stamps: dict[str, list[int]],
+    noted: dict[str, dict[str, int]] | None = None,
+    span: Span = None,
 ) -> None:
-    """A new immutable segment and then its manifest (readers only trust segments with one)."""
+    """A new immutable segment and then its manifest (readers only trust segments with one);
+    ``span``: its row ids' if each is there once (_span: a load need not look for repeats)."""
     # named in the order written (to the nanosecond): segments are read, and their rows given, in that order
     ns = time.time_ns()  # one reading: UTC to the second, then its nanoseconds
     name = f"seg-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(ns // 10**9))}-{ns % 10**9:09d}-{secrets.token_hex(4)}"
-    manifest = {"format": FORMAT, "sources": stamps, "notes": noted or {}}
+    manifest = {"format": FORMAT, "sources": stamps, "notes": noted or {}, "row_ids": span}
     try:
         index.mkdir(parents=True, exist_ok=True)
         files.write_atomic(index / f"{name}.parquet", to_parquet(df))
@@ -507,11 +564,11 @@ def _remove_segment(index: Path, segment: str) -> None:
                 path.unlink()
 
 
-def _compact(index: Path, df, sources: dict[str, list[int]]) -> None:
+def _compact(index: Path, df, sources: dict[str, list[int]], span: Span) -> None:
     """One segment of every current row in place of the many; a reader that finds a segment
     gone meanwhile reads those run dirs from CSV instead."""
     old = sorted({p.name.split(".")[0] for p in index.glob("seg-*")})
-    _write_segment(index, df, {s: sources[s] for s in df["_source"].unique() if s in sources})
+    _write_segment(index, df, {s: sources[s] for s in df["_source"].unique() if s in sources}, span=span)
     for segment in old:
         _remove_segment(index, segment)
 
