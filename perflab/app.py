@@ -152,25 +152,38 @@ def checked_before_hydra(args: Sequence[str]) -> tuple[str | None, Any]:
     hydra.main's first composition reads only to learn (``_mode_known``). hydra.main composes
     twice and starts a job before the job refuses, most of a refusal's time. Only a plain
     ``+experiment=NAME key=value ...`` is checked here (no flag, no sweep, no hydra or launcher
-    key); a config that does not compose is left to Hydra, which says why."""
+    key); a config that does not compose is left to Hydra, which says why. A mistake in plain
+    values is found first without Hydra (:mod:`perflab.config.early`, the same checks)."""
+    if any(a.startswith("-") for a in args):
+        return None, NOT_COMPOSED
+    chosen = [a.partition("=")[2] for a in args if a.startswith("+experiment=")]
+    overrides = [a for a in args if not a.startswith("+experiment=")]
+    if len(chosen) != 1:
+        return None, NOT_COMPOSED
+    from perflab.config import early
+
+    line = early.refusal(chosen[0], overrides)  # plain values: found without Hydra (its import is most of the time)
+    if line is not None:
+        return line, NOT_COMPOSED
+    if sweeping(overrides):
+        return None, NOT_COMPOSED
+    if any(a.lstrip("+~").startswith(("hydra.", "hydra/", "launcher")) for a in overrides):
+        return None, NOT_COMPOSED
+    if any("${hydra:" in a for a in overrides):
+        return None, NOT_COMPOSED  # resolved only inside hydra.main (HydraConfig)
+    return checked_by_composing(chosen[0], overrides)
+
+
+def checked_by_composing(experiment: str, overrides: Sequence[str]) -> tuple[str | None, Any]:
+    """:func:`checked_before_hydra`'s answer from the config Hydra composes (its compose API)."""
     from perflab.config.composition import compose_with_mode
     from perflab.config.install import check_torch_pair
     from perflab.config.schema import resolve_all
     from perflab.errors import Refused
     from perflab.job.execute import check_overrides, check_values
 
-    if any(a.startswith("-") for a in args):
-        return None, NOT_COMPOSED
-    chosen = [a.partition("=")[2] for a in args if a.startswith("+experiment=")]
-    overrides = [a for a in args if not a.startswith("+experiment=")]
-    if len(chosen) != 1 or sweeping(overrides):
-        return None, NOT_COMPOSED
-    if any(a.lstrip("+~").startswith(("hydra.", "hydra/", "launcher")) for a in overrides):
-        return None, NOT_COMPOSED
-    if any("${hydra:" in a for a in overrides):
-        return None, NOT_COMPOSED  # resolved only inside hydra.main (HydraConfig)
     try:
-        cfg, _, _, mode = compose_with_mode(chosen[0], overrides)
+        cfg, _, _, mode = compose_with_mode(experiment, overrides)
     except Refused:
         return None, NOT_COMPOSED  # Hydra's own path says it, in its words
     try:
@@ -522,6 +535,8 @@ def usage_error(line: str) -> int:
 def _hydra_flags(args: Sequence[str]) -> str | None:
     """A mistake in Hydra's own flags (``--cfg nope``, ``--bogus``) as one line, without the usage
     block argparse prints; None if the flags parse."""
+    if not any(a.startswith("-") for a in args):
+        return None  # overrides alone: Hydra's parser takes any word, and importing it is most of a refusal's time
     from hydra._internal.utils import get_args_parser
 
     parser = get_args_parser()
