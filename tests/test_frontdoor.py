@@ -28,6 +28,10 @@ CASES = [
     ("matmul", ["experiment.name=comm"], False),
     ("matmul", ["experiment.size=${experiment.iterations}"], False),  # valid only through the interpolation
     ("matmul", ["experiment.size=${bench.warmup}"], False),  # refused only once resolved (warmup 2 ... valid)
+    ("matmul", ["+bench.repeat=3", "+bench.repeat=4"], False),  # a second + to the key added: Hydra's words
+    ("matmul", ["+foo=3", "+foo=4"], False),
+    ("hardware", ["experiment.copy_mb=0"], True),  # a preset with a list (dtypes), typed item by item
+    ("quick/hardware", ["bench.warmup=0"], True),
     ("train", ["trainer.epochs=0"], False),  # a preset with model/data: Hydra composes it
     ("train", ["devices.spec=gpu"], False),
 ]
@@ -106,3 +110,12 @@ def test_a_refused_value_is_one_line_and_exit_2_without_hydra(tmp_path):
     done = subprocess.run([sys.executable, "-c", script, *args], cwd=tmp_path, capture_output=True, text=True)
     assert done.stdout.split() == ["2"], done.stderr
     assert done.stderr == "perflab: error: experiment.size=-5: allowed: an integer >= 1\n"
+
+
+@pytest.mark.parametrize("overrides", [["bench.repeats=0"], ["+bench.repeat=3"], ["bench.warmup=0", "seed=7"]])
+def test_every_preset_is_refused_or_accepted_as_composing_does(overrides):
+    from perflab.app import preset_names
+
+    for name in preset_names():
+        said = early.refusal(name, overrides)
+        assert said is None or said == checked_by_composing(name, overrides)[0], name

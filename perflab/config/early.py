@@ -132,14 +132,14 @@ def _apply(data: dict[str, Any], config: type, override: str) -> bool:
                 return False
             data[section] = typed
             return True
-        if not plus:
+        if not plus or section in data:
             return False
         data[section] = value
         return True
     schema = _schema(section, config)
     if schema is None:
         return False
-    known = {f.name for f in fields(schema)}
+    known = {f.name for f in fields(schema)} | set(data.get(section, {}))  # and those added with +
     if section == "experiment" and name == "name":
         return False  # perflab.job.execute.check_overrides says it
     if (name in known) == bool(plus):  # + to a key that is there, or none to one that is not: Hydra's words
@@ -173,11 +173,15 @@ def _value(raw: str) -> Any:
 def _typed(schema: Any, name: str, value: Any) -> Any:
     """``value`` as OmegaConf stores it in field ``name`` (an int in a float field: a float),
     or UNSURE where OmegaConf would convert it some other way, or refuse it in its own words."""
-    if value == MISSING and isinstance(value, str):
-        return UNSURE
     try:
         hint = typing.get_type_hints(schema).get(name)
     except Exception:  # a hint that does not resolve: composing says what it makes of it
+        return UNSURE
+    return _as(hint, value)
+
+
+def _as(hint: Any, value: Any) -> Any:
+    if isinstance(value, str) and value == MISSING:
         return UNSURE
     if hint is Any:
         return value
@@ -186,6 +190,9 @@ def _typed(schema: Any, name: str, value: Any) -> Any:
         if value is None:
             return None
         hint = next(a for a in args if a is not type(None))
+    if typing.get_origin(hint) is list and len(typing.get_args(hint)) == 1 and isinstance(value, list):
+        items = [_as(typing.get_args(hint)[0], v) for v in value]  # a preset's list, typed item by item
+        return UNSURE if any(i is UNSURE for i in items) else items
     if hint is bool:
         return value if isinstance(value, bool) else UNSURE
     if isinstance(value, bool):
