@@ -221,6 +221,7 @@ def help_text(args: Sequence[str]) -> int:
     seconds of work; this is the same content in a fraction of that.)"""
     from omegaconf import OmegaConf
 
+    from perflab.config import early
     from perflab.config.composition import compose
 
     experiment = next((a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("experiment=")), None)
@@ -232,9 +233,10 @@ def help_text(args: Sequence[str]) -> int:
         for g in ("model", "data", "strategy", "launcher")
     }
     overrides = [a for a in overrides_only(searchpath(args)) if not a.lstrip("+").startswith("experiment=")]
-    swept = sweeping(overrides)
+    plain = early.composed(experiment, overrides)  # plain values: the same config, without Hydra
+    swept = [] if plain is not None else sweeping(overrides)
     try:
-        cfg, _, _ = compose(experiment, [o for o in overrides if o not in swept])
+        cfg = plain[0] if plain is not None else compose(experiment, [o for o in overrides if o not in swept])[0]
     except ValueError as err:
         return usage_error(str(err))
     groups = {g: c for g, c in groups.items() if g == "launcher" or cfg.get(g) is not None}  # what it has
@@ -460,8 +462,8 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
 def unknown_flag(args: Sequence[str]) -> str | None:
     """A flag that is neither perflab's nor Hydra's (``--versio``, ``-mm``): argparse would take a
     prefix of a flag for it (``--versio``: Hydra's version, exit 0) or merge short ones."""
-    if not any(a.startswith("-") for a in args):
-        return None  # no flag: Hydra's parser (most of a refusal's imports) is not needed
+    if {a for a in args if a.startswith("-")} <= {"--help", "-h"}:
+        return None  # no flag, or --help alone: Hydra's parser (most of a refusal's imports) is not needed
     from hydra._internal.utils import get_args_parser
 
     known = sorted(get_args_parser()._option_string_actions)

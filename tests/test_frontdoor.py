@@ -80,6 +80,11 @@ def mine(tmp_path, monkeypatch):
     registry.entries.cache_clear()
     registry.get.cache_clear()
     sys.modules.pop("minepkg_mine", None)
+    from hydra.core.config_store import ConfigStore
+
+    repo = ConfigStore.instance().repo  # composing registered it: this process forgets it too
+    for group in (repo.get("experiment", {}), repo.get("schema", {}).get("experiment", {})):
+        group.pop("mine.yaml", None)
 
 
 @pytest.mark.parametrize(
@@ -119,3 +124,32 @@ def test_every_preset_is_refused_or_accepted_as_composing_does(overrides):
     for name in preset_names():
         said = early.refusal(name, overrides)
         assert said is None or said == checked_by_composing(name, overrides)[0], name
+
+
+@pytest.mark.parametrize("overrides", [[], ["experiment.size=7", "bench.min_time_s=1", "+bench.repeat=3", "seed=4"]])
+def test_the_plain_config_is_the_one_hydra_composes(overrides):
+    """What --help prints and the early check checks: every key, value and order as composed."""
+    from omegaconf import OmegaConf
+
+    from perflab.app import preset_names
+    from perflab.config.composition import compose
+
+    answered = 0
+    for name in preset_names():
+        plain = early.composed(name, overrides)
+        if plain is None:
+            continue
+        answered += 1
+        assert OmegaConf.to_yaml(plain[0]) == OmegaConf.to_yaml(compose(name, overrides)[0]), name
+    assert answered >= 4  # matmul and quick/matmul at least, with the overrides
+
+
+@pytest.mark.parametrize("overrides", [[], ["experiment.rows=3", "experiment.hi=7"]])
+def test_a_users_plain_config_is_the_one_hydra_composes(mine, overrides):
+    from omegaconf import OmegaConf
+
+    from perflab.config.composition import compose
+
+    plain = early.composed("mine", overrides)
+    assert plain is not None
+    assert OmegaConf.to_yaml(plain[0]) == OmegaConf.to_yaml(compose("mine", overrides)[0])

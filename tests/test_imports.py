@@ -159,6 +159,7 @@ LIBRARIES = ("hydra", "omegaconf", "yaml", "pandas", "scipy", "pyarrow", "numpy"
         (["+experiment=matmul", "experiment.size=-5"], 2, ("yaml",)),  # the preset read, no Hydra (config.early)
         (["+experiment=matmul", "+bench.repeat=3"], 2, ("yaml",)),
         (["+experiment=quick/matmul", "seed=-1"], 2, ("yaml",)),
+        (["+experiment=matmul", "--help"], 0, ("omegaconf", "yaml")),  # printed by OmegaConf, not composed
         (["+experiment=train", "trainer.epochs=0"], 2, ("hydra", "omegaconf", "yaml")),  # composed: model, data
     ],
 )

@@ -40,6 +40,21 @@ UNSURE = object()
 def refusal(experiment: str, overrides: Sequence[str]) -> str | None:
     """The one line the job would refuse ``+experiment=NAME overrides`` with, or None where
     there is none, or where only composing with Hydra can tell."""
+    found = composed(experiment, overrides)
+    if found is None:
+        return None
+    data, config = found
+    try:
+        check_torch_pair()  # the job's order (perflab.job.execute.check)
+        validate(data, config)
+    except ConfigError as err:
+        return err.line()
+    return None
+
+
+def composed(experiment: str, overrides: Sequence[str]) -> tuple[dict[str, Any], type] | None:
+    """The config Hydra composes for ``+experiment=NAME overrides``, as plain data (every key,
+    in the schema's order, unresolved), and the experiment's Config; None where unsure."""
     found = preset(experiment)
     if found is None:
         return None
@@ -50,17 +65,26 @@ def refusal(experiment: str, overrides: Sequence[str]) -> str | None:
         return None
     if not is_dataclass(config) or not _typed_all(data, config):
         return None
-    unset = {f.name: f.default for f in fields(PerflabConfig) if f.name not in data and f.default is not MISSING_FIELD}
-    data = {**unset, **{s: {} for s in SHARED if s not in data}, **data}  # as the schema composes them
     for override in overrides:
         if not _apply(data, config, override):
             return None
-    try:
-        check_torch_pair()  # the job's order (perflab.job.execute.check)
-        validate(data, config)
-    except ConfigError as err:
-        return err.line()
-    return None
+    full: dict[str, Any] = {}
+    for f in fields(PerflabConfig):
+        schema = _schema(f.name, config)
+        if schema is None:
+            full[f.name] = data.pop(f.name, f.default)
+            continue
+        values = data.pop(f.name, {})
+        full[f.name] = {g.name: values.pop(g.name, _default(g)) for g in fields(schema)} | values
+        if any(is_dataclass(v) or isinstance(v, dict) for v in full[f.name].values()):
+            return None  # a nested config: OmegaConf's to compose
+    return full | data, config  # and the top-level keys added with +
+
+
+def _default(f: Any) -> Any:
+    if f.default is not MISSING_FIELD:
+        return f.default
+    return f.default_factory() if f.default_factory is not MISSING_FIELD else MISSING
 
 
 def preset(name: str) -> tuple[str, dict[str, Any]] | None:
