@@ -9,6 +9,7 @@ declared experiment on its Config's defaults) whose defaults list names only the
 schema or another such preset, and overrides ``section.key=value`` of a plain scalar under
 experiment, devices, bench, results or ``seed``. Anything else (a sweep, ``${...}``, a
 list, a model or data section, a key Hydra itself refuses) is None: Hydra composes as before.
+``perflab +experiment=NAME --help`` prints the same plain config (:func:`composed`).
 """
 
 from __future__ import annotations
