@@ -63,6 +63,22 @@ class Config(ExperimentConfig):
 def run(ctx):
     pass
 """
+TAGGED = """
+from dataclasses import dataclass
+from perflab.experiment import ExperimentConfig, require
+
+
+@dataclass
+class Config(ExperimentConfig):
+    tag: str = "${results.store}"  # resolved before the checks see it
+
+    def __post_init__(self):
+        require("$" not in self.tag, "tag", self.tag, "a resolved text")
+
+
+def run(ctx):
+    pass
+"""
 
 
 @pytest.fixture
@@ -71,8 +87,9 @@ def mine(tmp_path, monkeypatch):
     meta = tmp_path / "minepkg-0.1.0.dist-info"
     meta.mkdir()
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: minepkg\nVersion: 0.1.0\n")
-    (meta / "entry_points.txt").write_text(f"[{registry.GROUP}]\nmine = minepkg_mine\n")
+    (meta / "entry_points.txt").write_text(f"[{registry.GROUP}]\nmine = minepkg_mine\ntagged = minepkg_tagged\n")
     (tmp_path / "minepkg_mine.py").write_text(MINE)
+    (tmp_path / "minepkg_tagged.py").write_text(TAGGED)
     monkeypatch.syspath_prepend(str(tmp_path))
     registry.entries.cache_clear()
     registry.get.cache_clear()
@@ -80,11 +97,13 @@ def mine(tmp_path, monkeypatch):
     registry.entries.cache_clear()
     registry.get.cache_clear()
     sys.modules.pop("minepkg_mine", None)
+    sys.modules.pop("minepkg_tagged", None)
     from hydra.core.config_store import ConfigStore
 
     repo = ConfigStore.instance().repo  # composing registered it: this process forgets it too
     for group in (repo.get("experiment", {}), repo.get("schema", {}).get("experiment", {})):
         group.pop("mine.yaml", None)
+        group.pop("tagged.yaml", None)
 
 
 @pytest.mark.parametrize(
@@ -104,6 +123,12 @@ def test_a_users_experiment_is_refused_or_accepted_as_composing_does(mine, overr
     composed = checked_by_composing("mine", overrides)[0]
     assert said == (composed if answers else None)
     assert composed is None or "mine" not in composed
+
+
+def test_an_experiments_default_that_interpolates_is_left_to_composing(mine):
+    """Valid only once resolved: the early check, which does not resolve, says nothing."""
+    assert checked_by_composing("tagged", ["seed=1"])[0] is None
+    assert early.refusal("tagged", ["seed=1"]) is None
 
 
 def test_a_refused_value_is_one_line_and_exit_2_without_hydra(tmp_path):

@@ -79,6 +79,8 @@ def composed(experiment: str, overrides: Sequence[str]) -> tuple[dict[str, Any],
         full[f.name] = {g.name: values.pop(g.name, _default(g)) for g in fields(schema)} | values
         if any(is_dataclass(v) or isinstance(v, dict) for v in full[f.name].values()):
             return None  # a nested config: OmegaConf's to compose
+    if any("${" in str(v) for v in full["experiment"].values()):
+        return None  # an experiment's default that interpolates: its checks see it resolved
     return full | data, config  # and the top-level keys added with +
 
 
