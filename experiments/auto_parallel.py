@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from omegaconf import MISSING
-
 from perflab.config.contract import Figure, Samples, Section, Setup
-from perflab.config.schema import ExperimentConfig, PerflabConfig, positive
+from perflab.config.schema import MISSING, ExperimentConfig, PerflabConfig, positive
 
 if TYPE_CHECKING:
     from pandas import DataFrame

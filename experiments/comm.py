@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from omegaconf import MISSING
-
 from perflab.config.contract import Figure, Samples, Section, Table
-from perflab.config.schema import BACKENDS, ExperimentConfig, PerflabConfig, one_of, positive, require
+from perflab.config.schema import BACKENDS, MISSING, ExperimentConfig, PerflabConfig, one_of, positive, require
 from perflab.errors import ConfigError
 from perflab.measure import costmodel
 

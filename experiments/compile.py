@@ -12,11 +12,10 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
-from omegaconf import MISSING
-
 from perflab.config.contract import Figure, Samples, Section, Setup
 from perflab.config.schema import (
     COMPILE_MODES,
+    MISSING,
     PRECISIONS,
     ExperimentConfig,
     PerflabConfig,

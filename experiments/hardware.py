@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
-from omegaconf import MISSING
-
 from perflab.config.contract import Figure, Samples, Section, Table
-from perflab.config.schema import DTYPES, ExperimentConfig, positive, some_of
+from perflab.config.schema import DTYPES, MISSING, ExperimentConfig, positive, some_of
 
 if TYPE_CHECKING:
     from pandas import DataFrame

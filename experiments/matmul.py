@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from omegaconf import MISSING
-
 from perflab.config.contract import Figure, Samples, Section
-from perflab.config.schema import DTYPES, ExperimentConfig, one_of, positive
+from perflab.config.schema import DTYPES, MISSING, ExperimentConfig, one_of, positive
 
 if TYPE_CHECKING:
     from pandas import DataFrame

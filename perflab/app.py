@@ -152,25 +152,38 @@ def checked_before_hydra(args: Sequence[str]) -> tuple[str | None, Any]:
     hydra.main's first composition reads only to learn (``_mode_known``). hydra.main composes
     twice and starts a job before the job refuses, most of a refusal's time. Only a plain
     ``+experiment=NAME key=value ...`` is checked here (no flag, no sweep, no hydra or launcher
-    key); a config that does not compose is left to Hydra, which says why."""
+    key); a config that does not compose is left to Hydra, which says why. A mistake in plain
+    values is found first without Hydra (:mod:`perflab.config.early`, the same checks)."""
+    if any(a.startswith("-") for a in args):
+        return None, NOT_COMPOSED
+    chosen = [a.partition("=")[2] for a in args if a.startswith("+experiment=")]
+    overrides = [a for a in args if not a.startswith("+experiment=")]
+    if len(chosen) != 1:
+        return None, NOT_COMPOSED
+    from perflab.config import early
+
+    line = early.refusal(chosen[0], overrides)  # plain values: found without Hydra (its import is most of the time)
+    if line is not None:
+        return line, NOT_COMPOSED
+    if sweeping(overrides):
+        return None, NOT_COMPOSED
+    if any(a.lstrip("+~").startswith(("hydra.", "hydra/", "launcher")) for a in overrides):
+        return None, NOT_COMPOSED
+    if any("${hydra:" in a for a in overrides):
+        return None, NOT_COMPOSED  # resolved only inside hydra.main (HydraConfig)
+    return checked_by_composing(chosen[0], overrides)
+
+
+def checked_by_composing(experiment: str, overrides: Sequence[str]) -> tuple[str | None, Any]:
+    """:func:`checked_before_hydra`'s answer from the config Hydra composes (its compose API)."""
     from perflab.config.composition import compose_with_mode
     from perflab.config.install import check_torch_pair
     from perflab.config.schema import resolve_all
     from perflab.errors import Refused
     from perflab.job.execute import check_overrides, check_values
 
-    if any(a.startswith("-") for a in args):
-        return None, NOT_COMPOSED
-    chosen = [a.partition("=")[2] for a in args if a.startswith("+experiment=")]
-    overrides = [a for a in args if not a.startswith("+experiment=")]
-    if len(chosen) != 1 or sweeping(overrides):
-        return None, NOT_COMPOSED
-    if any(a.lstrip("+~").startswith(("hydra.", "hydra/", "launcher")) for a in overrides):
-        return None, NOT_COMPOSED
-    if any("${hydra:" in a for a in overrides):
-        return None, NOT_COMPOSED  # resolved only inside hydra.main (HydraConfig)
     try:
-        cfg, _, _, mode = compose_with_mode(chosen[0], overrides)
+        cfg, _, _, mode = compose_with_mode(experiment, overrides)
     except Refused:
         return None, NOT_COMPOSED  # Hydra's own path says it, in its words
     try:
@@ -208,6 +221,7 @@ def help_text(args: Sequence[str]) -> int:
     seconds of work; this is the same content in a fraction of that.)"""
     from omegaconf import OmegaConf
 
+    from perflab.config import early
     from perflab.config.composition import compose
 
     experiment = next((a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("experiment=")), None)
@@ -219,9 +233,10 @@ def help_text(args: Sequence[str]) -> int:
         for g in ("model", "data", "strategy", "launcher")
     }
     overrides = [a for a in overrides_only(searchpath(args)) if not a.lstrip("+").startswith("experiment=")]
-    swept = sweeping(overrides)
+    plain = early.composed(experiment, overrides)  # plain values: the same config, without Hydra
+    swept = [] if plain is not None else sweeping(overrides)
     try:
-        cfg, _, _ = compose(experiment, [o for o in overrides if o not in swept])
+        cfg = plain[0] if plain is not None else compose(experiment, [o for o in overrides if o not in swept])[0]
     except ValueError as err:
         return usage_error(str(err))
     groups = {g: c for g, c in groups.items() if g == "launcher" or cfg.get(g) is not None}  # what it has
@@ -447,8 +462,8 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
 def unknown_flag(args: Sequence[str]) -> str | None:
     """A flag that is neither perflab's nor Hydra's (``--versio``, ``-mm``): argparse would take a
     prefix of a flag for it (``--versio``: Hydra's version, exit 0) or merge short ones."""
-    if not any(a.startswith("-") for a in args):
-        return None  # no flag: Hydra's parser (most of a refusal's imports) is not needed
+    if {a for a in args if a.startswith("-")} <= {"--help", "-h"}:
+        return None  # no flag, or --help alone: Hydra's parser (most of a refusal's imports) is not needed
     from hydra._internal.utils import get_args_parser
 
     known = sorted(get_args_parser()._option_string_actions)
@@ -522,6 +537,8 @@ def usage_error(line: str) -> int:
 def _hydra_flags(args: Sequence[str]) -> str | None:
     """A mistake in Hydra's own flags (``--cfg nope``, ``--bogus``) as one line, without the usage
     block argparse prints; None if the flags parse."""
+    if not any(a.startswith("-") for a in args):
+        return None  # overrides alone: Hydra's parser takes any word, and importing it is most of a refusal's time
     from hydra._internal.utils import get_args_parser
 
     parser = get_args_parser()

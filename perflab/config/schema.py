@@ -393,15 +393,16 @@ SECTIONS: dict[str, type] = {
 }
 
 
-def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabConfig:
+def validate(cfg: DictConfig | dict[str, Any], experiment_config: type | None = None) -> PerflabConfig:
     """Build the typed config, raising a ConfigError whose key is the full dotted path.
 
+    ``cfg`` is Hydra's composed config, or the same config as plain data (a ``dict`` of the
+    values set, typed as OmegaConf would have typed them: :mod:`perflab.config.early` finds a
+    command line's mistake so, without Hydra): one set of checks in one order for both.
     Keys that no schema knows (``+bench.repeat=3``) are refused with a did-you-mean, since
     Hydra's ``+`` would otherwise add them and they would be silently ignored.
     """
-    from omegaconf import DictConfig, OmegaConf
-    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
-
+    plain = isinstance(cfg, dict)
     sections: dict[str, Any] = {}
     known = {f.name: f for f in fields(PerflabConfig)}
     removed = next((name for name in known if name not in cfg and name not in OPTIONAL_SECTIONS), None)
@@ -410,32 +411,76 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
         raise ConfigError(removed, f"(removed by ~{removed})", allowed, problem="this key cannot be removed")
     _refuse_unknown(cfg, known, "")
     for name in known:
-        try:
-            node = cfg.get(name)
-        except InterpolationResolutionError as err:
-            raise unresolved(cfg, err) from None
-        if not isinstance(node, DictConfig):
+        node = cfg.get(name) if plain else _section_node(cfg, name)
+        if not isinstance(node, Mapping):
             sections[name] = node
             continue
-        schema = experiment_config if name == "experiment" and experiment_config else OmegaConf.get_type(node)
+        if name == "experiment" and experiment_config:
+            schema: Any = experiment_config
+        else:
+            schema = {"experiment": ExperimentConfig, **SECTIONS}[name] if plain else _omegaconf_type(node)
         args: dict[str, Any] = {}
         if schema is ModelConfig:
-            node, args = _factory_args(node, cfg)
+            node, args = (
+                _plain_factory_args(node) if plain else _factory_args(cast("DictConfig", node), cast("DictConfig", cfg))
+            )
         if is_dataclass(schema):
             _refuse_unknown(node, {f.name: f for f in fields(schema)}, f"{name}.")
-        try:
-            sections[name] = OmegaConf.to_object(node)
-        except ConfigError as err:
-            raise err.under(name) from None
-        except MissingMandatoryValue as err:  # a field without a default, set nowhere
-            raise missing(schema, str(err.key), f"{name}.{err.key}") from None
-        except InterpolationResolutionError as err:
-            raise unresolved(cfg, err) from None
+        sections[name] = _plain_object(schema, node, name) if plain else _to_object(schema, node, name, cfg)
         if args:
             sections[name].args = {**sections[name].args, **args}
     settings = PerflabConfig(**sections)
     _refuse_out_of_range(settings)
     return settings
+
+
+def _section_node(cfg: Any, name: str) -> Any:
+    from omegaconf.errors import InterpolationResolutionError
+
+    try:
+        return cfg.get(name)
+    except InterpolationResolutionError as err:
+        raise unresolved(cfg, err) from None
+
+
+def _omegaconf_type(node: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.get_type(node)
+
+
+def _to_object(schema: Any, node: Any, name: str, cfg: Any) -> Any:
+    """A composed section as its dataclass (OmegaConf calls ``__post_init__``: the range checks)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+
+    try:
+        return OmegaConf.to_object(node)
+    except ConfigError as err:
+        raise err.under(name) from None
+    except MissingMandatoryValue as err:  # a field without a default, set nowhere
+        raise missing(schema, str(err.key), f"{name}.{err.key}") from None
+    except InterpolationResolutionError as err:
+        raise unresolved(cfg, err) from None
+
+
+def _plain_object(schema: Any, node: Mapping[str, Any], name: str) -> Any:
+    """A section given as plain data, as its dataclass: what :func:`_to_object` does, in its
+    order (a field set nowhere first, then ``__post_init__``)."""
+    for f in fields(schema):
+        value = node.get(f.name, f.default)
+        if (value is dataclasses.MISSING and f.default_factory is dataclasses.MISSING) or value == MISSING:
+            raise missing(schema, f.name, f"{name}.{f.name}")
+    try:
+        return schema(**node)
+    except ConfigError as err:
+        raise err.under(name) from None
+
+
+def _plain_factory_args(node: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`_factory_args` of plain data."""
+    known = {f.name for f in fields(ModelConfig)}
+    return {k: v for k, v in node.items() if k in known}, {k: v for k, v in node.items() if k not in known}
 
 
 def missing(schema: Any, field_name: str, key: str) -> KeyOnly:
@@ -534,13 +579,16 @@ def _refuse_out_of_range(obj: Any, prefix: str = "") -> None:
             raise ConfigError(f"{prefix}{f.name}", value, "an integer below 2**63")
 
 
-def _refuse_unknown(node: DictConfig, known: Mapping[str, Any], prefix: str) -> None:
-    from omegaconf import OmegaConf
-
+def _refuse_unknown(node: Mapping[str, Any], known: Mapping[str, Any], prefix: str) -> None:
     for key in node:
         if key == "hydra" or key in known:
             continue
-        value = OmegaConf.to_container(node, resolve=False).get(key)  # type: ignore[union-attr]
+        if isinstance(node, dict):
+            value = node[key]
+        else:
+            from omegaconf import OmegaConf
+
+            value = OmegaConf.to_container(node, resolve=False).get(key)  # type: ignore[union-attr]
         raise unknown_key(f"{prefix}{key!s}", value, list(known))
 
 
