@@ -4,7 +4,7 @@ each preset's first comment, which the README's table repeats), a config mistake
 the README's test command. Run it on a quiet machine; ``tests/test_readme.py`` then holds every
 stated figure to the newest measurement here, so a figure cannot drift from what runs.
 
-    python benchmarks/stated_figures.py [--only compile,matmul] [--no-suite]
+    python benchmarks/stated_figures.py [--only compile,matmul,mistake,suite] [--no-suite]
 
 Each figure is the median of ``--repeats`` fresh processes (wall time, imports included, as a
 user waits for it); results are appended to ``benchmarks/results/stated_figures.csv`` with the
@@ -46,9 +46,9 @@ def commands(only: set[str] | None, suite: bool) -> dict[str, list[str]]:
         if name not in SKIPPED:
             found[name] = [*perflab, f"+experiment={name}"]
         found[f"quick/{name}"] = [*perflab, f"+experiment=quick/{name}"]
-    if not only:
+    if not only or "mistake" in only:
         found[MISTAKE] = [*perflab, "+experiment=matmul", "experiment.size=-5"]
-    if suite and not only:
+    if suite and (not only or "suite" in only):
         found[SUITE] = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")]
     return found
 
@@ -65,7 +65,7 @@ def commit() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=1, help="fresh processes per figure (median)")
-    parser.add_argument("--only", default="", help="comma-separated presets (default: all)")
+    parser.add_argument("--only", default="", help="comma-separated presets, 'mistake', 'suite' (default: all)")
     parser.add_argument("--no-suite", action="store_true", help="leave out the test suite (minutes)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
