@@ -79,6 +79,23 @@ class Config(ExperimentConfig):
 def run(ctx):
     pass
 """
+DERIVED = """
+from dataclasses import dataclass, field
+from perflab.experiment import ExperimentConfig
+
+
+@dataclass
+class Config(ExperimentConfig):
+    size: int = 4
+    area: int = field(init=False, default=0)  # set after __init__, as OmegaConf sets it
+
+    def __post_init__(self):
+        self.area = self.size * self.size
+
+
+def run(ctx):
+    pass
+"""
 
 
 @pytest.fixture
@@ -87,9 +104,12 @@ def mine(tmp_path, monkeypatch):
     meta = tmp_path / "minepkg-0.1.0.dist-info"
     meta.mkdir()
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: minepkg\nVersion: 0.1.0\n")
-    (meta / "entry_points.txt").write_text(f"[{registry.GROUP}]\nmine = minepkg_mine\ntagged = minepkg_tagged\n")
+    (meta / "entry_points.txt").write_text(
+        f"[{registry.GROUP}]\nmine = minepkg_mine\ntagged = minepkg_tagged\nderived = minepkg_derived\n"
+    )
     (tmp_path / "minepkg_mine.py").write_text(MINE)
     (tmp_path / "minepkg_tagged.py").write_text(TAGGED)
+    (tmp_path / "minepkg_derived.py").write_text(DERIVED)
     monkeypatch.syspath_prepend(str(tmp_path))
     registry.entries.cache_clear()
     registry.get.cache_clear()
@@ -98,12 +118,14 @@ def mine(tmp_path, monkeypatch):
     registry.get.cache_clear()
     sys.modules.pop("minepkg_mine", None)
     sys.modules.pop("minepkg_tagged", None)
+    sys.modules.pop("minepkg_derived", None)
     from hydra.core.config_store import ConfigStore
 
     repo = ConfigStore.instance().repo  # composing registered it: this process forgets it too
     for group in (repo.get("experiment", {}), repo.get("schema", {}).get("experiment", {})):
         group.pop("mine.yaml", None)
         group.pop("tagged.yaml", None)
+        group.pop("derived.yaml", None)
 
 
 @pytest.mark.parametrize(
@@ -129,6 +151,14 @@ def test_an_experiments_default_that_interpolates_is_left_to_composing(mine):
     """Valid only once resolved: the early check, which does not resolve, says nothing."""
     assert checked_by_composing("tagged", ["seed=1"])[0] is None
     assert early.refusal("tagged", ["seed=1"]) is None
+
+
+@pytest.mark.parametrize(("overrides", "refused"), [(["experiment.size=3"], False), (["seed=-1"], True)])
+def test_an_experiment_with_a_field_set_after_init_is_left_to_composing(mine, overrides, refused):
+    """OmegaConf sets an ``init=False`` field after ``__init__``: the early check does not guess."""
+    assert early.composed("derived", overrides) is None
+    assert early.refusal("derived", overrides) is None
+    assert (checked_by_composing("derived", overrides)[0] is not None) == refused
 
 
 def test_a_refused_value_is_one_line_and_exit_2_without_hydra(tmp_path):

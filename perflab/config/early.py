@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from perflab.config import registry
 from perflab.config.install import check_torch_pair
-from perflab.config.schema import MISSING, SECTIONS, PerflabConfig, validate
+from perflab.config.schema import MISSING, OPTIONAL_SECTIONS, SECTIONS, PerflabConfig, default_of, validate
 from perflab.errors import ConfigError
 from perflab.store import files
 
@@ -34,7 +34,7 @@ WORD = re.compile(r"[A-Za-z_/][A-Za-z0-9_/.-]*")
 KEY = re.compile(r"(\+?)([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))?")
 RESERVED = ("true", "false", "null", "inf", "nan")  # Hydra reads these in any case
 SCHEMA = "/schema/experiment@experiment"
-SHARED = ("devices", "bench", "results")  # the sections every experiment has, typed alike
+SHARED = tuple(n for n in SECTIONS if n not in OPTIONAL_SECTIONS)  # every experiment's, typed alike
 UNSURE = object()
 
 
@@ -64,8 +64,8 @@ def composed(experiment: str, overrides: Sequence[str]) -> tuple[dict[str, Any],
         config = registry.get(name).hooks.Config
     except ConfigError:
         return None
-    if not is_dataclass(config) or not _typed_all(data, config):
-        return None
+    if not is_dataclass(config) or any(not f.init for f in fields(config)) or not _typed_all(data, config):
+        return None  # a field OmegaConf sets after __init__ (init=False): composing tells
     for override in overrides:
         if not _apply(data, config, override):
             return None
@@ -76,7 +76,7 @@ def composed(experiment: str, overrides: Sequence[str]) -> tuple[dict[str, Any],
             full[f.name] = data.pop(f.name, f.default)
             continue
         values = data.pop(f.name, {})
-        full[f.name] = {g.name: values.pop(g.name, _default(g)) for g in fields(schema)} | values
+        full[f.name] = {g.name: values.pop(g.name, _or_missing(default_of(g))) for g in fields(schema)} | values
         if any(is_dataclass(v) or isinstance(v, dict) for v in full[f.name].values()):
             return None  # a nested config: OmegaConf's to compose
     if any("${" in str(v) for v in full["experiment"].values()):
@@ -84,10 +84,8 @@ def composed(experiment: str, overrides: Sequence[str]) -> tuple[dict[str, Any],
     return full | data, config  # and the top-level keys added with +
 
 
-def _default(f: Any) -> Any:
-    if f.default is not MISSING_FIELD:
-        return f.default
-    return f.default_factory() if f.default_factory is not MISSING_FIELD else MISSING
+def _or_missing(default: Any) -> Any:
+    return MISSING if default is MISSING_FIELD else default
 
 
 def preset(name: str) -> tuple[str, dict[str, Any]] | None:

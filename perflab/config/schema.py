@@ -418,12 +418,10 @@ def validate(cfg: DictConfig | dict[str, Any], experiment_config: type | None = 
         if name == "experiment" and experiment_config:
             schema: Any = experiment_config
         else:
-            schema = {"experiment": ExperimentConfig, **SECTIONS}[name] if plain else _omegaconf_type(node)
+            schema = SECTIONS[name] if plain else _omegaconf_type(node)  # plain data has no model section
         args: dict[str, Any] = {}
         if schema is ModelConfig:
-            node, args = (
-                _plain_factory_args(node) if plain else _factory_args(cast("DictConfig", node), cast("DictConfig", cfg))
-            )
+            node, args = _factory_args(cast("DictConfig", node), cast("DictConfig", cfg))
         if is_dataclass(schema):
             _refuse_unknown(node, {f.name: f for f in fields(schema)}, f"{name}.")
         sections[name] = _plain_object(schema, node, name) if plain else _to_object(schema, node, name, cfg)
@@ -475,12 +473,6 @@ def _plain_object(schema: Any, node: Mapping[str, Any], name: str) -> Any:
         return schema(**node)
     except ConfigError as err:
         raise err.under(name) from None
-
-
-def _plain_factory_args(node: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """:func:`_factory_args` of plain data."""
-    known = {f.name for f in fields(ModelConfig)}
-    return {k: v for k, v in node.items() if k in known}, {k: v for k, v in node.items() if k not in known}
 
 
 def missing(schema: Any, field_name: str, key: str) -> KeyOnly:
@@ -601,14 +593,18 @@ def volatile_keys() -> list[str]:
     return keys
 
 
+def default_of(f: dataclasses.Field) -> Any:
+    """A field's default (its factory's value), or ``dataclasses.MISSING`` where it has none."""
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
 def later_defaults() -> dict[str, Any]:
     """Dotted keys added after runs were hashed (``LATER``), with their defaults."""
     found: dict[str, Any] = {}
     for name, section in SECTIONS.items():
         for f in fields(section):
             if f.metadata.get("later"):
-                default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-                found[f"{name}.{f.name}"] = default
+                found[f"{name}.{f.name}"] = default_of(f)
     return found
 
 
