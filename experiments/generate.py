@@ -108,7 +108,10 @@ def streams_late(device_type: str) -> bool:
         from transformers.generation.utils import DeferredStopCheck
     except ImportError:  # transformers 4: every token streamed as it is chosen
         return False
-    return bool(DeferredStopCheck.is_supported(torch.device(device_type), None, True, is_assistant=False))
+    try:  # no cache given: it answers as for any model (conservative: a cache it cannot crop is not deferred)
+        return bool(DeferredStopCheck.is_supported(torch.device(device_type), None, True, is_assistant=False))
+    except TypeError:  # its signature changed: say nothing rather than refuse every generate
+        return False
 
 
 class _Stamps:

@@ -147,7 +147,7 @@ def build_series(
     A subject's value comes from its clean rows; a subject with none (every row flagged
     ``suspect``) keeps its rows and says why (``Subject.suspect``). Rows and samples of no use
     (NaN, not a number, <= 0: ``replicates.measured``) are left out; ``notes`` gets a line saying so."""
-    from perflab.analysis.comparison import _rewritten
+    from perflab.analysis.comparison import rewritten
     from perflab.analysis.frames import device_family, identity_columns
     from perflab.analysis.replicates import measured_each, metric_for, summary_rows
     from perflab.measure.environment import IDENTITY
@@ -167,7 +167,7 @@ def build_series(
         )
         keys = identity_columns(part)
         varying = [c for c in keys if part[c].astype("string").nunique(dropna=False) > 1]
-        if "model_digest" in part and _rewritten(part, keys):  # a folder rewritten: a series per contents
+        if "model_digest" in part and rewritten(part, keys):  # a folder rewritten: a series per contents
             keys, varying = [*keys, "model_digest"], [*varying, "model_digest"]
         ident = [c for c in IDENTITY if c in part and part[c].notna().any()]
         group = ["measurement", *keys, "device", *ident]
@@ -182,7 +182,11 @@ def build_series(
             series = Series(
                 str(name),
                 str(label["measurement"]),
-                {c.removeprefix("cfg."): _text(label[c]) for c in varying},
+                {
+                    c.removeprefix("cfg."): _text(label[c])
+                    for c in varying
+                    if c != "model_digest" or _text(label[c])  # a series of no model folder: no digest to name
+                },
                 {c: _text(label[c]) for c in ident},
                 m,
                 higher_is_better(m),

@@ -191,7 +191,7 @@ def _one_experiment(
             keys.append("device")  # different hardware is never pooled
     if "subject" in df and df["subject"].astype("string").nunique() > 1 and "subject" not in keys:
         keys.append("subject")  # nor different code under test (a commit each): a line per subject
-    if "model_digest" in df and "model_digest" not in keys and _rewritten(df, identity):
+    if "model_digest" in df and "model_digest" not in keys and rewritten(df, identity):
         keys.append("model_digest")  # nor a model folder rewritten between runs: a line per contents
     group = list(dict.fromkeys(["measurement", *keys]))
     entries = []
@@ -280,7 +280,7 @@ def _against_baseline(
     return out.assign(speedup_vs_baseline=speedups, significance=words)
 
 
-def _rewritten(df: pd.DataFrame, identity: Sequence[str]) -> bool:
+def rewritten(df: pd.DataFrame, identity: Sequence[str]) -> bool:
     """Whether one config's rows hold two model contents (``model_digest``: its folder rewritten
     between runs). Two folders are two configs already (``model.name``): no key of their own."""
     if df["model_digest"].nunique() < 2:  # one contents or none (no folder model): nothing to look at

@@ -273,7 +273,8 @@ def misfit(net: nn.Module, spec: Any) -> tuple[str, Any, str, str] | None:
             return "data.seq_len", spec.shape[0], f"at most {want.shape[0]}", "the model holds no more positions"
         return None
     sized = _image_size(getattr(net, "inner", net).config) is not None  # else any size, its channels only
-    if tuple(spec.shape) != tuple(want.shape) and (sized or spec.shape[0] != want.shape[0]):
+    unsized_fits = len(spec.shape) == len(want.shape) and spec.shape[0] == want.shape[0]  # its channels, any H, W
+    if tuple(spec.shape) != tuple(want.shape) and (sized or not unsized_fits):
         allowed = str(list(want.shape)) if sized else f"[{want.shape[0]}, H, W]"
         return (
             "data.shape",
