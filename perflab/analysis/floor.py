@@ -3,8 +3,9 @@
 With one process a side the variation between processes is unknown, and a verdict must not be
 more confident than it allows: a 2 % floor false-FAILed half of A/A pairs on a quiet VM whose
 processes differ by 10-40 %. So ``perflab ab`` (and ``perflab compare --keep-floor``,
-``perflab.compare.ab(keep=True)``), with two or more processes on a side, keeps what it measured there (the standard deviation of the log per-process figures, and its degrees
-of freedom) for the machine identity of its rows, in the user's cache (``KEPT``); a later
+``perflab.compare.ab(keep=True)``), with two or more processes on a side, keeps what it
+measured there (the standard deviation of the log per-process figures, and its degrees of
+freedom) for the machine identity of its rows, in the user's cache (``KEPT``); a later
 comparison with one process a side on that machine is judged against the pooled value of them
 all. ``--process-cv`` overrides it; with nothing kept, ``replicates.FLOOR_CV`` is assumed, and said.
 
