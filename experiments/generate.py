@@ -178,7 +178,16 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
                 "per-token times would be the next step's",
             )
         longest = hf.max_positions(inner.config)
-        if longest and p.prompt_len + p.new_tokens > longest:
+        if longest and getattr(inner.config, "is_encoder_decoder", False):  # the prompt's positions, the new ones'
+            for key, value in (("prompt_len", p.prompt_len), ("new_tokens", p.new_tokens + 1)):  # + its start token
+                if value > longest:
+                    raise ConfigError(
+                        f"experiment.{key}",
+                        getattr(p, key),
+                        f"at most {longest - (key == 'new_tokens')}",
+                        problem=f"it outgrows the model's {longest} positions",
+                    )
+        elif longest and p.prompt_len + p.new_tokens > longest:
             raise ConfigError(
                 "experiment.prompt_len",
                 p.prompt_len,

@@ -181,6 +181,16 @@ def test_a_random_encoder_decoder_generates_as_a_seq2seq_lm_when_asked(work):
     timed_rows_are_right(df, ["prefill", "decode", "generate"])
 
 
+def test_an_encoder_decoders_prompt_and_new_tokens_each_have_its_positions(work, folders):
+    """BART (64 positions a side): a prompt of 40 and 30 new tokens fit, though 70 > 64; a prompt of 65 does not."""
+    model = ["model=hf", f"model.name={folders / 'bart'}", "data=tokens", "data.vocab_size=100"]
+    df = perflab.run("quick/generate", [*model, "experiment.prompt_len=40", "experiment.new_tokens=30", *FAST])
+    timed_rows_are_right(df, ["prefill", "decode", "generate"])
+    with pytest.raises(Refused) as refused:
+        perflab.run("quick/generate", [*model, "experiment.prompt_len=65", "experiment.new_tokens=2", *FAST])
+    assert str(refused.value).startswith("experiment.prompt_len=65: it outgrows the model's 64 positions")
+
+
 def test_an_image_model_of_any_size_trains_on_images_of_its_channels(work, folders):
     """HF's ResNet names its channels, not a size: any size of 3 channels fits; 1 is one line."""
     images = ["data=synthetic", "data.num_classes=10", "data.train_size=32", "data.test_size=16"]
