@@ -155,10 +155,11 @@ def test_its_lines_start_with_the_command_as_typed(cli, work):
 
 @pytest.mark.slow
 def test_eight_subjects_of_a_real_job_that_became_2x_slower(cli, work, monkeypatch, capsys, one_thread):
-    """Eight subjects of quick/matmul, results.subject set per run, each measured in two processes
-    (a change is judged on 3 subjects a side: one process each left a busy CI runner's spread
-    between subjects too wide to call even 2x, and it said "suspicious"); from the fifth on the
-    code under test does its matmuls twice (the same config: only the code changed)."""
+    """Eight subjects of quick/matmul, results.subject set per run, each measured in three runs
+    (a change is judged on 3 subjects a side: one run each left a busy CI runner's spread
+    between subjects too wide to call even 2x, and it said "suspicious"; with two, a CI run once
+    put the step one subject late); from the fifth on the code under test does its matmuls twice
+    (the same config: only the code changed)."""
     original = parallel.alone_then_together
     args = ["+experiment=quick/matmul", "experiment.size=384", *FAST, "bench.repeats=9", "results.table=false"]
     for i in range(8):
@@ -168,7 +169,7 @@ def test_eight_subjects_of_a_real_job_that_became_2x_slower(cli, work, monkeypat
                 "alone_then_together",
                 lambda ctx, work, **kw: original(ctx, lambda d: (work(d), work(d)), **kw),
             )
-        for _ in range(2):
+        for _ in range(3):
             cli(*args, f"results.subject=v{i + 1}")
     assert history.main(["outputs", "--format", "json"]) == 1
     changes = json.loads(capsys.readouterr().out)["changes"]
@@ -177,7 +178,7 @@ def test_eight_subjects_of_a_real_job_that_became_2x_slower(cli, work, monkeypat
     (r,) = regressions
     assert (r["before"]["subject"], r["after"]["subject"]) == ("v4", "v5")
     assert r["metric"] == "tflops" and r["change_pct"] < -30
-    assert len(r["run_dirs"]["before"]) == 2 and "outputs/runs/" in r["run_dirs"]["after"][0]
+    assert len(r["run_dirs"]["before"]) == 3 and "outputs/runs/" in r["run_dirs"]["after"][0]
 
 
 def test_metric_is_refused_in_compares_words(tmp_path, capsys):
