@@ -154,12 +154,13 @@ def test_its_lines_start_with_the_command_as_typed(cli, work):
 
 
 @pytest.mark.slow
-def test_eight_subjects_of_a_real_job_that_became_2x_slower(cli, work, monkeypatch, capsys, one_thread):
+def test_eight_subjects_of_a_real_job_that_became_4x_slower(cli, work, monkeypatch, capsys, one_thread):
     """Eight subjects of quick/matmul, results.subject set per run, each measured in three runs
     (a change is judged on 3 subjects a side: one run each left a busy CI runner's spread
     between subjects too wide to call even 2x, and it said "suspicious"; with two, a CI run once
-    put the step one subject late); from the fifth on the code under test does its matmuls twice
-    (the same config: only the code changed)."""
+    put the step one subject late); from the fifth on the code under test does its matmuls four
+    times (the same config: only the code changed). Not twice: this VM's unchanged 384² matmul
+    runs at two speeds about 1.8x apart, run by run, so a 2x step could hide in them."""
     original = parallel.alone_then_together
     args = ["+experiment=quick/matmul", "experiment.size=384", *FAST, "bench.repeats=9", "results.table=false"]
     for i in range(8):
@@ -167,7 +168,7 @@ def test_eight_subjects_of_a_real_job_that_became_2x_slower(cli, work, monkeypat
             monkeypatch.setattr(
                 parallel,
                 "alone_then_together",
-                lambda ctx, work, **kw: original(ctx, lambda d: (work(d), work(d)), **kw),
+                lambda ctx, work, **kw: original(ctx, lambda d: [work(d) for _ in range(4)], **kw),
             )
         for _ in range(3):
             cli(*args, f"results.subject=v{i + 1}")
@@ -177,7 +178,7 @@ def test_eight_subjects_of_a_real_job_that_became_2x_slower(cli, work, monkeypat
     assert len(regressions) == 1, changes
     (r,) = regressions
     assert (r["before"]["subject"], r["after"]["subject"]) == ("v4", "v5")
-    assert r["metric"] == "tflops" and r["change_pct"] < -30
+    assert r["metric"] == "tflops" and r["change_pct"] < -40
     assert len(r["run_dirs"]["before"]) == 3 and "outputs/runs/" in r["run_dirs"]["after"][0]
 
 
