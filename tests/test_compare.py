@@ -235,8 +235,9 @@ def test_two_trees_of_live_runs_a_b_and_the_regression_gate(cli, work, monkeypat
     assert row["significant"] and row["change_pct"] < -50 and "slower" in row["significance"]
     assert compare.main([str(work / "base"), str(work / "slow"), "--fail-if-slower", "10"]) == 1
     assert "significantly slower than the base by more than 10%" in capsys.readouterr().err
-    # The same code: never a FAIL; a PASS where the samples could show 60 %, else INCONCLUSIVE (3)
-    assert compare.main([str(work / "base"), str(work / "same"), "--fail-if-slower", "60"]) in (0, 3)
+    # The same code: never a FAIL beyond a gate wider than this VM's two speeds of one small matmul
+    # (runs ~1.8x apart: a clean-clone CI run read 1.87x at one process a side); PASS or INCONCLUSIVE
+    assert compare.main([str(work / "base"), str(work / "same"), "--fail-if-slower", "150"]) in (0, 3)
 
 
 def test_a_b_matches_points_by_device_too(tmp_path):
