@@ -38,6 +38,15 @@ def pytest_sessionstart(session):
 
 # Every job in the fast tests: few samples, no minimum time (the quick/ presets set the sizes).
 FAST = ["bench.warmup=1", "bench.repeats=3", "bench.min_time_s=0"]
+
+
+def timed_row(times, **fields):
+    """A row as a job writes it for raw sample ``times``: ok, with their count and median, then ``fields``."""
+    import numpy as np
+
+    return {"status": "ok", "n": len(times), "median_s": float(np.median(times)), **fields}
+
+
 ROOT = Path(__file__).resolve().parents[1]
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")

@@ -19,7 +19,7 @@ from perflab.analysis.replicates import Measured
 from perflab.analysis.stats import ALPHA
 from perflab.store.rundir import RunWriter
 
-from conftest import FAST
+from conftest import FAST, timed_row
 
 
 def fake(between: float, slower: float = 1.0, seed: int = 0, identity: dict[str, dict[str, object]] | None = None):
@@ -35,19 +35,16 @@ def fake(between: float, slower: float = 1.0, seed: int = 0, identity: dict[str,
         times = median * (1 + rng.normal(0, 0.002, 20))
         run = f"{side.name}{k}"
         RunWriter(side.tree / run).add(
-            {
-                "run_id": run,
-                "experiment": "matmul",
-                "measurement": "cpu alone",
-                "status": "ok",
-                "process": k,
-                "n": len(times),
-                "median_s": float(np.median(times)),
-                "tflops": 1e-3 / float(np.median(times)),
-                "device_name": "CPU (1 thread)",
-                "cfg.experiment.size": 64,
-                **(identity or {}).get(side.name, {}),
-            },
+            timed_row(
+                times,
+                run_id=run,
+                experiment="matmul",
+                measurement="cpu alone",
+                process=k,
+                tflops=1e-3 / float(np.median(times)),
+                device_name="CPU (1 thread)",
+                **{"cfg.experiment.size": 64, **(identity or {}).get(side.name, {})},
+            ),
             samples=list(times),
         )
         return 0

@@ -14,6 +14,8 @@ from perflab.analysis import comparison, floor
 from perflab.measure.environment import identity_key
 from perflab.store.rundir import RunWriter
 
+from conftest import timed_row
+
 MACHINE = {"cpu_model": "Test CPU", "cpu_physical_cores": 2, "num_threads": 2, "torch": "2.14.1"}
 
 
@@ -24,19 +26,16 @@ def tree(path, medians, sizes=(64, 128, 256), **identity):
         writer = RunWriter(path / f"p{k}")
         for size in sizes:
             times = median * (1 + rng.normal(0, 0.005, 20))
-            row = {
-                "run_id": f"{path.name}{k}",
-                "experiment": "matmul",
-                "measurement": "cpu alone",
-                "status": "ok",
-                "process": k,
-                "n": len(times),
-                "median_s": float(np.median(times)),
-                "tflops": 1e-3 / float(np.median(times)),
-                "device_name": "CPU (2 threads)",
-                "cfg.experiment.size": size,
-                **{**MACHINE, **identity},
-            }
+            row = timed_row(
+                times,
+                run_id=f"{path.name}{k}",
+                experiment="matmul",
+                measurement="cpu alone",
+                process=k,
+                tflops=1e-3 / float(np.median(times)),
+                device_name="CPU (2 threads)",
+                **{"cfg.experiment.size": size, **MACHINE, **identity},
+            )
             writer.add(row, samples=list(times))
     return path
 

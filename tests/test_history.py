@@ -14,7 +14,7 @@ from perflab import history
 from perflab.measure import alone_together as parallel
 from perflab.store.rundir import RunWriter
 
-from conftest import FAST
+from conftest import FAST, timed_row
 
 IDENTITY = {"cpu_model": "Test CPU", "num_threads": 2, "torch": "2.14.1"}
 
@@ -28,23 +28,23 @@ def write_history(root, name, medians, *, seed, identity=IDENTITY, spread=0.01, 
         times = median * (1 + rng.normal(0, spread, n))
         run = f"{name}-{i:02d}"
         RunWriter(root / run).add(
-            {
-                "run_id": run,
-                "experiment": "matmul",
-                "measurement": "cpu alone",
-                "status": "ok",
-                "n": len(times),
-                "median_s": float(np.median(times)),
-                "tflops": 1.0 / float(np.median(times)),
-                "device_name": "CPU (2 threads)",
-                "subject": f"{name}-s{i:02d}",
-                "subject_time": f"2026-01-{i + 1:02d}T00:00:00+00:00",
-                "timestamp": f"2026-02-01T00:00:{i:02d}+00:00",
-                "run_dir": str(root / run),
-                "cfg.experiment.size": size,
-                "suspect": "busy: other processes took 60% of the CPUs" if i in suspect else "",
-                **identity,
-            },
+            timed_row(
+                times,
+                run_id=run,
+                experiment="matmul",
+                measurement="cpu alone",
+                **{
+                    "tflops": 1.0 / float(np.median(times)),
+                    "device_name": "CPU (2 threads)",
+                    "subject": f"{name}-s{i:02d}",
+                    "subject_time": f"2026-01-{i + 1:02d}T00:00:00+00:00",
+                    "timestamp": f"2026-02-01T00:00:{i:02d}+00:00",
+                    "run_dir": str(root / run),
+                    "cfg.experiment.size": size,
+                    "suspect": "busy: other processes took 60% of the CPUs" if i in suspect else "",
+                    **identity,
+                },
+            ),
             samples=list(times),
         )
 

@@ -10,7 +10,7 @@ import pytest
 from perflab import history
 from perflab.store.rundir import RunWriter
 
-from conftest import FAST
+from conftest import FAST, timed_row
 
 IDENTITY = {"cpu_model": "Test CPU", "num_threads": 2, "torch": "2.14.1"}
 
@@ -23,22 +23,22 @@ def write_runs(root, folder, digests_and_medians, *, seed=0, first=0):
         times = median * (1 + rng.normal(0, 0.01, 12))
         run = f"{folder}-{i:02d}"
         RunWriter(root / run).add(
-            {
-                "run_id": run,
-                "experiment": "infer",
-                "measurement": "forward batch 1",
-                "status": "ok",
-                "n": len(times),
-                "median_s": float(np.median(times)),
-                "device_name": "CPU (2 threads)",
-                "subject": f"s{i:02d}",
-                "subject_time": f"2026-01-{i + 1:02d}T00:00:00+00:00",
-                "timestamp": f"2026-02-01T00:00:{i:02d}+00:00",
-                "run_dir": str(root / run),
-                "cfg.model.name": folder,
-                "model_digest": digest,
-                **IDENTITY,
-            },
+            timed_row(
+                times,
+                run_id=run,
+                experiment="infer",
+                measurement="forward batch 1",
+                **{
+                    "device_name": "CPU (2 threads)",
+                    "subject": f"s{i:02d}",
+                    "subject_time": f"2026-01-{i + 1:02d}T00:00:00+00:00",
+                    "timestamp": f"2026-02-01T00:00:{i:02d}+00:00",
+                    "run_dir": str(root / run),
+                    "cfg.model.name": folder,
+                    "model_digest": digest,
+                    **IDENTITY,
+                },
+            ),
             samples=list(times),
         )
 
