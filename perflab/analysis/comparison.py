@@ -365,9 +365,10 @@ def ab(
     entries, notes, pooled = [], [], []
     apart = {config_column(k) for k in differ}  # set apart on purpose: not what matches a point
     floors = functools.cache(lambda identity: floor.of_machine(dict(identity)))  # a machine's, looked up once
-    for name in sorted(set(a["experiment"].astype("string")) | set(b["experiment"].astype("string"))):
-        pa = summary_rows(name, a[a["experiment"].astype("string") == name])
-        pb = summary_rows(name, b[b["experiment"].astype("string") == name])
+    of_a, of_b = a["experiment"].astype("string"), b["experiment"].astype("string")  # once, not per experiment
+    for name in sorted(set(of_a.unique()) | set(of_b.unique())):
+        pa = summary_rows(name, a[of_a == name])
+        pb = summary_rows(name, b[of_b == name])
         pa, pb = _own_keys(pa, pb)
         both = pd.concat([pa, pb])
         m, note = metric_for(name, both, metric)
@@ -378,7 +379,7 @@ def ab(
         match_on = ["measurement", *key_cols, *([] if any_device else ["device"])]
         ga, gb = _points(pa, match_on), _points(pb, match_on)
         va_, vb_ = _Cells(pa), _Cells(pb)
-        varying = [c for c in key_cols if both[c].astype("string").nunique(dropna=False) > 1]
+        varying = [c for c in key_cols if _texts_differ(both[c])]
         points = sorted(set(ga) | set(gb))
         in_both = [point for point in points if point in ga and point in gb]
         frames = m in EXACT  # only an exact metric's verdict reads a side's rows back (its *_spread_pct)
@@ -567,6 +568,12 @@ def _texts(column: pd.Series, fn: Callable[[Any], str], empty: str | None = None
     """``fn`` of each cell of ``column``, ``empty`` where it is empty; ``fn`` runs once per distinct value."""
     codes, uniques = pd.factorize(column)
     return np.array([*map(fn, uniques), empty], dtype=object)[codes]
+
+
+def _texts_differ(column: pd.Series) -> bool:
+    """Whether ``column`` holds more than one value as text (an empty cell one of them): its
+    distinct values made text, not every cell (a compare of 100k rows spent 0.1 s here)."""
+    return pd.Series(column.unique()).astype("string").nunique(dropna=False) > 1
 
 
 def _own_keys(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
