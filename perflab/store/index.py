@@ -11,6 +11,7 @@ import os
 import secrets
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -86,51 +87,52 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     notes = notes if notes is not None else Notes()
     root = Path(root)
     index = meta(root) / "index"
-    sources = _sources(root, notes)
+    with ThreadPoolExecutor(1) as walker:  # the walk (system calls) beside the decoding (Arrow's threads)
+        walking = walker.submit(_sources, root, notes)
+        segments = sorted(index.glob("*.json")) if index.is_dir() else []
+        dropped: dict[str, str] = {}  # segment -> why it is rebuilt
+        manifests: dict[str, tuple[dict[str, list[int]], dict[str, dict[str, int]], Span]] = {}
+        for manifest in segments:
+            try:
+                found = _manifest(manifest)
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError):
+                found, dropped[manifest.stem] = None, DAMAGED
+            if found is None:
+                dropped.setdefault(manifest.stem, OTHER_FORMAT)
+            else:
+                manifests[manifest.stem] = found
+        pieces: dict[str, list[Piece] | None] = {}  # segment -> its rows (None: gone or damaged)
+        for segment in manifests:
+            try:
+                pieces[segment] = _read_segment(index / f"{segment}.parquet", experiment)
+            except FileNotFoundError:  # removed by a concurrent compaction: read its run dirs
+                pieces[segment] = None
+            except Exception as err:  # damaged: pyarrow raises its own kinds
+                log.debug("index segment %s unreadable (%s): reading its run dirs", segment, err)
+                pieces[segment], dropped[segment] = None, DAMAGED
+        sources = walking.result()
     indexed: dict[str, str] = {}  # source -> segment holding its current rows
-    dropped: dict[str, str] = {}  # segment -> why it is rebuilt
-    segments = sorted(index.glob("*.json")) if index.is_dir() else []
     noted: dict[str, dict[str, int]] = {}  # source -> what reading it skipped: said on every load
-    listed: dict[str, set[str]] = {}  # segment -> the run dirs it holds rows of
-    spans: dict[str, Span] = {}  # segment -> the span of its row ids, each there once (its manifest says)
-    for manifest in segments:
-        try:
-            found = _manifest(manifest)
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError):
-            found, dropped[manifest.stem] = None, DAMAGED
-        if found is None:
-            dropped.setdefault(manifest.stem, OTHER_FORMAT)
-            continue
-        segment = manifest.stem
-        stamps, skipped, spans[segment] = found
-        listed[segment] = set(stamps)
-        for source, stamp in stamps.items():
-            if sources.get(source) == stamp:
-                indexed[source] = segment
-                noted[source] = skipped.get(source, {})
     frames = []  # the rows read: pieces of the segments, pandas frames from CSV
     read: list[Span] = []  # for each part read (a segment, the new rows): the span of its row ids
+    for segment, (stamps, skipped, _) in manifests.items():
+        if pieces[segment] is not None:
+            for source, stamp in stamps.items():
+                if sources.get(source) == stamp:  # a later segment's rows of it replace an earlier's
+                    indexed[source] = segment
+                    noted[source] = skipped.get(source, {})
     wanted_by_segment: dict[str, set[str]] = {}
     for source, segment in indexed.items():
         wanted_by_segment.setdefault(segment, set()).add(source)
     for segment, wanted in wanted_by_segment.items():
-        try:
-            stale = listed[segment] - wanted  # run dirs since read again, or gone: their rows filtered out
-            part = _read_segment(index / f"{segment}.parquet", experiment, wanted if stale else None)
-        except FileNotFoundError:  # removed by a concurrent compaction: read its run dirs
-            part = None
-        except Exception as err:  # damaged: pyarrow raises its own kinds
-            log.debug("index segment %s unreadable (%s): reading its run dirs", segment, err)
-            part, dropped[segment] = None, DAMAGED
-        if part is None:
-            for source in wanted:
-                indexed.pop(source, None)
-            continue
+        part, listed = pieces[segment] or [], manifests[segment][0]
+        if len(wanted) < len(listed):  # run dirs since read again, or gone: their rows filtered out
+            part = [Piece(_kept(p.table, "_source", wanted), p.schema, p.constant) for p in part]
         frames.extend(part)
         if any(p.table.num_rows for p in part):  # a part without rows repeats no row id
-            read.append(spans.get(segment))
+            read.append(manifests[segment][2])
     for source, kinds in noted.items():
         if source in indexed:
             for kind, count in kinds.items():
@@ -234,10 +236,10 @@ class Piece:
         return pa.Table.from_arrays(columns, schema=self.schema)
 
 
-def _read_segment(path: Path, experiment: str | None, wanted: set[str] | None) -> list[Piece]:
-    """A segment's rows, a piece a row group: of one experiment (only the row groups whose
-    statistics say they may hold it are read), and of the run dirs ``wanted`` (None: all it
-    holds). Rows are filtered on each category's values, not on every row's text."""
+def _read_segment(path: Path, experiment: str | None) -> list[Piece]:
+    """A segment's rows, a piece a row group, of one experiment (only the row groups whose
+    statistics say they may hold it are read). Rows are filtered on each category's values,
+    not on every row's text."""
     import pyarrow.parquet as pq
 
     with pq.ParquetFile(path) as segment:
@@ -265,8 +267,6 @@ def _read_segment(path: Path, experiment: str | None, wanted: set[str] | None) -
             table = segment.read_row_group(i, columns=read)
             if experiment:
                 table = _kept(table, "experiment", {experiment})
-            if wanted is not None:
-                table = _kept(table, "_source", wanted)
             pieces.append(Piece(table, schema, constant))
     return pieces or [Piece(schema.empty_table(), schema)]
 
