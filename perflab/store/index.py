@@ -36,18 +36,13 @@ Span = tuple[str, str] | None  # the least and greatest row id of rows whose row
 def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
     """Run dir (relative to ``root``) -> stamp: [mtime_ns, size] of its results.csv and of its
     run.json (0, 0 when it has none), so that a run that ends (run.json: running -> ok) is read
-    again. The same walk as run_dirs(), on DirEntry stats (10k run dirs in a fraction of a second)."""
+    again. The same walk as run_dirs(), on its stats (10k run dirs in a fraction of a second)."""
     top = os.fspath(root)
     prefix = os.path.join(top, "")  # the walk's paths start with it: cut, not os.path.relpath (10k calls)
     found: dict[str, list[int]] = {}
-    for here, entries in walk(top, notes):
-        results = entries.get(RESULTS)
-        if results is None:
-            continue
-        try:
-            st = results.stat()
-            rec = entries[RECORD].stat() if RECORD in entries else None
-        except OSError:
+    for here, stats in walk(top, notes):
+        st, rec = stats.get(RESULTS), stats.get(RECORD)
+        if st is None:
             continue
         stamp = [st.st_mtime_ns, st.st_size, rec.st_mtime_ns if rec else 0, rec.st_size if rec else 0]
         found[here[len(prefix) :] if here.startswith(prefix) else os.path.relpath(here, top)] = stamp
