@@ -84,10 +84,13 @@ def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[s
     stack, seen = [os.fspath(top)], set()
     while stack:
         here = stack.pop()
-        found, first = _run_files(here, notes)
+        found, first, skipped = _run_files(here)
         if first is not None:
             if (first.st_dev, first.st_ino) not in seen:
                 seen.add((first.st_dev, first.st_ino))
+                for why, path in skipped:
+                    if notes is not None:
+                        notes.add(why, path)
                 yield here, found
             continue
         try:
@@ -104,12 +107,12 @@ def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[s
         )
 
 
-def _run_files(here: str, notes: Notes | None) -> tuple[dict[str, os.stat_result], os.stat_result | None]:
-    """The stats of the run files in ``here`` that perflab reads, by name, and the stat of the
-    first run file there, read or not (None: ``here`` is no run dir). A results.csv is never
-    followed through a link, a run.json is; one that is not a regular file is not read
-    (``notes`` says why)."""
-    found, first = {}, None
+def _run_files(here: str) -> tuple[dict[str, os.stat_result], os.stat_result | None, list[tuple[str, str]]]:
+    """The stats of the run files in ``here`` that perflab reads, by name; the stat of the first
+    run file there, read or not (None: ``here`` is no run dir); and why any other is not read,
+    with its path. A results.csv is never followed through a link, a run.json is; one that is
+    not a regular file is not read."""
+    found, first, skipped = {}, None, []
     for name in (RESULTS, RECORD):
         path = os.path.join(here, name)
         try:
@@ -126,11 +129,11 @@ def _run_files(here: str, notes: Notes | None) -> tuple[dict[str, os.stat_result
                 why = NOT_PLAIN
         if not why and not stat.S_ISREG(st.st_mode):
             why = NOT_PLAIN
-        if why and notes is not None:
-            notes.add(why, path)
-        if not why:
+        if why:
+            skipped.append((why, path))
+        else:
             found[name] = st
-    return found, first
+    return found, first, skipped
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
