@@ -96,3 +96,23 @@ def test_a_warm_load_looks_for_repeated_row_ids_only_where_parts_overlap(tmp_pat
     assert len(load(out)) == 8 and looks == []
     shutil.copytree(out / "runs" / "r3", out / "runs" / "r3-copy")
     assert len(load(out)) == 8 and looks == [10]
+
+
+def test_a_segment_whose_run_dirs_all_changed_or_went_gives_none_of_its_rows(tmp_path):
+    """Segments are read while the run dirs are walked, and their rows kept only where the walk
+    finds each run dir as the segment's manifest stamped it: a segment whose run dirs all
+    changed (or went) gives nothing; their rows come from the files, once, in their new form."""
+    out = tmp_path / "outputs"
+    _run(out, "r0")
+    load(out)
+    _run(out, "r1")
+    _run(out, "r2")
+    load(out)  # r1 and r2: a segment of their own
+    assert len(_manifests(out)) == 2
+    shutil.rmtree(out / "runs" / "r2")
+    RunWriter(out / "runs" / "r1").add({"run_id": "r1", "experiment": "matmul", "status": "ok", "median_s": 9.0})
+    for _ in range(2):  # the changed run dir read again (a third segment), then through the index
+        df = load(out)
+        _same(df, load(out / "runs"))
+        assert sorted(df["row_id"]) == ["r0#1", "r0#2", "r1#1", "r1#2", "r1#3"]
+        assert sorted(load(out, experiment="matmul")["median_s"]) == [0.5, 0.5, 1.5, 1.5, 9.0]

@@ -242,6 +242,29 @@ def test_load_a_tree_through_its_index_matches_reading_every_file(tmp_path):
     assert load(out, experiment="nope").empty
 
 
+def test_a_run_dir_reached_twice_is_one_run_dir_and_a_dangling_record_link_is_said_once(tmp_path):
+    """The walk knows a run dir by its files, not by listing it: a folder link to a run dir
+    (``latest``) finds the same run dir once, and what is said of its files is said once; a
+    run.json that is a dangling link leaves its run out (index.RECORD_UNREADABLE's rule), cold
+    and warm alike."""
+    from perflab.store.tree import run_dirs
+
+    out = tmp_path / "outputs"
+    RunWriter(out / "runs" / "r0").add(row("r0", 0))
+    RunWriter(out / "runs" / "r1").add(row("r1", 0))
+    (out / "runs" / "r2").mkdir()
+    (out / "runs" / "r2" / "results.csv").write_text(csv_text([row("r2", 0)]))
+    (out / "runs" / "r2" / "run.json").symlink_to(tmp_path / "nowhere.json")
+    (out / "latest").symlink_to(out / "runs" / "r2", target_is_directory=True)
+    found = sorted(p.relative_to(out).as_posix() for p in run_dirs(out))
+    assert len(found) == 3 and found[1:] == ["runs/r0", "runs/r1"]  # r2 once, by either path
+    for _ in range(2):  # cold, then warm through the index
+        df = load(out)
+        assert sorted(df["row_id"]) == ["r0#0", "r1#0"]
+        said = "\n".join(df.attrs["notes"])
+        assert "skipped 1 non-regular file" in said and "left out 1 run whose run.json" in said
+
+
 def test_an_index_with_empty_constant_and_wide_columns_loads_as_the_files_do(tmp_path, caplog):
     """The index reads a row group without its empty columns and a constant integer column from
     its statistics, and joins a category of more values than int8 codes hold (140 experiments,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Iterator
 
@@ -73,45 +74,66 @@ RESULTS_LINK = "skipped {n} symlinked results.csv (perflab writes real files; a 
 NOT_PLAIN = "skipped {n} non-regular file{s} (a FIFO, a device, a folder) where perflab keeps a run's files"
 
 
-def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[str, dict[str, os.DirEntry]]]:
-    """(run dir, its entries by name) for every run dir under ``top``: a folder holding run.json
-    or results.csv. Hidden folders are skipped; a run dir's subfolders hold no runs."""
+def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[str, dict[str, os.stat_result]]]:
+    """(run dir, the stats of the run files perflab reads there, by name) for every run dir
+    under ``top``: a folder holding run.json or results.csv. Hidden folders are skipped; a run
+    dir's subfolders hold no runs. A folder's two run files are looked up by name first (the
+    stats a reader needs anyway), and only a folder that is no run dir is listed: 10k run dirs
+    cost 20k stats, not 10k listings besides. Each real folder is visited once: a run dir is
+    known by its first run file's identity (a folder's files move with it), others by their own."""
     stack, seen = [os.fspath(top)], set()
     while stack:
         here = stack.pop()
+        found, first, skipped = _run_files(here)
+        if first is not None:
+            if (first.st_dev, first.st_ino) not in seen:
+                seen.add((first.st_dev, first.st_ino))
+                for why, path in skipped:
+                    if notes is not None:
+                        notes.add(why, path)
+                yield here, found
+            continue
         try:
             st = os.stat(here)
             if (st.st_dev, st.st_ino) in seen:
                 continue
             seen.add((st.st_dev, st.st_ino))
-            entries = {e.name: e for e in os.scandir(here)}
+            entries = list(os.scandir(here))
         except OSError:
             continue
-        if RECORD in entries or RESULTS in entries:
-            for name in (RESULTS, RECORD):
-                entry = entries.get(name)
-                why = _not_ours(entry) if entry is not None else ""
-                if entry is not None and why:
-                    if notes is not None:
-                        notes.add(why, entry.path)
-                    entries.pop(name)
-            yield here, entries
-            continue
         stack += sorted(
-            (e.path for e in entries.values() if not e.name.startswith(".") and _is_dir(e)),
+            (e.path for e in entries if not e.name.startswith(".") and _is_dir(e)),
             reverse=True,
         )
 
 
-def _not_ours(entry: os.DirEntry) -> str:
-    """Why a run dir's file is not read ("" if it is): a symlinked results.csv, or anything but a
-    regular file (symlinks followed) under one of the run files' names."""
-    try:
-        if entry.name == RESULTS and entry.is_symlink():
-            return RESULTS_LINK
-        return "" if entry.is_file() else NOT_PLAIN
-    except OSError:
-        return NOT_PLAIN
+def _run_files(here: str) -> tuple[dict[str, os.stat_result], os.stat_result | None, list[tuple[str, str]]]:
+    """The stats of the run files in ``here`` that perflab reads, by name; the stat of the first
+    run file there, read or not (None: ``here`` is no run dir); and why any other is not read,
+    with its path. A results.csv is never followed through a link, a run.json is; one that is
+    not a regular file is not read."""
+    found, first, skipped = {}, None, []
+    for name in (RESULTS, RECORD):
+        path = os.path.join(here, name)
+        try:
+            st = os.lstat(path)
+        except OSError:  # none there (or ``here`` is no folder)
+            continue
+        first, why = first or st, ""  # the entry itself, not where a link leads
+        if stat.S_ISLNK(st.st_mode) and name == RESULTS:
+            why = RESULTS_LINK
+        elif stat.S_ISLNK(st.st_mode):
+            try:
+                st = os.stat(path)
+            except OSError:  # a dangling or looping link
+                why = NOT_PLAIN
+        if not why and not stat.S_ISREG(st.st_mode):
+            why = NOT_PLAIN
+        if why:
+            skipped.append((why, path))
+        else:
+            found[name] = st
+    return found, first, skipped
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
