@@ -26,6 +26,21 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the addopts): two workers for the fast set, none (one process, as before) when
+    the selection may hold slow or cluster tests, whose end-to-end runs and timings want the machine."""
+    fast = "not slow" in config.option.markexpr and "not cluster" in config.option.markexpr
+    return min(2, os.cpu_count() or 1) if fast else 0
+
+
+def pytest_configure(config):
+    """Under xdist every worker's torch, and every process a test starts, shares the 2 cores with
+    the other worker: OpenMP threads that spin between ops would burn the CPU the other needs.
+    A user's own OMP_WAIT_POLICY stays."""
+    if getattr(config.option, "numprocesses", 0) and "PYTEST_XDIST_WORKER" not in os.environ:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def pytest_sessionstart(session):
     """A broken install fails every test the same way: say it once, and run none."""
     from perflab.errors import ConfigError
