@@ -299,7 +299,7 @@ def one_round(r: int, folder: str, optimum: str | None) -> Found:
 def in_fresh_process(r: int, folder: str, optimum: str | None) -> Found:
     """Round r run by a fresh Python (this script, --round): both sides in one process, so a
     side's figure never stands on a process of its own (issue 29's variation between them)."""
-    command = [sys.executable, __file__, "--round", str(r), "--folder", folder]
+    command = [sys.executable, str(ROOT / "benchmarks" / "inference.py"), "--round", str(r), "--folder", folder]
     command += ["--optimum-python", optimum] if optimum else []
     ran = subprocess.run(command, capture_output=True, text=True, check=False)
     print("\n".join(x for x in ran.stdout.splitlines() if x.startswith("round ")), flush=True)

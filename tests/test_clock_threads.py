@@ -5,6 +5,8 @@ up to 33 % slower than a fresh torch one on best samples; this is what was ruled
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
 
 import pytest
@@ -30,17 +32,34 @@ def perflab_threads() -> list[str]:
     return found
 
 
-def test_no_perflab_thread_runs_beside_a_timed_generate_call(work, monkeypatch):
+def settings() -> tuple[object, ...]:
+    """The process-wide settings a user's code runs under, that perflab has no reason to change."""
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("OMP_", "MKL_", "KMP_", "MALLOC_"))))
+    return (
+        torch.get_num_interop_threads(),
+        torch.get_float32_matmul_precision(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled,
+        torch.get_default_dtype(),
+        gc.isenabled(),
+        env,
+    )
+
+
+def test_a_timed_generate_call_runs_alone_under_the_users_settings(work, monkeypatch):
     seen: list[tuple[list[str], int, bool, bool]] = []
+    inside: list[tuple[object, ...]] = []
     real = Generator.run
 
     def spy(self, ids, n):  # the real call, and what else runs when it starts
         seen.append(
             (perflab_threads(), torch.get_num_threads(), torch.is_inference_mode_enabled(), torch.is_grad_enabled())
         )
+        inside.append(settings())
         return real(self, ids, n)
 
     monkeypatch.setattr(Generator, "run", spy)
+    before = settings()
     df = perflab.run(
         "quick/generate",
         ["experiment.prompt_len=8", "experiment.new_tokens=3", "devices.threads=1", "results.table=false", *FAST],
@@ -52,3 +71,4 @@ def test_no_perflab_thread_runs_beside_a_timed_generate_call(work, monkeypatch):
     # where the kernel keeps no resettable peak RSS (not Linux), a sampler thread is the documented fallback
     allowed = set() if watch._reset_kernel_peak() else {"perflab-rss"}
     assert all(set(names) <= allowed for names, *_ in timed), [names for names, *_ in timed]
+    assert set(inside) == {before} and settings() == before, "gc, torch's flags, OMP/MKL/malloc env as the user's"
