@@ -1,10 +1,19 @@
 """perflab's inference and generation figures next to torch.utils.benchmark's and, optionally,
-optimum-benchmark's, on the same models, in interleaved rounds (each workload perflab first,
-then torch's, then optimum-benchmark's; the order turned every round): a timm ResNet-18 forward
-(batch 1, 3x224x224, 1000 classes, eval, inference_mode) and a small GPT-2's prefill, whole
-generate call and decode. The figure compared is the best sample (min) of each side, which other
-work on a shared machine disturbs least, and the median beside it. Goal (issue 30): perflab /
-torch.utils.benchmark within +-3 % on best samples, and each gap to optimum-benchmark explained.
+optimum-benchmark's, on the same models: a timm ResNet-18 forward (batch 1, 3x224x224, 1000
+classes, eval, inference_mode) and a small GPT-2's prefill, whole generate call and decode. The
+figure compared is the best sample (min) of each side, which other work on a shared machine
+disturbs least, and the median beside it. Goal (issue 30): perflab / torch.utils.benchmark within
++-3 % on best samples, and each gap to optimum-benchmark explained.
+
+Rounds: each round is one fresh Python process (this script, --round) that runs both sides, each
+its own model instance from the same folder, in ABBA blocks (perflab, torch, torch, perflab; the
+next round torch first; optimum-benchmark's sides join the blocks, in processes of their own). A
+side's figure in a round is the best of its blocks' bests (the median of their medians); the
+ratio is taken per round, and their median over the rounds is printed and written beside the
+ratio of the best of all rounds. Why: on this 2-core VM the same call's best moves 10 to 40 %
+between processes and between minutes (issue 29), so sides in processes of their own, or far
+apart in time, compare the process and the minute, not the code; within one round both sides
+share both, and the median of the rounds' ratios is not one lucky sample's.
 
 Like with like: every side runs THREADS intra-op threads, the same model folder, WARMUP calls
 first, then single calls until MIN_TIME_S seconds of them (blocked_autorange's rule; perflab's
@@ -64,7 +73,7 @@ model offline (the script says so): ResNet-18 is compared with torch's side only
     python benchmarks/inference.py [--rounds 3] [--out benchmarks/results/inference.csv] \
         [--optimum-python /tmp/ob-venv/bin/python]
 
-The script prints each round, each side's samples, and the machine's load.
+The script prints each block, each side's samples, each round's ratios and the machine's load.
 """
 
 from __future__ import annotations
@@ -75,6 +84,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -246,8 +256,8 @@ OPTIMUM_NO_RESNET = (
 
 
 def workloads(optimum: str | None) -> list[list[tuple[str, Any]]]:
-    """Each workload's sides: run back to back, in an order turned every round (perflab first,
-    then torch's, then optimum-benchmark's ...), so the machine's drift falls on all alike."""
+    """Each workload's sides (perflab first, then torch's, then optimum-benchmark's ...); a round
+    runs them in ABBA blocks, the order turned every round (see :func:`blocks`)."""
     lm: list[tuple[str, Any]] = [("perflab", perflab_lm), ("torch.utils.benchmark", torch_lm)]
     if optimum:
         lm.append(("optimum-benchmark", lambda folder: optimum_lm(folder, optimum)))
@@ -255,8 +265,56 @@ def workloads(optimum: str | None) -> list[list[tuple[str, Any]]]:
     return [[("perflab", perflab_vision), ("torch.utils.benchmark", torch_vision)], lm]
 
 
+def blocks(sides: list[Any], r: int) -> list[Any]:
+    """Round r's blocks: the sides turned by r, then the same reversed (A B B A, B A A B ...), so
+    that a drift of the machine within the round falls on every side alike."""
+    turned = sides[r % len(sides) :] + sides[: r % len(sides)]
+    return turned + turned[::-1]
+
+
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.4f}" if b == b and a == a else ""
+
+
+Found = dict[str, dict[str, list[tuple[float, float, int]]]]  # side -> what -> each block's figures
+
+
+def one_round(r: int, folder: str, optimum: str | None) -> Found:
+    """Round r in this process: every workload's sides in ABBA blocks, each block printed."""
+    torch.set_num_threads(THREADS)
+    found: Found = {name: {} for name in SIDES}
+    for sides in workloads(optimum):
+        for name, side in blocks(sides, r):
+            for what, figures in side(folder).items():
+                found[name].setdefault(what, []).append(figures)
+                best, median, n = figures[0] * 1e3, figures[1] * 1e3, figures[2]
+                print(
+                    f"round {r + 1} {name:22} {what:24} best {best:8.3f} ms, median {median:8.3f} ms, "
+                    f"n {n} (load {os.getloadavg()[0]:.2f})",
+                    flush=True,
+                )
+    return found
+
+
+def in_fresh_process(r: int, folder: str, optimum: str | None) -> Found:
+    """Round r run by a fresh Python (this script, --round): both sides in one process, so a
+    side's figure never stands on a process of its own (issue 29's variation between them)."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "inference.py"), "--round", str(r), "--folder", folder]
+    command += ["--optimum-python", optimum] if optimum else []
+    ran = subprocess.run(command, capture_output=True, text=True, check=False)
+    print("\n".join(x for x in ran.stdout.splitlines() if x.startswith("round ")), flush=True)
+    line = next((x for x in ran.stdout.splitlines() if x.startswith("ROUND-JSON ")), None)
+    if line is None:
+        raise SystemExit(f"round {r + 1} failed (rc {ran.returncode}): {ran.stderr.strip().splitlines()[-3:]}")
+    return {k: {w: [tuple(f) for f in fs] for w, fs in v.items()} for k, v in json.loads(line[11:]).items()}
+
+
+def round_figures(found: Found, name: str, what: str) -> tuple[float, float]:
+    """A side's figure in one round: the best of its blocks' bests, the median of their medians."""
+    got = found[name].get(what)
+    if not got:
+        return NAN, NAN
+    return min(b for b, _, _ in got), statistics.median(m for _, m, _ in got)
 
 
 def main() -> None:
@@ -264,46 +322,58 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "inference.csv"))
     parser.add_argument("--optimum-python", help="the Python of a venv with optimum-benchmark 0.6.0 (optional)")
+    parser.add_argument("--round", type=int, help=argparse.SUPPRESS)  # one round, in this process (the parent's child)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.set_num_threads(THREADS)
+    if args.round is not None:
+        print("ROUND-JSON " + json.dumps(one_round(args.round, args.folder, args.optimum_python)), flush=True)
+        return
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if args.optimum_python:
         print(OPTIMUM_NO_RESNET)
     else:
         print("optimum-benchmark: skipped (no --optimum-python)")
+    rounds: list[Found] = []
     with tempfile.TemporaryDirectory() as work:
         os.chdir(work)
         folder = str(Path(work) / "gpt2")
         config = AutoConfig.for_model("gpt2", **GPT2, bos_token_id=0, eos_token_id=0)
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-        found: dict[str, dict[str, list[tuple[float, float, int]]]] = {name: {} for name in SIDES}
         for r in range(args.rounds):
-            for sides in workloads(args.optimum_python):
-                for name, side in sides[r % len(sides) :] + sides[: r % len(sides)]:
-                    for what, figures in side(folder).items():
-                        found[name].setdefault(what, []).append(figures)
-                        best, median, n = figures[0] * 1e3, figures[1] * 1e3, figures[2]
-                        print(
-                            f"round {r + 1} {name:22} {what:24} best {best:8.3f} ms, median {median:8.3f} ms, "
-                            f"n {n} (load {os.getloadavg()[0]:.2f})"
-                        )
+            rounds.append(in_fresh_process(r, folder, args.optimum_python))
+            for what in rounds[-1]["perflab"]:
+                (pb, pm), (tb, tm) = (round_figures(rounds[-1], name, what) for name in SIDES[:2])
+                print(
+                    f"round {r + 1} {what:24} perflab / torch.utils.benchmark: "
+                    f"best {ratio(pb, tb)}, median {ratio(pm, tm)}"
+                )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
     def summary(name: str, what: str) -> tuple[float, float]:
-        """Best of the rounds' bests, median of their medians (NaN: that side has no such figure)."""
-        got = found[name].get(what)
+        """Best of every block's best, median of the rounds' medians (NaN: that side has no such figure)."""
+        got = [round_figures(f, name, what) for f in rounds if f[name].get(what)]
         if not got:
             return NAN, NAN
-        return min(b for b, _, _ in got), statistics.median(m for _, m, _ in got)
+        return min(b for b, _ in got), statistics.median(m for _, m in got)
+
+    def per_round(what: str, which: int) -> list[float]:
+        """perflab / torch.utils.benchmark in each round (which: 0 best, 1 median)."""
+        pairs = [(round_figures(f, SIDES[0], what)[which], round_figures(f, SIDES[1], what)[which]) for f in rounds]
+        return [p / t for p, t in pairs if p == p and t == t]
 
     rows = []
-    for what in found["perflab"]:
+    for what in rounds[0]["perflab"]:
         (pb, pm), (tb, tm), (ob, om), (t4b, t4m) = (summary(name, what) for name in SIDES)
+        best_rounds, median_rounds = per_round(what, 0), per_round(what, 1)
+        round_best = statistics.median(best_rounds) if best_rounds else NAN
+        round_median = statistics.median(median_rounds) if median_rounds else NAN
         print(
-            f"{what:24} perflab / torch.utils.benchmark: best {pb / tb:.3f}, median {pm / tm:.3f}; "
+            f"{what:24} perflab / torch.utils.benchmark: per round best {' '.join(f'{x:.3f}' for x in best_rounds)} "
+            f"(median {round_best:.3f}), per round median {' '.join(f'{x:.3f}' for x in median_rounds)} "
+            f"(median {round_median:.3f}); best of all {pb / tb:.3f}, median of medians {pm / tm:.3f}; "
             f"perflab / optimum-benchmark: best {pb / ob:.3f}, median {pm / om:.3f}; optimum-benchmark / "
             f"torch.utils.benchmark in its venv: best {ob / t4b:.3f}, median {om / t4m:.3f}; torch.utils.benchmark "
             f"transformers 5 / 4: best {tb / t4b:.3f}, median {tm / t4m:.3f} ({args.rounds} rounds, load {load})"
@@ -318,6 +388,10 @@ def main() -> None:
                 "perflab_median_s": f"{pm:.6g}",
                 "torch_median_s": f"{tm:.6g}",
                 "ratio_median": ratio(pm, tm),
+                "ratio_best_rounds": " ".join(f"{x:.4f}" for x in best_rounds),
+                "ratio_best_round_median": f"{round_best:.4f}",
+                "ratio_median_round_median": f"{round_median:.4f}",
+                "design": "a fresh process a round, both sides in it, ABBA blocks",
                 "optimum_best_s": f"{ob:.6g}",
                 "optimum_median_s": f"{om:.6g}",
                 "ratio_best_optimum": ratio(pb, ob),
