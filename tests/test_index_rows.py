@@ -98,21 +98,25 @@ def test_a_warm_load_looks_for_repeated_row_ids_only_where_parts_overlap(tmp_pat
     assert len(load(out)) == 8 and looks == [10]
 
 
-def test_a_segment_whose_run_dirs_all_changed_or_went_gives_none_of_its_rows(tmp_path):
+def test_a_segment_gives_only_the_rows_of_run_dirs_the_walk_finds_as_stamped(tmp_path):
     """Segments are read while the run dirs are walked, and their rows kept only where the walk
-    finds each run dir as the segment's manifest stamped it: a segment whose run dirs all
-    changed (or went) gives nothing; their rows come from the files, once, in their new form."""
+    finds each run dir as the segment's manifest stamped it: of a segment of three run dirs, one
+    unchanged (its rows from the index), one gone (none of its rows) and one changed (its rows
+    from the files, once, in their new form); and a segment whose run dirs all went gives none."""
     out = tmp_path / "outputs"
     _run(out, "r0")
     load(out)
-    _run(out, "r1")
-    _run(out, "r2")
-    load(out)  # r1 and r2: a segment of their own
+    for name in ("r1", "r2", "r3"):
+        _run(out, name)
+    load(out)  # r1, r2 and r3: a segment of their own
     assert len(_manifests(out)) == 2
     shutil.rmtree(out / "runs" / "r2")
-    RunWriter(out / "runs" / "r1").add({"run_id": "r1", "experiment": "matmul", "status": "ok", "median_s": 9.0})
+    RunWriter(out / "runs" / "r3").add({"run_id": "r3", "experiment": "matmul", "status": "ok", "median_s": 9.0})
     for _ in range(2):  # the changed run dir read again (a third segment), then through the index
         df = load(out)
         _same(df, load(out / "runs"))
-        assert sorted(df["row_id"]) == ["r0#1", "r0#2", "r1#1", "r1#2", "r1#3"]
-        assert sorted(load(out, experiment="matmul")["median_s"]) == [0.5, 0.5, 1.5, 1.5, 9.0]
+        assert sorted(df["row_id"]) == ["r0#1", "r0#2", "r1#1", "r1#2", "r3#1", "r3#2", "r3#3"]
+        assert sorted(load(out, experiment="matmul")["median_s"]) == [0.5, 0.5, 0.5, 1.5, 1.5, 1.5, 9.0]
+    shutil.rmtree(out / "runs" / "r1")
+    shutil.rmtree(out / "runs" / "r3")
+    assert sorted(load(out)["row_id"]) == ["r0#1", "r0#2"]

@@ -265,6 +265,21 @@ def test_a_run_dir_reached_twice_is_one_run_dir_and_a_dangling_record_link_is_sa
         assert "skipped 1 non-regular file" in said and "left out 1 run whose run.json" in said
 
 
+def test_two_run_dirs_of_hard_linked_files_are_two_run_dirs(tmp_path):
+    """A snapshot made of hard links (``cp -al``, ``rsync --link-dest``) is a run dir of its own:
+    the walk knows a folder by the folder, not by its files."""
+    import os
+
+    from perflab.store.tree import run_dirs
+
+    out = tmp_path / "outputs"
+    RunWriter(out / "runs" / "r0").add(row("r0", 0))
+    (out / "snap" / "r0").mkdir(parents=True)
+    for name in os.listdir(out / "runs" / "r0"):
+        os.link(out / "runs" / "r0" / name, out / "snap" / "r0" / name)
+    assert sorted(p.relative_to(out).as_posix() for p in run_dirs(out)) == ["runs/r0", "snap/r0"]
+
+
 def test_an_index_with_empty_constant_and_wide_columns_loads_as_the_files_do(tmp_path, caplog):
     """The index reads a row group without its empty columns and a constant integer column from
     its statistics, and joins a category of more values than int8 codes hold (140 experiments,

@@ -7,7 +7,6 @@ output; ``perflab ab`` judges its trees with ``ab`` here."""
 from __future__ import annotations
 
 import functools
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable, Collection, Sequence
@@ -428,7 +427,7 @@ def ab(
             )
             if series is not None and not mismatch and m not in EXACT:  # one machine's variation between processes
                 series.extend(
-                    (c.floor_rows(i, (name, *point)), m, x.figures)
+                    (c.floor_rows(i), m, x.figures)
                     for c, i, x in zip((va_, vb_), (ia, ib), sides.values())
                     if x.n_processes >= 2
                 )
@@ -555,13 +554,11 @@ class _Cells:
         found = set(self.suspect[at].tolist()) - {None} if self.suspect is not None else set()
         return "; ".join(sorted(s for s in found if s.strip()))
 
-    def floor_rows(self, at: np.ndarray, point: tuple[str, ...]) -> pd.DataFrame:
-        """The rows at ``at`` with what ``floor.keep`` reads of them (their runs and machine, and
-        ``point``: the experiment and the values it is matched on, which name its series)."""
+    def floor_rows(self, at: np.ndarray) -> pd.DataFrame:
+        """The rows at ``at`` with what ``floor.keep`` reads of them (their runs and machine)."""
         from perflab.measure.environment import IDENTITY
 
-        rows = self.rows[[c for c in ("run_id", *IDENTITY) if c in self.rows]].iloc[at]
-        return rows.assign(**{floor.POINT: json.dumps(point)})
+        return self.rows[[c for c in ("run_id", *IDENTITY) if c in self.rows]].iloc[at]
 
 
 def _texts(column: pd.Series, fn: Callable[[Any], str], empty: str | None = None) -> np.ndarray:

@@ -9,11 +9,11 @@ freedom) for the machine identity of its rows, in the user's cache (``KEPT``); a
 comparison with one process a side on that machine is judged against the pooled value of them
 all. ``--process-cv`` overrides it; with nothing kept, ``replicates.FLOOR_CV`` is assumed, and said.
 
-A series (a point's side, named by its metric, its first process's run and the point: one run
-measures several points) is kept once, its latest look replacing earlier ones (``perflab ab``
-looks after every round), and a machine keeps its ``MOST_SERIES`` latest series: the floor
-follows the machine as it is now. Series kept under an earlier name (metric and run alone) are
-still pooled until they age out.
+A series (a point's side, named by its first process's run) is kept once, its latest look
+replacing earlier ones (``perflab ab`` looks after every round), and a machine keeps its
+``MOST_SERIES`` latest series: the floor follows the machine as it is now. The points of one
+run share its processes, so their variations are not independent: a run keeps one series (the
+last of its points looked at), lest one sweep's pair of processes fill the pool.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import hashlib
 import json
 import math
 import os
@@ -38,7 +37,6 @@ from perflab.analysis.replicates import FLOOR_CV
 from perflab.measure.environment import identity_key
 
 MOST_SERIES = 100  # a machine's latest series pooled into its floor
-POINT = "_point"  # a series' rows: the point they measured, as text (``keep`` names the series by it)
 KEPT = "process_cv.json"  # in the user's cache: $XDG_CACHE_HOME/perflab/, else ~/.cache/perflab/
 
 
@@ -121,8 +119,7 @@ def of_machine(identity: dict[str, str]) -> Floor:
 
 def keep(measured: Iterable[tuple[pd.DataFrame, str, np.ndarray]]) -> None:
     """Keep each series' between-process variation: (its rows, its metric, its per-process
-    figures), one side of a point with two or more processes (the point in the rows' ``POINT``
-    column; rows without it are named by their run alone, as before). A cache that cannot be written
+    figures), one side of a point with two or more processes. A cache that cannot be written
     keeps nothing (said by nothing: the floor stays what it was)."""
     from perflab.store import files
 
@@ -140,8 +137,6 @@ def keep(measured: Iterable[tuple[pd.DataFrame, str, np.ndarray]]) -> None:
         found = entry.get("series")
         series: dict[str, Any] = found if isinstance(found, dict) else {}
         name = f"{metric} {sorted(rows['run_id'].astype(str))[0]}"
-        if POINT in rows and len(rows):
-            name += " " + hashlib.sha256(str(rows[POINT].iloc[0]).encode()).hexdigest()[:12]
         series.pop(name, None)  # re-inserted last: the latest
         series[name] = {"cv": float(np.std(logs, ddof=1)), "df": len(logs) - 1, "when": now}
         entry["series"] = dict(list(series.items())[-MOST_SERIES:])

@@ -98,22 +98,22 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
                 dropped.setdefault(manifest.stem, OTHER_FORMAT)
             else:
                 manifests[manifest.stem] = found
-        pieces: dict[str, list[Piece] | None] = {}  # segment -> its rows (None: gone or damaged)
+        pieces: dict[str, list[Piece]] = {}  # segment -> its rows (none: gone or damaged)
         for segment in manifests:
             try:
                 pieces[segment] = _read_segment(index / f"{segment}.parquet", experiment)
             except FileNotFoundError:  # removed by a concurrent compaction: read its run dirs
-                pieces[segment] = None
+                pass
             except Exception as err:  # damaged: pyarrow raises its own kinds
                 log.debug("index segment %s unreadable (%s): reading its run dirs", segment, err)
-                pieces[segment], dropped[segment] = None, DAMAGED
+                dropped[segment] = DAMAGED
         sources = walking.result()
     indexed: dict[str, str] = {}  # source -> segment holding its current rows
     noted: dict[str, dict[str, int]] = {}  # source -> what reading it skipped: said on every load
     frames = []  # the rows read: pieces of the segments, pandas frames from CSV
     read: list[Span] = []  # for each part read (a segment, the new rows): the span of its row ids
     for segment, (stamps, skipped, _) in manifests.items():
-        if pieces[segment] is not None:
+        if segment in pieces:
             for source, stamp in stamps.items():
                 if sources.get(source) == stamp:  # a later segment's rows of it replace an earlier's
                     indexed[source] = segment
@@ -122,7 +122,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     for source, segment in indexed.items():
         wanted_by_segment.setdefault(segment, set()).add(source)
     for segment, wanted in wanted_by_segment.items():
-        part, listed = pieces[segment] or [], manifests[segment][0]
+        part, listed = pieces[segment], manifests[segment][0]
         if len(wanted) < len(listed):  # run dirs since read again, or gone: their rows filtered out
             part = [Piece(_kept(p.table, "_source", wanted), p.schema, p.constant) for p in part]
         frames.extend(part)
@@ -413,7 +413,7 @@ def _frame(pieces: list[Piece]):
 def _int64(name: str, pieces: list[Piece], missing):
     """One Int64 column of the pieces, each value copied once: a piece's constant written as
     such, a piece without the column left missing (nothing read, nothing written). ``missing``:
-    its mask, all True, a row a piece long (filled here)."""
+    its mask, all True, as long as all the pieces together (filled here)."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa

@@ -79,25 +79,27 @@ def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[s
     under ``top``: a folder holding run.json or results.csv. Hidden folders are skipped; a run
     dir's subfolders hold no runs. A folder's two run files are looked up by name first (the
     stats a reader needs anyway), and only a folder that is no run dir is listed: 10k run dirs
-    cost 20k stats, not 10k listings besides. Each real folder is visited once: a run dir is
-    known by its first run file's identity (a folder's files move with it), others by their own."""
+    cost 30k stats, not 10k listings besides. Each real folder is visited once (a folder link, a
+    loop), known by its own identity: two run dirs whose results.csv are hard links of one file
+    (``cp -al`` snapshots) are two run dirs."""
     stack, seen = [os.fspath(top)], set()
     while stack:
         here = stack.pop()
         found, first, skipped = _run_files(here)
+        try:
+            st = os.stat(here)  # a folder is known by its own identity, not its files' (hard links)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
         if first is not None:
-            if (first.st_dev, first.st_ino) not in seen:
-                seen.add((first.st_dev, first.st_ino))
-                for why, path in skipped:
-                    if notes is not None:
-                        notes.add(why, path)
-                yield here, found
+            for why, path in skipped:
+                if notes is not None:
+                    notes.add(why, path)
+            yield here, found
             continue
         try:
-            st = os.stat(here)
-            if (st.st_dev, st.st_ino) in seen:
-                continue
-            seen.add((st.st_dev, st.st_ino))
             entries = list(os.scandir(here))
         except OSError:
             continue
