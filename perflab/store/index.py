@@ -122,12 +122,12 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     for source, segment in indexed.items():
         wanted_by_segment.setdefault(segment, set()).add(source)
     for segment, wanted in wanted_by_segment.items():
-        part, listed = pieces[segment], manifests[segment][0]
+        part, (listed, _, span) = pieces[segment], manifests[segment]
         if len(wanted) < len(listed):  # run dirs since read again, or gone: their rows filtered out
             part = [Piece(_kept(p.table, "_source", wanted), p.schema, p.constant) for p in part]
         frames.extend(part)
         if any(p.table.num_rows for p in part):  # a part without rows repeats no row id
-            read.append(manifests[segment][2])
+            read.append(span)
     for source, kinds in noted.items():
         if source in indexed:
             for kind, count in kinds.items():

@@ -85,7 +85,6 @@ def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[s
     stack, seen = [os.fspath(top)], set()
     while stack:
         here = stack.pop()
-        found, first, skipped = _run_files(here)
         try:
             st = os.stat(here)  # a folder is known by its own identity, not its files' (hard links)
         except OSError:
@@ -93,7 +92,8 @@ def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[s
         if (st.st_dev, st.st_ino) in seen:
             continue
         seen.add((st.st_dev, st.st_ino))
-        if first is not None:
+        found, is_run_dir, skipped = _run_files(here)
+        if is_run_dir:
             for why, path in skipped:
                 if notes is not None:
                     notes.add(why, path)
@@ -109,19 +109,19 @@ def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[s
         )
 
 
-def _run_files(here: str) -> tuple[dict[str, os.stat_result], os.stat_result | None, list[tuple[str, str]]]:
-    """The stats of the run files in ``here`` that perflab reads, by name; the stat of the first
-    run file there, read or not (None: ``here`` is no run dir); and why any other is not read,
-    with its path. A results.csv is never followed through a link, a run.json is; one that is
-    not a regular file is not read."""
-    found, first, skipped = {}, None, []
+def _run_files(here: str) -> tuple[dict[str, os.stat_result], bool, list[tuple[str, str]]]:
+    """The stats of the run files in ``here`` that perflab reads, by name; whether ``here`` is a
+    run dir (it holds a run file, read or not); and why any other is not read, with its path. A
+    results.csv is never followed through a link, a run.json is; one that is not a regular file
+    is not read."""
+    found, is_run_dir, skipped = {}, False, []
     for name in (RESULTS, RECORD):
         path = os.path.join(here, name)
         try:
             st = os.lstat(path)
         except OSError:  # none there (or ``here`` is no folder)
             continue
-        first, why = first or st, ""  # the entry itself, not where a link leads
+        is_run_dir, why = True, ""
         if stat.S_ISLNK(st.st_mode) and name == RESULTS:
             why = RESULTS_LINK
         elif stat.S_ISLNK(st.st_mode):
@@ -135,7 +135,7 @@ def _run_files(here: str) -> tuple[dict[str, os.stat_result], os.stat_result | N
             skipped.append((why, path))
         else:
             found[name] = st
-    return found, first, skipped
+    return found, is_run_dir, skipped
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
