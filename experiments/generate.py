@@ -179,12 +179,12 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
             )
         longest = hf.max_positions(inner.config)
         if longest and getattr(inner.config, "is_encoder_decoder", False):  # the prompt's positions, the new ones'
-            for key, value in (("prompt_len", p.prompt_len), ("new_tokens", p.new_tokens + 1)):  # + its start token
-                if value > longest:
+            for key, most in (("prompt_len", longest), ("new_tokens", longest - 1)):  # the decoder's start token: one
+                if getattr(p, key) > most:
                     raise ConfigError(
                         f"experiment.{key}",
                         getattr(p, key),
-                        f"at most {longest - (key == 'new_tokens')}",
+                        f"at most {most}",
                         problem=f"it outgrows the model's {longest} positions",
                     )
         elif longest and p.prompt_len + p.new_tokens > longest:

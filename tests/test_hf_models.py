@@ -182,13 +182,18 @@ def test_a_random_encoder_decoder_generates_as_a_seq2seq_lm_when_asked(work):
 
 
 def test_an_encoder_decoders_prompt_and_new_tokens_each_have_its_positions(work, folders):
-    """BART (64 positions a side): a prompt of 40 and 30 new tokens fit, though 70 > 64; a prompt of 65 does not."""
+    """BART (64 positions a side): a prompt of 40 and 30 new tokens fit, though 70 > 64; a prompt
+    of 65 does not, nor 64 new tokens (its start token takes one position)."""
     model = ["model=hf", f"model.name={folders / 'bart'}", "data=tokens", "data.vocab_size=100"]
     df = perflab.run("quick/generate", [*model, "experiment.prompt_len=40", "experiment.new_tokens=30", *FAST])
     timed_rows_are_right(df, ["prefill", "decode", "generate"])
     with pytest.raises(Refused) as refused:
         perflab.run("quick/generate", [*model, "experiment.prompt_len=65", "experiment.new_tokens=2", *FAST])
     assert str(refused.value).startswith("experiment.prompt_len=65: it outgrows the model's 64 positions")
+    with pytest.raises(Refused) as refused:  # the decoder's start token takes one of its 64
+        perflab.run("quick/generate", [*model, "experiment.prompt_len=8", "experiment.new_tokens=64", *FAST])
+    assert str(refused.value).startswith("experiment.new_tokens=64: it outgrows the model's 64 positions")
+    assert "at most 63" in str(refused.value)
 
 
 def test_an_image_model_of_any_size_trains_on_images_of_its_channels(work, folders):
