@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from perflab.store import files
+from perflab.store import files, warm
 from perflab.store.rows import RESULTS, Notes, concat, fix_dtypes, read_many
 from perflab.store.rundir import RECORD, RunRecord
 from perflab.store.tree import meta, walk
@@ -98,22 +98,17 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
                 dropped.setdefault(manifest.stem, OTHER_FORMAT)
             else:
                 manifests[manifest.stem] = found
-        pieces: dict[str, list[Piece]] = {}  # segment -> its rows (none: gone or damaged)
-        for segment in manifests:
-            try:
-                pieces[segment] = _read_segment(index / f"{segment}.parquet", experiment)
-            except FileNotFoundError:  # removed by a concurrent compaction: read its run dirs
-                pass
-            except Exception as err:  # damaged: pyarrow raises its own kinds
-                log.debug("index segment %s unreadable (%s): reading its run dirs", segment, err)
-                dropped[segment] = DAMAGED
+        cached = None if experiment or dropped else _warm(index, list(manifests), notes)
+        pieces = {} if cached is not None else _pieces(index, manifests, experiment, dropped)
         sources = walking.result()
+    if cached is not None and not _current(manifests, sources):  # run dirs changed: the segments read
+        cached, pieces = None, _pieces(index, manifests, experiment, dropped)
     indexed: dict[str, str] = {}  # source -> segment holding its current rows
     noted: dict[str, dict[str, int]] = {}  # source -> what reading it skipped: said on every load
     frames = []  # the rows read: pieces of the segments, pandas frames from CSV
     read: list[Span] = []  # for each part read (a segment, the new rows): the span of its row ids
     for segment, (stamps, skipped, _) in manifests.items():
-        if segment in pieces:
+        if segment in pieces or cached is not None:
             for source, stamp in stamps.items():
                 if sources.get(source) == stamp:  # a later segment's rows of it replace an earlier's
                     indexed[source] = segment
@@ -121,7 +116,7 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     wanted_by_segment: dict[str, set[str]] = {}
     for source, segment in indexed.items():
         wanted_by_segment.setdefault(segment, set()).add(source)
-    for segment, wanted in wanted_by_segment.items():
+    for segment, wanted in wanted_by_segment.items() if cached is None else ():
         part, (listed, _, span) = pieces[segment], manifests[segment]
         if len(wanted) < len(listed):  # run dirs since read again, or gone: their rows filtered out
             part = [Piece(_kept(p.table, "_source", wanted), p.schema, p.constant) for p in part]
@@ -157,15 +152,66 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     for segment, why in dropped.items():
         notes.add(why, index / f"{segment}.parquet")
         _remove_segment(index, segment)
+    if cached is not None:
+        return _placed(cached, root)
     if not frames:
         return pd.DataFrame()
     df = combine(frames)
     twice = None if _apart(read) else _twice(df)  # parts whose row ids cannot meet: nothing to look for
-    if not experiment and len(segments) - len(dropped) + bool(fresh) > MAX_SEGMENTS:
+    compacted = not experiment and len(segments) - len(dropped) + bool(fresh) > MAX_SEGMENTS
+    if compacted:
         _compact(index, df, sources, _span(df))
     if twice is not None and twice.any():
-        df = df[~twice.to_numpy()]
+        df = df[~twice.to_numpy()].reset_index(drop=True)
+    if (
+        not (experiment or fresh or dropped or compacted)
+        and len(pieces) == len(manifests)
+        and _current(manifests, sources)
+    ):
+        warm.write(index / warm.NAME, df, list(manifests))  # every segment read whole: the next load maps it
     return _placed(df, root)
+
+
+WARM_DAMAGED = "rebuilt {n} damaged warm cache{s} of the index"
+
+
+def _warm(index: Path, segments: list[str], notes: Notes):
+    """The warm cache of these segments (None: none, or of other segments; a damaged one is
+    removed and said, and rebuilt by this load)."""
+    if not segments:
+        return None
+    path = index / warm.NAME
+    try:
+        return warm.read(path, segments)
+    except (OSError, ValueError) as err:
+        log.debug("%s", err)
+        notes.add(WARM_DAMAGED, path)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+
+
+def _current(manifests: dict[str, tuple[dict[str, list[int]], Any, Span]], sources: dict[str, list[int]]) -> bool:
+    """Whether the run dirs found are exactly those the segments list, as they were indexed
+    (the latest segment listing a run dir holds its rows)."""
+    latest: dict[str, list[int]] = {}
+    for stamps, _, _ in manifests.values():
+        latest.update(stamps)
+    return latest == sources
+
+
+def _pieces(index: Path, manifests: dict, experiment: str | None, dropped: dict[str, str]) -> dict[str, list[Piece]]:
+    """Segment -> its rows as read (none: gone, or damaged: then ``dropped`` says so)."""
+    pieces: dict[str, list[Piece]] = {}
+    for segment in manifests:
+        try:
+            pieces[segment] = _read_segment(index / f"{segment}.parquet", experiment)
+        except FileNotFoundError:  # removed by a concurrent compaction: read its run dirs
+            pass
+        except Exception as err:  # damaged: pyarrow raises its own kinds
+            log.debug("index segment %s unreadable (%s): reading its run dirs", segment, err)
+            dropped[segment] = DAMAGED
+    return pieces
 
 
 def _span(df) -> Span:

@@ -1,0 +1,176 @@
+"""The warm cache (``.perflab/index/warm.arrow``): a load of unchanged segments maps the frame the
+last full load built instead of decoding Parquet. It loads equal to reading the run dirs, its
+frame is writable without touching the file, and a damaged, truncated, stale or unwritable
+cache never gives wrong rows."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pandas as pd
+import pytest
+
+from perflab.results import load
+from perflab.store import index, warm
+from perflab.store.rundir import RunWriter
+
+
+def _run(out, name: str, rows: int = 3, experiment: str = "matmul") -> None:
+    w = RunWriter(out / "runs" / name)
+    for i in range(rows):
+        w.add(
+            {
+                "run_id": name,
+                "experiment": experiment,
+                "status": "ok" if i else "error",
+                "median_s": 0.5 + i,
+                "noisy": bool(i % 2),
+                "timestamp": "2026-11-22T10:00:00+00:00",
+                "note": None if i else "first",
+                f"cfg.{experiment}.size": 64 * i,
+            }
+        )
+
+
+def _tree(tmp_path):
+    out = tmp_path / "outputs"
+    for i in range(4):
+        _run(out, f"r{i}", experiment=("matmul", "train")[i % 2])
+    load(out)  # the index built (new rows: no cache yet)
+    return out
+
+
+def _cache(out):
+    return out / ".perflab" / "index" / warm.NAME
+
+
+def _same(a, b) -> None:
+    pd.testing.assert_frame_equal(a, b)
+    assert a.attrs == b.attrs
+
+
+def test_a_warm_load_maps_the_cache_and_loads_as_the_run_dirs_do(tmp_path):
+    out = _tree(tmp_path)
+    built = load(out)  # every segment read whole: the cache written
+    assert _cache(out).is_file()
+    mapped = load(out)
+    _same(mapped, built)
+    files = load(out / "runs").sort_values("row_id", ignore_index=True)
+    pd.testing.assert_frame_equal(mapped.sort_values("row_id", ignore_index=True), files, check_like=True)
+    assert isinstance(mapped["cfg.matmul.size"].array, pd.arrays.IntegerArray)
+
+
+def test_the_frame_is_writable_and_a_write_never_reaches_the_cache(tmp_path):
+    out = _tree(tmp_path)
+    built = load(out)
+    mapped = load(out)
+    before = _cache(out).read_bytes()
+    mapped.loc[0, "median_s"] = 99.0
+    mapped.loc[1, "cfg.matmul.size"] = 7
+    mapped.loc[2, "noisy"] = True
+    mapped.loc[0, "row_id"] = "changed"
+    mapped["median_s"] += 1
+    assert mapped.loc[0, "median_s"] == 100.0 and mapped.loc[0, "row_id"] == "changed"
+    assert _cache(out).read_bytes() == before
+    _same(load(out), built)
+
+
+def test_a_frame_still_mapping_the_cache_survives_its_replacement(tmp_path):
+    out = _tree(tmp_path)
+    load(out)
+    mapped = load(out)
+    kept = mapped.copy()
+    _run(out, "new")
+    load(out)  # a new segment
+    load(out)  # the cache rewritten: a new file
+    pd.testing.assert_frame_equal(mapped, kept)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "a folder"])
+def test_a_damaged_cache_is_rebuilt_with_a_note_never_wrong_rows(tmp_path, damage):
+    out = _tree(tmp_path)
+    built = load(out)
+    path = _cache(out)
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"\0junk" * 100)
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:
+        path.unlink()
+        path.mkdir()
+    again = load(out)
+    pd.testing.assert_frame_equal(again, built)
+    if damage in ("truncated", "garbage"):
+        assert any("damaged warm cache" in n for n in again.attrs["notes"])
+    if damage != "a folder":
+        _same(load(out), built)  # rebuilt, then mapped
+
+
+def test_the_cache_follows_run_dirs_that_change_go_or_come(tmp_path):
+    out = _tree(tmp_path)
+    load(out)
+    load(out)
+    _run(out, "r1", rows=5, experiment="train")  # r1 rewritten: more rows
+    changed = load(out)
+    assert (changed["run_id"] == "r1").sum() == 3 + 5  # a RunWriter appends
+    for path in (out / "runs" / "r2").iterdir():
+        path.unlink()
+    (out / "runs" / "r2").rmdir()
+    for _ in range(3):  # changed, rebuilt, mapped: each as the run dirs say
+        gone = load(out)
+        assert "r2" not in set(gone["run_id"]) and (gone["run_id"] == "r1").sum() == 8
+        pd.testing.assert_frame_equal(
+            gone.sort_values("row_id", ignore_index=True),
+            load(out / "runs").sort_values("row_id", ignore_index=True),
+            check_like=True,
+        )
+
+
+def test_an_interrupted_cache_write_leaves_a_tree_that_loads(tmp_path, monkeypatch):
+    out = _tree(tmp_path)
+    built = load(out)
+    _cache(out).unlink()
+
+    def cut(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(warm.os, "replace", cut)
+    _same(load(out), built)
+    assert not _cache(out).exists()
+    assert not [p for p in _cache(out).parent.iterdir() if p.name.endswith(".tmp")]
+    monkeypatch.undo()
+    _same(load(out), built)
+
+
+def test_a_read_only_tree_loads_without_a_cache(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    out = _tree(tmp_path)
+    built = load(out)
+    _cache(out).unlink()
+    folder = _cache(out).parent
+    folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        _same(load(out), built)
+        assert not _cache(out).exists()
+    finally:
+        folder.chmod(stat.S_IRWXU)
+
+
+def test_one_experiment_and_compaction_do_not_use_a_cache_of_other_rows(tmp_path):
+    out = _tree(tmp_path)
+    load(out)
+    load(out)
+    one = load(out, experiment="matmul")
+    assert set(one["experiment"]) == {"matmul"}
+    for i in range(index.MAX_SEGMENTS + 1):
+        _run(out, f"s{i}", rows=1)
+        load(out)
+    pd.testing.assert_frame_equal(
+        load(out).sort_values("row_id", ignore_index=True),
+        load(out / "runs").sort_values("row_id", ignore_index=True),
+        check_like=True,
+    )
