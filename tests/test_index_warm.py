@@ -16,6 +16,12 @@ from perflab.store import index, warm
 from perflab.store.rundir import RunWriter
 
 
+@pytest.fixture(autouse=True)
+def _small_trees_cached(monkeypatch):
+    """These trees hold a few rows: kept as a big tree's are."""
+    monkeypatch.setattr(warm, "MIN_ROWS", 0)
+
+
 def _run(out, name: str, rows: int = 3, experiment: str = "matmul") -> None:
     w = RunWriter(out / "runs" / name)
     for i in range(rows):
@@ -174,3 +180,11 @@ def test_one_experiment_and_compaction_do_not_use_a_cache_of_other_rows(tmp_path
         load(out / "runs").sort_values("row_id", ignore_index=True),
         check_like=True,
     )
+
+
+def test_a_small_tree_keeps_no_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(warm, "MIN_ROWS", 13)  # the tree holds 12 rows
+    out = _tree(tmp_path)
+    built = load(out)
+    assert not _cache(out).exists()
+    _same(load(out), built)
