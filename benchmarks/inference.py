@@ -401,7 +401,8 @@ def main() -> None:
         low, high, goal = median_interval(best_rounds)
         print(
             f"{what:24} perflab / torch.utils.benchmark: per round best {' '.join(f'{x:.3f}' for x in best_rounds)} "
-            f"(median {round_best:.3f}, 95 % interval {low:.3f} to {high:.3f}: +-{GOAL:.0%} {goal}), per round median {' '.join(f'{x:.3f}' for x in median_rounds)} "
+            f"(median {round_best:.3f}, 95 % interval {low:.3f} to {high:.3f}: +-{GOAL:.0%} {goal}), "
+            f"per round median {' '.join(f'{x:.3f}' for x in median_rounds)} "
             f"(median {round_median:.3f}); best of all {pb / tb:.3f}, median of medians {pm / tm:.3f}; "
             f"perflab / optimum-benchmark: best {pb / ob:.3f}, median {pm / om:.3f}; optimum-benchmark / "
             f"torch.utils.benchmark in its venv: best {ob / t4b:.3f}, median {om / t4m:.3f}; torch.utils.benchmark "
