@@ -16,11 +16,22 @@ apart in time, compare the process and the minute, not the code; within one roun
 share both, and the median of the rounds' ratios is not one lucky sample's.
 
 Like with like: every side runs THREADS intra-op threads, the same model folder, WARMUP calls
-first, then single calls until MIN_TIME_S seconds of them (blocked_autorange's rule; perflab's
-bench.min_time_s with bench.repeats=1; torch's side with Timer.timeit(1), as blocked_autorange
-times blocks of 10 calls of a short one), the garbage collector on (timeit turns it off: torch's
-Timer gets gc.enable() as its setup). The first version let perflab take 30 samples and torch 3
-of a 0.3 s call: the best of 30 is lower than the best of 3 on a busy machine (0.80 at load 9).
+first, then single calls back to back until MIN_TIME_S seconds of them (blocked_autorange's
+rule): perflab's bench.min_time_s with bench.repeats=1; torch's side its Timer's own
+blocked_autorange with blocks of one call (:class:`SingleCalls`, a private method overridden:
+no public one does it), so both take about the same count of samples over the same span of the
+machine's time; the garbage collector on (timeit turns it off: torch's Timer gets gc.enable()
+as its setup, run before each call's clock). The first version let perflab take 30 samples and
+torch 3 of a 0.3 s call: the best of 30 is lower than the best of 3 on a busy machine (0.80 at
+load 9); the next sampled torch's side with Timer.timeit(1), whose 2 untimed calls before each
+timed one spread its samples over 3x perflab's span (see below).
+
+The goal's figure: the median over rounds of each round's ratio of bests (a paired figure: both
+sides in one process and minute; a median, so no one round's lucky best decides), printed and
+written with its distribution-free 95 % interval (scipy.stats.quantile_test; 6 rounds: the
+lowest and highest ratio, 96.9 %; 5 or fewer give none) and a verdict: met (the interval inside
+1 +- GOAL), missed (wholly outside) or not decided. With per-round ratios spread 0.84-1.14 (the
+2026-11-25 quiet run) 6 rounds cannot show +-3 %: more rounds, or a quieter machine, can.
 
 What one sample is, side by side (issue 30's check; read in each side's code):
 - prefill: perflab and torch: one whole generate(max_new_tokens=1) call (its setup: generation
@@ -48,16 +59,16 @@ machine leaves standing; benchmarks/generate_overhead.py repeats it):
   (1.5-2.5 %), prefill +0.2 to +0.3 ms. Fixed in experiments/generate.py (a streamer; the cache
   read after the clock): generate_overhead.py at load 4-4.8, 200 calls: best 1.004 / 0.984
   (generate / prefill, CPU clock), best 10 % 1.002 / 0.988, medians 1.009 / 0.983.
-- torch's side draws its best from a longer stretch of the machine's time: Timer.timeit(1)
-  makes 2 untimed warm-up calls before each timed one, so MIN_TIME_S of its samples span ~3x
-  the wall time of perflab's (9 s against 3 s). On a machine whose load changes by the second,
-  the longer stretch holds quieter moments: its best lower, its median higher. 6 alternated
-  blocks of the prefill call in one process (load 3.1-4.1), the same call back to back (as
-  perflab samples) against timeit(1): best 1-6 % lower for timeit(1) in 5 of 6 blocks (best of
-  bests 10.52 against 10.71 ms), median of medians 14.1 against 12.7 ms. blocked_autorange
-  spans as perflab does but picked blocks of 10 calls in 5 of 6 blocks (its best a block's
-  mean), so timeit(1) stays: the samples are counted alike (a best of 30 against a best of 3
-  read 0.80 at load 9), and the spans differ; on a quiet machine both effects vanish.
+- torch's side drew its best from a longer stretch of the machine's time (fixed: it samples
+  back to back now): Timer.timeit(1) makes 2 untimed warm-up calls before each timed one, so
+  MIN_TIME_S of its samples spanned ~3x the wall time of perflab's (9 s against 3 s). On a
+  machine whose load changes by the second, the longer stretch holds quieter moments: its best
+  lower, its median higher. 6 alternated blocks of the prefill call in one process (load
+  3.1-4.1), the same call back to back (as perflab samples) against timeit(1): best 1-6 % lower
+  for timeit(1) in 5 of 6 blocks (best of bests 10.52 against 10.71 ms), median of medians 14.1
+  against 12.7 ms. Plain blocked_autorange spans as perflab does but picks blocks of 10 calls of
+  a 12 ms call (its timer's overhead, timeit(0), is over 1e-4 of one call), its best a block's
+  mean: hence blocks of one.
 - the rest is the spread of a best between runs on this VM: the same call, in one process,
   alternated 200-300 times at load 3-5, gave bests 3-9 % apart; the 17:30 run read generate
   0.886 (perflab lower).
