@@ -16,11 +16,22 @@ apart in time, compare the process and the minute, not the code; within one roun
 share both, and the median of the rounds' ratios is not one lucky sample's.
 
 Like with like: every side runs THREADS intra-op threads, the same model folder, WARMUP calls
-first, then single calls until MIN_TIME_S seconds of them (blocked_autorange's rule; perflab's
-bench.min_time_s with bench.repeats=1; torch's side with Timer.timeit(1), as blocked_autorange
-times blocks of 10 calls of a short one), the garbage collector on (timeit turns it off: torch's
-Timer gets gc.enable() as its setup). The first version let perflab take 30 samples and torch 3
-of a 0.3 s call: the best of 30 is lower than the best of 3 on a busy machine (0.80 at load 9).
+first, then single calls back to back until MIN_TIME_S seconds of them (blocked_autorange's
+rule): perflab's bench.min_time_s with bench.repeats=1; torch's side its Timer's own
+blocked_autorange with blocks of one call (:class:`SingleCalls`, a private method overridden:
+no public one does it), so both take about the same count of samples over the same span of the
+machine's time; the garbage collector on (timeit turns it off: torch's Timer gets gc.enable()
+as its setup, run before each call's clock). The first version let perflab take 30 samples and
+torch 3 of a 0.3 s call: the best of 30 is lower than the best of 3 on a busy machine (0.80 at
+load 9); the next sampled torch's side with Timer.timeit(1), whose 2 untimed calls before each
+timed one spread its samples over 3x perflab's span (see below).
+
+The goal's figure: the median over rounds of each round's ratio of bests (a paired figure: both
+sides in one process and minute; a median, so no one round's lucky best decides), printed and
+written with its distribution-free 95 % interval (scipy.stats.quantile_test; 6 rounds: the
+lowest and highest ratio, 96.9 %; 5 or fewer give none) and a verdict: met (the interval inside
+1 +- GOAL), missed (wholly outside) or not decided. With per-round ratios spread 0.84-1.14 (the
+2026-11-25 quiet run) 6 rounds cannot show +-3 %: more rounds, or a quieter machine, can.
 
 What one sample is, side by side (issue 30's check; read in each side's code):
 - prefill: perflab and torch: one whole generate(max_new_tokens=1) call (its setup: generation
@@ -48,16 +59,16 @@ machine leaves standing; benchmarks/generate_overhead.py repeats it):
   (1.5-2.5 %), prefill +0.2 to +0.3 ms. Fixed in experiments/generate.py (a streamer; the cache
   read after the clock): generate_overhead.py at load 4-4.8, 200 calls: best 1.004 / 0.984
   (generate / prefill, CPU clock), best 10 % 1.002 / 0.988, medians 1.009 / 0.983.
-- torch's side draws its best from a longer stretch of the machine's time: Timer.timeit(1)
-  makes 2 untimed warm-up calls before each timed one, so MIN_TIME_S of its samples span ~3x
-  the wall time of perflab's (9 s against 3 s). On a machine whose load changes by the second,
-  the longer stretch holds quieter moments: its best lower, its median higher. 6 alternated
-  blocks of the prefill call in one process (load 3.1-4.1), the same call back to back (as
-  perflab samples) against timeit(1): best 1-6 % lower for timeit(1) in 5 of 6 blocks (best of
-  bests 10.52 against 10.71 ms), median of medians 14.1 against 12.7 ms. blocked_autorange
-  spans as perflab does but picked blocks of 10 calls in 5 of 6 blocks (its best a block's
-  mean), so timeit(1) stays: the samples are counted alike (a best of 30 against a best of 3
-  read 0.80 at load 9), and the spans differ; on a quiet machine both effects vanish.
+- torch's side drew its best from a longer stretch of the machine's time (fixed: it samples
+  back to back now): Timer.timeit(1) makes 2 untimed warm-up calls before each timed one, so
+  MIN_TIME_S of its samples spanned ~3x the wall time of perflab's (9 s against 3 s). On a
+  machine whose load changes by the second, the longer stretch holds quieter moments: its best
+  lower, its median higher. 6 alternated blocks of the prefill call in one process (load
+  3.1-4.1), the same call back to back (as perflab samples) against timeit(1): best 1-6 % lower
+  for timeit(1) in 5 of 6 blocks (best of bests 10.52 against 10.71 ms), median of medians 14.1
+  against 12.7 ms. Plain blocked_autorange spans as perflab does but picks blocks of 10 calls of
+  a 12 ms call (its timer's overhead, timeit(0), is over 1e-4 of one call), its best a block's
+  mean: hence blocks of one.
 - the rest is the spread of a best between runs on this VM: the same call, in one process,
   alternated 200-300 times at load 3-5, gave bests 3-9 % apart; the 17:30 run read generate
   0.886 (perflab lower).
@@ -92,6 +103,7 @@ from typing import Any
 
 import torch
 from _results import append
+from scipy import stats
 from torch.utils import benchmark as tub
 
 import perflab
@@ -100,6 +112,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GPT2 = {"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 1000, "n_positions": 512}
 PROMPT, NEW = 64, 16
 THREADS, WARMUP, MIN_TIME_S = 1, 3, 3.0
+GOAL = 0.03  # issue 30: perflab / torch.utils.benchmark within +-3 % on best samples
 QUIET = [
     "results.table=false",
     f"devices.threads={THREADS}",
@@ -151,20 +164,29 @@ def perflab_figures(row: Any) -> tuple[float, float, int]:
     return float(row["min_s"]), float(row["median_s"]), int(row["n"])
 
 
+class SingleCalls(tub.Timer):
+    """torch.utils.benchmark's Timer whose blocked_autorange times blocks of one call: its own
+    loop (single calls back to back until min_run_time seconds of them), as perflab samples.
+    Overrides a private method (_estimate_block_size): no public one times single calls back to
+    back (timeit(1) makes 2 untimed calls before each; blocked_autorange picks blocks of 10 for
+    a 12 ms call, its timeit(0) overhead being over 1e-4 of it)."""
+
+    def _estimate_block_size(self, min_run_time: float) -> int:
+        return 1
+
+
 def timed(fn: Any) -> tub.Measurement:
-    """Single calls until MIN_TIME_S seconds of them: Timer.timeit(1) (with its own two warm-up
-    calls before each), merged; blocked_autorange would time blocks of 10 calls of a 12 ms
-    prefill, whose best is a block's mean, no call's. The garbage collector stays on, as in
-    perflab's loop and optimum-benchmark's (timeit turns it off; its setup turns it back on)."""
-    timer = tub.Timer(stmt="fn()", setup="import gc; gc.enable()", globals={"fn": fn}, num_threads=THREADS)
+    """WARMUP calls, then single calls back to back until MIN_TIME_S seconds of them, by
+    torch's blocked_autorange (:class:`SingleCalls`): perflab's rule and span. The garbage
+    collector stays on, as in perflab's loop and optimum-benchmark's (timeit turns it off; the
+    Timer's setup turns it back on, before each call's clock starts)."""
+    timer = SingleCalls(stmt="fn()", setup="import gc; gc.enable()", globals={"fn": fn}, num_threads=THREADS)
     with torch.inference_mode():
         for _ in range(WARMUP):
             fn()
-        runs = [timer.timeit(1)]
-        while sum(r.times[0] for r in runs) < MIN_TIME_S:
-            runs.append(timer.timeit(1))
-    (merged,) = tub.Measurement.merge(runs)
-    return merged
+        m = timer.blocked_autorange(min_run_time=MIN_TIME_S)
+    assert m.number_per_run == 1, f"torch's Timer timed blocks of {m.number_per_run} calls (its private API moved?)"
+    return m
 
 
 def torch_figures(m: tub.Measurement) -> tuple[float, float, int]:
@@ -276,6 +298,23 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.4f}" if b == b and a == a else ""
 
 
+def median_interval(ratios: list[float], goal: float = GOAL) -> tuple[float, float, str]:
+    """The median per-round ratio's 95 % interval and what it says of the goal: 'met' (inside
+    1 +- goal), 'missed' (wholly outside), else 'not decided'. Distribution-free, from order
+    statistics (scipy.stats.quantile_test): with 6 rounds the lowest and highest ratio (96.9 %),
+    with 5 or fewer none reaches 95 % (NaN, not decided). A bootstrap of a median of 6 can only
+    give back the ratios themselves and covers less than it says."""
+    if not ratios:
+        return NAN, NAN, "not decided"
+    ci = stats.quantile_test(ratios, q=statistics.median(ratios), p=0.5).confidence_interval(0.95)
+    low, high = float(ci.low), float(ci.high)
+    if 1 - goal <= low and high <= 1 + goal:
+        return low, high, "met"
+    if high < 1 - goal or low > 1 + goal:
+        return low, high, "missed"
+    return low, high, "not decided"
+
+
 Found = dict[str, dict[str, list[tuple[float, float, int]]]]  # side -> what -> each block's figures
 
 
@@ -370,9 +409,11 @@ def main() -> None:
         best_rounds, median_rounds = per_round(what, 0), per_round(what, 1)
         round_best = statistics.median(best_rounds) if best_rounds else NAN
         round_median = statistics.median(median_rounds) if median_rounds else NAN
+        low, high, goal = median_interval(best_rounds)
         print(
             f"{what:24} perflab / torch.utils.benchmark: per round best {' '.join(f'{x:.3f}' for x in best_rounds)} "
-            f"(median {round_best:.3f}), per round median {' '.join(f'{x:.3f}' for x in median_rounds)} "
+            f"(median {round_best:.3f}, 95 % interval {low:.3f} to {high:.3f}: +-{GOAL:.0%} {goal}), "
+            f"per round median {' '.join(f'{x:.3f}' for x in median_rounds)} "
             f"(median {round_median:.3f}); best of all {pb / tb:.3f}, median of medians {pm / tm:.3f}; "
             f"perflab / optimum-benchmark: best {pb / ob:.3f}, median {pm / om:.3f}; optimum-benchmark / "
             f"torch.utils.benchmark in its venv: best {ob / t4b:.3f}, median {om / t4m:.3f}; torch.utils.benchmark "
@@ -390,8 +431,10 @@ def main() -> None:
                 "ratio_median": ratio(pm, tm),
                 "ratio_best_rounds": " ".join(f"{x:.4f}" for x in best_rounds),
                 "ratio_best_round_median": f"{round_best:.4f}",
+                "ratio_best_round_median_ci95": f"{low:.4f} {high:.4f}",
+                "goal_3pct": goal,
                 "ratio_median_round_median": f"{round_median:.4f}",
-                "design": "a fresh process a round, both sides in it, ABBA blocks",
+                "design": "a fresh process a round, both sides in it, ABBA blocks, single calls back to back on both",
                 "optimum_best_s": f"{ob:.6g}",
                 "optimum_median_s": f"{om:.6g}",
                 "ratio_best_optimum": ratio(pb, ob),

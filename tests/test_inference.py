@@ -158,3 +158,44 @@ def test_the_load_row_is_one_sample_that_compare_judges_as_any_time(work, cli, c
     points = json.loads(cli("compare", *runs, "--format", "json", rc=None).out)["points"]
     (judged,) = [p for p in points if p["measurement"] == "load"]
     assert judged["base"] > 0 and judged["new"] > 0 and "no usable" not in judged["why"], judged
+
+
+@pytest.fixture
+def inference_script(monkeypatch):
+    """benchmarks/inference.py as a module (its helpers; it imports _results from its folder)."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("benchmark_inference", ROOT / "benchmarks" / "inference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_torch_side_of_inference_py_samples_single_calls_back_to_back(inference_script, monkeypatch):
+    """As perflab samples: no untimed call between two timed ones (timeit(1) makes two), one call a sample."""
+    monkeypatch.setattr(inference_script, "MIN_TIME_S", 0.05)
+    calls = []
+    m = inference_script.timed(lambda: calls.append(torch.ones(64, 64).sum()))
+    assert m.number_per_run == 1 and len(m.times) > 1
+    assert len(calls) == inference_script.WARMUP + len(m.times), "every call after the warm-up is a sample"
+    assert sum(m.times) >= 0.05
+
+
+@pytest.mark.parametrize(
+    "ratios, want",
+    [
+        ([1.01, 0.99, 1.02, 0.98, 1.0, 1.025], (0.98, 1.025, "met")),
+        ([1.05, 1.04, 1.10, 1.035, 1.2, 1.06], (1.035, 1.2, "missed")),
+        ([0.84, 1.14, 1.03, 1.05, 0.99, 1.02], (0.84, 1.14, "not decided")),
+    ],
+)
+def test_the_median_ratios_interval_says_whether_the_goal_is_met(inference_script, ratios, want):
+    low, high, goal = inference_script.median_interval(ratios)
+    assert (low, high, goal) == (pytest.approx(want[0]), pytest.approx(want[1]), want[2])
+
+
+def test_too_few_rounds_give_no_95_percent_interval(inference_script):
+    low, high, goal = inference_script.median_interval([1.0, 1.01, 0.99, 1.0, 1.0])
+    assert low != low and high != high and goal == "not decided", "5 rounds: (min, max) covers 94 %, not 95"
