@@ -73,6 +73,9 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
         raise ConfigError("model", None, "a model and a data config (the infer preset's defaults)")
     net = models.build(settings.model, data.spec(settings.data))
     spec = inputs_of(net, settings, p.seq_len)
+    longest = hf.max_positions(getattr(net, "inner", net).config) if hf.is_hf(getattr(net, "inner", net)) else None
+    if spec.tokens and longest:  # an HF language model: its positions bound its inputs, never cut short
+        within_positions("experiment.seq_len", p.seq_len, longest, longest)
     spec.check_channels_last(p.channels_last)
     if hf.input_spec(net) is None:
         models.check(settings.model, spec)
@@ -89,6 +92,14 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
             ) from None
     # experiment.export: run() exports the first batch before it records anything and refuses
     # there (one export per batch, that one included: an export here would be a second).
+
+
+def within_positions(key: str, value: int, most: int, longest: int, given: str = "") -> None:
+    """One rule for infer's and generate's token counts: ``key=value`` asks for at most ``most``,
+    so that the sequence fits the model's ``longest`` positions; one line, exit 2, before anything
+    is timed (cut short instead, a sweep's points would differ by their labels alone)."""
+    if value > most:
+        raise ConfigError(key, value, f"at most {most}", problem=f"{given}it outgrows the model's {longest} positions")
 
 
 def exported(model: Any, x: Any, label: str) -> Any:
