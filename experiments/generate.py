@@ -334,7 +334,7 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Time to first token, and decode's tokens/s as batch / mean step: every timed step's time
     counted, stalls too (optimum-benchmark's whole decode time), beside the median step's rate
     (the row's ``items_per_s``); a flagged row's line says so."""
-    from perflab.analysis.table import flags, human_time, rate
+    from perflab.analysis.table import flags, human_time, per_s, rate
     from perflab.store.rows import number
 
     def flagged(r: Mapping[str, Any]) -> str:
@@ -352,7 +352,7 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if "decode" in by:
         r = by["decode"]
         mean = number(r.get("mean_s"))
-        whole = rate({"items_per_s": (number(r.get("batch")) or 0) / mean, "items_unit": "tokens"}) if mean else "?"
+        whole = per_s((number(r.get("batch")) or 0) / mean, "tokens/s") if mean else "?"
         lines.append(
             f"decode: {whole} (batch / mean step; {rate(r, 'items_per_s')} at the median step), per token "
             f"p50 {human_time(r.get('p50_s'))}, p90 {human_time(r.get('p90_s'))}, p99 {human_time(r.get('p99_s'))} "

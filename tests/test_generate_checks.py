@@ -87,3 +87,19 @@ def test_generate_refuses_a_users_model_with_fewer_positions_than_prompt_and_new
     line = str(refused.value)
     assert line.startswith("data.seq_len=32: ") and "\n" not in line
     assert line.endswith("allowed: at least experiment.prompt_len + experiment.new_tokens = 38"), line
+
+
+def test_headlines_write_rates_with_commas_and_name_what_the_rows_hold():
+    """38,598 tokens/s as the tables write it (never 3.86e+04), export_s on the terminal, the
+    optimizer in training's headline, a flagged row's line flagged."""
+    from perflab.experiments import infer, train
+
+    forward = {"measurement": "forward batch 8", "status": "ok", "batch": 8, "items_per_s": 38598.0}
+    forward.update(items_unit="tokens", median_s=2e-4, export_s=1.5, suspect="the machine was busy: ...")
+    (line,) = infer.headline([forward])
+    assert "38,598 tokens/s" in line and "export 1.5 s" in line and line.endswith("[suspect]"), line
+    summary = {"measurement": "train", "status": "ok", "items_per_s": 12345.0, "per_device_items_per_s": 12345.0}
+    summary.update(model="mlp", strategy="single", items_unit="images", median_s=1.0, optimizer="adamw(wd=0.01)")
+    assert (
+        "12,345 images/s" in train.headline([summary])[0] and "optimizer adamw(wd=0.01)" in train.headline([summary])[0]
+    )
