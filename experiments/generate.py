@@ -153,6 +153,7 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     import torch
 
     from perflab import models
+    from perflab.experiments import infer
     from perflab.measure import precision
     from perflab.models import huggingface as hf
     from perflab.train import data
@@ -179,26 +180,23 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
             )
         longest = hf.max_positions(inner.config)
         if longest and getattr(inner.config, "is_encoder_decoder", False):  # the prompt's positions, the new ones'
-            for key, most in (("prompt_len", longest), ("new_tokens", longest - 1)):  # the decoder's start token: one
-                if getattr(p, key) > most:
-                    raise ConfigError(
-                        f"experiment.{key}",
-                        getattr(p, key),
-                        f"at most {most}",
-                        problem=f"it outgrows the model's {longest} positions",
-                    )
-        elif longest and p.prompt_len + p.new_tokens > longest:
-            raise ConfigError(
-                "experiment.prompt_len",
-                p.prompt_len,
-                f"prompt_len + new_tokens <= {longest}",
-                problem=f"with new_tokens={p.new_tokens} it outgrows the model's {longest} positions",
-            )
+            infer.within_positions("experiment.prompt_len", p.prompt_len, longest, longest)
+            infer.within_positions("experiment.new_tokens", p.new_tokens, longest - 1, longest)  # the start token
+        elif longest:
+            said = f"with new_tokens={p.new_tokens} "
+            infer.within_positions("experiment.prompt_len", p.prompt_len, longest - p.new_tokens, longest, said)
     elif not callable(getattr(inner, "decode", None)):
         raise ConfigError("model", label, PROTOCOL, problem="it has no decode(ids, cache) method")
     spec = spec_of(net, settings, p.prompt_len)
     if not spec.tokens:
         raise ConfigError("data", settings.data.name, "data=tokens (a language model's vocabulary: data.vocab_size)")
+    if not hf.is_hf(inner) and settings.data.seq_len < p.prompt_len + p.new_tokens:  # built for the data's positions
+        raise ConfigError(
+            "data.seq_len",
+            settings.data.seq_len,
+            f"at least experiment.prompt_len + experiment.new_tokens = {p.prompt_len + p.new_tokens}",
+            problem=f"{label} is built for data.seq_len positions, fewer than the prompt and the new tokens",
+        )
     try:
         with torch.inference_mode():
             Generator(net.eval(), devices[0]).run(torch.randint(0, spec.classes, (1, p.prompt_len)), p.new_tokens)
@@ -314,7 +312,9 @@ def run(ctx: Context) -> None:
         about_flops = "tflops: a step's FLOPs, the whole call's less the first token's, over new_tokens - 1"
     note = (
         f"per-token latency: each decode step of the {whole.n} timed generate calls (with the KV cache); "
-        "items_per_s: tokens/s of the batch; kv_cache_mb: the cache after prompt_len + new_tokens tokens"
+        "items_per_s: batch / median step (a typical step's rate; the headline's tokens/s, batch / mean step, "
+        "counts every step's time); kv_cache_mb: the cache after prompt_len + new_tokens - 1 tokens (the last "
+        "token's keys and values are never written)"
     )
     ctx.record(
         "decode",
@@ -325,13 +325,20 @@ def run(ctx: Context) -> None:
         **step_flops,
         **knobs,
         suspect=stats.suspect,
+        calls_of="generate",
         note="; ".join(n for n in (note, about_flops) if n),
     )
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.analysis.table import human_time
+    """Time to first token, and decode's tokens/s as batch / mean step: every timed step's time
+    counted, stalls too (optimum-benchmark's whole decode time), beside the median step's rate
+    (the row's ``items_per_s``); a flagged row's line says so."""
+    from perflab.analysis.table import flags, human_time, per_s, rate
     from perflab.store.rows import number
+
+    def flagged(r: Mapping[str, Any]) -> str:
+        return f"  [{flags(r)}]" if flags(r) else ""
 
     by = {str(r.get("measurement")): r for r in rows if r.get("status") == "ok"}
     lines = []
@@ -340,13 +347,15 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         lines.append(
             f"{r.get('model')}: time to first token {human_time(r.get('median_s'))} "
             f"(p99 {human_time(r.get('p99_s'))}) for {number(r.get('batch')) or 0:.0f} x "
-            f"{number(r.get('prompt_len')) or 0:.0f} prompt tokens"
+            f"{number(r.get('prompt_len')) or 0:.0f} prompt tokens{flagged(r)}"
         )
     if "decode" in by:
         r = by["decode"]
+        mean = number(r.get("mean_s"))
+        whole = per_s((number(r.get("batch")) or 0) / mean, "tokens/s") if mean else "?"
         lines.append(
-            f"decode: {number(r.get('items_per_s')) or 0:.4g} tokens/s, per token p50 {human_time(r.get('p50_s'))}, "
-            f"p90 {human_time(r.get('p90_s'))}, p99 {human_time(r.get('p99_s'))} (n={r.get('n')}); "
-            f"KV cache {number(r.get('kv_cache_mb')) or 0:.3g} MB"
+            f"decode: {whole} (batch / mean step; {rate(r, 'items_per_s')} at the median step), per token "
+            f"p50 {human_time(r.get('p50_s'))}, p90 {human_time(r.get('p90_s'))}, p99 {human_time(r.get('p99_s'))} "
+            f"(n={r.get('n')}); KV cache {number(r.get('kv_cache_mb')) or 0:.3g} MB{flagged(r)}"
         )
     return lines

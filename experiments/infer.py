@@ -21,10 +21,8 @@ if TYPE_CHECKING:
     from perflab.measure.devices import Device
 
 METRIC = "median_s"
-LOAD_NOTE = (
-    "the model built (a folder's weights read) and moved to the device, once: one sample (median_s = load_s, "
-    "its spread unknown); the check before the job built it too, so a folder's files come from the page cache"
-)
+LOAD_NOTE = "the model built and moved to the device, once: one sample (median_s = load_s, its spread unknown)"
+FOLDER_NOTE = "its folder's weights read; the check before the job built it too, so its files come from the page cache"
 
 
 @dataclass
@@ -73,6 +71,9 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
         raise ConfigError("model", None, "a model and a data config (the infer preset's defaults)")
     net = models.build(settings.model, data.spec(settings.data))
     spec = inputs_of(net, settings, p.seq_len)
+    longest = hf.max_positions(getattr(net, "inner", net).config) if hf.is_hf(getattr(net, "inner", net)) else None
+    if spec.tokens and longest:  # an HF language model: its positions bound its inputs, never cut short
+        within_positions("experiment.seq_len", p.seq_len, longest, longest)
     spec.check_channels_last(p.channels_last)
     if hf.input_spec(net) is None:
         models.check(settings.model, spec)
@@ -89,6 +90,14 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
             ) from None
     # experiment.export: run() exports the first batch before it records anything and refuses
     # there (one export per batch, that one included: an export here would be a second).
+
+
+def within_positions(key: str, value: int, most: int, longest: int, given: str = "") -> None:
+    """One rule for infer's and generate's token counts: ``key=value`` asks for at most ``most``,
+    so that the sequence fits the model's ``longest`` positions; one line, exit 2, before anything
+    is timed (cut short instead, a sweep's points would differ by their labels alone)."""
+    if value > most:
+        raise ConfigError(key, value, f"at most {most}", problem=f"{given}it outgrows the model's {longest} positions")
 
 
 def exported(model: Any, x: Any, label: str) -> Any:
@@ -142,9 +151,13 @@ def load(ctx: Context, device: Device) -> tuple[Any, dict[str, Any]]:
 def record_load(ctx: Context, device: Device, loaded: Mapping[str, Any], **knobs: Any) -> None:
     """The ``load`` row: its one timed sample as a timed row's statistics (median_s, n=1; the
     spread empty), so that compare and history read it as they read every other time."""
+    from pathlib import Path
+
     from perflab.measure import bench
 
-    ctx.record("load", bench.stats_of([loaded["load_s"]]), devices=[device], **{**knobs, **loaded}, note=LOAD_NOTE)
+    name = getattr(ctx.settings.model, "name", None)  # a folder of model=hf; an architecture of timm's
+    note = f"{LOAD_NOTE}; {FOLDER_NOTE}" if name and Path(str(name)).is_dir() else LOAD_NOTE
+    ctx.record("load", bench.stats_of([loaded["load_s"]]), devices=[device], **{**knobs, **loaded}, note=note)
 
 
 def run(ctx: Context) -> None:
@@ -224,7 +237,7 @@ def run(ctx: Context) -> None:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.analysis.table import human_time
+    from perflab.analysis.table import flags, human_time, rate
     from perflab.store.rows import number
 
     lines = []
@@ -237,11 +250,12 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                 f"{number(r.get('params')) or 0:,.0f} parameters ({number(r.get('weights_mb')) or 0:.1f} MB)"
             )
         elif str(r.get("measurement", "")).startswith("forward batch"):
-            unit = r.get("items_unit") or "items"
             lines.append(
                 f"batch {number(r.get('batch')) or 0:.0f}: p50 {human_time(r.get('p50_s'))}, "
                 f"p90 {human_time(r.get('p90_s'))}, "
-                f"p99 {human_time(r.get('p99_s'))} (n={r.get('n')}), {number(r.get('items_per_s')) or 0:.4g} "
-                f"{unit}/s; first call {human_time(r.get('first_call_s'))}"
+                f"p99 {human_time(r.get('p99_s'))} (n={r.get('n')}), {rate(r, 'items_per_s')}; "
+                f"first call {human_time(r.get('first_call_s'))}"
+                + (f"; export {human_time(r.get('export_s'))}" if number(r.get("export_s")) is not None else "")
+                + (f"  [{flags(r)}]" if flags(r) else "")
             )
     return lines

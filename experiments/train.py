@@ -202,7 +202,7 @@ def work(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.analysis.table import human_time, rate
+    from perflab.analysis.table import human_time, per_s, rate
     from perflab.measure import flops
     from perflab.store.rows import number
 
@@ -213,9 +213,10 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     unit = summary.get("items_unit") or "items"
     line = (
         f"{summary.get('model')} x {summary.get('strategy')} on {n} device{'s' if n > 1 else ''}: "
-        f"{number(summary['items_per_s']) or 0:.4g} {unit}/s ({number(summary.get('per_device_items_per_s')) or 0:.4g} "
-        f"per device), epoch {human_time(summary.get('median_s'))}, final test acc "
-        f"{number(summary.get('test_acc')) or 0:.3f}"
+        f"{per_s(number(summary['items_per_s']) or 0, f'{unit}/s')} "
+        f"({per_s(number(summary.get('per_device_items_per_s')) or 0, 'per device')}), "
+        f"epoch {human_time(summary.get('median_s'))}, final test acc {number(summary.get('test_acc')) or 0:.3f}"
+        + (f", optimizer {summary.get('optimizer')}" if summary.get("optimizer") else "")
     )
     tflops = number(summary.get("tflops"))
     why = next((n for n in str(summary.get("note", "")).split("; ") if n.startswith("FLOPs not estimated")), "")

@@ -45,6 +45,11 @@ def in_unit(v: float, unit: str) -> str:
     return f"{v:.3g} {unit}"
 
 
+def per_s(v: float, unit: str) -> str:
+    """A count per second in its unit: 181,063 images/s, never 1.811e+05 (tables and headlines alike)."""
+    return f"{v:,.0f} {unit}" if v >= 1e4 else f"{v:.4g} {unit}"
+
+
 RATE_ORDER = ("tflops", "gbps", "bus_gbps", "items_per_s")  # a row's headline rate, by preference
 
 
@@ -57,7 +62,7 @@ def rate(r: Row, metric: str = "") -> str:
             shown = columns.unit_of(col, str(r.get("items_unit") or "items"))
             if col != "items_per_s":
                 return in_unit(v, shown)
-            return f"{v:,.0f} {shown}" if v >= 1e4 else f"{v:.4g} {shown}"  # 181,063 images/s, not 1.811e+05
+            return per_s(v, shown)
     return ""
 
 

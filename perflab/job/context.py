@@ -69,6 +69,8 @@ class Context:
     progress: Callable[[Mapping[str, Any]], str | None] | None = None  # the experiment's own line
     metric: str = ""  # the experiment's headline metric, for the progress lines
     recorded_elsewhere: bool = False  # a node of a multi-node run whose workers hold no rank 0
+    # per measured part: the machine's and GPUs' columns over its calls, and why it was busy ("")
+    watched: dict[str, tuple[dict[str, Any], str]] = field(default_factory=dict)
 
     @property
     def params(self) -> Any:
@@ -188,6 +190,7 @@ class Context:
                 **gpu.columns(),
             }
             busy = machine.busy(self.settings.bench.busy_threshold)
+            self.watched[name] = ({**machine.columns(), **gpu.columns()}, busy)
             row["suspect"] = "; ".join(x for x in (s.suspect, busy, row.get("suspect", "")) if x)
             if self.settings.bench.profile:
                 row["trace"] = self._profile(name, part.fn, devices[name])
@@ -252,15 +255,22 @@ class Context:
         status: str = "ok",
         error: str = "",
         devices: Sequence[Device] | None = None,
+        calls_of: str | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
-        """Write one row (and its raw samples) now, so a later crash cannot lose it."""
+        """Write one row (and its raw samples) now, so a later crash cannot lose it.
+
+        ``calls_of``: the part measured before whose calls this row's samples come from (decode's
+        steps, of generate's calls): the row carries that part's machine and GPU columns and its
+        busy machine's reason, as the samples were taken under them."""
         if status == "ok":
             raise_if_stopped()  # never an ok row after a stop signal, even one Python swallowed
         if status not in ROW_STATUSES:
             raise ValueError(f"status {status!r}: one of {', '.join(ROW_STATUSES)}")
         devices = self.devices if devices is None else list(devices)
-        fields = {**fields, "suspect": "; ".join(x for x in (fields.get("suspect", ""), beyond_peak(fields)) if x)}
+        watched, busy = self.watched[calls_of] if calls_of is not None else ({}, "")
+        said = (fields.get("suspect", ""), busy, beyond_peak(fields))
+        fields = {**watched, **fields, "suspect": "; ".join(x for x in said if x)}
         row = {
             **self.identity,
             "measurement": name,
