@@ -101,7 +101,7 @@ COLUMNS: dict[str, Column] = {
         _c("optimizer_s", "float", "s", "lower"),
         _c("optimizer", "text"),
         _c("load_s", "float", "s", "lower"),  # +experiment=infer / generate: the model built and moved
-        _c("kv_cache_mb", "float", "MB", "lower"),  # +experiment=generate: the KV cache after all tokens
+        _c("kv_cache_mb", "float", "MB", "lower"),  # +experiment=generate: the KV cache after prompt + new - 1 tokens
         _c("joules_per_call", "float", "J", "lower"),  # RAPL / NVML over the samples (perflab.measure.energy)
         _c("joules_per_item", "float", "J/item", "lower"),
         _c("energy_note", "text"),  # why a row has no joules
