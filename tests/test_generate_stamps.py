@@ -11,7 +11,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-SLEEP_S = 0.05
+SLEEP_S = 0.25  # far above a busy machine's stall (a step here is ~0.5 ms; at load 7 one stalled 50 ms)
 
 
 def stamps_with_a_slow_forward(slow_call: int, new_tokens: int = 8) -> tuple[float, list[float]]:
