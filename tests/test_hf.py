@@ -74,14 +74,67 @@ def test_random_weights_from_a_config_and_a_plain_transformers_target_train(work
         (["model.name=FOLDER", "data.seq_len=128"], "data.seq_len=128: the model holds no more positions"),
         (["model.config.model_type=gpt3"], "model.config.model_type=gpt3: not a model type of transformers; did you"),
         ([], "model.name=None: neither model.name nor model.config;"),
+        (["model.name=EMPTY"], "model.name=EMPTY: the folder has no config.json; allowed: a folder written by"),
+        (
+            ["model.config.model_type=llama", "+model.config.hidden_sizee=64"],  # else a default 7B Llama
+            "model.config.hidden_sizee=64: LlamaConfig has no key hidden_sizee; did you mean model.config.hidden_size?"
+            "; allowed: the keys LlamaConfig takes: vocab_size, hidden_size,",
+        ),
+        (
+            ["model.config.model_type=gpt2", "+model.config.n_layr=1"],
+            "model.config.n_layr=1: GPT2Config has no key n_layr; did you mean model.config.n_layer?",
+        ),
+        (
+            ["model.config.model_type=gpt2", "+model.config.n_layer=abc"],
+            "model.config.n_layer=abc: GPT2Config refuses it: TypeError: Field 'n_layer' expected int",
+        ),
+        (
+            ["model.config.model_type=gpt2", "+model.config.n_layer=1", "+model.config.n_embd=-3"],
+            "model.config.n_embd=-3: building AutoModelForCausalLM failed: RuntimeError: Trying to create tensor "
+            "with negative dimension",
+        ),
+        (
+            ["model.config.model_type=gpt2", "model.task=seq2seq-lm"],
+            "model.task=seq2seq-lm: gpt2 has no seq2seq-lm model; allowed: a task gpt2 has a model for: auto, "
+            "causal-lm, sequence-classification, base",
+        ),
     ],
 )
-def test_a_missing_folder_or_an_unknown_name_is_one_line_before_anything_runs(work, gpt2_folder, overrides, line):
-    given = [o.replace("FOLDER", str(gpt2_folder)) for o in overrides]
+def test_a_missing_folder_or_an_unknown_name_is_one_line_before_anything_runs(
+    work, gpt2_folder, tmp_path, overrides, line
+):
+    (tmp_path / "EMPTY").mkdir()  # a folder, but not save_pretrained's
+    given = [o.replace("FOLDER", str(gpt2_folder)).replace("EMPTY", str(tmp_path / "EMPTY")) for o in overrides]
+    line = line.replace("EMPTY", str(tmp_path / "EMPTY"))
     with pytest.raises(Refused) as refused:
         perflab.run("quick/train", [*TOKENS, "model=hf", *given])
     assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
     assert not list(work.glob("outputs/runs/*/results.csv")), "nothing measured"
+
+
+def test_an_unknown_hub_id_without_the_hub_is_one_line_at_once(work, monkeypatch, capfd):
+    from perflab.models import huggingface as hf
+
+    if hf.hub_reachable():
+        pytest.skip("the hub can be reached from here: huggingface_hub answers for it")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(Refused) as refused:
+        perflab.run("quick/train", [*TOKENS, "model=hf", "model.name=facebook/opt-nonexistent-125m"])
+    assert str(refused.value) == (
+        "model.name=facebook/opt-nonexistent-125m: not a local folder, and not in the Hugging Face cache, and the "
+        f"hub ({hf._endpoint()}) cannot be reached; allowed: a folder written by save_pretrained, or a hub id "
+        "already in the Hugging Face cache"
+    )
+    assert "Retrying" not in "".join(capfd.readouterr()), "no retries of huggingface_hub's"
+
+
+def test_random_weights_larger_than_the_free_memory_are_an_oom_row_predicted_before_allocating(work):
+    wide = ["model=hf", "model.config.model_type=gpt2", "+model.config.n_layer=1", "+model.config.n_embd=131072"]
+    df = perflab.run("quick/train", [*TOKENS, *wide, "+model.config.n_head=1", "+model.config.vocab_size=100"])
+    row = df.iloc[0]
+    assert len(df) == 1 and row["status"] == "oom", df[["measurement", "status", "error"]]
+    assert "(predicted)" in row["error"] and row["predicted_bytes"] > row["available_bytes"]
+    assert row["predicted_bytes"] > 12 * 131072**2 * 4, "one layer's weights in float32, at least"
 
 
 def test_the_hf_keys_leave_every_earlier_runs_hash_as_it_was():

@@ -318,6 +318,8 @@ def build(cfg: ModelConfig, data: Any) -> nn.Module:
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
+    from perflab.measure import memory
+
     args = arguments(cfg, data)
     try:
         net = instantiate({"_target_": cfg._target_, "_convert_": "all", **args})
@@ -325,7 +327,7 @@ def build(cfg: ModelConfig, data: Any) -> nn.Module:
         cause: BaseException = err
         while cause.__cause__ is not None and not isinstance(cause, ConfigError):
             cause = cause.__cause__  # Hydra wraps what the factory raised
-        if isinstance(cause, ConfigError):
+        if isinstance(cause, (ConfigError, memory.WillNotFit)):  # a refusal, or an oom row predicted
             raise cause from None
         if isinstance(cause, InstantiationException) and cause.__cause__ is None:  # Hydra refused the target itself
             problem = f"Hydra refuses it: {paragraph(cause).rstrip('.')}"

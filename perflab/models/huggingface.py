@@ -12,9 +12,10 @@ transformers is imported inside functions: perflab runs without it (``pip instal
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -109,7 +110,10 @@ def build(name: str | None = None, config: Any = None, task: str = "auto") -> nn
         cfg, local = _config_of(str(name))
     else:
         cfg, local = _config_from(given), True
+        _refuse_unknown_keys(cfg, given)
     model_class = _model_class(transformers, cfg, task, bool(name))
+    if not name:
+        _check_on_meta(model_class, cfg, given)
     try:
         if name:
             net = model_class.from_pretrained(str(name), local_files_only=local)
@@ -131,17 +135,47 @@ def _config_of(name: str) -> tuple[Any, bool]:
     looks_like_path = name.startswith(("/", ".", "~")) or not HUB_ID.match(name)
     if not folder and looks_like_path:
         raise ConfigError("model.name", name, NAME_ALLOWED, problem="no such folder")
+    if folder and not os.path.isfile(os.path.join(path, "config.json")):
+        raise ConfigError("model.name", name, NAME_ALLOWED, problem="the folder has no config.json")
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or folder
     attempts = [True] if offline else [True, False]  # the cache first; then the hub, where allowed
     last: Exception | None = None
+    unreachable = ""
     for local in attempts:
+        if not local and not hub_reachable():  # else huggingface_hub retries for half a minute
+            unreachable = f", and the hub ({_endpoint()}) cannot be reached"
+            break
         try:
             return AutoConfig.from_pretrained(path if folder else name, local_files_only=local), local
         except Exception as err:  # not a model folder, not in the cache, no network
             last = err
     where = "its config.json cannot be read" if folder else "not a local folder, and not in the Hugging Face cache"
+    if unreachable:
+        raise ConfigError("model.name", name, NAME_ALLOWED, problem=where + unreachable)
     problem = f"{where} ({type(last).__name__}: {first_line(last)})" if last else where
     raise ConfigError("model.name", name, NAME_ALLOWED, problem=problem)
+
+
+def _endpoint() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the hub's host takes a connection now (through a proxy, where one is set: then
+    huggingface_hub is left to find out). One try, ``timeout_s`` at most."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urlsplit(_endpoint())
+    try:
+        socket.create_connection((url.hostname or "", url.port or 443), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
 
 
 def _config_from(given: Any) -> Any:
@@ -153,21 +187,106 @@ def _config_from(given: Any) -> Any:
     model_type = kwargs.pop("model_type", None)
     if not model_type:
         raise ConfigError("model.config", kwargs, CONFIG_ALLOWED, problem="no model_type")
-    try:
-        return AutoConfig.for_model(str(model_type), **kwargs)
-    except ValueError as err:
-        import difflib
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
+    if str(model_type) not in CONFIG_MAPPING_NAMES:
         close = difflib.get_close_matches(str(model_type), list(CONFIG_MAPPING_NAMES), n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         raise ConfigError(
             "model.config.model_type",
             model_type,
             "a model type of transformers (transformers.CONFIG_MAPPING)",
-            problem=f"not a model type of transformers{hint}" if "Unrecognized" in str(err) else first_line(err),
-        ) from None
+            problem=f"not a model type of transformers{hint}",
+        )
+    try:
+        return AutoConfig.for_model(str(model_type), **kwargs)
+    except Exception as err:  # a value its config class refuses (n_layer=abc)
+        what = f"{CONFIG_MAPPING_NAMES[str(model_type)]} refuses it"
+        retry = lambda kw: AutoConfig.for_model(str(model_type), **kw)  # noqa: E731
+        _refuse_value({"model_type": model_type, **kwargs}, err, retry, what)
+
+
+def _refuse_unknown_keys(cfg: Any, given: Any) -> None:
+    """A key the config class does not know is one line: HF config classes keep any keyword as a
+    bare attribute, so ``hidden_sizee=64`` would build a default-sized model. Unknown: stored as
+    given yet no attribute of a default instance (``num_labels``, ``rope_theta`` are used, not kept)."""
+    try:
+        default = type(cfg)()
+    except Exception:  # a composite config (EncoderDecoderConfig) has no default to compare with
+        return
+    keys = list(given) if isinstance(given, dict) else [k for k in vars(cfg) if not k.startswith("_")]
+    for key in keys:
+        if key in vars(cfg) and not hasattr(default, key):
+            value = given[key] if isinstance(given, dict) else getattr(cfg, key)
+            own = _own_keys(type(cfg))
+            known = [*own, *getattr(cfg, "attribute_map", {}), *(k for k in vars(default) if not k.startswith("_"))]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean model.config.{close[0]}?" if close else ""
+            raise ConfigError(
+                f"model.config.{key}",
+                value,
+                f"the keys {type(cfg).__name__} takes: {', '.join(own)}, or one of transformers.PretrainedConfig's",
+                problem=f"{type(cfg).__name__} has no key {key}{hint}",
+            )
+
+
+def _own_keys(config_class: Any) -> list[str]:
+    """The keys a config class takes beyond those every PretrainedConfig takes."""
+    import inspect
+
+    from transformers import PretrainedConfig
+
+    common = set(inspect.signature(PretrainedConfig.__init__).parameters)
+    return [k for k in inspect.signature(config_class.__init__).parameters if k not in common and k != "kwargs"]
+
+
+def _check_on_meta(model_class: Any, cfg: Any, given: Any) -> None:
+    """Build the model on the meta device (no memory, no init): a value that cannot make a model
+    (``hidden_size=-3``) is one line naming its key, and weights larger than the host's free memory
+    are an ``oom`` row predicted before anything is allocated."""
+
+    def on_meta(config: Any) -> nn.Module:
+        with torch.device("meta"):
+            return model_class.from_config(config)  # type: ignore[no-any-return]
+
+    try:
+        net = on_meta(cfg)
+    except Exception as err:
+        if isinstance(given, dict):
+            model_type = given["model_type"]
+
+            def rebuilt(kw: dict[str, Any]) -> Any:
+                from transformers import AutoConfig
+
+                return on_meta(AutoConfig.for_model(str(model_type), **kw))
+
+            _refuse_value(given, err, rebuilt, f"building {model_class.__name__} failed")
+        problem = f"building {model_class.__name__} failed: {type(err).__name__}: {first_line(err)}"
+        raise ConfigError("model.config", cfg.to_diff_dict(), CONFIG_ALLOWED, problem=problem) from None
+    from perflab.measure import memory
+    from perflab.measure.devices import Device
+
+    size = sum(t.numel() * t.element_size() for t in (*net.parameters(), *net.buffers()))
+    memory.require([Device("cpu", "cpu")], size, f"{model_class.__name__}'s weights ({type(cfg).__name__})")
+
+
+def _refuse_value(given: dict[str, Any], err: Exception, builds: Any, what: str) -> NoReturn:
+    """One line naming the key whose value failed (the one without which ``builds`` succeeds), its
+    value and its default; or naming all of ``model.config`` where no one key is to blame."""
+    kwargs = {k: v for k, v in given.items() if k != "model_type"}
+    reason = err.__cause__ if isinstance(err.__cause__, Exception) else err  # a validation error's own words
+    problem = f"{what}: {type(reason).__name__}: {first_line(reason)}"
+    for key, value in kwargs.items():
+        try:
+            builds({k: v for k, v in kwargs.items() if k != key})
+        except Exception:
+            continue
+        from transformers import AutoConfig
+
+        default = getattr(AutoConfig.for_model(str(given["model_type"])), key, None)
+        allowed = f"a value the config takes for {key} (its default: {default})"
+        raise ConfigError(f"model.config.{key}", value, allowed, problem=problem) from None
+    raise ConfigError("model.config", given, CONFIG_ALLOWED, problem=problem) from None
 
 
 def _model_class(transformers: Any, cfg: Any, task: str, named: bool) -> Any:
@@ -202,10 +321,11 @@ def _model_class(transformers: Any, cfg: Any, task: str, named: bool) -> Any:
         task = fits[0] if fits else "base"
     names, auto_class = by_task[task]
     if cfg.model_type not in names:
+        has = [t for t, (n, _) in by_task.items() if cfg.model_type in n]
         raise ConfigError(
             "model.task",
             task,
-            f"a task {cfg.model_type} has a model for",
+            f"a task {cfg.model_type} has a model for: {', '.join(['auto', *has])}",
             problem=f"{cfg.model_type} has no {task} model",
         )
     return auto_class
