@@ -160,11 +160,16 @@ class Context:
         status = Status(", ".join(parts))
 
         @contextlib.contextmanager
-        def around(name: str) -> Iterator[None]:
-            with memory.sample(name), energy.sample(name), watch(name) if watch else contextlib.nullcontext():
+        def around(name: str) -> Iterator[None]:  # every sample: nothing that reads a file (bench.measure_rounds)
+            with watch(name) if watch else contextlib.nullcontext():
                 yield
             gpu.sample()
             status.sampled()
+
+        @contextlib.contextmanager
+        def around_run(name: str) -> Iterator[None]:  # a run of one part's samples: a peak, a sum
+            with memory.sample(name), energy.sample(name):
+                yield
 
         with Machine() as machine, status:
             stats = bench.measure_rounds(
@@ -175,6 +180,7 @@ class Context:
                 timer=b.timer,
                 noise_threshold=b.noise_threshold,
                 around=around,
+                around_run=around_run,
                 around_loop=memory.sample,  # its peak RSS; energy per call it cannot know (energy.NOT_SAMPLED)
             )
         related = relate(stats) if relate else {}

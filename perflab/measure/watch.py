@@ -94,7 +94,8 @@ class Memory:
 
     @contextlib.contextmanager
     def sample(self, name: str = "") -> Iterator[None]:
-        self.before.setdefault(name, psutil.Process().memory_info().rss / MB)
+        if name not in self.before:
+            self.before[name] = psutil.Process().memory_info().rss / MB
         if self.cuda:
             import torch
 
