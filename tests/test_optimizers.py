@@ -42,6 +42,14 @@ def test_scratch_has_no_one_step_to_split_and_leaves_the_columns_out(work):
         (["trainer.optimizer=torch.optim.RMSpro"], "trainer.optimizer=torch.optim.RMSpro: torch.optim has no RMSpro"),
         (["trainer.optimizer=torch.nn.Linear"], "trainer.optimizer=torch.nn.Linear: not a torch.optim.Optimizer class"),
         (["trainer.betas=[0.9]"], "trainer.betas=[0.9]: allowed: two numbers in [0, 1)"),
+        (
+            ["trainer.optimizer=torch.optim.Adagrad", "trainer.momentum=0.5"],
+            "trainer.momentum=0.5: Adagrad takes no momentum; allowed: 0.9 (its default) with Adagrad",
+        ),
+        (
+            ["trainer.betas=[0.5,0.6]"],
+            "trainer.betas=[0.5,0.6]: SGD takes no betas; allowed: [0.9, 0.999] (its default)",
+        ),
     ],
 )
 def test_an_optimizer_that_is_none_is_one_line_before_anything_runs(work, overrides, line):

@@ -43,6 +43,7 @@ def factory(t: TrainerConfig, lr: float) -> Callable[[Iterable[torch.nn.Paramete
     ``momentum`` and ``betas`` where the class takes them."""
     cls = optimizer_class(t.optimizer)
     takes = inspect.signature(cls.__init__).parameters
+    _refuse_what_it_does_not_take(t, cls, takes)
     args: dict[str, Any] = {"lr": lr, "weight_decay": t.weight_decay}
     if "momentum" in takes:
         args["momentum"] = t.momentum
@@ -54,6 +55,28 @@ def factory(t: TrainerConfig, lr: float) -> Callable[[Iterable[torch.nn.Paramete
         return cls(params, **args)  # type: ignore[no-any-return]
 
     return make
+
+
+def _refuse_what_it_does_not_take(t: TrainerConfig, cls: Any, takes: Any) -> None:
+    """An argument set away from its default for a class that takes none such (momentum for
+    Adagrad, betas for SGD) is one line, not dropped in silence. At its default it is no one's
+    choice: left out (a class that takes it gets it: RMSprop gets momentum 0.9, docs/training.md)."""
+    import dataclasses
+
+    from perflab.config.schema import default_of
+
+    for f in dataclasses.fields(TrainerConfig):
+        if f.name not in ("momentum", "betas", "weight_decay") or f.name in takes:
+            continue
+        value = getattr(t, f.name)
+        default = default_of(f)
+        if (list(value) if f.name == "betas" else value) != default:
+            raise ConfigError(
+                f"trainer.{f.name}",
+                value,
+                f"{default} (its default) with {cls.__name__}",
+                problem=f"{cls.__name__} takes no {f.name}",
+            )
 
 
 def described(t: TrainerConfig) -> str:
