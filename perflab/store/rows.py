@@ -208,41 +208,42 @@ def read_many(
     import pandas as pd
 
     notes = notes if notes is not None else Notes()
-    groups: dict[str, list[tuple[str, str, int]]] = {}
+    groups: dict[str, list[tuple[str, bytes, int]]] = {}  # kept as bytes: pandas parses them without a re-encoding
     by_label = dict(zip(labels, paths))
     for path, label in zip(paths, labels):
         try:
-            text = files.read_regular(path).decode("utf-8", errors="replace")
+            data = files.read_regular(path)
         except FileNotFoundError:  # removed since the walk found it
             continue
         except OSError as err:  # a directory where the file belongs, an I/O error
             notes.add(UNREADABLE.replace("{why}", err.strerror or type(err).__name__), path)
             continue
-        header, _, body = text.partition("\n")
-        if cut_header(text):
+        first, ended, body = data.partition(b"\n")  # a newline byte is never inside a UTF-8 character
+        header = first.decode("utf-8", errors="replace")
+        if not ended and cut_header(header):
             notes.add(TORN, path)
             continue
         fields = _fields(header) or []
         if not is_ours(fields) or not set(columns_required) <= set(fields):
-            if text.strip():
+            if data.decode("utf-8", errors="replace").strip():
                 notes.add(FOREIGN, path)
             continue
-        if body and not body.endswith("\n"):  # perflab ends every line: this one was cut short
-            body, _, torn = body.rpartition("\n")
-            body = body + "\n" if body else ""
+        if body and not body.endswith(b"\n"):  # perflab ends every line: this one was cut short
+            body, _, torn = body.rpartition(b"\n")
+            body = body + b"\n" if body else b""
             notes.add(TORN, path)
-        if not body.strip():
+        if _blank(body):
             continue
-        groups.setdefault(header, []).append((label, body, body.count("\n")))
+        groups.setdefault(header, []).append((label, body, body.count(b"\n")))
     frames = []
     for header, parts in groups.items():
         fields = _fields(header) or []
-        body = "".join(b for _, b, _ in parts)  # joined once: parsed, and searched for undecodable bytes
+        body = b"".join(b for _, b, _ in parts)  # joined once: parsed, and searched for undecodable bytes
         try:
-            if "\ufffd" in body:
+            if not body.isascii() and "\ufffd" in body.decode("utf-8", errors="replace"):
                 raise ValueError("undecodable bytes")
             df = pd.read_csv(
-                io.StringIO(header + "\n" + body),
+                io.BytesIO((header + "\n").encode() + body),
                 low_memory=False,
                 dtype=_text_dtypes(fields),
                 skip_blank_lines=False,
@@ -259,6 +260,14 @@ def read_many(
             df = concat([p for p in each if not p.empty])
         frames.append(df)
     return concat(frames)
+
+
+def _blank(data: bytes) -> bool:
+    """Whether text is whitespace only, as ``str.strip`` sees it; decoded only when its first byte
+    could be whitespace (a row starts with its row id: nothing to decode)."""
+    if data and 0x20 < data[0] < 0x80:
+        return False
+    return not data.decode("utf-8", errors="replace").strip()
 
 
 def _fields(line: str) -> list[str] | None:
