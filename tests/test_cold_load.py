@@ -8,10 +8,11 @@ import io
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 
 from perflab.results import load
 from perflab.store import index
-from perflab.store.rows import TORN, Notes, concat, csv_text, read_csv, read_many
+from perflab.store.rows import TORN, Notes, _text_dtypes, concat, csv_text, read_csv, read_many, type_config
 
 
 def _row(run: str, i: int, note: str) -> dict:
@@ -61,6 +62,44 @@ def test_files_parsed_together_from_bytes_read_as_each_file_alone(tmp_path):
     with_bad = read_many([*paths, bad / "results.csv"], [*labels, "bad"], "_file", notes)
     assert notes.kinds == {TORN: {str(bad / "results.csv"): 1}}
     assert with_bad["row_id"].tolist() == ["a#1", "a#2", "b#1", "bad#2"]
+
+
+def _pandas_alone(data: bytes) -> pd.DataFrame:
+    """The group as pandas' C parser alone reads it (as read_many did before Arrow took part)."""
+    fields = data.split(b"\n")[0].decode().split(",")
+    return type_config(
+        pd.read_csv(io.BytesIO(data), low_memory=False, dtype=_text_dtypes(fields), skip_blank_lines=False)
+    )
+
+
+@pytest.mark.parametrize("short", [False, True], ids=["arrow and pandas", "a short line: pandas alone"])
+def test_a_group_parsed_by_arrow_reads_as_pandas_alone_reads_it(tmp_path, short):
+    """Every kind of column either parser may take: text and config keys with pandas' spellings
+    of missing (``None``, ``<NA>``, ``nan``), integers with and without gaps, floats with
+    ``nan`` and ``inf``, booleans with and without gaps, a column empty throughout, timestamps
+    and a text column perflab does not know; the same values and types. A short line (pandas
+    fills it with missing cells, Arrow refuses it) leaves the group to pandas."""
+    header = (
+        "row_id,run_id,experiment,note,n,k,median_s,noisy,flag,empty,timestamp,mine,cfg.m.size,cfg.m.dtype,cfg.m.on"
+    )
+    lines = [
+        "a#1,a,matmul,None,5,1,0.30000000000000004,True,True,,2026-11-22T10:00:00+00:00,x,64,float32,True",
+        "a#2,a,matmul,<NA>,6,,nan,False,,,2026-11-22T10:00:01+00:00,y,,bfloat16,False",
+        "a#3,a,matmul,caf\u00e9,7,3,inf,False,False,,,,128,nan,",
+        "a#4,a,matmul,,8,4,1e-300,True,True,,2026-11-22T10:00:03+00:00,z,256,,True",
+    ]
+    if short:
+        lines.append("a#5,a,matmul")
+    data = ("\n".join([header, *lines]) + "\n").encode()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.csv").write_bytes(data)
+    notes = Notes()
+    got = read_many([tmp_path / "a" / "results.csv"], ["a"], "_file", notes)
+    assert notes.kinds == {}
+    pd.testing.assert_frame_equal(got.drop(columns="_file"), _pandas_alone(data), check_exact=True)
+    assert (got["n"].dtype, got["k"].dtype, got["noisy"].dtype) == (
+        ("float64", "float64", "object") if short else ("int64", "float64", "bool")
+    )
 
 
 def test_a_segment_holds_dictionaries_but_for_floats_and_the_statistics_a_load_filters_on(tmp_path):

@@ -242,12 +242,7 @@ def read_many(
         try:
             if not body.isascii() and "\ufffd" in body.decode("utf-8", errors="replace"):
                 raise ValueError("undecodable bytes")
-            df = pd.read_csv(
-                io.BytesIO((header + "\n").encode() + body),
-                low_memory=False,
-                dtype=_text_dtypes(fields),
-                skip_blank_lines=False,
-            )
+            df = _parsed(io.BytesIO((header + "\n").encode() + body), fields)
             if len(df) != sum(n for *_, n in parts):
                 raise ValueError("lines and rows differ")
             df = type_config(df)
@@ -260,6 +255,58 @@ def read_many(
             df = concat([p for p in each if not p.empty])
         frames.append(df)
     return concat(frames)
+
+
+def _parsed(data: io.BytesIO, fields: list[str]):
+    """A group's rows as pandas' C parser reads them (``_text_dtypes``, blank lines as rows),
+    most columns parsed by Arrow's CSV reader instead (several times faster on numbers): text
+    and config keys, and the columns it reads as pandas would (integers without gaps, floats,
+    booleans without gaps, empty throughout); pandas parses the rest (timestamps, other text)
+    from the same bytes. A file Arrow cannot parse (a short line, a blank one) is pandas' alone."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    from pandas._libs.parsers import STR_NA_VALUES  # what pandas reads as missing: Arrow is told the same
+
+    text = _text_dtypes(fields)
+    try:
+        if len(set(fields)) != len(fields) or not all(fields):  # pandas renames these: its own names
+            raise ValueError("names pandas would change")
+        table = pacsv.read_csv(
+            data,
+            read_options=pacsv.ReadOptions(use_threads=False),  # two threads: twice the CPU, no less time
+            parse_options=pacsv.ParseOptions(ignore_empty_lines=False),
+            convert_options=pacsv.ConvertOptions(
+                column_types={c: pa.string() for c in text},
+                null_values=sorted(STR_NA_VALUES),
+                true_values=["True", "TRUE", "true"],
+                false_values=["False", "FALSE", "false"],
+                strings_can_be_null=True,
+            ),
+        )
+        if table.column_names != fields:
+            raise ValueError("names differ")
+    except (pa.ArrowInvalid, ValueError):
+        data.seek(0)
+        return pd.read_csv(data, low_memory=False, dtype=text, skip_blank_lines=False)
+    columns: dict[str, Any] = {}
+    for name, column in zip(table.column_names, table.columns):
+        kind = column.type
+        if name in text:
+            columns[name] = pd.api.types.pandas_dtype("string").__from_arrow__(column)
+        elif pa.types.is_null(kind):
+            columns[name] = np.full(len(column), np.nan)
+        elif pa.types.is_floating(kind) or (pa.types.is_integer(kind) and column.null_count):
+            columns[name] = column.to_numpy().astype("float64")  # an integer column with gaps: floats, as in pandas
+        elif (pa.types.is_integer(kind) or pa.types.is_boolean(kind)) and not column.null_count:
+            columns[name] = column.to_numpy()
+    rest = [c for c in fields if c not in columns]
+    if rest:
+        data.seek(0)
+        others = pd.read_csv(data, low_memory=False, usecols=rest, dtype=text, skip_blank_lines=False)
+        columns.update({c: others[c] for c in rest})
+    return pd.DataFrame({c: columns[c] for c in fields})
 
 
 def _blank(data: bytes) -> bool:
