@@ -198,8 +198,9 @@ def read_many(
 ):
     """Many results (or samples) files at once, each row labelled (``column``) with its file's label.
 
-    Files that share a header are parsed together, in one pass of pandas' C parser: tens of
-    thousands of small files load in seconds. A group that does not parse cleanly (a torn or
+    Files that share a header are parsed together, from their bytes, in one pass (``_parsed``:
+    Arrow's CSV reader for most columns, pandas' C parser for the rest): tens of thousands of
+    small files load in seconds. A group that does not parse cleanly (a torn or
     malformed line somewhere) falls back to reading its files one by one, line-checked. A file
     without perflab's header (or without ``columns_required``) is skipped, and a torn last line
     dropped (``notes`` says so).
