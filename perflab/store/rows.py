@@ -8,6 +8,7 @@ fatal to the whole file.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import logging
@@ -298,7 +299,7 @@ def _parsed(data: io.BytesIO, fields: list[str]):
             columns[name] = pd.api.types.pandas_dtype("string").__from_arrow__(column)
         elif pa.types.is_null(kind):
             columns[name] = np.full(len(column), np.nan)
-        elif pa.types.is_floating(kind) or (pa.types.is_integer(kind) and column.null_count):
+        elif (pa.types.is_floating(kind) and _exact_floats()) or (pa.types.is_integer(kind) and column.null_count):
             columns[name] = column.to_numpy().astype("float64")  # an integer column with gaps: floats, as in pandas
         elif (pa.types.is_integer(kind) or pa.types.is_boolean(kind)) and not column.null_count:
             columns[name] = column.to_numpy()
@@ -308,6 +309,16 @@ def _parsed(data: io.BytesIO, fields: list[str]):
         others = pd.read_csv(data, low_memory=False, usecols=rest, dtype=text, skip_blank_lines=False)
         columns.update({c: others[c] for c in rest})
     return pd.DataFrame({c: columns[c] for c in fields})
+
+
+@functools.cache
+def _exact_floats() -> bool:
+    """Whether pandas' C parser reads a float as Python does, to the last bit (pandas 3 does, as
+    Arrow's reader does; pandas 2 reads ``0.30000000000000004`` as 0.3): only then does Arrow
+    parse float columns in its place, so that a float is what pandas alone would give."""
+    import pandas as pd
+
+    return bool(pd.read_csv(io.StringIO("x\n0.30000000000000004\n"))["x"][0] == 0.30000000000000004)
 
 
 def _blank(data: bytes) -> bool:
