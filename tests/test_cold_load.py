@@ -75,18 +75,18 @@ def _pandas_alone(data: bytes) -> pd.DataFrame:
 @pytest.mark.parametrize("short", [False, True], ids=["arrow and pandas", "a short line: pandas alone"])
 def test_a_group_parsed_by_arrow_reads_as_pandas_alone_reads_it(tmp_path, short):
     """Every kind of column either parser may take: text and config keys with pandas' spellings
-    of missing (``None``, ``<NA>``, ``nan``), integers with and without gaps, floats with
-    ``nan`` and ``inf``, booleans with and without gaps, a column empty throughout, timestamps
-    and a text column perflab does not know; the same values and types. A short line (pandas
-    fills it with missing cells, Arrow refuses it) leaves the group to pandas."""
-    header = (
-        "row_id,run_id,experiment,note,n,k,median_s,noisy,flag,empty,timestamp,mine,cfg.m.size,cfg.m.dtype,cfg.m.on"
-    )
+    of missing (``None``, ``<NA>``, ``nan``), integers with and without gaps (and past int64:
+    pandas' unsigned ones), floats with ``nan`` and ``inf``, booleans with and without gaps, a
+    column empty throughout, timestamps and a text column perflab does not know; the same values
+    and types. A short line (pandas fills it with missing cells, Arrow refuses it) leaves the
+    group to pandas."""
+    header = "row_id,run_id,experiment,note,n,k,median_s,noisy,flag,empty,timestamp,mine,seed,"
+    header += "cfg.m.size,cfg.m.dtype,cfg.m.on"
     lines = [
-        "a#1,a,matmul,None,5,1,0.30000000000000004,True,True,,2026-11-22T10:00:00+00:00,x,64,float32,True",
-        "a#2,a,matmul,<NA>,6,,nan,False,,,2026-11-22T10:00:01+00:00,y,,bfloat16,False",
-        "a#3,a,matmul,caf\u00e9,7,3,inf,False,False,,,,128,nan,",
-        "a#4,a,matmul,,8,4,1e-300,True,True,,2026-11-22T10:00:03+00:00,z,256,,True",
+        "a#1,a,matmul,None,5,1,0.30000000000000004,True,True,,2026-11-22T10:00:00+00:00,x,9223372036854775808,64,float32,True",
+        "a#2,a,matmul,<NA>,6,,nan,False,,,2026-11-22T10:00:01+00:00,y,18446744073709551615,,bfloat16,False",
+        "a#3,a,matmul,caf\u00e9,7,3,inf,False,False,,,,1,128,nan,",
+        "a#4,a,matmul,,8,4,1e-300,True,True,,2026-11-22T10:00:03+00:00,z,0,256,,True",
     ]
     if short:
         lines.append("a#5,a,matmul")

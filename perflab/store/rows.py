@@ -299,7 +299,9 @@ def _parsed(data: io.BytesIO, fields: list[str]):
             columns[name] = pd.api.types.pandas_dtype("string").__from_arrow__(column)
         elif pa.types.is_null(kind):
             columns[name] = np.full(len(column), np.nan)
-        elif (pa.types.is_floating(kind) and _exact_floats()) or (pa.types.is_integer(kind) and column.null_count):
+        elif (pa.types.is_floating(kind) and _exact_floats() and not _unsigned(column)) or (
+            pa.types.is_integer(kind) and column.null_count
+        ):
             columns[name] = column.to_numpy().astype("float64")  # an integer column with gaps: floats, as in pandas
         elif (pa.types.is_integer(kind) or pa.types.is_boolean(kind)) and not column.null_count:
             columns[name] = column.to_numpy()
@@ -309,6 +311,15 @@ def _parsed(data: io.BytesIO, fields: list[str]):
         others = pd.read_csv(data, low_memory=False, usecols=rest, dtype=text, skip_blank_lines=False)
         columns.update({c: others[c] for c in rest})
     return pd.DataFrame({c: columns[c] for c in fields})
+
+
+def _unsigned(column) -> bool:
+    """Whether a column Arrow read as floats may hold integers from 2**63 on, which pandas reads
+    as unsigned integers (Arrow's integers end there): pandas' to parse."""
+    import pyarrow.compute as pc
+
+    top = pc.max(column).as_py()
+    return top is not None and top >= 2**63
 
 
 @functools.cache
