@@ -633,14 +633,15 @@ def to_parquet(df) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    df = df.copy()
-    for col in df.columns:
-        if df[col].dtype == object and pd.api.types.infer_dtype(df[col], skipna=True) not in (
-            "string",
-            "boolean",
-            "empty",
-        ):
-            df[col] = df[col].map(lambda v: None if v is None or (isinstance(v, float) and v != v) else str(v))
+    mixed = [
+        col
+        for col in df.columns
+        if df[col].dtype == object
+        and pd.api.types.infer_dtype(df[col], skipna=True) not in ("string", "boolean", "empty")
+    ]
+    if mixed:  # the caller's frame is left as it is
+        text = lambda v: None if v is None or (isinstance(v, float) and v != v) else str(v)  # noqa: E731
+        df = df.assign(**{c: df[c].map(text) for c in mixed})
     table = pa.Table.from_pandas(df, preserve_index=False)
     starts = [0]
     if "experiment" in df and len(df):
@@ -649,7 +650,10 @@ def to_parquet(df) -> bytes:
     if len(starts) > MAX_ROW_GROUPS:
         starts = [0]
     buf = io.BytesIO()
-    with pq.ParquetWriter(buf, table.schema) as writer:
+    # dictionaries for all but floats: a float column (a measurement) seldom repeats a value, and
+    # trying a dictionary on it first costs more than the rest of the write
+    coded = [f.name for f in table.schema if not pa.types.is_floating(f.type)]
+    with pq.ParquetWriter(buf, table.schema, use_dictionary=coded) as writer:
         for start, end in zip(starts, [*starts[1:], len(df)]):
             writer.write_table(table.slice(start, end - start))
     return buf.getvalue()
