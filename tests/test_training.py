@@ -373,33 +373,44 @@ def test_a_sweep_over_precision_compile_and_layout_runs_end_to_end(cli, work):
 
 
 def test_a_killed_ddp_job_leaves_no_workers_behind(work):
+    """kill -9 once both workers train (rank 0's first checkpoint: both are past the point where
+    they ask to die with the job; one still starting would only exit when it got there). A job
+    that ends before then fails at once with its own output, not after the whole wait. Two
+    threads for torch whatever the caller's OMP_NUM_THREADS: with 1, two CPU workers are refused."""
     import psutil
 
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "perflab",
-            "+experiment=train",
-            *SMALL,
-            "strategy=ddp",
-            "devices.count=2",
-            "trainer.epochs=50",
-        ],
-        cwd=work,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = work / "job.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "perflab",
+                "+experiment=train",
+                *SMALL,
+                "strategy=ddp",
+                "devices.count=2",
+                "trainer.epochs=50",
+                "trainer.checkpoint_every=1",
+                f"trainer.checkpoint_dir={work / 'ck'}",
+            ],
+            cwd=work,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "2"},
+        )
     job = psutil.Process(proc.pid)
     deadline = time.time() + 120
-    while time.time() < deadline and len(job.children(recursive=True)) < 2:
+    while time.time() < deadline and proc.poll() is None and not any((work / "ck").rglob("*.pt")):
         time.sleep(0.2)
+    if proc.poll() is not None:
+        pytest.fail(f"the job ended (rc {proc.returncode}) before its workers trained:\n{log.read_text()[-3000:]}")
     workers = job.children(recursive=True)
-    assert len(workers) >= 2, "the workers started"
+    assert len(workers) >= 2, f"the workers started: {workers}"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     gone, alive = psutil.wait_procs(workers, timeout=20)
-    assert not alive, f"orphans: {[p.pid for p in alive]}"
+    assert not alive, f"orphans: {[(p.pid, p.cmdline()[-2:]) for p in alive]}"
 
 
 def test_batches_come_from_the_real_loader_with_workers(work):
