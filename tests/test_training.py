@@ -106,11 +106,12 @@ def test_every_strategy_trains_and_learns(strategy_runs, name):
 @pytest.fixture(scope="module")
 def few_step_runs(tmp_path_factory):
     """Each strategy trains 8 steps (FEW_STEPS) of the same LeNet on the same data and global batch."""
-    os.chdir(tmp_path_factory.mktemp("few_steps"))
-    return {
-        name: perflab.run("train", [*FEW_STEPS, f"strategy={name}", f"devices.count={n}"])
-        for name, n in STRATEGIES.items()
-    }
+    with pytest.MonkeyPatch.context() as mp:  # the worker's later tests keep their own cwd
+        mp.chdir(tmp_path_factory.mktemp("few_steps"))
+        return {
+            name: perflab.run("train", [*FEW_STEPS, f"strategy={name}", f"devices.count={n}"])
+            for name, n in STRATEGIES.items()
+        }
 
 
 @pytest.mark.parametrize("name", ["scratch", "data_parallel", "ddp"])
