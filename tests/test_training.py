@@ -114,12 +114,14 @@ def few_step_runs(tmp_path_factory):
         }
 
 
+@pytest.mark.xdist_group("few_step_runs")  # one worker trains them once
 @pytest.mark.parametrize("name", ["scratch", "data_parallel", "ddp"])
 def test_every_strategy_ends_with_the_weights_of_single(few_step_runs, name):
     """Same seed, data and global batch, LeNet (no BatchNorm): gradient averaging and lr are right."""
     assert_same(weights(few_step_runs["single"]), weights(few_step_runs[name]))
 
 
+@pytest.mark.xdist_group("few_step_runs")  # one worker trains them once
 @pytest.mark.parametrize("name", list(STRATEGIES))
 def test_every_strategy_counts_its_images_and_names_its_devices(few_step_runs, name):
     """The rows of each strategy's 8 steps: every image once across all ranks, the global batch,
