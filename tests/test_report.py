@@ -32,6 +32,9 @@ from perflab.store.rundir import RunWriter
 
 from conftest import FAST
 
+# One worker builds the results tree below, once, and runs every test of this module.
+pytestmark = pytest.mark.xdist_group("report_tree")
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install -y chromium)")
 CHROMIUM_FLAGS = [

@@ -19,6 +19,9 @@ from perflab.store.rundir import folder_id
 
 from conftest import FAST
 
+# One worker builds the runs below, once, and runs every test of this module.
+pytestmark = pytest.mark.xdist_group("results_history")
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):

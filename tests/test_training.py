@@ -106,19 +106,22 @@ def test_every_strategy_trains_and_learns(strategy_runs, name):
 @pytest.fixture(scope="module")
 def few_step_runs(tmp_path_factory):
     """Each strategy trains 8 steps (FEW_STEPS) of the same LeNet on the same data and global batch."""
-    os.chdir(tmp_path_factory.mktemp("few_steps"))
-    return {
-        name: perflab.run("train", [*FEW_STEPS, f"strategy={name}", f"devices.count={n}"])
-        for name, n in STRATEGIES.items()
-    }
+    with pytest.MonkeyPatch.context() as mp:  # the worker's later tests keep their own cwd
+        mp.chdir(tmp_path_factory.mktemp("few_steps"))
+        return {
+            name: perflab.run("train", [*FEW_STEPS, f"strategy={name}", f"devices.count={n}"])
+            for name, n in STRATEGIES.items()
+        }
 
 
+@pytest.mark.xdist_group("few_step_runs")  # one worker trains them once
 @pytest.mark.parametrize("name", ["scratch", "data_parallel", "ddp"])
 def test_every_strategy_ends_with_the_weights_of_single(few_step_runs, name):
     """Same seed, data and global batch, LeNet (no BatchNorm): gradient averaging and lr are right."""
     assert_same(weights(few_step_runs["single"]), weights(few_step_runs[name]))
 
 
+@pytest.mark.xdist_group("few_step_runs")  # one worker trains them once
 @pytest.mark.parametrize("name", list(STRATEGIES))
 def test_every_strategy_counts_its_images_and_names_its_devices(few_step_runs, name):
     """The rows of each strategy's 8 steps: every image once across all ranks, the global batch,
@@ -373,33 +376,44 @@ def test_a_sweep_over_precision_compile_and_layout_runs_end_to_end(cli, work):
 
 
 def test_a_killed_ddp_job_leaves_no_workers_behind(work):
+    """kill -9 once both workers train (rank 0's first checkpoint: both are past the point where
+    they ask to die with the job; one still starting would only exit when it got there). A job
+    that ends before then fails at once with its own output, not after the whole wait. Two
+    threads for torch whatever the caller's OMP_NUM_THREADS: with 1, two CPU workers are refused."""
     import psutil
 
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "perflab",
-            "+experiment=train",
-            *SMALL,
-            "strategy=ddp",
-            "devices.count=2",
-            "trainer.epochs=50",
-        ],
-        cwd=work,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = work / "job.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "perflab",
+                "+experiment=train",
+                *SMALL,
+                "strategy=ddp",
+                "devices.count=2",
+                "trainer.epochs=50",
+                "trainer.checkpoint_every=1",
+                f"trainer.checkpoint_dir={work / 'ck'}",
+            ],
+            cwd=work,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "2"},
+        )
     job = psutil.Process(proc.pid)
     deadline = time.time() + 120
-    while time.time() < deadline and len(job.children(recursive=True)) < 2:
+    while time.time() < deadline and proc.poll() is None and not any((work / "ck").rglob("*.pt")):
         time.sleep(0.2)
+    if proc.poll() is not None:
+        pytest.fail(f"the job ended (rc {proc.returncode}) before its workers trained:\n{log.read_text()[-3000:]}")
     workers = job.children(recursive=True)
-    assert len(workers) >= 2, "the workers started"
+    assert len(workers) >= 2, f"the workers started: {workers}"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     gone, alive = psutil.wait_procs(workers, timeout=20)
-    assert not alive, f"orphans: {[p.pid for p in alive]}"
+    assert not alive, f"orphans: {[(p.pid, p.cmdline()[-2:]) for p in alive]}"
 
 
 def test_batches_come_from_the_real_loader_with_workers(work):
