@@ -214,9 +214,12 @@ def _refuse_unknown_keys(cfg: Any, given: Any) -> None:
         default = type(cfg)()
     except Exception:  # a composite config (EncoderDecoderConfig) has no default to compare with
         return
+    from transformers import GenerationConfig
+
+    generation = GenerationConfig()  # its keys are a model config's too (decoder_start_token_id: T5's generate)
     keys = list(given) if isinstance(given, dict) else [k for k in vars(cfg) if not k.startswith("_")]
     for key in keys:
-        if key in vars(cfg) and not hasattr(default, key):
+        if key in vars(cfg) and not hasattr(default, key) and not hasattr(generation, key):
             value = given[key] if isinstance(given, dict) else getattr(cfg, key)
             own = _own_keys(type(cfg))
             known = [*own, *getattr(cfg, "attribute_map", {}), *(k for k in vars(default) if not k.startswith("_"))]
