@@ -67,3 +67,6 @@ def test_each_optimizer_gets_the_arguments_it_takes():
     assert isinstance(sgd, torch.optim.SGD) and sgd.param_groups[0]["momentum"] == 0.5
     rms = optim.factory(TrainerConfig(optimizer="torch.optim.RMSprop", momentum=0.3), 0.1)(params)
     assert isinstance(rms, torch.optim.RMSprop) and rms.param_groups[0]["momentum"] == 0.3
+    # momentum 0 is none (lenet_scratch's, resnet18_concise's): no argument for Adam to refuse
+    adam = optim.factory(TrainerConfig(optimizer="adam", momentum=0.0), 0.01)(params)
+    assert isinstance(adam, torch.optim.Adam)

@@ -84,7 +84,7 @@ def host_peak() -> Iterator[list[float]]:
 
 
 class Memory:
-    """Peak memory per named part, over every sample of it (reset before each sample)."""
+    """Peak memory per named part, over every sample of it (reset before each run of its samples)."""
 
     def __init__(self, devices: Sequence[Any] = ()) -> None:
         self.cuda = [d for d in devices if getattr(d, "type", "") == "cuda"]

@@ -186,8 +186,7 @@ def _warm(index: Path, segments: list[str], notes: Notes):
     except (OSError, ValueError) as err:
         log.debug("%s", err)
         notes.add(WARM_DAMAGED, path)
-        with contextlib.suppress(OSError):
-            path.unlink()
+        _remove(path)
         return None
 
 
@@ -600,13 +599,18 @@ def _write_segment(
 
 
 def _remove_segment(index: Path, segment: str) -> None:
-    """A segment's files (or whatever sits where they belong: it is derived, and ours)."""
+    """A segment's files."""
     for path in (index / f"{segment}.json", index / f"{segment}.parquet"):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                path.unlink()
+        _remove(path)
+
+
+def _remove(path: Path) -> None:
+    """A file of the index, or whatever sits where it belongs (it is derived, and ours)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _compact(index: Path, df, sources: dict[str, list[int]], span: Span) -> None:

@@ -6,7 +6,7 @@ read when touched, and a write goes to a private copy of that page, never to the
 Arrow-backed text columns hold the mapping's buffers. It is derived, safe to delete, and
 replaced whole (a new file renamed over it: a frame still mapping the old one keeps it).
 
-Disk cost: about what the frame holds in memory (1M rows of ~180 columns: ~1.6 GB)."""
+Disk cost: about what the frame holds in memory (1M rows of ~180 columns: ~1.7 GB)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,14 @@ MIN_ROWS = 100_000
 
 
 def _key(segments: list[str]) -> str:
+    """What the kept frame stands on: these segments, read by this perflab into this pandas."""
     import pandas as pd
 
-    return json.dumps({"version": VERSION, "pandas": pd.__version__, "segments": sorted(segments)})
+    from perflab.version import __version__
+
+    return json.dumps(
+        {"version": VERSION, "perflab": __version__, "pandas": pd.__version__, "segments": sorted(segments)}
+    )
 
 
 def write(path: Path, df, segments: list[str]) -> None:
@@ -76,7 +81,9 @@ def _parts(column) -> tuple[str, list, dict[str, Any]]:
         data = np.ascontiguousarray(column.to_numpy())
         return "numpy", [pa.array(data.view(np.uint8) if data.dtype == bool else data)], {}
     if isinstance(values, (pd.arrays.IntegerArray, pd.arrays.FloatingArray, pd.arrays.BooleanArray)):
-        data, mask = values._data, values._mask
+        kind = values.dtype.numpy_dtype
+        data = values.to_numpy(dtype=kind, na_value=kind.type(0))  # a copy, written once: reads are views
+        mask = values.isna()
         return (
             "masked",
             [pa.array(data.view(np.uint8) if data.dtype == bool else data), pa.array(mask.view(np.uint8))],
@@ -86,7 +93,8 @@ def _parts(column) -> tuple[str, list, dict[str, Any]]:
         extra = {"categories": [str(c) for c in column.cat.categories], "ordered": bool(column.cat.ordered)}
         return "category", [pa.array(column.cat.codes.to_numpy())], extra
     if isinstance(values, pd.arrays.ArrowStringArray):
-        return "arrow", [pa.chunked_array(values._pa_array).combine_chunks()], {}
+        text = pa.array(values)  # Arrow's own buffers (pandas' __arrow_array__)
+        return "arrow", [text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text], {}
     return "other", [pa.array(column, from_pandas=True)], {}
 
 
@@ -138,8 +146,8 @@ def read(path: Path, segments: list[str]):
                 codes = view(i, batch.column(i).type.to_pandas_dtype())
                 kept = pd.CategoricalDtype(c["categories"], ordered=c["ordered"])
                 out[name] = pd.Categorical.from_codes(codes, dtype=kept, validate=False)
-            elif kind == "arrow":
-                out[name] = pd.arrays.ArrowStringArray(pa.chunked_array([batch.column(i)]))
+            elif kind == "arrow":  # the column's own dtype (pandas 3's str, or string): its missing value kept
+                out[name] = dtype.__from_arrow__(batch.column(i))
             else:
                 out[name] = batch.column(i).to_pandas().astype(dtype)
             i += 1

@@ -59,8 +59,9 @@ def factory(t: TrainerConfig, lr: float) -> Callable[[Iterable[torch.nn.Paramete
 
 def _refuse_what_it_does_not_take(t: TrainerConfig, cls: Any, takes: Any) -> None:
     """An argument set away from its default for a class that takes none such (momentum for
-    Adagrad, betas for SGD) is one line, not dropped in silence. At its default it is no one's
-    choice: left out (a class that takes it gets it: RMSprop gets momentum 0.9, docs/training.md)."""
+    Adagrad, betas for SGD) is one line, not dropped in silence. At its default, or 0 (none, as
+    lenet_scratch's momentum), it is no one's choice for that class: left out (a class that takes
+    it gets it: RMSprop gets momentum 0.9, docs/training.md)."""
     import dataclasses
 
     from perflab.config.schema import default_of
@@ -70,7 +71,7 @@ def _refuse_what_it_does_not_take(t: TrainerConfig, cls: Any, takes: Any) -> Non
             continue
         value = getattr(t, f.name)
         default = default_of(f)
-        if (list(value) if f.name == "betas" else value) != default:
+        if (list(value) if f.name == "betas" else value) not in (default, 0):  # 0: none (lenet_scratch's momentum)
             raise ConfigError(
                 f"trainer.{f.name}",
                 value,
