@@ -151,12 +151,11 @@ def load(ctx: Context, device: Device) -> tuple[Any, dict[str, Any]]:
 def record_load(ctx: Context, device: Device, loaded: Mapping[str, Any], **knobs: Any) -> None:
     """The ``load`` row: its one timed sample as a timed row's statistics (median_s, n=1; the
     spread empty), so that compare and history read it as they read every other time."""
-    from pathlib import Path
-
     from perflab.measure import bench
+    from perflab.models.huggingface import is_folder
 
     name = getattr(ctx.settings.model, "name", None)  # a folder of model=hf; an architecture of timm's
-    note = f"{LOAD_NOTE}; {FOLDER_NOTE}" if name and Path(str(name)).is_dir() else LOAD_NOTE
+    note = f"{LOAD_NOTE}; {FOLDER_NOTE}" if name and is_folder(str(name)) else LOAD_NOTE
     ctx.record("load", bench.stats_of([loaded["load_s"]]), devices=[device], **{**knobs, **loaded}, note=note)
 
 

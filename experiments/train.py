@@ -163,11 +163,13 @@ def _ddp_worker(ctx: Context) -> None:
 
 def progress(row: Mapping[str, Any]) -> str | None:
     """Each epoch's line; other rows get the generic one."""
+    from perflab.analysis.table import per_s
+
     if row.get("measurement") != "epoch" or row.get("status") != "ok":
         return None
     return (
         f"epoch {row['epoch']}: {row['train_s']:.2f} s train, {row['eval_s']:.2f} s eval, "
-        f"{row['items_per_s']:.4g} {row.get('items_unit') or 'items'}/s, loss {row['train_loss']:.4f}, "
+        f"{per_s(row['items_per_s'], (row.get('items_unit') or 'items') + '/s')}, loss {row['train_loss']:.4f}, "
         f"train acc {row['train_acc']:.3f}, "
         f"test acc {row['test_acc']:.3f}, lr {row['lr']:.4g}, waiting for data {row['data_wait_frac']:.0%}"
     )
@@ -358,6 +360,7 @@ def points(table: DataFrame | None, notes: Sequence[str]) -> Table:
 def fastest(table: DataFrame) -> list[str]:
     """A sweep's headline: its fastest point, and how far the device count scaled."""
     from perflab.analysis.frames import text
+    from perflab.analysis.table import per_s
     from perflab.store.rows import number
 
     metric = str(table["metric"].iloc[0])
@@ -369,9 +372,8 @@ def fastest(table: DataFrame) -> list[str]:
     unit = f"{text(top.get('items_unit')) or 'items'}/s" if metric == "items_per_s" else metric
     where = ", ".join(x for x in (_point(top, count), f"{number(top.get(count)) or 0:g} devices" if count else "") if x)
     acc = number(top.get("test_acc"))
-    lines = [
-        f"fastest: {where}: {float(top[metric]):.4g} {unit}" + (f", test acc {acc:.3f}" if acc is not None else "")
-    ]
+    best = per_s(float(top[metric]), unit) if metric == "items_per_s" else f"{float(top[metric]):.4g} {unit}"
+    lines = [f"fastest: {where}: {best}" + (f", test acc {acc:.3f}" if acc is not None else "")]
     scaled = [e for e in rows if number(e.get("speedup")) is not None and count and (number(e.get(count)) or 0) > 1]
     if scaled:
         far = max(scaled, key=lambda e: (number(e.get(count)) or 0, float(e[metric])))

@@ -67,8 +67,10 @@ def test_a_gpt2_from_a_folder_generates_prefill_decode_and_its_kv_cache(work, gp
     assert decode["items_per_s"] == pytest.approx(1 / decode["median_s"]) and decode["p99_s"] >= decode["p50_s"]
     # 1 layer: keys and values of 8 + 5 - 1 tokens, 32 wide, float32
     assert decode["kv_cache_mb"] == pytest.approx(2 * 12 * 32 * 4 / 2**20)
-    # a whole call is a prefill and 4 decode steps more: on best samples, which a busy machine moves least
-    assert rows.loc["generate", "min_s"] > rows.loc["prefill", "min_s"]
+    # a whole call is a prefill and 4 decode steps more: on best samples, which a busy machine moves
+    # least; of 3 samples each, all of one row can be disturbed: then perflab flags it, and says so
+    flagged = rows.loc[["prefill", "generate"], "suspect"].fillna("").astype(str).str.len().gt(0).any()
+    assert flagged or rows.loc["generate", "min_s"] > rows.loc["prefill", "min_s"]
 
 
 def test_a_users_model_with_a_kv_cache_generates_through_its_decode(userpkg):

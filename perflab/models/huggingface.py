@@ -131,7 +131,7 @@ def _config_of(name: str) -> tuple[Any, bool]:
     from transformers import AutoConfig
 
     path = os.path.expanduser(name)
-    folder = os.path.isdir(path)
+    folder = is_folder(name)
     looks_like_path = name.startswith(("/", ".", "~")) or not HUB_ID.match(name)
     if not folder and looks_like_path:
         raise ConfigError("model.name", name, NAME_ALLOWED, problem="no such folder")
@@ -156,6 +156,11 @@ def _config_of(name: str) -> tuple[Any, bool]:
     raise ConfigError("model.name", name, NAME_ALLOWED, problem=problem)
 
 
+def is_folder(name: str) -> bool:
+    """Whether ``model.name`` names a local folder (``~`` expanded), not a hub id."""
+    return os.path.isdir(os.path.expanduser(name))
+
+
 def _endpoint() -> str:
     from huggingface_hub import constants
 
@@ -172,7 +177,9 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
         return True
     url = urlsplit(_endpoint())
     try:
-        socket.create_connection((url.hostname or "", url.port or 443), timeout=timeout_s).close()
+        socket.create_connection(
+            (url.hostname or "", url.port or (80 if url.scheme == "http" else 443)), timeout_s
+        ).close()
     except OSError:
         return False
     return True
