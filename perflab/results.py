@@ -167,7 +167,14 @@ def listing(top: Path, limit: int = 50) -> str:
         keys = _set_keys(run_dir)
         metric = metric_of([{"cfg.experiment.name": v} for v in rows.get("cfg.experiment.name", [])])
         ok = rows[rows["status"] == "ok"] if "status" in rows else rows.iloc[:0]
-        shown = next((f for _, r in ok.iloc[::-1].iterrows() if (f := figure(r, metric))), "")
+        shown = next(  # the last row with a figure, named: "forward b64: 24.9 ms", never a bare number
+            (
+                f"{r.get('measurement') or 'figure'}: {f}"
+                for _, r in ok.iloc[::-1].iterrows()
+                if (f := figure(r, metric))
+            ),
+            "",
+        )
         where = f"sweep {record.sweep_id} #{record.job_num}" if record.sweep_id else "run"
         lines.append(f"{record.run_id}  {record.started.replace('T', ' ')[:19]}  {record.experiment}  {outcome}")
         lines.append(f"    {where}: {run_dir}")

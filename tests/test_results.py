@@ -68,6 +68,7 @@ def test_the_run_list_shows_each_run_with_its_outcome_keys_and_figure(history, c
     assert blocks[0].split()[3] == "train" and "ok (" in blocks[0]
     assert "refused" in out and "devices.spec=[cuda:99]: this machine has no CUDA device" in out
     assert "images/s" in out and re.search(r"\d [TGM]FLOP/s", out), "a matmul's rate, in the unit it reads best in"
+    assert re.search(r"\n    [^\n:]+: [\d.,]+ [TGM]FLOP/s", out), "the figure named by its row's measurement"
     assert "devices.spec=cpu" in out, "the keys a point set"
 
 
