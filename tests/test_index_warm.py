@@ -6,13 +6,15 @@ cache never gives wrong rows."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import threading
 
 import pandas as pd
 import pytest
 
 from perflab.results import load
-from perflab.store import index, warm
+from perflab.store import index, tree, warm
 from perflab.store.rundir import RunWriter
 
 
@@ -197,3 +199,87 @@ def test_a_small_tree_keeps_no_cache(tmp_path, monkeypatch):
     built = load(out)
     assert not _cache(out).exists()
     _same(load(out), built)
+
+
+def _folders_kept(out) -> dict:
+    """The folders the cache says it was built on."""
+    import json
+
+    import pyarrow as pa
+
+    with pa.memory_map(str(_cache(out))) as source:
+        return json.loads(pa.ipc.open_file(source).schema.metadata[b"perflab"])["folders"]
+
+
+def test_the_cache_keeps_the_folders_the_walk_lists(tmp_path):
+    out = tmp_path / "outputs"
+    for i in range(2):
+        _run(out, f"r{i}")
+    w = RunWriter(out / "sweeps" / "s1" / "0")
+    w.add({"run_id": "s1-0", "experiment": "matmul", "status": "ok", "median_s": 1.0})
+    (out / "sweeps" / "s1" / "empty").mkdir()  # listed too: a run dir may appear there
+    load(out)
+    load(out)
+    kept = _folders_kept(out)
+    assert set(kept) == {".", "runs", "sweeps", os.path.join("sweeps", "s1"), os.path.join("sweeps", "s1", "empty")}
+    for folder, stamp in kept.items():
+        assert stamp == tree.folder_stamp(os.stat(out / folder))
+    assert tree.folders_unchanged(out, kept)
+
+
+@pytest.mark.parametrize("change", ["a new run dir", "a run dir gone"])
+def test_a_run_dir_come_or_gone_skips_the_cache_and_decodes_beside_the_walk(tmp_path, monkeypatch, change):
+    out = _tree(tmp_path)
+    load(out)  # the cache written
+    if change == "a new run dir":
+        _run(out, "new", rows=2)
+    else:
+        shutil.rmtree(out / "runs" / "r2")
+    decoded, maps = threading.Event(), []
+    walked = []
+    read_segment, sources, read = index._read_segment, index._sources, warm.read
+
+    def reading(*args):
+        decoded.set()
+        return read_segment(*args)
+
+    def walking(*args):  # the walk ends only once a segment was read: the two overlap
+        walked.append(decoded.wait(timeout=30))
+        return sources(*args)
+
+    def mapping(*args):
+        maps.append(read(*args))
+        return maps[-1]
+
+    monkeypatch.setattr(index, "_read_segment", reading)
+    monkeypatch.setattr(index, "_sources", walking)
+    monkeypatch.setattr(warm, "read", mapping)
+    got = load(out)
+    assert maps == [None] and walked == [True]  # no cache mapped; the segments read during the walk
+    pd.testing.assert_frame_equal(
+        got.sort_values("row_id", ignore_index=True),
+        load(out / "runs").sort_values("row_id", ignore_index=True),
+        check_like=True,
+    )
+
+
+def test_a_results_csv_rewritten_in_place_still_makes_the_cache_stale(tmp_path, monkeypatch):
+    out = _tree(tmp_path)
+    load(out)
+    kept = _folders_kept(out)
+    results = out / "runs" / "r1" / "results.csv"
+    text = results.read_text()
+    with results.open("r+") as f:  # in place: no folder changes
+        f.write(text.replace("0.5", "7.5", 1))
+    assert tree.folders_unchanged(out, kept)
+    maps: list = []
+    read = warm.read
+    monkeypatch.setattr(warm, "read", lambda *args: maps.append(read(*args)) or maps[-1])
+    got = load(out)
+    assert maps and maps[0] is not None  # the precheck passed: the walk found the change
+    assert 7.5 in set(got.loc[got["run_id"] == "r1", "median_s"])
+    pd.testing.assert_frame_equal(
+        got.sort_values("row_id", ignore_index=True),
+        load(out / "runs").sort_values("row_id", ignore_index=True),
+        check_like=True,
+    )

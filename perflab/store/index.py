@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from perflab.store import files, warm
 from perflab.store.rows import RESULTS, Notes, concat, fix_dtypes, read_many
 from perflab.store.rundir import RECORD, RunRecord
-from perflab.store.tree import meta, walk
+from perflab.store.tree import folder_stamp, meta, walk
 
 log = logging.getLogger("perflab")
 
@@ -33,19 +33,30 @@ DAMAGED = "rebuilt {n} damaged index segment{s}"
 Span = tuple[str, str] | None  # the least and greatest row id of rows whose row ids are each there once
 
 
-def _sources(root: Path, notes: Notes | None = None) -> dict[str, list[int]]:
+def _sources(
+    root: Path, notes: Notes | None = None, folders: dict[str, list[int]] | None = None
+) -> dict[str, list[int]]:
     """Run dir (relative to ``root``) -> stamp: [mtime_ns, size] of its results.csv and of its
     run.json (0, 0 when it has none), so that a run that ends (run.json: running -> ok) is read
-    again. The same walk as run_dirs(), on its stats (10k run dirs in a fraction of a second)."""
+    again. The same walk as run_dirs(), on its stats (10k run dirs in a fraction of a second).
+    ``folders``, if given, gets the folders the walk listed (relative to ``root``) -> their
+    tree.folder_stamp: what the warm cache checks before it is mapped."""
     top = os.fspath(root)
     prefix = os.path.join(top, "")  # the walk's paths start with it: cut, not os.path.relpath (10k calls)
+
+    def relative(here: str) -> str:
+        return here[len(prefix) :] if here.startswith(prefix) else os.path.relpath(here, top)
+
     found: dict[str, list[int]] = {}
-    for here, stats in walk(top, notes):
+    listed: dict[str, os.stat_result] = {}
+    for here, stats in walk(top, notes, listed):
         st, rec = stats.get(RESULTS), stats.get(RECORD)
         if st is None:
             continue
         stamp = [st.st_mtime_ns, st.st_size, rec.st_mtime_ns if rec else 0, rec.st_size if rec else 0]
-        found[here[len(prefix) :] if here.startswith(prefix) else os.path.relpath(here, top)] = stamp
+        found[relative(here)] = stamp
+    if folders is not None:
+        folders.update({relative(here): folder_stamp(st) for here, st in listed.items()})
     return found
 
 
@@ -83,7 +94,8 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     root = Path(root)
     index = meta(root) / "index"
     with ThreadPoolExecutor(1) as walker:  # the walk (system calls) beside the decoding (Arrow's threads)
-        walking = walker.submit(_sources, root, notes)
+        folders: dict[str, list[int]] = {}  # the folders the walk lists: kept with a warm cache
+        walking = walker.submit(_sources, root, notes, folders)
         segments = sorted(index.glob("*.json")) if index.is_dir() else []
         dropped: dict[str, str] = {}  # segment -> why it is rebuilt
         manifests: dict[str, tuple[dict[str, list[int]], dict[str, dict[str, int]], Span]] = {}
@@ -98,7 +110,9 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
                 dropped.setdefault(manifest.stem, OTHER_FORMAT)
             else:
                 manifests[manifest.stem] = found
-        cached = None if experiment or dropped else _warm(index, list(manifests), notes)
+        # a cache of these segments whose folders changed (a run dir came or went) is stale for
+        # sure: the segments are read beside the walk; otherwise the walk decides (_current)
+        cached = None if experiment or dropped else _warm(index, list(manifests), root, notes)
         pieces = {} if cached is not None else _pieces(index, manifests, experiment, dropped)
         sources = walking.result()
     if cached is not None and not _current(manifests, sources):  # run dirs changed: the segments read
@@ -168,21 +182,21 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
         and len(pieces) == len(manifests)
         and _current(manifests, sources)
     ):
-        warm.write(index / warm.NAME, df, list(manifests))  # every segment read whole: the next load maps it
+        warm.write(index / warm.NAME, df, list(manifests), folders)  # every segment read whole: the next load maps it
     return _placed(df, root)
 
 
 WARM_DAMAGED = "rebuilt {n} damaged warm cache{s} of the index"
 
 
-def _warm(index: Path, segments: list[str], notes: Notes):
-    """The warm cache of these segments (None: none, or of other segments; a damaged one is
-    removed and said, and rebuilt by this load)."""
+def _warm(index: Path, segments: list[str], root: Path, notes: Notes):
+    """The warm cache of these segments (None: none, of other segments, or of folders of
+    ``root`` that changed since; a damaged one is removed and said, and rebuilt by this load)."""
     if not segments:
         return None
     path = index / warm.NAME
     try:
-        return warm.read(path, segments)
+        return warm.read(path, segments, root)
     except (OSError, ValueError) as err:
         log.debug("%s", err)
         notes.add(WARM_DAMAGED, path)

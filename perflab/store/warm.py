@@ -17,10 +17,12 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from perflab.store.tree import folders_unchanged
+
 log = logging.getLogger("perflab")
 
 NAME = "warm.arrow"
-VERSION = 1  # of this file's layout
+VERSION = 2  # of this file's layout (2: the folders it was built on)
 # Fewer rows than this are not kept: Parquet decodes them in a few tenths of a second (100k rows:
 # 0.35 s), and the cache's disk, about the frame's memory, would buy nothing a user notices.
 MIN_ROWS = 100_000
@@ -37,10 +39,11 @@ def _key(segments: list[str]) -> str:
     )
 
 
-def write(path: Path, df, segments: list[str]) -> None:
+def write(path: Path, df, segments: list[str], folders: dict[str, list[int]]) -> None:
     """``df`` (load_tree's rows of ``segments``, before their run dirs are placed) as the warm
-    cache of those segments; not written for fewer than MIN_ROWS rows, nor (said in the debug
-    log) where it cannot be."""
+    cache of those segments, with ``folders``: the folders the walk listed -> their
+    tree.folder_stamp (a read checks them before it maps anything); not written for fewer than
+    MIN_ROWS rows, nor (said in the debug log) where it cannot be."""
     import pyarrow as pa
 
     if len(df) < MIN_ROWS:
@@ -52,7 +55,7 @@ def write(path: Path, df, segments: list[str]) -> None:
             kind, parts, extra = _parts(df[name])
             columns.append({"name": name, "kind": kind, "dtype": str(df[name].dtype), **extra})
             arrays += parts
-        meta = {"key": _key(segments), "columns": columns, "rows": len(df)}
+        meta = {"key": _key(segments), "folders": folders, "columns": columns, "rows": len(df)}
         schema = pa.schema([pa.field(str(i), a.type) for i, a in enumerate(arrays)]).with_metadata(
             {b"perflab": json.dumps(meta).encode()}
         )
@@ -98,9 +101,11 @@ def _parts(column) -> tuple[str, list, dict[str, Any]]:
     return "other", [pa.array(column, from_pandas=True)], {}
 
 
-def read(path: Path, segments: list[str]):
-    """The frame kept for ``segments``; None when there is none for them. A damaged file
-    raises ValueError (it is rebuilt)."""
+def read(path: Path, segments: list[str], root: Path):
+    """The frame kept for ``segments``; None when there is none for them, or when a folder of
+    ``root`` it was built on changed (a run dir came or went: it is stale for sure, and the
+    segments are better decoded beside the walk). A damaged file raises ValueError (it is
+    rebuilt)."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
@@ -113,6 +118,10 @@ def read(path: Path, segments: list[str]):
         reader = pa.ipc.open_file(pa.py_buffer(mapped))
         meta = json.loads(reader.schema.metadata[b"perflab"])
         if meta.get("key") != _key(segments):
+            return None
+        if not isinstance(meta.get("folders"), dict):
+            raise ValueError("no folders")
+        if not folders_unchanged(root, meta["folders"]):
             return None
         batch = reader.get_batch(0) if reader.num_record_batches == 1 else None
         n = int(meta["rows"])
