@@ -12,7 +12,16 @@ import pytest
 
 from perflab.results import load
 from perflab.store import index
-from perflab.store.rows import TORN, Notes, _text_dtypes, concat, csv_text, read_csv, read_many, type_config
+from perflab.store.rows import (
+    TORN,
+    Notes,
+    _text_dtypes,
+    concat,
+    csv_text,
+    read_csv,
+    read_many,
+    type_config,
+)
 
 
 def _row(run: str, i: int, note: str) -> dict:
@@ -100,6 +109,23 @@ def test_a_group_parsed_by_arrow_reads_as_pandas_alone_reads_it(tmp_path, short)
     assert (got["n"].dtype, got["k"].dtype, got["noisy"].dtype) == (
         ("float64", "float64", "object") if short else ("int64", "float64", "bool")
     )
+
+
+@pytest.mark.parametrize("stamp", ["2026-11-22T10:00:00+00:00", "1700000000"], ids=["times", "numbers"])
+def test_a_group_arrow_reads_whole_is_not_parsed_again_by_pandas(tmp_path, monkeypatch, stamp):
+    """Text, integers and timestamps (read by Arrow as text, as pandas reads them): no pandas pass
+    over the group, the same frame, and its columns writable as pandas' own. A timestamp column
+    of numbers only (which pandas reads as numbers) is pandas' to parse."""
+    data = f"row_id,run_id,n,note,timestamp\na#1,a,5,x,{stamp}\na#2,a,6,,\n".encode()  # no floats: pandas' in pandas 2
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.csv").write_bytes(data)
+    alone = _pandas_alone(data)
+    if ":" in stamp:
+        monkeypatch.setattr(pd, "read_csv", lambda *a, **k: pytest.fail("pandas parsed the group"))
+    got = read_many([tmp_path / "a" / "results.csv"], ["a"], "_file", Notes())
+    pd.testing.assert_frame_equal(got.drop(columns="_file"), alone, check_exact=True)
+    got.loc[0, "n"] = 7  # no read-only array of Arrow's underneath
+    assert got["n"].tolist() == [7, 6]
 
 
 def test_a_segment_holds_dictionaries_but_for_floats_and_the_statistics_a_load_filters_on(tmp_path):

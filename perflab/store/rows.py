@@ -240,11 +240,11 @@ def read_many(
     frames = []
     for header, parts in groups.items():
         fields = _fields(header) or []
-        body = b"".join(b for _, b, _ in parts)  # joined once: parsed, and searched for undecodable bytes
         try:
-            if not body.isascii() and "\ufffd" in body.decode("utf-8", errors="replace"):
+            if any(not b.isascii() and "\ufffd" in b.decode("utf-8", errors="replace") for _, b, _ in parts):
                 raise ValueError("undecodable bytes")
-            df = _parsed(io.BytesIO((header + "\n").encode() + body), fields)
+            joined = b"".join([(header + "\n").encode(), *(b for _, b, _ in parts)])  # the group's one copy
+            df = _parsed(io.BytesIO(joined), fields)
             if len(df) != sum(n for *_, n in parts):
                 raise ValueError("lines and rows differ")
             df = type_config(df)
@@ -263,15 +263,18 @@ def _parsed(data: io.BytesIO, fields: list[str]):
     """A group's rows as pandas' C parser reads them (``_text_dtypes``, blank lines as rows),
     most columns parsed by Arrow's CSV reader instead (several times faster on numbers): text
     and config keys, and the columns it reads as pandas would (integers without gaps, floats,
-    booleans without gaps, empty throughout); pandas parses the rest (timestamps, other text)
-    from the same bytes. A file Arrow cannot parse (a short line, a blank one) is pandas' alone."""
+    booleans without gaps, empty throughout), and timestamps as text (pandas' own text type, where
+    a ':' somewhere makes the column text to pandas too); pandas parses the rest (text perflab does
+    not know) from the same bytes. A file Arrow cannot parse (a short line, a blank one) is pandas' alone."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.csv as pacsv
     from pandas._libs.parsers import STR_NA_VALUES  # what pandas reads as missing: Arrow is told the same
 
     text = _text_dtypes(fields)
+    stamps = [c for c in fields if c == "timestamp"]  # read as text: pandas' own type, if text to pandas too
     try:
         if len(set(fields)) != len(fields) or not all(fields):  # pandas renames these: its own names
             raise ValueError("names pandas would change")
@@ -280,7 +283,7 @@ def _parsed(data: io.BytesIO, fields: list[str]):
             read_options=pacsv.ReadOptions(use_threads=False),  # two threads: twice the CPU, no less time
             parse_options=pacsv.ParseOptions(ignore_empty_lines=False),
             convert_options=pacsv.ConvertOptions(
-                column_types={c: pa.string() for c in text},
+                column_types={c: pa.string() for c in [*text, *stamps]},
                 null_values=sorted(STR_NA_VALUES),
                 true_values=["True", "TRUE", "true"],
                 false_values=["False", "FALSE", "false"],
@@ -297,6 +300,8 @@ def _parsed(data: io.BytesIO, fields: list[str]):
         kind = column.type
         if name in text:
             columns[name] = pd.api.types.pandas_dtype("string").__from_arrow__(column)
+        elif name in stamps and pa.types.is_string(kind) and pc.any(pc.match_substring(column, ":")).as_py():
+            columns[name] = _as_pandas_text(column)
         elif pa.types.is_null(kind):
             columns[name] = np.full(len(column), np.nan)
         elif (pa.types.is_floating(kind) and _exact_floats() and not _unsigned(column)) or (
@@ -304,13 +309,34 @@ def _parsed(data: io.BytesIO, fields: list[str]):
         ):
             columns[name] = column.to_numpy().astype("float64")  # an integer column with gaps: floats, as in pandas
         elif (pa.types.is_integer(kind) or pa.types.is_boolean(kind)) and not column.null_count:
-            columns[name] = column.to_numpy()
+            columns[name] = column.to_numpy().copy()  # writable, as pandas' own
     rest = [c for c in fields if c not in columns]
     if rest:
         data.seek(0)
         others = pd.read_csv(data, low_memory=False, usecols=rest, dtype=text, skip_blank_lines=False)
         columns.update({c: others[c] for c in rest})
-    return pd.DataFrame({c: columns[c] for c in fields})
+    return pd.DataFrame({c: columns[c] for c in fields}, copy=False)  # fresh arrays: no copy of them
+
+
+def _as_pandas_text(column):
+    """A column Arrow read as text, as pandas' C parser reads a column of text (its default
+    text type: ``str`` in pandas 3, Python strings with NaN for empty cells in pandas 2)."""
+    import numpy as np
+
+    kind = _default_text()
+    if not isinstance(kind, np.dtype):  # pandas 3's str
+        return kind.__from_arrow__(column)
+    values = column.to_numpy(zero_copy_only=False)
+    values[column.is_null().to_numpy(zero_copy_only=False)] = np.nan
+    return values
+
+
+@functools.cache
+def _default_text():
+    """The type pandas gives a column of text it infers (``str`` in pandas 3, object in pandas 2)."""
+    import pandas as pd
+
+    return pd.Series(["x"]).dtype
 
 
 def _unsigned(column) -> bool:
