@@ -265,7 +265,8 @@ def _parsed(data: io.BytesIO, fields: list[str]):
     and config keys, and the columns it reads as pandas would (integers without gaps, floats,
     booleans without gaps, empty throughout), and timestamps as text (pandas' own text type, where
     a ':' somewhere makes the column text to pandas too); pandas parses the rest (text perflab does
-    not know) from the same bytes. A file Arrow cannot parse (a short line, a blank one) is pandas' alone."""
+    not know, timestamps without a ':') from the same bytes. A file Arrow cannot parse (a short
+    line, a blank one) is pandas' alone."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa

@@ -103,9 +103,9 @@ def _parts(column) -> tuple[str, list, dict[str, Any]]:
 
 def read(path: Path, segments: list[str], root: Path):
     """The frame kept for ``segments``; None when there is none for them, or when a folder of
-    ``root`` it was built on changed (a run dir came or went: it is stale for sure, and the
-    segments are better decoded beside the walk). A damaged file raises ValueError (it is
-    rebuilt)."""
+    ``root`` it was built on changed (an entry came or went there, most likely a run dir: then
+    the segments are better decoded beside the walk, which decides). A damaged file raises
+    ValueError (it is rebuilt)."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
