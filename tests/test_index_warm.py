@@ -55,6 +55,12 @@ def _cache(out):
     return out / ".perflab" / "index" / warm.NAME
 
 
+def _as_the_run_dirs_say(got, out) -> None:
+    """``got`` (a load of the tree ``out``) holds the rows its run dirs hold, read as files."""
+    files = load(out / "runs").sort_values("row_id", ignore_index=True)
+    pd.testing.assert_frame_equal(got.sort_values("row_id", ignore_index=True), files, check_like=True)
+
+
 def _same(a, b) -> None:
     pd.testing.assert_frame_equal(a, b)
     assert a.attrs == b.attrs
@@ -73,8 +79,7 @@ def test_a_warm_load_maps_the_cache_and_loads_as_the_run_dirs_do(tmp_path, monke
         mapped = load(out)
     _same(mapped, built)
     assert not any("damaged" in n for n in mapped.attrs["notes"])
-    files = load(out / "runs").sort_values("row_id", ignore_index=True)
-    pd.testing.assert_frame_equal(mapped.sort_values("row_id", ignore_index=True), files, check_like=True)
+    _as_the_run_dirs_say(mapped, out)
     assert isinstance(mapped["cfg.matmul.size"].array, pd.arrays.IntegerArray)
 
 
@@ -139,11 +144,7 @@ def test_the_cache_follows_run_dirs_that_change_go_or_come(tmp_path):
     for _ in range(3):  # changed, rebuilt, mapped: each as the run dirs say
         gone = load(out)
         assert "r2" not in set(gone["run_id"]) and (gone["run_id"] == "r1").sum() == 8
-        pd.testing.assert_frame_equal(
-            gone.sort_values("row_id", ignore_index=True),
-            load(out / "runs").sort_values("row_id", ignore_index=True),
-            check_like=True,
-        )
+        _as_the_run_dirs_say(gone, out)
 
 
 def test_an_interrupted_cache_write_leaves_a_tree_that_loads(tmp_path, monkeypatch):
@@ -186,11 +187,7 @@ def test_one_experiment_and_compaction_do_not_use_a_cache_of_other_rows(tmp_path
     for i in range(index.MAX_SEGMENTS + 1):
         _run(out, f"s{i}", rows=1)
         load(out)
-    pd.testing.assert_frame_equal(
-        load(out).sort_values("row_id", ignore_index=True),
-        load(out / "runs").sort_values("row_id", ignore_index=True),
-        check_like=True,
-    )
+    _as_the_run_dirs_say(load(out), out)
 
 
 def test_a_small_tree_keeps_no_cache(tmp_path, monkeypatch):
@@ -256,11 +253,7 @@ def test_a_run_dir_come_or_gone_skips_the_cache_and_decodes_beside_the_walk(tmp_
     monkeypatch.setattr(warm, "read", mapping)
     got = load(out)
     assert maps == [None] and walked == [True]  # no cache mapped; the segments read during the walk
-    pd.testing.assert_frame_equal(
-        got.sort_values("row_id", ignore_index=True),
-        load(out / "runs").sort_values("row_id", ignore_index=True),
-        check_like=True,
-    )
+    _as_the_run_dirs_say(got, out)
 
 
 def test_a_results_csv_rewritten_in_place_still_makes_the_cache_stale(tmp_path, monkeypatch):
@@ -278,8 +271,4 @@ def test_a_results_csv_rewritten_in_place_still_makes_the_cache_stale(tmp_path, 
     got = load(out)
     assert maps and maps[0] is not None  # the precheck passed: the walk found the change
     assert 7.5 in set(got.loc[got["run_id"] == "r1", "median_s"])
-    pd.testing.assert_frame_equal(
-        got.sort_values("row_id", ignore_index=True),
-        load(out / "runs").sort_values("row_id", ignore_index=True),
-        check_like=True,
-    )
+    _as_the_run_dirs_say(got, out)
