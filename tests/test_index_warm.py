@@ -198,77 +198,130 @@ def test_a_small_tree_keeps_no_cache(tmp_path, monkeypatch):
     _same(load(out), built)
 
 
-def _folders_kept(out) -> dict:
-    """The folders the cache says it was built on."""
-    import json
-
-    import pyarrow as pa
-
-    with pa.memory_map(str(_cache(out))) as source:
-        return json.loads(pa.ipc.open_file(source).schema.metadata[b"perflab"])["folders"]
-
-
-def test_the_cache_keeps_the_folders_the_walk_lists(tmp_path):
-    out = tmp_path / "outputs"
-    for i in range(2):
-        _run(out, f"r{i}")
-    w = RunWriter(out / "sweeps" / "s1" / "0")
-    w.add({"run_id": "s1-0", "experiment": "matmul", "status": "ok", "median_s": 1.0})
-    (out / "sweeps" / "s1" / "empty").mkdir()  # listed too: a run dir may appear there
-    load(out)
-    load(out)
-    kept = _folders_kept(out)
-    assert set(kept) == {".", "runs", "sweeps", os.path.join("sweeps", "s1"), os.path.join("sweeps", "s1", "empty")}
-    for folder, stamp in kept.items():
-        assert stamp == tree.folder_stamp(os.stat(out / folder))
-    assert tree.folders_unchanged(out, kept)
+def _in_full(out):
+    """``out`` loaded as it would be without a cache (the rows in the same order and types)."""
+    kept = _cache(out).read_bytes() if _cache(out).is_file() else None
+    if kept is not None:
+        _cache(out).unlink()
+    try:
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(warm, "MIN_ROWS", 10**9)  # none written by this load
+            return load(out)
+    finally:
+        if kept is not None:
+            _cache(out).write_bytes(kept)
 
 
-@pytest.mark.parametrize("change", ["a new run dir", "a run dir gone"])
-def test_a_run_dir_come_or_gone_skips_the_cache_and_decodes_beside_the_walk(tmp_path, monkeypatch, change):
-    out = _tree(tmp_path)
-    load(out)  # the cache written
-    if change == "a new run dir":
-        _run(out, "new", rows=2)
-    else:
-        shutil.rmtree(out / "runs" / "r2")
-    decoded, maps = threading.Event(), []
-    walked = []
-    read_segment, sources, read = index._read_segment, index._sources, warm.read
+def _segments_read(monkeypatch) -> list[str]:
+    """The names of the segments each later load decodes."""
+    names: list[str] = []
+    read_segment = index._read_segment
 
-    def reading(*args):
-        decoded.set()
-        return read_segment(*args)
-
-    def walking(*args):  # the walk ends only once a segment was read: the two overlap
-        walked.append(decoded.wait(timeout=30))
-        return sources(*args)
-
-    def mapping(*args):
-        maps.append(read(*args))
-        return maps[-1]
+    def reading(path, experiment):
+        names.append(path.stem)
+        return read_segment(path, experiment)
 
     monkeypatch.setattr(index, "_read_segment", reading)
-    monkeypatch.setattr(index, "_sources", walking)
-    monkeypatch.setattr(warm, "read", mapping)
-    got = load(out)
-    assert maps == [None] and walked == [True]  # no cache mapped; the segments read during the walk
-    _as_the_run_dirs_say(got, out)
+    return names
 
 
-def test_a_results_csv_rewritten_in_place_still_makes_the_cache_stale(tmp_path, monkeypatch):
+def _new_run(out, name: str) -> None:
+    """A run whose rows add a column, a category value and a model no earlier row has."""
+    w = RunWriter(out / "runs" / name)
+    for i in range(2):
+        w.add(
+            {
+                "run_id": name,
+                "experiment": "compile",
+                "status": "ok",
+                "median_s": 2.0 + i,
+                "noisy": False,
+                "timestamp": "2026-11-23T10:00:00+00:00",
+                "items_unit": "tokens",
+                "model": "zz-new",
+                "cfg.compile.mode": "max-autotune",
+            }
+        )
+
+
+def test_a_new_run_is_added_after_the_cached_rows_as_a_full_load_gives_them(tmp_path, monkeypatch):
+    out = _tree(tmp_path)
+    load(out)  # the cache written
+    before = _cache(out).read_bytes()
+    _new_run(out, "new")
+    read = _segments_read(monkeypatch)
+    first = load(out)  # its rows read from CSV (a new segment), no segment decoded
+    assert read == []
+    second = load(out)  # its segment decoded, the cached rows not
+    assert len(read) == 1 and read[0] not in before.decode("latin-1")
+    for got in (first, second):
+        pd.testing.assert_frame_equal(got, _in_full(out))
+        _as_the_run_dirs_say(got, out)
+    assert _cache(out).read_bytes() == before  # not rewritten: the new rows were added in memory
+    assert first["cfg.compile.mode"].notna().sum() == 2 and "zz-new" in set(first["model"])
+
+
+def test_one_experiment_from_the_cache_is_as_from_the_segments(tmp_path, monkeypatch):
     out = _tree(tmp_path)
     load(out)
-    kept = _folders_kept(out)
-    results = out / "runs" / "r1" / "results.csv"
-    text = results.read_text()
-    with results.open("r+") as f:  # in place: no folder changes
-        f.write(text.replace("0.5", "7.5", 1))
-    assert tree.folders_unchanged(out, kept)
-    maps: list = []
-    read = warm.read
-    monkeypatch.setattr(warm, "read", lambda *args: maps.append(read(*args)) or maps[-1])
+    _new_run(out, "new")
+    load(out)
+    read = _segments_read(monkeypatch)
+    for experiment in ("matmul", "compile", "absent"):
+        read.clear()
+        got = load(out, experiment=experiment)
+        assert len(read) == 1  # with the cache: the new run's segment alone
+        kept = _cache(out).read_bytes()
+        _cache(out).unlink()
+        pd.testing.assert_frame_equal(got, load(out, experiment=experiment))
+        _cache(out).write_bytes(kept)
+
+
+@pytest.mark.parametrize("change", ["a run dir gone", "a results.csv rewritten in place", "no room left"])
+def test_what_the_cache_cannot_hold_loads_in_full_and_rebuilds_it(tmp_path, monkeypatch, change):
+    out = _tree(tmp_path)
+    if change == "no room left":
+        monkeypatch.setattr(warm, "SPARE", 10**9)  # no room after the rows
+        monkeypatch.setattr(warm, "MIN_ROOM", 0)
+    load(out)
+    before = _cache(out).read_bytes()
+    if change == "a run dir gone":
+        shutil.rmtree(out / "runs" / "r2")
+    elif change == "no room left":
+        _new_run(out, "new")
+    else:
+        results = out / "runs" / "r1" / "results.csv"
+        text = results.read_text()
+        with results.open("r+") as f:  # in place: its folder unchanged
+            f.write(text.replace("0.5", "7.5", 1))
     got = load(out)
-    assert maps and maps[0] is not None  # the precheck passed: the walk found the change
-    assert 7.5 in set(got.loc[got["run_id"] == "r1", "median_s"])
     _as_the_run_dirs_say(got, out)
+    assert _cache(out).read_bytes() != before  # rebuilt for what the run dirs hold now
+    read = _segments_read(monkeypatch)
+    _same(load(out), got)
+    assert read == []
+
+
+def test_a_column_of_another_type_in_a_new_run_loads_in_full(tmp_path):
+    out = _tree(tmp_path)
+    load(out)
+    w = RunWriter(out / "runs" / "odd")
+    w.add({"run_id": "odd", "experiment": "matmul", "status": "ok", "cfg.matmul.size": "big"})
+    got = load(out)
+    pd.testing.assert_frame_equal(got, _in_full(out))
+    assert "big" in set(got["cfg.matmul.size"].astype(str))
+
+
+def test_new_runs_one_by_one_merge_only_the_newest_segments(tmp_path):
+    out = _tree(tmp_path)
+    load(out)
+    index_dir = _cache(out).parent
+    (oldest,) = sorted(p.stem for p in index_dir.glob("seg-*.parquet"))
+    for i in range(3 * index.MAX_SEGMENTS):
+        _run(out, f"n{i}", rows=1)
+        got = load(out)
+        segments = sorted(p.stem for p in index_dir.glob("seg-*.parquet"))
+        assert len(segments) <= index.MAX_SEGMENTS
+        assert segments[0] == oldest  # the tree's first segment (12 rows) never rewritten for 1-row runs
+    _as_the_run_dirs_say(got, out)
+    pd.testing.assert_frame_equal(got, _in_full(out))

@@ -1,6 +1,7 @@
 """The index of a results tree: the rows of many run dirs in Parquet segments under
 ``.perflab/index/``, with a manifest of which run dirs at which (mtime, size), so that loading
-a big tree reads only what changed."""
+a big tree reads only what changed; and, for a big tree, the warm cache of the rows a full load
+built (:mod:`perflab.store.warm`), so that a later load decodes only the run dirs since."""
 
 from __future__ import annotations
 
@@ -19,62 +20,86 @@ from typing import Any, Sequence
 from perflab.store import files, warm
 from perflab.store.rows import RESULTS, Notes, concat, fix_dtypes, read_many
 from perflab.store.rundir import RECORD, RunRecord
-from perflab.store.tree import folder_stamp, meta, walk
+from perflab.store.tree import meta, walk
 
 log = logging.getLogger("perflab")
 
 
-MAX_SEGMENTS = 8  # more index segments than this are merged into one on the next full load
+# More index segments than this: the newest are merged into one (_merge_newest), as many as
+# bring them to half this, and more while the next older is no bigger than those merged (a
+# tree's big old segment is left alone while new runs come one by one)
+MAX_SEGMENTS = 8
 # of an index segment (3: rows in the types load() gives); a segment of another format (another
 # perflab version) is rebuilt
 FORMAT = 3
 OTHER_FORMAT = "rebuilt {n} index segment{s} written by another perflab version"
 DAMAGED = "rebuilt {n} damaged index segment{s}"
 Span = tuple[str, str] | None  # the least and greatest row id of rows whose row ids are each there once
+Stamps = dict[str, list[int]]  # run dir (relative to the store) -> the stamp _sources gives it
+UNWRITTEN = "~unwritten"  # this load's new rows where no segment could be written (sorts after any segment)
 
 
-def _sources(
-    root: Path, notes: Notes | None = None, folders: dict[str, list[int]] | None = None
-) -> dict[str, list[int]]:
+def _sources(root: Path, notes: Notes | None = None) -> Stamps:
     """Run dir (relative to ``root``) -> stamp: [mtime_ns, size] of its results.csv and of its
     run.json (0, 0 when it has none), so that a run that ends (run.json: running -> ok) is read
-    again. The same walk as run_dirs(), on its stats (10k run dirs in a fraction of a second).
-    ``folders``, if given, gets the folders the walk listed (relative to ``root``) -> their
-    tree.folder_stamp: what the warm cache checks before it is mapped."""
+    again. The same walk as run_dirs(), on its stats (10k run dirs in a fraction of a second)."""
     top = os.fspath(root)
     prefix = os.path.join(top, "")  # the walk's paths start with it: cut, not os.path.relpath (10k calls)
-
-    def relative(here: str) -> str:
-        return here[len(prefix) :] if here.startswith(prefix) else os.path.relpath(here, top)
-
-    found: dict[str, list[int]] = {}
-    listed: dict[str, os.stat_result] = {}
-    for here, stats in walk(top, notes, listed):
+    found: Stamps = {}
+    for here, stats in walk(top, notes):
         st, rec = stats.get(RESULTS), stats.get(RECORD)
         if st is None:
             continue
         stamp = [st.st_mtime_ns, st.st_size, rec.st_mtime_ns if rec else 0, rec.st_size if rec else 0]
-        found[relative(here)] = stamp
-    if folders is not None:
-        folders.update({relative(here): folder_stamp(st) for here, st in listed.items()})
+        found[here[len(prefix) :] if here.startswith(prefix) else os.path.relpath(here, top)] = stamp
     return found
 
 
-def _manifest(path: Path) -> tuple[dict[str, list[int]], dict[str, dict[str, int]], Span] | None:
-    """The sources a segment's manifest lists, what was skipped in them when they were read (so
-    every later load still says it), and the span of its row ids if each is there once
-    (``row_ids``; an older manifest says nothing: not known); None if it is not of this format
-    (or damaged: ValueError, OSError); FileNotFoundError if it went meanwhile (a concurrent
-    compaction)."""
+@dataclass
+class Manifest:
+    """What a segment's manifest says: the run dirs it holds rows of, at which stamps; what was
+    skipped in them when they were read (every later load still says it); the span of its row
+    ids if each is there once (an older manifest says nothing: not known); its rows (an older
+    manifest: None, read from the segment when needed)."""
+
+    sources: Stamps
+    notes: dict[str, dict[str, int]]
+    span: Span = None
+    rows: int | None = None
+
+
+def _manifest(path: Path) -> Manifest | None:
+    """A segment's manifest; None if it is not of this format (or damaged: ValueError,
+    OSError); FileNotFoundError if it went meanwhile (a concurrent compaction)."""
     data = json.loads(files.read_regular(path))
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("sources"), dict):
         return None
-    noted = data.get("notes")
-    ids = data.get("row_ids")
+    noted, ids, rows = data.get("notes"), data.get("row_ids"), data.get("rows")
     span: Span = None
     if isinstance(ids, list) and len(ids) == 2 and all(isinstance(x, str) for x in ids):
         span = (ids[0], ids[1])
-    return data["sources"], noted if isinstance(noted, dict) else {}, span
+    return Manifest(
+        data["sources"], noted if isinstance(noted, dict) else {}, span, rows if isinstance(rows, int) else None
+    )
+
+
+def _manifests(index: Path) -> tuple[dict[str, Manifest], dict[str, str]]:
+    """The index's segments (by name, in the order written) -> their manifests; and those that
+    are rebuilt -> why (damaged, or of another format)."""
+    manifests: dict[str, Manifest] = {}
+    dropped: dict[str, str] = {}
+    for path in sorted(index.glob("*.json")) if index.is_dir() else []:
+        try:
+            found = _manifest(path)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            found, dropped[path.stem] = None, DAMAGED
+        if found is None:
+            dropped.setdefault(path.stem, OTHER_FORMAT)
+        else:
+            manifests[path.stem] = found
+    return manifests, dropped
 
 
 def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = None):
@@ -82,135 +107,235 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     each row id once (the first row of it kept, as load() keeps it).
 
     Run dirs whose results.csv (and run.json) have not changed since they were indexed come
-    from the Parquet segments; new or changed ones are read from CSV and added as a new
-    segment. A segment that is damaged or of another format is rebuilt from its run dirs and
-    removed (``notes`` says so). If the index cannot be written (a read-only tree), loading
-    still works, only slower. Every row gets ``run_outcome``: what its run's run.json says
-    (``running``: killed, or not ended yet; empty: no run.json).
+    from the warm cache, or else from the Parquet segments; new or changed ones are read from
+    CSV and added as a new segment. A segment that is damaged or of another format is rebuilt
+    from its run dirs and removed (``notes`` says so). If the index cannot be written (a
+    read-only tree), loading still works, only slower. Every row gets ``run_outcome``: what its
+    run's run.json says (``running``: killed, or not ended yet; empty: no run.json).
     """
-    import pandas as pd
-
     notes = notes if notes is not None else Notes()
     root = Path(root)
     index = meta(root) / "index"
     with ThreadPoolExecutor(1) as walker:  # the walk (system calls) beside the decoding (Arrow's threads)
-        folders: dict[str, list[int]] = {}  # the folders the walk lists: kept with a warm cache
-        walking = walker.submit(_sources, root, notes, folders)
-        segments = sorted(index.glob("*.json")) if index.is_dir() else []
-        dropped: dict[str, str] = {}  # segment -> why it is rebuilt
-        manifests: dict[str, tuple[dict[str, list[int]], dict[str, dict[str, int]], Span]] = {}
-        for manifest in segments:
-            try:
-                found = _manifest(manifest)
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError):
-                found, dropped[manifest.stem] = None, DAMAGED
-            if found is None:
-                dropped.setdefault(manifest.stem, OTHER_FORMAT)
-            else:
-                manifests[manifest.stem] = found
-        # a cache of these segments whose folders changed (a run dir came or went) is stale for
-        # sure: the segments are read beside the walk; otherwise the walk decides (_current)
-        cached = None if experiment or dropped else _warm(index, list(manifests), root, notes)
+        walking = walker.submit(_sources, root, notes)
+        manifests, dropped = _manifests(index)
+        built = bool(manifests)  # an index was there before this load (not a cold build)
+        cached = None if dropped else _warm(index, notes)
+        # without a cache, every segment is read beside the walk
         pieces = {} if cached is not None else _pieces(index, manifests, experiment, dropped)
+        # one experiment's cached rows taken while the walk says whether the cache holds them
+        early = _one_experiment(cached.frame, experiment) if cached is not None and experiment else None
         sources = walking.result()
-    if cached is not None and not _current(manifests, sources):  # run dirs changed: the segments read
-        cached, pieces = None, _pieces(index, manifests, experiment, dropped)
-    indexed: dict[str, str] = {}  # source -> segment holding its current rows
-    noted: dict[str, dict[str, int]] = {}  # source -> what reading it skipped: said on every load
-    frames = []  # the rows read: pieces of the segments, pandas frames from CSV
-    read: list[Span] = []  # for each part read (a segment, the new rows): the span of its row ids
-    for segment, (stamps, skipped, _) in manifests.items():
-        if segment in pieces or cached is not None:
-            for source, stamp in stamps.items():
-                if sources.get(source) == stamp:  # a later segment's rows of it replace an earlier's
-                    indexed[source] = segment
-                    noted[source] = skipped.get(source, {})
-    wanted_by_segment: dict[str, set[str]] = {}
-    for source, segment in indexed.items():
-        wanted_by_segment.setdefault(segment, set()).add(source)
-    for segment, wanted in wanted_by_segment.items() if cached is None else ():
-        part, (listed, _, span) = pieces[segment], manifests[segment]
-        if len(wanted) < len(listed):  # run dirs since read again, or gone: their rows filtered out
-            part = [Piece(_kept(p.table, "_source", wanted), p.schema, p.constant) for p in part]
-        frames.extend(part)
-        if any(p.table.num_rows for p in part):  # a part without rows repeats no row id
-            read.append(span)
-    for source, kinds in noted.items():
-        if source in indexed:
-            for kind, count in kinds.items():
-                notes.add(kind, _place(root, source, kind), count)
-    fresh = [s for s in sources if s not in indexed]
-    if fresh:
+    load = _Load(root, index, experiment, manifests, pieces, dropped, sources, notes)
+    df = None
+    if cached is not None:
+        df = load.from_cache(cached)
+        if df is not None and experiment:  # the cache holds every experiment's rows
+            df = early if early is not None and df is cached.frame else _one_experiment(df, experiment)
+    if df is None:
+        df = load.in_full()
+        if not (experiment or dropped) and built and len(df) >= warm.MIN_ROWS:  # the next load maps it
+            warm.write(index / warm.NAME, df, {s: sources[s] for s in load.indexed}, _span(df))
+    load.say_skipped()
+    for segment, why in dropped.items():
+        notes.add(why, index / f"{segment}.parquet")
+        _remove_segment(index, segment)
+    if not experiment:
+        _merge_newest(index, load.manifests, load.indexed)
+    return df if df.columns.empty else _placed(df, root)
+
+
+@dataclass
+class _Load:
+    """One load's state: the segments (``manifests``: each segment's manifest; ``pieces``: the
+    segments read so far, and the new rows as one), the run dirs the walk found (``sources``),
+    and which segment holds each one's current rows (``indexed``)."""
+
+    root: Path
+    index: Path
+    experiment: str | None
+    manifests: dict[str, Manifest]
+    pieces: dict[str, list[Piece]]
+    dropped: dict[str, str]
+    sources: Stamps
+    notes: Notes
+    indexed: dict[str, str] = field(default_factory=dict)
+    spans: dict[str, Span] = field(default_factory=dict)  # the new rows' row ids' (a segment's: its manifest)
+    fresh: set[str] = field(default_factory=set)  # the run dirs read from CSV now (what was skipped said then)
+
+    def find(self) -> None:
+        """``indexed``: each run dir the walk found -> the newest segment holding it as it is now
+        (a segment rebuilt is none); then the run dirs no segment holds are read from CSV and
+        added as a new segment (in ``pieces`` too)."""
+        self.indexed = {}
+        for segment, m in self.manifests.items():
+            if segment not in self.dropped:
+                for source, stamp in m.sources.items():
+                    if self.sources.get(source) == stamp:  # a later segment's rows of it replace an earlier's
+                        self.indexed[source] = segment
+        fresh = [s for s in self.sources if s not in self.indexed]
+        if fresh:
+            self._add(fresh)
+
+    def say_skipped(self) -> None:
+        """What was skipped when each run dir loaded was read, said on every load of it."""
+        for source, segment in self.indexed.items():
+            if source in self.fresh:
+                continue
+            for kind, count in self.manifests[segment].notes.get(source, {}).items():
+                self.notes.add(kind, _place(self.root, source, kind), count)
+
+    def _add(self, fresh: list[str]) -> None:
+        """The rows of run dirs no segment holds, read from CSV and written as a new segment."""
+        import pandas as pd
+
         now = Notes()
-        new = _read_sources(root, fresh, now)
+        self.fresh.update(fresh)
+        new = _read_sources(self.root, fresh, now)
         for kind, places in now.kinds.items():
             for place, count in places.items():
-                notes.add(kind, place, count)
+                self.notes.add(kind, place, count)
         skipped = {  # each run dir's places looked up only when something was skipped (10k paths otherwise)
-            s: {**now.of(_results_of(root, s)), **now.of(_place(root, s, RECORD_UNREADABLE))} if now.kinds else {}
+            s: {**now.of(_results_of(self.root, s)), **now.of(_place(self.root, s, RECORD_UNREADABLE))}
+            if now.kinds
+            else {}
             for s in fresh
         }
         if new.empty and any(skipped.values()):  # nothing but what was skipped: remember that much
             new = pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
+        if new.empty and not any(skipped.values()):  # no rows (a header alone): read again next time
+            return
         if len(new):
             new = as_indexed(new)
-        span = _span(new)
-        if not new.empty or any(skipped.values()):
-            noted_now = {s: k for s, k in skipped.items() if k}
-            _write_segment(index, new, {s: sources[s] for s in fresh}, noted_now, span)
-        if len(new):
-            frames.append(new[new["experiment"] == experiment] if experiment and "experiment" in new else new)
-            read.append(span)
-    for segment, why in dropped.items():
-        notes.add(why, index / f"{segment}.parquet")
-        _remove_segment(index, segment)
-    if cached is not None:
-        return _placed(cached, root)
-    if not frames:
-        return pd.DataFrame()
-    df = combine(frames)
-    twice = None if _apart(read) else _twice(df)  # parts whose row ids cannot meet: nothing to look for
-    compacted = not experiment and len(segments) - len(dropped) + bool(fresh) > MAX_SEGMENTS
-    if compacted:
-        _compact(index, df, sources, _span(df))
-    if twice is not None and twice.any():
-        df = df[~twice.to_numpy()].reset_index(drop=True)
-    if (
-        not (experiment or fresh or dropped or compacted)
-        and len(pieces) == len(manifests)
-        and _current(manifests, sources)
-    ):
-        warm.write(index / warm.NAME, df, list(manifests), folders)  # every segment read whole: the next load maps it
-    return _placed(df, root)
+        m = Manifest({s: self.sources[s] for s in fresh}, {s: k for s, k in skipped.items() if k}, _span(new), len(new))
+        name = _write_segment(self.index, new, m) or UNWRITTEN
+        self.manifests[name] = m
+        self.indexed.update(dict.fromkeys(fresh, name))
+        self.spans[name] = m.span
+        if self.experiment and "experiment" in new:
+            new = new[new["experiment"] == self.experiment]
+        self.pieces[name] = [_piece(_table(new))] if len(new) else []
+
+    def read(self, segments: set[str], but: Stamps | None = None) -> list[tuple[list[Piece], Span]] | None:
+        """The rows of these segments (those not in ``pieces`` read now), in the order written,
+        each filtered to the run dirs it holds now (but those of ``but``), with its span; None
+        if one is gone or damaged (then find() again reads its run dirs)."""
+        todo = {s: self.manifests[s] for s in segments if s not in self.pieces}
+        read = _pieces(self.index, todo, self.experiment, self.dropped)
+        self.pieces.update(read)
+        for segment in todo.keys() - read.keys() - self.dropped.keys():  # gone: merged meanwhile
+            del self.manifests[segment]
+        if len(read) < len(todo):
+            return None
+        wanted: dict[str, set[str]] = {}
+        for source, segment in self.indexed.items():
+            if but is None or source not in but:
+                wanted.setdefault(segment, set()).add(source)
+        parts = []
+        for segment in sorted(segments):  # in the order written (this load's unwritten last)
+            part, keep = self.pieces[segment], wanted.get(segment, set())
+            if len(keep) < len(self.manifests[segment].sources):  # run dirs since read again, or gone: out
+                part = _only(part, keep)
+            parts.append((part, self.spans.get(segment, self.manifests[segment].span)))
+        return parts
+
+    def in_full(self):
+        """Every run dir's rows from the segments (and CSV): the load without a cache."""
+        import pandas as pd
+
+        self.find()
+        while (read := self.read(set(self.indexed.values()))) is None:  # a segment gone or damaged: read again
+            self.find()
+        pieces = [p for part, _ in read for p in part]
+        if not pieces:
+            return pd.DataFrame()
+        # a part without rows repeats no row id
+        return _once(combine(pieces), [span for part, span in read if any(p.table.num_rows for p in part)])
+
+    def from_cache(self, cached: warm.Cached):
+        """The cached rows, then those of run dirs indexed since (their segments read, the new
+        ones from CSV), the old rows not copied; None where the cache does not hold the rows a
+        full load would give (a run dir it holds changed or went; a column of another type; no
+        room): then the load goes in full."""
+        import pandas as pd
+
+        if any(self.sources.get(s) != stamp for s, stamp in cached.sources.items()):
+            return None  # a run dir it holds changed or went
+        self.find()
+        if any(s not in self.indexed for s in cached.sources):
+            return None  # no segment holds it now: the index was rebuilt meanwhile
+        newer = {seg for s, seg in self.indexed.items() if s not in cached.sources}
+        room = cached.room()
+        unread = [self.manifests[s].rows for s in newer if s not in self.pieces]
+        if sum(room + 1 if rows is None else rows for rows in unread) > room:
+            return None  # more to decode than the cache has room for: a full load rebuilds it
+        read = self.read(newer, but=cached.sources)
+        if read is None:
+            return None
+        pieces = [p for part, _ in read for p in part]
+        if not pieces:
+            return cached.frame
+        tail = combine(pieces)  # rows or not, it may add columns
+        df = cached.extended(tail)
+        if df is None:
+            return None
+        for col in df.columns:  # the categories present, sorted: as combine gives them
+            if col != "_source" and isinstance(df[col].dtype, pd.CategoricalDtype):
+                df[col] = _as_read(df[col])
+        return _once(df, [cached.span, _span(tail)])
+
+
+def _once(df, spans: list[Span]):
+    """``df`` with each row id once (the first row kept); not looked for where the parts' spans
+    say none can repeat."""
+    if _apart(spans):
+        return df
+    twice = _twice(df)
+    return df[~twice.to_numpy()].reset_index(drop=True) if twice.any() else df
+
+
+def _one_experiment(df, experiment: str):
+    """The rows of one experiment, categories as combine gives them (those present, sorted). A
+    nullable column that holds no value in them is made, not taken (most config keys are of
+    other experiments: 100 of 193 columns of a synthetic 1M-row tree)."""
+    import numpy as np
+    import pandas as pd
+
+    if "experiment" not in df:
+        return df.iloc[:0]
+    rows = np.flatnonzero((df["experiment"] == experiment).to_numpy())
+    out = {}
+    for col in df.columns:
+        values = df[col].array
+        masked = isinstance(values, pd.arrays.IntegerArray | pd.arrays.FloatingArray | pd.arrays.BooleanArray)
+        if masked and values.isna()[rows].all():  # zeros not written (their pages untouched), all missing
+            out[col] = type(values)(np.zeros(len(rows), values.dtype.numpy_dtype), np.ones(len(rows), bool))
+            continue
+        taken = values.take(rows)
+        out[col] = _as_read(pd.Series(taken)) if col != "_source" and isinstance(taken, pd.Categorical) else taken
+    return pd.DataFrame(out, copy=False)
+
+
+def _table(df):
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(df, preserve_index=False)
 
 
 WARM_DAMAGED = "rebuilt {n} damaged warm cache{s} of the index"
 
 
-def _warm(index: Path, segments: list[str], root: Path, notes: Notes):
-    """The warm cache of these segments (None: none, of other segments, or of folders of
-    ``root`` that changed since; a damaged one is removed and said, and rebuilt by this load)."""
-    if not segments:
-        return None
+def _warm(index: Path, notes: Notes) -> warm.Cached | None:
+    """The warm cache (None: none, or of another perflab or pandas; a damaged one is removed and
+    said, and rebuilt by this load)."""
     path = index / warm.NAME
     try:
-        return warm.read(path, segments, root)
+        return warm.read(path)
     except (OSError, ValueError) as err:
         log.debug("%s", err)
         notes.add(WARM_DAMAGED, path)
         _remove(path)
         return None
-
-
-def _current(manifests: dict[str, tuple[dict[str, list[int]], Any, Span]], sources: dict[str, list[int]]) -> bool:
-    """Whether the run dirs found are exactly those the segments list, as they were indexed
-    (the latest segment listing a run dir holds its rows)."""
-    latest: dict[str, list[int]] = {}
-    for stamps, _, _ in manifests.values():
-        latest.update(stamps)
-    return latest == sources
 
 
 def _pieces(index: Path, manifests: dict, experiment: str | None, dropped: dict[str, str]) -> dict[str, list[Piece]]:
@@ -591,25 +716,22 @@ def _rows_per_run(df, column: str, run_ids: dict[str, str]) -> dict[str, int]:
     return {str(k): int(v) for k, v in df.loc[own.fillna(False).astype(bool), column].value_counts().items()}
 
 
-def _write_segment(
-    index: Path,
-    df,
-    stamps: dict[str, list[int]],
-    noted: dict[str, dict[str, int]] | None = None,
-    span: Span = None,
-) -> None:
-    """A new immutable segment and then its manifest (readers only trust segments with one);
-    ``span``: its row ids' if each is there once (_span: a load need not look for repeats)."""
+def _write_segment(index: Path, df, manifest: Manifest) -> str | None:
+    """A new immutable segment of ``df`` and then its manifest (readers only trust segments
+    with one); its name, None where it could not be written."""
     # named in the order written (to the nanosecond): segments are read, and their rows given, in that order
     ns = time.time_ns()  # one reading: UTC to the second, then its nanoseconds
     name = f"seg-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(ns // 10**9))}-{ns % 10**9:09d}-{secrets.token_hex(4)}"
-    manifest = {"format": FORMAT, "sources": stamps, "notes": noted or {}, "row_ids": span}
+    m = manifest
+    data = {"format": FORMAT, "sources": m.sources, "notes": m.notes, "row_ids": m.span, "rows": m.rows}
     try:
         index.mkdir(parents=True, exist_ok=True)
         files.write_atomic(index / f"{name}.parquet", to_parquet(df))
-        files.write_atomic(index / f"{name}.json", json.dumps(manifest))
+        files.write_atomic(index / f"{name}.json", json.dumps(data))
     except (OSError, ValueError, ImportError) as err:
         log.debug("results index not updated (%s); loading still works", err)
+        return None
+    return name
 
 
 def _remove_segment(index: Path, segment: str) -> None:
@@ -627,13 +749,61 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
-def _compact(index: Path, df, sources: dict[str, list[int]], span: Span) -> None:
-    """One segment of every current row in place of the many; a reader that finds a segment
-    gone meanwhile reads those run dirs from CSV instead."""
-    old = sorted({p.name.split(".")[0] for p in index.glob("seg-*")})
-    _write_segment(index, df, {s: sources[s] for s in df["_source"].unique() if s in sources}, span=span)
-    for segment in old:
-        _remove_segment(index, segment)
+def _merge_newest(index: Path, manifests: dict[str, Manifest], indexed: dict[str, str]) -> None:
+    """With more than MAX_SEGMENTS segments, the newest merged into one, holding the current
+    rows of the run dirs they hold (``indexed``: run dir -> its segment): as many as leave half
+    MAX_SEGMENTS, and more while the next older is no bigger than those merged, so that a big
+    old segment is rewritten only once as much was added after it. A reader that finds a
+    segment gone meanwhile reads those run dirs from CSV instead."""
+    import pandas as pd
+
+    names = sorted(n for n in manifests if n != UNWRITTEN)
+    if len(names) <= MAX_SEGMENTS:
+        return
+    sizes = [_rows(index, n, manifests[n]) for n in names]
+    take = 1
+    while take < len(names) and (len(names) - take + 1 > MAX_SEGMENTS // 2 or sizes[-take - 1] <= sum(sizes[-take:])):
+        take += 1
+    merged = names[-take:]
+    wanted: dict[str, set[str]] = {}
+    for source, segment in indexed.items():
+        wanted.setdefault(segment, set()).add(source)
+    parts = []
+    for segment in merged:
+        try:
+            pieces = _read_segment(index / f"{segment}.parquet", None)
+        except Exception as err:  # gone or damaged meanwhile: the next load sees to it
+            log.debug("index segments not merged (%s)", err)
+            return
+        parts += _only(pieces, wanted.get(segment, set()))
+    df = combine(parts) if any(p.table.num_rows for p in parts) else pd.DataFrame()
+    held = {s: (segment, manifests[segment]) for segment in merged for s in wanted.get(segment, ())}
+    m = Manifest(
+        {s: m.sources[s] for s, (_, m) in held.items()},
+        {s: m.notes[s] for s, (_, m) in held.items() if s in m.notes},
+        _span(df),
+        len(df),
+    )
+    if _write_segment(index, df, m):
+        for segment in merged:
+            _remove_segment(index, segment)
+
+
+def _only(pieces: list[Piece], sources: set[str]) -> list[Piece]:
+    """The pieces' rows of these run dirs."""
+    return [Piece(_kept(p.table, "_source", sources), p.schema, p.constant) for p in pieces]
+
+
+def _rows(index: Path, segment: str, manifest: Manifest) -> int:
+    """How many rows a segment holds (an older manifest does not say: its Parquet footer)."""
+    import pyarrow.parquet as pq
+
+    if manifest.rows is not None:
+        return manifest.rows
+    try:
+        return pq.read_metadata(index / f"{segment}.parquet").num_rows
+    except Exception:  # gone or damaged: merged away
+        return 0
 
 
 MAX_ROW_GROUPS = 256  # a segment's rows in one row group per stretch of one experiment, up to this many

@@ -74,18 +74,14 @@ RESULTS_LINK = "skipped {n} symlinked results.csv (perflab writes real files; a 
 NOT_PLAIN = "skipped {n} non-regular file{s} (a FIFO, a device, a folder) where perflab keeps a run's files"
 
 
-def walk(
-    top: str | os.PathLike, notes: Notes | None = None, folders: dict[str, os.stat_result] | None = None
-) -> Iterator[tuple[str, dict[str, os.stat_result]]]:
+def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[str, dict[str, os.stat_result]]]:
     """(run dir, the stats of the run files perflab reads there, by name) for every run dir
     under ``top``: a folder holding run.json or results.csv. Hidden folders are skipped; a run
     dir's subfolders hold no runs. A folder's two run files are looked up by name first (the
     stats a reader needs anyway), and only a folder that is no run dir is listed: 10k run dirs
     cost 30k stats, not 10k listings besides. Each real folder is visited once (a folder link, a
     loop), known by its own identity: two run dirs whose results.csv are hard links of one file
-    (``cp -al`` snapshots) are two run dirs. ``folders``, if given, gets each folder listed (no
-    run dir) with its stat, taken before the listing: a run dir coming or going under it changes
-    its :func:`folder_stamp`."""
+    (``cp -al`` snapshots) are two run dirs."""
     stack, seen = [os.fspath(top)], set()
     while stack:
         here = stack.pop()
@@ -107,31 +103,10 @@ def walk(
             entries = list(os.scandir(here))
         except OSError:
             continue
-        if folders is not None:
-            folders[here] = st
         stack += sorted(
             (e.path for e in entries if not e.name.startswith(".") and _is_dir(e)),
             reverse=True,
         )
-
-
-def folder_stamp(st: os.stat_result) -> list[int]:
-    """What changes when an entry of a folder comes, goes or is renamed: its mtime (and the
-    folder itself replaced: its inode)."""
-    return [st.st_ino, st.st_mtime_ns]
-
-
-def folders_unchanged(top: str | os.PathLike, stamps: dict[str, list[int]]) -> bool:
-    """Whether every folder of ``stamps`` (by path relative to ``top``, as walk's ``folders``
-    gave them, :func:`folder_stamp`) is as stamped: no run dir came or went in them. Not that
-    nothing changed: a results.csv rewritten inside a run dir changes no folder."""
-    for path, stamp in stamps.items():
-        try:
-            if folder_stamp(os.stat(os.path.join(top, path))) != stamp:
-                return False
-        except OSError:  # gone
-            return False
-    return True
 
 
 def _run_files(here: str) -> tuple[dict[str, os.stat_result], bool, list[tuple[str, str]]]:

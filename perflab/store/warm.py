@@ -1,12 +1,16 @@
 """The warm cache of a results tree's index: the frame a full load built, kept beside the
-segments as one uncompressed Arrow IPC file (``.perflab/index/warm.arrow``), so that the
-next load of the same segments decodes nothing. The file is mapped copy-on-write
-(``np.memmap`` mode ``c``): each column's pandas array is a view of the mapping (a page is
-read when touched, and a write goes to a private copy of that page, never to the file);
-Arrow-backed text columns hold the mapping's buffers. It is derived, safe to delete, and
-replaced whole (a new file renamed over it: a frame still mapping the old one keeps it).
+segments as one uncompressed Arrow IPC file (``.perflab/index/warm.arrow``) with the stamps of
+the run dirs whose rows it holds, so that a later load decodes only the rows of run dirs that
+came since. The file is mapped copy-on-write (``np.memmap`` mode ``c``): each column's pandas
+array is a view of the mapping (a page is read when touched, and a write goes to a private
+copy of that page, never to the file); Arrow-backed text columns hold the mapping's buffers.
 
-Disk cost: about what the frame holds in memory (1M rows of ~180 columns: ~1.7 GB)."""
+Each column keeps room after its rows (:data:`SPARE`): the rows of run dirs indexed since
+(a new run) are written there, in the process's private pages, so a load after a new run
+copies no column of the old rows. It is derived, safe to delete, and replaced whole (a new
+file renamed over it: a frame still mapping the old one keeps it).
+
+Disk cost: about what the frame holds in memory (1M rows of ~190 columns: ~1.8 GB)."""
 
 from __future__ import annotations
 
@@ -14,48 +18,53 @@ import json
 import logging
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from perflab.store.tree import folders_unchanged
 
 log = logging.getLogger("perflab")
 
 NAME = "warm.arrow"
-VERSION = 2  # of this file's layout (2: the folders it was built on)
+VERSION = 3  # of this file's layout (3: keyed by its run dirs' stamps, room after each column)
 # Fewer rows than this are not kept: Parquet decodes them in a few tenths of a second (100k rows:
 # 0.35 s), and the cache's disk, about the frame's memory, would buy nothing a user notices.
 MIN_ROWS = 100_000
+# Room after each column's rows for rows of newer run dirs: a 32nd of the rows (1M rows: 31k,
+# about 300 runs of 100 rows), at least MIN_ROOM, before the next full load rebuilds the file.
+SPARE = 32
+MIN_ROOM = 1024
 
 
-def _key(segments: list[str]) -> str:
-    """What the kept frame stands on: these segments, read by this perflab into this pandas."""
+def _key() -> dict[str, Any]:
+    """What the kept frame's types stand on: this perflab, reading into this pandas."""
     import pandas as pd
 
     from perflab.version import __version__
 
-    return json.dumps(
-        {"version": VERSION, "perflab": __version__, "pandas": pd.__version__, "segments": sorted(segments)}
-    )
+    return {"version": VERSION, "perflab": __version__, "pandas": pd.__version__}
 
 
-def write(path: Path, df, segments: list[str], folders: dict[str, list[int]]) -> None:
-    """``df`` (load_tree's rows of ``segments``, before their run dirs are placed) as the warm
-    cache of those segments, with ``folders``: the folders the walk listed -> their
-    tree.folder_stamp (a read checks them before it maps anything); not written for fewer than
-    MIN_ROWS rows, nor (said in the debug log) where it cannot be."""
+def write(path: Path, df, sources: dict[str, list[int]], span) -> None:
+    """``df`` (load_tree's rows, before their run dirs are placed) as the warm cache, with
+    ``sources``: the run dirs whose rows it holds -> their stamps as indexed, and ``span``:
+    its row ids' (index._span). Not written (said in the debug log) where it cannot be."""
     import pyarrow as pa
 
-    if len(df) < MIN_ROWS:
-        return
-
+    capacity = len(df) + max(len(df) // SPARE, MIN_ROOM)
     try:
         columns, arrays = [], []
         for name in df.columns:
-            kind, parts, extra = _parts(df[name])
+            kind, parts, extra = _parts(df[name], capacity)
             columns.append({"name": name, "kind": kind, "dtype": str(df[name].dtype), **extra})
             arrays += parts
-        meta = {"key": _key(segments), "folders": folders, "columns": columns, "rows": len(df)}
+        meta = {
+            "key": _key(),
+            "sources": sources,
+            "span": span,
+            "columns": columns,
+            "rows": len(df),
+            "capacity": capacity,
+        }
         schema = pa.schema([pa.field(str(i), a.type) for i, a in enumerate(arrays)]).with_metadata(
             {b"perflab": json.dumps(meta).encode()}
         )
@@ -72,40 +81,128 @@ def write(path: Path, df, segments: list[str], folders: dict[str, list[int]]) ->
         log.debug("warm cache not written (%s); loading still works", err)
 
 
-def _parts(column) -> tuple[str, list, dict[str, Any]]:
-    """How one column is kept: its kind, its Arrow arrays (each one contiguous buffer where a
-    view is read back), and what else rebuilds it."""
+def _parts(column, capacity: int) -> tuple[str, list, dict[str, Any]]:
+    """How one column is kept: its kind, its Arrow arrays of ``capacity`` rows (its rows, then
+    room; each one contiguous buffer where a view is read back), and what else rebuilds it."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
 
+    def padded(data, fill=0):
+        out = np.full(capacity, fill, dtype=data.dtype)
+        out[: len(data)] = data
+        return pa.array(out.view(np.uint8) if out.dtype == bool else out)
+
     values = column.array
     if isinstance(column.dtype, np.dtype) and column.dtype.kind in "fiub":
-        data = np.ascontiguousarray(column.to_numpy())
-        return "numpy", [pa.array(data.view(np.uint8) if data.dtype == bool else data)], {}
+        return "numpy", [padded(column.to_numpy())], {}
     if isinstance(values, (pd.arrays.IntegerArray, pd.arrays.FloatingArray, pd.arrays.BooleanArray)):
         kind = values.dtype.numpy_dtype
-        data = values.to_numpy(dtype=kind, na_value=kind.type(0))  # a copy, written once: reads are views
-        mask = values.isna()
-        return (
-            "masked",
-            [pa.array(data.view(np.uint8) if data.dtype == bool else data), pa.array(mask.view(np.uint8))],
-            {},
-        )
+        data = values.to_numpy(dtype=kind, na_value=kind.type(0))
+        return "masked", [padded(data), padded(values.isna(), fill=True)], {}
     if isinstance(column.dtype, pd.CategoricalDtype) and pd.api.types.is_string_dtype(column.cat.categories):
         extra = {"categories": [str(c) for c in column.cat.categories], "ordered": bool(column.cat.ordered)}
-        return "category", [pa.array(column.cat.codes.to_numpy())], extra
+        return "category", [padded(column.cat.codes.to_numpy(), fill=-1)], extra
+    room = capacity - len(column)
     if isinstance(values, pd.arrays.ArrowStringArray):
         text = pa.array(values)  # Arrow's own buffers (pandas' __arrow_array__)
-        return "arrow", [text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text], {}
-    return "other", [pa.array(column, from_pandas=True)], {}
+        return "arrow", [pa.concat_arrays([*_chunks(text), pa.nulls(room, text.type)])], {}
+    other = pa.array(column, from_pandas=True)
+    return "other", [pa.concat_arrays([other, pa.nulls(room, other.type)])], {}
 
 
-def read(path: Path, segments: list[str], root: Path):
-    """The frame kept for ``segments``; None when there is none for them, or when a folder of
-    ``root`` it was built on changed (an entry came or went there, most likely a run dir: then
-    the segments are better decoded beside the walk, which decides). A damaged file raises
-    ValueError (it is rebuilt)."""
+def _chunks(array) -> list:
+    import pyarrow as pa
+
+    return list(array.chunks) if isinstance(array, pa.ChunkedArray) else [array]
+
+
+@dataclass
+class Cached:
+    """A warm cache as mapped: ``frame``, its rows (views of the mapping); ``sources``, the run
+    dirs they are of -> their stamps as indexed; ``span``, their row ids' (index._span)."""
+
+    frame: Any
+    sources: dict[str, list[int]]
+    span: Any
+    _room: dict[str, Any]  # column -> its arrays of ``capacity`` rows (a numpy kind's), to add rows in
+    _capacity: int
+
+    def room(self) -> int:
+        """How many rows can still be added."""
+        return self._capacity - len(self.frame)
+
+    def extended(self, tail):
+        """The cached rows, then ``tail``'s (rows of newer run dirs, as index.combine gives them),
+        as one frame, the old rows not copied: each column's new rows are written in the room
+        after its rows (private pages). Columns the tail adds come last; a category gains the
+        tail's values as categories after its own. None where that is not the frame a full load
+        would give (no room left, a column of another type, a missing value where the column
+        cannot hold one): then the caller loads in full."""
+        import numpy as np
+        import pandas as pd
+
+        df, n, k = self.frame, len(self.frame), len(tail)
+        if n + k > self._capacity:
+            return None
+        out: dict[str, Any] = {}
+        for name in df.columns:
+            mine = df[name]
+            theirs = tail[name] if name in tail.columns and tail[name].notna().any() else None
+            if theirs is not None and not _same_kind(mine.dtype, theirs.dtype):
+                return None
+            room = self._room.get(name)
+            if isinstance(mine.dtype, pd.CategoricalDtype):
+                if room is None:
+                    return None
+                values = pd.Categorical([] if theirs is None else theirs.astype(object).to_numpy())
+                extra = values.categories.difference(mine.cat.categories, sort=True)
+                dtype = pd.CategoricalDtype([*mine.cat.categories, *extra], ordered=mine.cat.ordered)
+                codes = room[0][: n + k]
+                if np.dtype(pd.Categorical.from_codes([], dtype=dtype).codes.dtype).itemsize > codes.itemsize:
+                    codes = codes.astype(pd.Categorical.from_codes([], dtype=dtype).codes.dtype)  # wider: copied
+                codes[n:] = pd.Categorical(values, dtype=dtype).codes if theirs is not None else -1
+                out[name] = pd.Categorical.from_codes(codes, dtype=dtype, validate=False)
+            elif room is not None and len(room) == 2:  # masked: values, then where missing
+                data, missing = room[0][: n + k], room[1][: n + k]
+                if theirs is None:
+                    missing[n:] = True
+                else:
+                    data[n:] = theirs.to_numpy(dtype=data.dtype, na_value=data.dtype.type(0))
+                    missing[n:] = theirs.isna().to_numpy()
+                out[name] = type(mine.array)(data, missing, copy=False)
+            elif room is not None:  # numpy: missing only as a float's NaN
+                data = room[0][: n + k]
+                if theirs is None and data.dtype.kind != "f":
+                    return None
+                data[n:] = np.nan if theirs is None else theirs.to_numpy(dtype=data.dtype)
+                out[name] = data
+            else:  # text (Arrow chunks: the old ones kept), or another kind (that column copied)
+                added = theirs if theirs is not None else pd.Series(index=range(k), dtype=mine.dtype)
+                if theirs is not None and added.dtype != mine.dtype:
+                    return None
+                out[name] = pd.concat([mine, added], ignore_index=True).array
+        for name in tail.columns:
+            if name not in out:
+                added = tail[name]
+                if isinstance(added.dtype, np.dtype) and added.dtype.kind in "iub":
+                    return None  # no missing value for the old rows
+                out[name] = pd.concat([pd.Series(index=range(n), dtype=added.dtype), added], ignore_index=True).array
+        return pd.DataFrame(out, copy=False)
+
+
+def _same_kind(mine, theirs) -> bool:
+    """Whether a column of ``theirs`` type joins one of ``mine`` as a full load would join them."""
+    import pandas as pd
+
+    if isinstance(mine, pd.CategoricalDtype) or isinstance(theirs, pd.CategoricalDtype):
+        return isinstance(mine, pd.CategoricalDtype) and isinstance(theirs, pd.CategoricalDtype)
+    return mine == theirs
+
+
+def read(path: Path) -> Cached | None:
+    """The warm cache at ``path``; None when there is none, or one of another perflab, pandas
+    or layout. A damaged file raises ValueError (it is rebuilt)."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
@@ -117,48 +214,45 @@ def read(path: Path, segments: list[str], root: Path):
     try:
         reader = pa.ipc.open_file(pa.py_buffer(mapped))
         meta = json.loads(reader.schema.metadata[b"perflab"])
-        if meta.get("key") != _key(segments):
+        if meta.get("key") != _key():
             return None
-        if not isinstance(meta.get("folders"), dict):
-            raise ValueError("no folders")
-        if not folders_unchanged(root, meta["folders"]):
-            return None
+        if not isinstance(meta.get("sources"), dict):
+            raise ValueError("no sources")
         batch = reader.get_batch(0) if reader.num_record_batches == 1 else None
-        n = int(meta["rows"])
-        if batch is None or batch.num_rows != n:
+        n, capacity = int(meta["rows"]), int(meta["capacity"])
+        if batch is None or batch.num_rows != capacity or not 0 <= n <= capacity:
             raise ValueError("not one batch of the rows it says")
         base = mapped.ctypes.data
 
         def view(i: int, dtype):
-            buf = batch.column(i).buffers()[1]
-            if (
-                batch.column(i).null_count
-                or buf.address < base
-                or buf.address + n * np.dtype(dtype).itemsize > base + len(mapped)
-            ):
+            """Column ``i``'s values, all ``capacity`` of them, as a view of the mapping."""
+            buf, size = batch.column(i).buffers()[1], np.dtype(dtype).itemsize
+            if batch.column(i).null_count or buf.address < base or buf.address + capacity * size > base + len(mapped):
                 raise ValueError("a column outside the file")
-            start = buf.address - base + batch.column(i).offset * np.dtype(dtype).itemsize
-            return np.asarray(mapped[start : start + n * np.dtype(dtype).itemsize]).view(dtype)
+            start = buf.address - base + batch.column(i).offset * size
+            return np.asarray(mapped[start : start + capacity * size]).view(dtype)
 
-        out, i = {}, 0
+        out, room, i = {}, {}, 0
         for c in meta["columns"]:
             name, kind, dtype = c["name"], c["kind"], pd.api.types.pandas_dtype(c["dtype"])
             if kind == "numpy":
-                out[name] = view(i, dtype)
+                room[name] = [view(i, dtype)]
+                out[name] = room[name][0][:n]
             elif kind == "masked":
                 cls = {"b": pd.arrays.BooleanArray, "f": pd.arrays.FloatingArray}.get(
                     dtype.kind, pd.arrays.IntegerArray
                 )
-                out[name] = cls(view(i, dtype.numpy_dtype), view(i + 1, bool), copy=False)
+                room[name] = [view(i, dtype.numpy_dtype), view(i + 1, bool)]
+                out[name] = cls(room[name][0][:n], room[name][1][:n], copy=False)
                 i += 1
             elif kind == "category":
-                codes = view(i, batch.column(i).type.to_pandas_dtype())
+                room[name] = [view(i, batch.column(i).type.to_pandas_dtype())]
                 kept = pd.CategoricalDtype(c["categories"], ordered=c["ordered"])
-                out[name] = pd.Categorical.from_codes(codes, dtype=kept, validate=False)
+                out[name] = pd.Categorical.from_codes(room[name][0][:n], dtype=kept, validate=False)
             elif kind == "arrow":  # the column's own dtype (pandas 3's str, or string): its missing value kept
-                out[name] = dtype.__from_arrow__(batch.column(i))
+                out[name] = dtype.__from_arrow__(batch.column(i).slice(0, n))
             else:
-                out[name] = batch.column(i).to_pandas().astype(dtype)
+                out[name] = batch.column(i).slice(0, n).to_pandas().astype(dtype)
             i += 1
         df = pd.DataFrame(out, copy=False)
     except (pa.ArrowException, ValueError, TypeError, KeyError, IndexError) as err:
@@ -166,4 +260,5 @@ def read(path: Path, segments: list[str], root: Path):
     bad = [c for c, want in zip(meta["columns"], df.dtypes) if str(want) != c["dtype"]]
     if bad:
         raise ValueError(f"warm cache {path}: {bad[0]['name']} read as another type")
-    return df
+    span = meta.get("span")
+    return Cached(df, meta["sources"], tuple(span) if isinstance(span, list) else None, room, capacity)
