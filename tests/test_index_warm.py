@@ -1,6 +1,7 @@
-"""The warm cache (``.perflab/index/warm.arrow``): a load of unchanged segments maps the frame the
-last full load built instead of decoding Parquet. It loads equal to reading the run dirs, its
-frame is writable without touching the file, and a damaged, truncated, stale or unwritable
+"""The warm cache (``.perflab/index/warm.arrow``): a load whose cached run dirs are unchanged maps
+the frame the last full load built instead of decoding Parquet, and adds the rows of run dirs
+since in the room after each column. It loads equal to a full load and to reading the run dirs,
+its frame is writable without touching the file, and a damaged, truncated, stale or unwritable
 cache never gives wrong rows."""
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def test_a_read_only_tree_loads_without_a_cache(tmp_path):
         folder.chmod(stat.S_IRWXU)
 
 
-def test_one_experiment_and_compaction_do_not_use_a_cache_of_other_rows(tmp_path):
+def test_one_experiment_and_merged_segments_load_as_the_run_dirs_say(tmp_path):
     out = _tree(tmp_path)
     load(out)
     load(out)
@@ -325,3 +326,21 @@ def test_new_runs_one_by_one_merge_only_the_newest_segments(tmp_path):
         assert segments[0] == oldest  # the tree's first segment (12 rows) never rewritten for 1-row runs
     _as_the_run_dirs_say(got, out)
     pd.testing.assert_frame_equal(got, _in_full(out))
+
+
+def test_new_runs_past_the_codes_a_category_held_widen_it(tmp_path, monkeypatch):
+    out = tmp_path / "outputs"
+    for i in range(120):  # 120 run dirs and experiments: one byte a code
+        w = RunWriter(out / "runs" / f"r{i:03d}")
+        w.add({"run_id": f"r{i:03d}", "experiment": f"e{i:03d}", "status": "ok", "median_s": 1.0})
+    load(out)
+    load(out)  # the cache written
+    for i in range(120, 140):
+        w = RunWriter(out / "runs" / f"r{i:03d}")
+        w.add({"run_id": f"r{i:03d}", "experiment": f"e{i:03d}", "status": "ok", "median_s": 1.0})
+    read = _segments_read(monkeypatch)
+    got = load(out)
+    assert read == []  # the cached rows kept, not a full load
+    assert got["experiment"].cat.codes.dtype.itemsize == 2 and got["experiment"].nunique() == 140
+    pd.testing.assert_frame_equal(got, _in_full(out))
+    _as_the_run_dirs_say(got, out)

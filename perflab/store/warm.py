@@ -155,13 +155,12 @@ class Cached:
             if isinstance(mine.dtype, pd.CategoricalDtype):
                 if room is None:
                     return None
-                values = pd.Categorical([] if theirs is None else theirs.astype(object).to_numpy())
-                extra = values.categories.difference(mine.cat.categories, sort=True)
-                dtype = pd.CategoricalDtype([*mine.cat.categories, *extra], ordered=mine.cat.ordered)
-                codes = room[0][: n + k]
-                if np.dtype(pd.Categorical.from_codes([], dtype=dtype).codes.dtype).itemsize > codes.itemsize:
-                    codes = codes.astype(pd.Categorical.from_codes([], dtype=dtype).codes.dtype)  # wider: copied
-                codes[n:] = pd.Categorical(values, dtype=dtype).codes if theirs is not None else -1
+                extra = [] if theirs is None else theirs.cat.categories.difference(mine.cat.categories, sort=True)
+                dtype = pd.CategoricalDtype(mine.cat.categories.append(pd.Index(extra)), ordered=mine.cat.ordered)
+                codes, wide = room[0][: n + k], pd.Categorical([], dtype=dtype).codes.dtype  # pandas' for so many
+                if wide.itemsize > codes.itemsize:
+                    codes = codes.astype(wide)  # more categories than the codes' type holds: copied
+                codes[n:] = -1 if theirs is None else pd.Categorical(theirs, dtype=dtype).codes
                 out[name] = pd.Categorical.from_codes(codes, dtype=dtype, validate=False)
             elif room is not None and len(room) == 2:  # masked: values, then where missing
                 data, missing = room[0][: n + k], room[1][: n + k]
