@@ -4,6 +4,7 @@ the rows: the exponent of a log-log least-squares fit (1: linear; 2: quadratic).
 
   done check    "is this sweep point done?" (done_marks.find_done), per point        goal <= 50 ms
   load, cold    load() of the whole history the first time (builds the index)        goal <= 20 s at 1M
+  load, first   load() right after the cold one: decodes the index, writes warm.arrow (no goal; said)
   load, warm    load() of the whole history again (through the index)                goal <= 1 s at 1M
   load, one     load(experiment=...) of one experiment (Parquet row-group filter)    goal <= 0.3 s at 1M
   load, +1 run  load() after one more run dir appeared (reads only that one)         goal <= 0.5 s at 1M
@@ -177,7 +178,10 @@ def measure(root: Path, hashes: list[str], which: Sequence[str] = FIGURES) -> di
     elif any(f.startswith("load") for f in which):
         load(root)  # the index as the other load figures find it: built
     if "load" in which or "load_warm" in which:
+        figures["load(), first after the build (writes the warm cache)"], _ = timed(lambda: load(root))
         figures["load(), warm"], _ = timed(lambda: load(root), repeats=3)
+    elif any(f in which for f in ("load_one", "load_new")):
+        load(root)  # and its warm cache written
     if "load" in which or "load_one" in which:
         figures["load(experiment='matmul')"], _ = timed(lambda: load(root, experiment="matmul"), repeats=3)
     if "load" in which or "load_new" in which:

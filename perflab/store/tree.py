@@ -115,13 +115,17 @@ def _run_files(here: str) -> tuple[dict[str, os.stat_result], bool, list[tuple[s
     results.csv is never followed through a link, a run.json is; one that is not a regular file
     is not read."""
     found, is_run_dir, skipped = {}, False, []
+    base = here if here.endswith(os.sep) else here + os.sep  # not os.path.join: 20k calls at 10k run dirs
     for name in (RESULTS, RECORD):
-        path = os.path.join(here, name)
+        path = base + name
         try:
             st = os.lstat(path)
         except OSError:  # none there (or ``here`` is no folder)
             continue
         is_run_dir, why = True, ""
+        if stat.S_ISREG(st.st_mode):  # the usual case: a regular file
+            found[name] = st
+            continue
         if stat.S_ISLNK(st.st_mode) and name == RESULTS:
             why = RESULTS_LINK
         elif stat.S_ISLNK(st.st_mode):
