@@ -9,7 +9,6 @@ lists the experiments; neither that, ``--help`` nor a config mistake imports tor
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib
 import logging
 import os
@@ -28,7 +27,7 @@ from perflab.config.composition import (
     output_error,
 )
 from perflab.config.session import CURRENT, Session
-from perflab.errors import ConfigError
+from perflab.errors import ConfigError, did_you_mean
 from perflab.job.stop import terminate_as_interrupt
 
 log = logging.getLogger("perflab")
@@ -423,9 +422,9 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
         presets = preset_names()
         if arg in presets:
             return f"{arg}: an experiment is chosen with a key; allowed: perflab +experiment={arg}"
-        hint = _did_you_mean(arg, [*presets, *SUBCOMMANDS])
+        hint = did_you_mean(arg, [*presets, *SUBCOMMANDS])
         return (
-            f"{arg}: not a command or a key=value;{hint} allowed: perflab +experiment=NAME [key=value ...], "
+            f"{arg}: not a command or a key=value{hint}; allowed: perflab +experiment=NAME [key=value ...], "
             f"perflab {'|'.join(SUBCOMMANDS)} ..., perflab --help"
         )
     keys = [arg.lstrip("+~").partition("=")[0] for arg in args if "=" in arg and not arg.startswith("-")]
@@ -441,8 +440,8 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
         if key == "experiment" and not value.strip():
             return f"{arg.lstrip('+')}: no experiment named; allowed: {experiments_allowed()}"
         if key == "experiment" and dirs is not None and value not in preset_names(dirs):
-            hint = _did_you_mean(value, preset_names(dirs))
-            return f"experiment={value}: unknown experiment;{hint} allowed: {experiments_allowed()}"
+            hint = did_you_mean(value, preset_names(dirs))
+            return f"experiment={value}: unknown experiment{hint}; allowed: {experiments_allowed()}"
     if "experiment" not in keys:
         from dataclasses import fields
 
@@ -477,8 +476,8 @@ def unknown_flag(args: Sequence[str]) -> str | None:
             skip = True
         if not arg.startswith("-") or name in known or arg == "-":
             continue
-        hint = _did_you_mean(name, known)
-        return f"{arg}: not a flag of perflab;{hint} allowed: {', '.join(MAIN_FLAGS)} (perflab --help)"
+        hint = did_you_mean(name, known)
+        return f"{arg}: not a flag of perflab{hint}; allowed: {', '.join(MAIN_FLAGS)} (perflab --help)"
     return None
 
 
@@ -513,11 +512,6 @@ def user_config_dirs(args: Sequence[str]) -> list[Path] | None:
     """The folders of ``--config-dir`` and ``hydra.searchpath=[file://...]``; None when the search
     path holds what this cannot list (``pkg://``): then Hydra alone says what is unknown."""
     return config_dirs(searchpath(args))
-
-
-def _did_you_mean(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" did you mean {close[0]}?" if close else ""
 
 
 def _sweep_without_m(err: BaseException) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-from typing import Any, NoReturn, Sequence
+from typing import Any, Iterable, NoReturn, Sequence
 
 
 class ConfigError(Exception):
@@ -162,6 +162,13 @@ def _section_keys(node: Any, full_key: str | None, key: Any) -> list[str]:
     return []
 
 
+def did_you_mean(word: object, known: Iterable[str], prefix: str = "", suffix: str = "") -> str:
+    """``; did you mean PREFIX<the closest known name>SUFFIX?``, or nothing when none is close
+    (difflib's measure): one wording for every name a user can mistype."""
+    close = difflib.get_close_matches(str(word), list(known), n=1)
+    return f"; did you mean {prefix}{close[0]}{suffix}?" if close else ""
+
+
 # OmegaConf's type names as a user reads them.
 TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "bool": "true or false"}
 
@@ -174,12 +181,10 @@ def unknown_key(key: str, value: Any, known: Sequence[str], at: str | None = Non
     if at is not None and section != at:  # a section on the way is what is unknown
         rest = key[len(at) + 1 :] if at else key
         first, _, tail = rest.partition(".")
-        close = difflib.get_close_matches(first, known, n=1)
-        hint = f"; did you mean {at + '.' if at else ''}{close[0]}.{tail}?" if close else ""
+        hint = did_you_mean(first, known, prefix=f"{at}." if at else "", suffix=f".{tail}")
         where = at or "the top level"
         return ConfigError(key, value, f"the keys under {where}: {', '.join(known)}", problem=f"unknown key{hint}")
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean {section + '.' if section else ''}{close[0]}?" if close else ""
+    hint = did_you_mean(name, known, prefix=f"{section}." if section else "")
     where = section or "the top level"
     if not known:  # an empty mapping such as hydra.launcher.additional_parameters: keys are added
         return ConfigError(key, value, f"a new key under {where}, added with a +: +{key}=...", problem="unknown key")
@@ -219,6 +224,5 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         unknown = message.partition("unrecognized arguments: ")[2].split()
         flag = next((a.partition("=")[0] for a in unknown if a.startswith("-")), None)
-        close = difflib.get_close_matches(flag, list(self._option_string_actions), n=1) if flag else []
-        hint = f"; did you mean {close[0]}?" if close else ""
+        hint = did_you_mean(flag, self._option_string_actions) if flag else ""
         self.exit(2, f"{self.prog}: error: {message}{hint} (see --help)\n")

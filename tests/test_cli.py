@@ -367,12 +367,12 @@ def test_library_warnings_stay_out_of_the_terminal(work):
         ),
         (
             ["comapre", "outputs"],
-            "comapre: not a command or a key=value; did you mean compare? allowed: perflab +experiment=NAME "
+            "comapre: not a command or a key=value; did you mean compare?; allowed: perflab +experiment=NAME "
             "[key=value ...], perflab compare|results|report|history|chapter|ab ..., perflab --help",
         ),
         (
             ["+experiment=quick/matmull"],
-            "experiment=quick/matmull: unknown experiment; did you mean quick/matmul? allowed: "
+            "experiment=quick/matmull: unknown experiment; did you mean quick/matmul?; allowed: "
             + experiments_allowed(),
         ),
         (

@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import threading
 
 import pandas as pd
 import pytest
 
 from perflab.results import load
-from perflab.store import index, tree, warm
+from perflab.store import index, warm
 from perflab.store.rundir import RunWriter
 
 

@@ -7,7 +7,6 @@ the same one line.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import secrets
@@ -18,7 +17,7 @@ from typing import Sequence
 
 from perflab.config import registry
 from perflab.config.schema import OPTIONAL_SECTIONS, PerflabConfig
-from perflab.errors import ConfigError, KeyOnly, Refused, one_line, preset_named_like
+from perflab.errors import ConfigError, KeyOnly, Refused, did_you_mean, one_line, preset_named_like
 from perflab.store import files
 
 
@@ -238,7 +237,8 @@ def explain(err: BaseException, overrides: Sequence[str]) -> str:
     if gone:
         name = gone.group(1)
         package = _declaring_package(name, path)
-        hint = f" (pip install -e {package} declares it)" if package else _did_you_mean(name)
+        hint = f" (pip install -e {package} declares it)" if package else did_you_mean(name, registry.choices())
+        hint = hint or " (pip install the package that declares it)"
         return (
             f"{where}: its defaults list names {name}, and experiment {name} is not installed here{hint}; "
             f"allowed: an installed experiment or preset: {experiments_allowed()}"
@@ -286,11 +286,6 @@ def _declaring_package(name: str, preset: Path) -> str | None:
             relative = os.path.relpath(folder)
             return folder.as_posix() if relative.startswith("..") else relative
     return None
-
-
-def _did_you_mean(name: str) -> str:
-    close = difflib.get_close_matches(name, registry.choices(), n=1)
-    return f"; did you mean {close[0]}?" if close else " (pip install the package that declares it)"
 
 
 def absent_section(experiment: str, overrides: Sequence[str]) -> str | None:

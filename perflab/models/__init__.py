@@ -25,7 +25,6 @@ does not fit the data (a dry forward on a small batch).
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import pkgutil
@@ -36,7 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from perflab.config.schema import ModelConfig
-from perflab.errors import ConfigError, first_line, paragraph
+from perflab.errors import ConfigError, did_you_mean, first_line, paragraph
 
 
 def lenet(num_classes: int = 10) -> nn.Module:
@@ -112,12 +111,11 @@ def torchvision(arch: str, num_classes: int = 1000, in_channels: int = 3, **kwar
 
     known = tv.models.list_models(module=tv.models)
     if arch not in known:
-        close = difflib.get_close_matches(str(arch), known, n=1)
         raise ConfigError(
             "model.arch",
             arch,
             "a classification model of torchvision.models (torchvision.models.list_models())",
-            problem=f"not one of torchvision's{f'; did you mean {close[0]}?' if close else ''}",
+            problem=f"not one of torchvision's{did_you_mean(arch, known)}",
         )
     net = tv.models.get_model(arch, weights=None, num_classes=num_classes, **kwargs)
     if in_channels != 3:
@@ -134,12 +132,11 @@ def timm(arch: str, num_classes: int = 1000, in_channels: int = 3, **kwargs: Any
             "model", "timm", "pip install 'perflab[timm]' first, or another model", problem="timm is not installed"
         ) from None
     if not timm_lib.is_model(arch):
-        close = difflib.get_close_matches(str(arch), timm_lib.list_models(), n=1)
         raise ConfigError(
             "model.arch",
             arch,
             "a model of timm.list_models()",
-            problem=f"not one of timm's{f'; did you mean {close[0]}?' if close else ''}",
+            problem=f"not one of timm's{did_you_mean(arch, timm_lib.list_models())}",
         )
     return timm_lib.create_model(arch, pretrained=False, num_classes=num_classes, in_chans=in_channels, **kwargs)
 
@@ -217,8 +214,7 @@ def locate(target: str) -> Callable[..., Any]:
             names = [n for n in dir(obj) if not n.startswith("_")]
             if hasattr(obj, "__path__"):  # a package: its modules too
                 names += [m.name for m in pkgutil.iter_modules(obj.__path__)]
-            close = difflib.get_close_matches(attr, names, n=1)
-            hint = f"; did you mean {where}.{close[0]}?" if close else ""
+            hint = did_you_mean(attr, names, prefix=f"{where}.")
             raise ConfigError(key, target, TARGET_ALLOWED, problem=f"{where} has no {attr}{hint}")
         obj = getattr(obj, attr)
     if not callable(obj):
@@ -244,8 +240,7 @@ def arguments(cfg: ModelConfig, data: Any) -> dict[str, Any]:
                 problem=f"the data decides {key} ({decided[key]} here)",
             )
         if key not in named and not takes_any:
-            close = difflib.get_close_matches(key, [*named, "arch", "init", "channels_last"], n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
+            hint = did_you_mean(key, [*named, "arch", "init", "channels_last"])
             raise ConfigError(
                 f"model.{key}",
                 value,

@@ -12,7 +12,6 @@ transformers is imported inside functions: perflab runs without it (``pip instal
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from typing import Any, NoReturn
@@ -20,7 +19,7 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from perflab.errors import ConfigError, first_line
+from perflab.errors import ConfigError, did_you_mean, first_line
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "gpt2", "org/name"
 TASKS = ("auto", "causal-lm", "seq2seq-lm", "image-classification", "sequence-classification", "base")
@@ -197,8 +196,7 @@ def _config_from(given: Any) -> Any:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     if str(model_type) not in CONFIG_MAPPING_NAMES:
-        close = difflib.get_close_matches(str(model_type), list(CONFIG_MAPPING_NAMES), n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        hint = did_you_mean(model_type, CONFIG_MAPPING_NAMES)
         raise ConfigError(
             "model.config.model_type",
             model_type,
@@ -230,8 +228,7 @@ def _refuse_unknown_keys(cfg: Any, given: Any) -> None:
             value = given[key] if isinstance(given, dict) else getattr(cfg, key)
             own = _own_keys(type(cfg))
             known = [*own, *getattr(cfg, "attribute_map", {}), *(k for k in vars(default) if not k.startswith("_"))]
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f"; did you mean model.config.{close[0]}?" if close else ""
+            hint = did_you_mean(key, known, prefix="model.config.")
             raise ConfigError(
                 f"model.config.{key}",
                 value,

@@ -11,7 +11,6 @@ device and N devices see exactly the same global batches (what the equivalence t
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import math
 import os
@@ -24,7 +23,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from perflab.config.schema import DataConfig
-from perflab.errors import ConfigError, first_line
+from perflab.errors import ConfigError, did_you_mean, first_line
 from perflab.store import files
 
 SHAPE = (1, 28, 28)  # Fashion-MNIST's, and the synthetic set's by default
@@ -241,8 +240,7 @@ def dataset_class(name: str | None) -> Any:
     cls = getattr(tvd, str(name), None)
     if _split_argument(cls) is None:
         usable = sorted(n for n in tvd.__all__ if _split_argument(getattr(tvd, n, None)))
-        close = difflib.get_close_matches(str(name), usable, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        hint = did_you_mean(name, usable)
         raise ConfigError(
             "data.dataset",
             name,
