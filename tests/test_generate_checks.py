@@ -42,6 +42,7 @@ def busy_reason(suspect: object) -> str:
     return next((part for part in text.split("; ") if part.startswith("the machine was busy")), "")
 
 
+@pytest.mark.xdist_group("tiny_llama")  # one worker saves the models once
 def test_the_decode_row_carries_the_busy_columns_of_its_generate_calls(work, llama):
     """decode's samples are the steps of generate's timed calls: the same machine columns and the
     same busy verdict. A tiny threshold makes any wait for a CPU a busy machine."""
@@ -63,6 +64,7 @@ def test_the_decode_row_carries_the_busy_columns_of_its_generate_calls(work, lla
     assert "at the median step" in line and line.endswith("suspect]")
 
 
+@pytest.mark.xdist_group("tiny_llama")  # one worker saves the models once
 def test_infer_refuses_a_seq_len_beyond_the_models_positions(work, llama):
     """Cut short, seq_len=100 measured 64 tokens under the label 100: refused in one line instead;
     64, the model's positions, runs."""

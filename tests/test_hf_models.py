@@ -104,6 +104,7 @@ def timed_rows_are_right(df, measurements):
 
 
 @pytest.mark.parametrize("name", [n for n in MODELS if n != "bert-classifier"])
+@pytest.mark.xdist_group("held_out_models")  # one worker saves the models once
 def test_a_held_out_folder_runs_infer_with_its_flops(work, folders, name):
     """T5 took no input_ids alone (its decoder needs ids of its own): it gets them as BART
     makes them, the ids shifted right."""
@@ -121,6 +122,7 @@ def test_a_held_out_folder_runs_infer_with_its_flops(work, folders, name):
 
 
 @pytest.mark.parametrize("name", ["llama", "t5"])
+@pytest.mark.xdist_group("held_out_models")  # one worker saves the models once
 def test_a_decoder_and_an_encoder_decoder_generate(work, folders, name):
     over = ["experiment.new_tokens=4", "experiment.prompt_len=8", "results.table=false", *FAST]
     df = perflab.run("quick/generate", ["model=hf", f"model.name={folders / name}", *over])
@@ -131,6 +133,7 @@ def test_a_decoder_and_an_encoder_decoder_generate(work, folders, name):
 
 
 @pytest.mark.parametrize("name, cls", [("bert-mlm", "BertForMaskedLM"), ("vit", "ViTForImageClassification")])
+@pytest.mark.xdist_group("held_out_models")  # one worker saves the models once
 def test_a_model_that_cannot_generate_is_one_line_before_anything_runs(work, folders, name, cls):
     with pytest.raises(Refused) as refused:
         perflab.run("quick/generate", ["model=hf", f"model.name={folders / name}", *FAST])
@@ -140,12 +143,14 @@ def test_a_model_that_cannot_generate_is_one_line_before_anything_runs(work, fol
 
 
 @pytest.mark.parametrize("name", ["bert-mlm", "t5"])
+@pytest.mark.xdist_group("held_out_models")  # one worker saves the models once
 def test_a_masked_lm_and_an_encoder_decoder_train(work, folders, name):
     df = perflab.run("quick/train", ["model=hf", f"model.name={folders / name}", *TOKENS, "results.table=false", *FAST])
     summary = df[df["measurement"] == "train"].iloc[0]
     assert summary["status"] == "ok" and summary["items_per_s"] > 0, df[["measurement", "error"]]
 
 
+@pytest.mark.xdist_group("held_out_models")  # one worker saves the models once
 def test_a_sequence_classifier_on_token_data_is_one_line(work, folders):
     with pytest.raises(Refused) as refused:
         perflab.run("quick/train", ["model=hf", f"model.name={folders / 'bert-classifier'}", *TOKENS, *FAST])
@@ -181,6 +186,7 @@ def test_a_random_encoder_decoder_generates_as_a_seq2seq_lm_when_asked(work):
     timed_rows_are_right(df, ["prefill", "decode", "generate"])
 
 
+@pytest.mark.xdist_group("held_out_models")  # one worker saves the models once
 def test_an_encoder_decoders_prompt_and_new_tokens_each_have_its_positions(work, folders):
     """BART (64 positions a side): a prompt of 40 and 30 new tokens fit, though 70 > 64; a prompt
     of 65 does not, nor 64 new tokens (its start token takes one position)."""
@@ -196,6 +202,7 @@ def test_an_encoder_decoders_prompt_and_new_tokens_each_have_its_positions(work,
     assert "at most 63" in str(refused.value)
 
 
+@pytest.mark.xdist_group("held_out_models")  # one worker saves the models once
 def test_an_image_model_of_any_size_trains_on_images_of_its_channels(work, folders):
     """HF's ResNet names its channels, not a size: any size of 3 channels fits; 1 is one line."""
     images = ["data=synthetic", "data.num_classes=10", "data.train_size=32", "data.test_size=16"]
