@@ -89,8 +89,8 @@ def _parts(column, capacity: int) -> tuple[str, list, dict[str, Any]]:
     import pyarrow as pa
 
     def padded(data, fill=0):
-        out = np.full(capacity, fill, dtype=data.dtype)
-        out[: len(data)] = data
+        out = np.empty(capacity, dtype=data.dtype)  # each byte written once
+        out[: len(data)], out[len(data) :] = data, fill
         return pa.array(out.view(np.uint8) if out.dtype == bool else out)
 
     values = column.array
