@@ -155,7 +155,7 @@ class _Load:
     index: Path
     experiment: str | None
     manifests: dict[str, Manifest]
-    pieces: dict[str, list[Piece]]
+    pieces: dict[str, list[Any]]  # each segment's Pieces; the new rows: their frame
     dropped: dict[str, str]
     sources: Stamps
     notes: Notes
@@ -214,7 +214,7 @@ class _Load:
         self.spans[name] = m.span
         if self.experiment and "experiment" in new:
             new = new[new["experiment"] == self.experiment]
-        self.pieces[name] = [_piece(_table(new))] if len(new) else []
+        self.pieces[name] = [new] if len(new) else []  # as a frame: combine joins it as it is
 
     def read(self, segments: set[str], but: Stamps | None = None) -> list[tuple[list[Piece], Span]] | None:
         """The rows of these segments (those not in ``pieces`` read now), in the order written,
@@ -250,7 +250,7 @@ class _Load:
         if not pieces:
             return pd.DataFrame()
         # a part without rows repeats no row id
-        return _once(combine(pieces), [span for part, span in read if any(p.table.num_rows for p in part)])
+        return _once(combine(pieces), [span for part, span in read if any(_rows(p) for p in part)])
 
     def from_cache(self, cached: warm.Cached):
         """The cached rows, then those of run dirs indexed since (their segments read, the new
@@ -314,12 +314,6 @@ def _one_experiment(df, experiment: str):
         taken = values.take(rows)
         out[col] = _as_read(pd.Series(taken)) if col != "_source" and isinstance(taken, pd.Categorical) else taken
     return pd.DataFrame(out, copy=False)
-
-
-def _table(df):
-    import pyarrow as pa
-
-    return pa.Table.from_pandas(df, preserve_index=False)
 
 
 WARM_DAMAGED = "rebuilt {n} damaged warm cache{s} of the index"
@@ -760,7 +754,7 @@ def _merge_newest(index: Path, manifests: dict[str, Manifest], indexed: dict[str
     names = sorted(n for n in manifests if n != UNWRITTEN)
     if len(names) <= MAX_SEGMENTS:
         return
-    sizes = [_rows(index, n, manifests[n]) for n in names]
+    sizes = [_rows_held(index, n, manifests[n]) for n in names]
     take = 1
     while take < len(names) and (len(names) - take + 1 > MAX_SEGMENTS // 2 or sizes[-take - 1] <= sum(sizes[-take:])):
         take += 1
@@ -789,12 +783,22 @@ def _merge_newest(index: Path, manifests: dict[str, Manifest], indexed: dict[str
             _remove_segment(index, segment)
 
 
-def _only(pieces: list[Piece], sources: set[str]) -> list[Piece]:
-    """The pieces' rows of these run dirs."""
-    return [Piece(_kept(p.table, "_source", sources), p.schema, p.constant) for p in pieces]
+def _only(pieces: list[Any], sources: set[str]) -> list[Any]:
+    """The pieces' rows of these run dirs (a piece: of a segment, or the new rows' frame)."""
+    return [
+        Piece(_kept(p.table, "_source", sources), p.schema, p.constant)
+        if isinstance(p, Piece)
+        else p[p["_source"].isin(sources).to_numpy()]
+        for p in pieces
+    ]
 
 
-def _rows(index: Path, segment: str, manifest: Manifest) -> int:
+def _rows(piece) -> int:
+    """How many rows a piece holds (of a segment, or the new rows' frame)."""
+    return piece.table.num_rows if isinstance(piece, Piece) else len(piece)
+
+
+def _rows_held(index: Path, segment: str, manifest: Manifest) -> int:
     """How many rows a segment holds (an older manifest does not say: its Parquet footer)."""
     import pyarrow.parquet as pq
 
