@@ -75,7 +75,8 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
     if all(k in df for k in key) and not once:  # copied only when some row is there twice
         twice = df.duplicated(subset=key, keep="first")
         df = df[~twice] if twice.any() else df
-    if experiment is not None and "experiment" in df:
+    trees_only = all(any(f is w for w in whole) for f in frames)  # load_tree kept the experiment's rows alone
+    if experiment is not None and "experiment" in df and not trees_only:
         mine = (df["experiment"].astype("string") == experiment).fillna(False).astype(bool)
         df = df if mine.all() else df[mine]
     df = df.reset_index(drop=True)

@@ -343,3 +343,16 @@ def test_new_runs_past_the_codes_a_category_held_widen_it(tmp_path, monkeypatch)
     assert got["experiment"].cat.codes.dtype.itemsize == 2 and got["experiment"].nunique() == 140
     pd.testing.assert_frame_equal(got, _in_full(out))
     _as_the_run_dirs_say(got, out)
+
+
+def test_one_experiment_reads_a_column_its_new_rows_fill_that_its_cached_rows_left_empty(tmp_path):
+    out = _tree(tmp_path)
+    load(out)  # the cache: its matmul rows hold no cfg.train.size
+    w = RunWriter(out / "runs" / "late")
+    w.add({"run_id": "late", "experiment": "matmul", "status": "ok", "median_s": 1.0, "cfg.train.size": 7})
+    got = load(out, experiment="matmul")
+    assert list(got["cfg.train.size"].dropna()) == [7]
+    kept = _cache(out).read_bytes()
+    _cache(out).unlink()
+    pd.testing.assert_frame_equal(got, load(out, experiment="matmul"))
+    _cache(out).write_bytes(kept)

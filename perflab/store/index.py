@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from perflab.store import files, warm
 from perflab.store.rows import RESULTS, Notes, concat, fix_dtypes, read_many
@@ -123,15 +123,21 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
         cached = None if dropped else _warm(index, notes)
         # without a cache, every segment is read beside the walk
         pieces = {} if cached is not None else _pieces(index, manifests, experiment, dropped)
-        # one experiment's cached rows taken while the walk says whether the cache holds them
-        early = _one_experiment(cached.frame, experiment) if cached is not None and experiment else None
+        early = None
+        if cached is not None and experiment:  # its cached rows taken while the walk says if they hold
+            empty = cached.empty.get(experiment, ())
+            cached.prefetch([c for c in cached.frame.columns if c not in empty])
+            early = _one_experiment(cached.frame, experiment, empty)
         sources = walking.result()
     load = _Load(root, index, experiment, manifests, pieces, dropped, sources, notes)
     df = None
     if cached is not None:
         df = load.from_cache(cached)
         if df is not None and experiment:  # the cache holds every experiment's rows
-            df = early if early is not None and df is cached.frame else _one_experiment(df, experiment)
+            if early is None or df is not cached.frame:  # rows since: what they hold counts too
+                df = _one_experiment(df, experiment, load.empty_since(cached, experiment))
+            else:
+                df = early
     if df is None:
         df = load.in_full()
         if not (experiment or dropped) and built and len(df) >= warm.MIN_ROWS:  # the next load maps it
@@ -162,6 +168,7 @@ class _Load:
     indexed: dict[str, str] = field(default_factory=dict)
     spans: dict[str, Span] = field(default_factory=dict)  # the new rows' row ids' (a segment's: its manifest)
     fresh: set[str] = field(default_factory=set)  # the run dirs read from CSV now (what was skipped said then)
+    tail: Any = None  # the rows the cache's were extended with
 
     def find(self) -> None:
         """``indexed``: each run dir the walk found -> the newest segment holding it as it is now
@@ -252,6 +259,14 @@ class _Load:
         # a part without rows repeats no row id
         return _once(combine(pieces), [span for part, span in read if any(_rows(p) for p in part)])
 
+    def empty_since(self, cached: warm.Cached, experiment: str) -> set[str]:
+        """The columns holding no value in the experiment's rows, the rows since the cache's too."""
+        empty = set(cached.empty.get(experiment, ()))
+        if self.tail is not None and "experiment" in self.tail:
+            mine = self.tail[(self.tail["experiment"] == experiment).to_numpy()]
+            empty -= {c for c in mine.columns if mine[c].notna().any()}
+        return empty
+
     def from_cache(self, cached: warm.Cached):
         """The cached rows, then those of run dirs indexed since (their segments read, the new
         ones from CSV), the old rows not copied; None where the cache does not hold the rows a
@@ -275,7 +290,7 @@ class _Load:
         pieces = [p for part, _ in read for p in part]
         if not pieces:
             return cached.frame
-        tail = combine(pieces)  # rows or not, it may add columns
+        tail = self.tail = combine(pieces)  # rows or not, it may add columns
         df = cached.extended(tail)
         if df is None:
             return None
@@ -294,24 +309,28 @@ def _once(df, spans: list[Span]):
     return df[~twice.to_numpy()].reset_index(drop=True) if twice.any() else df
 
 
-def _one_experiment(df, experiment: str):
-    """The rows of one experiment, categories as combine gives them (those present, sorted). A
-    nullable column that holds no value in them is made, not taken (most config keys are of
-    other experiments: 100 of 193 columns of a synthetic 1M-row tree)."""
+def _one_experiment(df, experiment: str, empty: Iterable[str] = ()):
+    """The rows of one experiment, categories as combine gives them (those present, sorted).
+    The columns ``empty`` says hold no value in them are made, not read (most config keys are
+    another experiment's: 100 of 193 columns of a synthetic 1M-row tree)."""
     import numpy as np
     import pandas as pd
 
     if "experiment" not in df:
         return df.iloc[:0]
     rows = np.flatnonzero((df["experiment"] == experiment).to_numpy())
+    none = set(empty)
     out = {}
     for col in df.columns:
         values = df[col].array
-        masked = isinstance(values, pd.arrays.IntegerArray | pd.arrays.FloatingArray | pd.arrays.BooleanArray)
-        if masked and values.isna()[rows].all():  # zeros not written (their pages untouched), all missing
-            out[col] = type(values)(np.zeros(len(rows), values.dtype.numpy_dtype), np.ones(len(rows), bool))
-            continue
-        taken = values.take(rows)
+        if col in none and isinstance(values, np.ndarray | pd.arrays.NumpyExtensionArray):  # a float's NaN
+            taken = np.full(len(rows), np.nan, dtype=values.dtype)
+        elif col in none and isinstance(values, pd.arrays.IntegerArray | pd.arrays.FloatingArray):
+            taken = type(values)(np.zeros(len(rows), values.dtype.numpy_dtype), np.ones(len(rows), bool))
+        elif col in none:  # missing throughout: nothing of the column read
+            taken = values.take(np.full(len(rows), -1), allow_fill=True)
+        else:
+            taken = values.take(rows)
         out[col] = _as_read(pd.Series(taken)) if col != "_source" and isinstance(taken, pd.Categorical) else taken
     return pd.DataFrame(out, copy=False)
 

@@ -1,7 +1,7 @@
 """The warm cache of a results tree's index: the frame a full load built, kept beside the
 segments as one uncompressed Arrow IPC file (``.perflab/index/warm.arrow``) with the stamps of
 the run dirs whose rows it holds, so that a later load decodes only the rows of run dirs that
-came since. The file is mapped copy-on-write (``np.memmap`` mode ``c``): each column's pandas
+came since. The file is mapped copy-on-write (``mmap.ACCESS_COPY``): each column's pandas
 array is a view of the mapping (a page is read when touched, and a write goes to a private
 copy of that page, never to the file); Arrow-backed text columns hold the mapping's buffers.
 
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import secrets
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ MIN_ROWS = 100_000
 # about 300 runs of 100 rows), at least MIN_ROOM, before the next full load rebuilds the file.
 SPARE = 32
 MIN_ROOM = 1024
+POPULATE_READ = 22  # Linux's MADV_POPULATE_READ (Python's mmap does not name it before 3.12... or at all)
 
 
 def _key() -> dict[str, Any]:
@@ -61,6 +64,7 @@ def write(path: Path, df, sources: dict[str, list[int]], span) -> None:
             "key": _key(),
             "sources": sources,
             "span": span,
+            "empty": _empty_by_experiment(df),
             "columns": columns,
             "rows": len(df),
             "capacity": capacity,
@@ -111,6 +115,25 @@ def _parts(column, capacity: int) -> tuple[str, list, dict[str, Any]]:
     return "other", [pa.concat_arrays([other, pa.nulls(room, other.type)])], {}
 
 
+def _empty_by_experiment(df) -> dict[str, list[str]]:
+    """Experiment -> the columns that hold no value in its rows (most config keys are another
+    experiment's): one experiment's load makes them without reading them."""
+    import numpy as np
+    import pandas as pd
+
+    if "experiment" not in df or not isinstance(df["experiment"].dtype, pd.CategoricalDtype):
+        return {}
+    codes = df["experiment"].cat.codes.to_numpy().astype(np.intp) + 1  # 0: no experiment
+    names = list(df["experiment"].cat.categories)
+    empty: dict[str, list[str]] = {name: [] for name in names}
+    for col in df.columns:
+        held = np.bincount(codes, weights=df[col].notna().to_numpy(), minlength=len(names) + 1)[1:]
+        for name, count in zip(names, held):
+            if not count:
+                empty[name].append(col)
+    return empty
+
+
 def _chunks(array) -> list:
     import pyarrow as pa
 
@@ -120,13 +143,32 @@ def _chunks(array) -> list:
 @dataclass
 class Cached:
     """A warm cache as mapped: ``frame``, its rows (views of the mapping); ``sources``, the run
-    dirs they are of -> their stamps as indexed; ``span``, their row ids' (index._span)."""
+    dirs they are of -> their stamps as indexed; ``span``, their row ids' (index._span);
+    ``empty``, each experiment's columns that hold no value in its rows."""
 
     frame: Any
     sources: dict[str, list[int]]
     span: Any
+    empty: dict[str, list[str]]  # experiment -> the columns holding no value in its rows
     _room: dict[str, Any]  # column -> its arrays of ``capacity`` rows (a numpy kind's), to add rows in
     _capacity: int
+    _map: Any = None  # the mmap
+
+    def prefetch(self, columns) -> None:
+        """The pages of these columns (those with room) mapped in one call each, not a page fault
+        every 4 KB as they are read: Linux's MADV_POPULATE_READ (5.14 and later; elsewhere a no-op).
+        About 0.03 s for all of a 1M-row cache against about 0.1 s of page faults."""
+        if self._map is None or not sys.platform.startswith("linux"):
+            return
+        base = _address(self._map)
+        for name in columns:
+            for values in self._room.get(name, ()):
+                start = values.ctypes.data - base
+                aligned = start - start % mmap.PAGESIZE
+                try:
+                    self._map.madvise(POPULATE_READ, aligned, start + values.nbytes - aligned)
+                except (OSError, ValueError):  # an older kernel: read as touched
+                    return
 
     def room(self) -> int:
         """How many rows can still be added."""
@@ -190,6 +232,13 @@ class Cached:
         return pd.DataFrame(out, copy=False)
 
 
+def _address(mapped) -> int:
+    """Where an mmap starts in memory."""
+    import numpy as np
+
+    return int(np.frombuffer(mapped, dtype=np.uint8, count=1).ctypes.data)
+
+
 def _same_kind(mine, theirs) -> bool:
     """Whether a column of ``theirs`` type joins one of ``mine`` as a full load would join them."""
     import pandas as pd
@@ -207,9 +256,11 @@ def read(path: Path) -> Cached | None:
     import pyarrow as pa
 
     try:
-        mapped = np.memmap(path, mode="c")
+        with open(path, "rb") as f:
+            whole = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     except (FileNotFoundError, ValueError):  # none, or empty
         return None
+    mapped = np.frombuffer(whole, dtype=np.uint8)  # writable: a write goes to a private copy of its page
     try:
         reader = pa.ipc.open_file(pa.py_buffer(mapped))
         meta = json.loads(reader.schema.metadata[b"perflab"])
@@ -259,5 +310,13 @@ def read(path: Path) -> Cached | None:
     bad = [c for c, want in zip(meta["columns"], df.dtypes) if str(want) != c["dtype"]]
     if bad:
         raise ValueError(f"warm cache {path}: {bad[0]['name']} read as another type")
-    span = meta.get("span")
-    return Cached(df, meta["sources"], tuple(span) if isinstance(span, list) else None, room, capacity)
+    span, empty = meta.get("span"), meta.get("empty")
+    return Cached(
+        df,
+        meta["sources"],
+        tuple(span) if isinstance(span, list) else None,
+        empty if isinstance(empty, dict) else {},
+        room,
+        capacity,
+        whole,
+    )
