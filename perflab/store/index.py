@@ -25,7 +25,7 @@ from perflab.store.tree import meta, walk
 log = logging.getLogger("perflab")
 
 
-# More index segments than this: the newest are merged into one (_merge_newest), as many as
+# More index segments than this: the newest are merged into one (_tidy), as many as
 # bring them to half this, and more while the next older is no bigger than those merged (a
 # tree's big old segment is left alone while new runs come one by one)
 MAX_SEGMENTS = 8
@@ -36,7 +36,7 @@ OTHER_FORMAT = "rebuilt {n} index segment{s} written by another perflab version"
 DAMAGED = "rebuilt {n} damaged index segment{s}"
 Span = tuple[str, str] | None  # the least and greatest row id of rows whose row ids are each there once
 Stamps = dict[str, list[int]]  # run dir (relative to the store) -> the stamp _sources gives it
-UNWRITTEN = "~unwritten"  # this load's new rows where no segment could be written (sorts after any segment)
+UNWRITTEN = "~unwritten"  # new rows no segment could be written for: ~unwritten-1, ... (sorts after any segment)
 
 
 def _sources(root: Path, notes: Notes | None = None) -> Stamps:
@@ -134,20 +134,22 @@ def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = N
     if cached is not None:
         df = load.from_cache(cached)
         if df is not None and experiment:  # the cache holds every experiment's rows
-            if early is None or df is not cached.frame:  # rows since: what they hold counts too
-                df = _one_experiment(df, experiment, load.empty_since(cached, experiment))
-            else:
+            if df is cached.frame and early is not None:  # no rows since: taken during the walk
                 df = early
+            else:
+                df = _one_experiment(df, experiment, load.empty_since(cached, experiment))
     if df is None:
         df = load.in_full()
-        if not (experiment or dropped) and built and len(df) >= warm.MIN_ROWS:  # the next load maps it
-            warm.write(index / warm.NAME, df, {s: sources[s] for s in load.indexed}, _span(df))
+        if not (experiment or dropped) and built and len(df) >= warm.MIN_ROWS and len(df.columns):
+            warm.write(index / warm.NAME, df, {s: sources[s] for s in load.indexed}, _span(df))  # the next load maps it
+        elif not experiment and cached is not None:  # a tree fallen below MIN_ROWS: its cache's disk back
+            _remove(index / warm.NAME)
     load.say_skipped()
     for segment, why in dropped.items():
         notes.add(why, index / f"{segment}.parquet")
         _remove_segment(index, segment)
     if not experiment:
-        _merge_newest(index, load.manifests, load.indexed)
+        _tidy(index, load.manifests, load.indexed)
     return df if df.columns.empty else _placed(df, root)
 
 
@@ -194,8 +196,6 @@ class _Load:
 
     def _add(self, fresh: list[str]) -> None:
         """The rows of run dirs no segment holds, read from CSV and written as a new segment."""
-        import pandas as pd
-
         now = Notes()
         self.fresh.update(fresh)
         new = _read_sources(self.root, fresh, now)
@@ -208,20 +208,18 @@ class _Load:
             else {}
             for s in fresh
         }
-        if new.empty and any(skipped.values()):  # nothing but what was skipped: remember that much
-            new = pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
         if new.empty and not any(skipped.values()):  # no rows (a header alone): read again next time
             return
-        if len(new):
-            new = as_indexed(new)
+        new = as_indexed(new) if len(new) else _no_rows()  # no rows, but what was skipped: remembered
         m = Manifest({s: self.sources[s] for s in fresh}, {s: k for s, k in skipped.items() if k}, _span(new), len(new))
-        name = _write_segment(self.index, new, m) or UNWRITTEN
+        unwritten = f"{UNWRITTEN}-{sum(n.startswith(UNWRITTEN) for n in self.manifests)}"  # one name a batch
+        name = _write_segment(self.index, new, m) or unwritten
         self.manifests[name] = m
         self.indexed.update(dict.fromkeys(fresh, name))
         self.spans[name] = m.span
-        if self.experiment and "experiment" in new:
-            new = new[new["experiment"] == self.experiment]
-        self.pieces[name] = [new] if len(new) else []  # as a frame: combine joins it as it is
+        if self.experiment:  # its rows (none where the runs name no experiment), its columns all the same
+            new = new[(new["experiment"] == self.experiment).to_numpy()] if "experiment" in new else new.iloc[:0]
+        self.pieces[name] = [new] if m.rows else []  # as a frame: combine joins it as it is
 
     def read(self, segments: set[str], but: Stamps | None = None) -> list[tuple[list[Piece], Span]] | None:
         """The rows of these segments (those not in ``pieces`` read now), in the order written,
@@ -762,15 +760,25 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
-def _merge_newest(index: Path, manifests: dict[str, Manifest], indexed: dict[str, str]) -> None:
-    """With more than MAX_SEGMENTS segments, the newest merged into one, holding the current
-    rows of the run dirs they hold (``indexed``: run dir -> its segment): as many as leave half
-    MAX_SEGMENTS, and more while the next older is no bigger than those merged, so that a big
-    old segment is rewritten only once as much was added after it. A reader that finds a
-    segment gone meanwhile reads those run dirs from CSV instead."""
-    import pandas as pd
-
-    names = sorted(n for n in manifests if n != UNWRITTEN)
+def _tidy(index: Path, manifests: dict[str, Manifest], indexed: dict[str, str]) -> None:
+    """The index kept small: a segment holding no current run dir (each read again since, or
+    gone) removed; then, with more than MAX_SEGMENTS left, the newest merged into one holding
+    the current rows of the run dirs they hold (``indexed``: run dir -> its segment): as many
+    as leave half MAX_SEGMENTS, and more while the next older is no bigger than those merged,
+    so that a big old segment is rewritten only once as much was added after it. A reader that
+    finds a segment gone meanwhile reads those run dirs from CSV instead. Nothing is done where
+    the index cannot be written (each load would decode the segments for nothing)."""
+    if not os.access(index, os.W_OK):
+        return
+    holds: dict[str, set[str]] = {}
+    for source, segment in indexed.items():
+        holds.setdefault(segment, set()).add(source)
+    names = []
+    for name in sorted(n for n in manifests if not n.startswith(UNWRITTEN)):
+        if name in holds:
+            names.append(name)
+        else:
+            _remove_segment(index, name)
     if len(names) <= MAX_SEGMENTS:
         return
     sizes = [_rows_held(index, n, manifests[n]) for n in names]
@@ -778,9 +786,6 @@ def _merge_newest(index: Path, manifests: dict[str, Manifest], indexed: dict[str
     while take < len(names) and (len(names) - take + 1 > MAX_SEGMENTS // 2 or sizes[-take - 1] <= sum(sizes[-take:])):
         take += 1
     merged = names[-take:]
-    wanted: dict[str, set[str]] = {}
-    for source, segment in indexed.items():
-        wanted.setdefault(segment, set()).add(source)
     parts = []
     for segment in merged:
         try:
@@ -788,18 +793,25 @@ def _merge_newest(index: Path, manifests: dict[str, Manifest], indexed: dict[str
         except Exception as err:  # gone or damaged meanwhile: the next load sees to it
             log.debug("index segments not merged (%s)", err)
             return
-        parts += _only(pieces, wanted.get(segment, set()))
-    df = combine(parts) if any(p.table.num_rows for p in parts) else pd.DataFrame()
-    held = {s: (segment, manifests[segment]) for segment in merged for s in wanted.get(segment, ())}
-    m = Manifest(
-        {s: m.sources[s] for s, (_, m) in held.items()},
-        {s: m.notes[s] for s, (_, m) in held.items() if s in m.notes},
+        parts += _only(pieces, holds[segment])
+    df = combine(parts) if any(p.table.num_rows for p in parts) else _no_rows()
+    of = {source: manifests[segment] for segment in merged for source in holds[segment]}
+    kept = Manifest(
+        {source: m.sources[source] for source, m in of.items()},
+        {source: m.notes[source] for source, m in of.items() if source in m.notes},
         _span(df),
         len(df),
     )
-    if _write_segment(index, df, m):
+    if _write_segment(index, df, kept):
         for segment in merged:
             _remove_segment(index, segment)
+
+
+def _no_rows():
+    """A segment's frame for run dirs that gave no row (what was skipped in them is remembered)."""
+    import pandas as pd
+
+    return pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
 
 
 def _only(pieces: list[Any], sources: set[str]) -> list[Any]:

@@ -35,7 +35,7 @@ MIN_ROWS = 100_000
 # about 300 runs of 100 rows), at least MIN_ROOM, before the next full load rebuilds the file.
 SPARE = 32
 MIN_ROOM = 1024
-POPULATE_READ = 22  # Linux's MADV_POPULATE_READ (Python's mmap does not name it before 3.12... or at all)
+POPULATE_READ = 22  # Linux's MADV_POPULATE_READ (5.14 and later), which Python's mmap module does not name
 
 
 def _key() -> dict[str, Any]:
@@ -107,10 +107,14 @@ def _parts(column, capacity: int) -> tuple[str, list, dict[str, Any]]:
     if isinstance(column.dtype, pd.CategoricalDtype) and pd.api.types.is_string_dtype(column.cat.categories):
         extra = {"categories": [str(c) for c in column.cat.categories], "ordered": bool(column.cat.ordered)}
         return "category", [padded(column.cat.codes.to_numpy(), fill=-1)], extra
-    room = capacity - len(column)
+    room = capacity - len(column)  # nulls, unused (new text is added as a chunk): one batch holds one length
     if isinstance(values, pd.arrays.ArrowStringArray):
         text = pa.array(values)  # Arrow's own buffers (pandas' __arrow_array__)
         return "arrow", [pa.concat_arrays([*_chunks(text), pa.nulls(room, text.type)])], {}
+    if pd.api.types.infer_dtype(column, skipna=True).startswith("mixed"):
+        # values of two kinds (the full load joined parts of other types as pandas does): one
+        # experiment's rows may have a type of their own, so no cache is kept to take them from
+        raise TypeError(f"{column.name} holds values of two kinds")
     other = pa.array(column, from_pandas=True)
     return "other", [pa.concat_arrays([other, pa.nulls(room, other.type)])], {}
 
@@ -195,8 +199,8 @@ class Cached:
                 return None
             room = self._room.get(name)
             if isinstance(mine.dtype, pd.CategoricalDtype):
-                if room is None:
-                    return None
+                if room is None or (theirs is not None and not pd.api.types.is_string_dtype(theirs.cat.categories)):
+                    return None  # not text (an experiment named 2024, read as a number): as a full load joins it
                 extra = [] if theirs is None else theirs.cat.categories.difference(mine.cat.categories, sort=True)
                 dtype = pd.CategoricalDtype(mine.cat.categories.append(pd.Index(extra)), ordered=mine.cat.ordered)
                 codes, wide = room[0][: n + k], pd.Categorical([], dtype=dtype).codes.dtype  # pandas' for so many
@@ -220,8 +224,6 @@ class Cached:
                 out[name] = data
             else:  # text (Arrow chunks: the old ones kept), or another kind (that column copied)
                 added = theirs if theirs is not None else pd.Series(index=range(k), dtype=mine.dtype)
-                if theirs is not None and added.dtype != mine.dtype:
-                    return None
                 out[name] = pd.concat([mine, added], ignore_index=True).array
         for name in tail.columns:
             if name not in out:
