@@ -357,18 +357,21 @@ def test_throttle_reasons_in_words():
 
 def test_parquet_export_holds_the_current_rows_only(tmp_path, capsys):
     tree = tmp_path / "outputs"
+    RunWriter(tree / "runs" / "r0").add(
+        {"run_id": "r0", "experiment": "matmul", "measurement": "z", "status": "ok", "median_s": 1.0}
+    )
     run = tree / "runs" / "r1"
     writer = RunWriter(run)
     writer.add({"run_id": "r1", "experiment": "matmul", "measurement": "a", "status": "ok", "median_s": 1.0})
-    assert len(results.load(tree)) == 1  # indexed now
+    assert len(results.load(tree)) == 2  # indexed now
     time.sleep(0.01)
     writer.add({"run_id": "r1", "experiment": "matmul", "measurement": "b", "status": "ok", "median_s": 2.0})
-    assert len(results.load(tree)) == 2  # a second segment; the first one's row of r1 is superseded
+    assert len(results.load(tree)) == 3  # a second segment; the first one's row of r1 is superseded (r0's is not)
     assert len(list((tree / ".perflab" / "index").glob("*.parquet"))) == 2
     out = tmp_path / "all.parquet"
     assert results.main(["export", str(out), str(tree), "--parquet"]) == 0
     df = pd.read_parquet(out)
-    assert sorted(df["row_id"]) == ["r1#1", "r1#2"] and sorted(df["measurement"]) == ["a", "b"]
+    assert sorted(df["row_id"]) == ["r0#1", "r1#1", "r1#2"] and sorted(df["measurement"]) == ["a", "b", "z"]
     assert results.main(["export", str(out), str(tree), "--parquet"]) == 0  # an earlier export: replaced
     foreign = tmp_path / "mine.parquet"
     pd.DataFrame({"x": [1]}).to_parquet(foreign)
