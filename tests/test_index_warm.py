@@ -444,3 +444,14 @@ def test_a_tree_fallen_below_the_size_it_is_kept_for_gives_its_cache_up(tmp_path
     got = load(out)
     assert not _cache(out).exists()
     _as_the_run_dirs_say(got, out)
+
+
+def test_a_column_of_two_kinds_arrow_would_take_is_never_cached(tmp_path):
+    """Arrow keeps ints and floats in one object column as doubles (1 would read back 1.0): no
+    cache is kept of such a column, a float column beside it is."""
+    path = tmp_path / warm.NAME
+    two_kinds = pd.DataFrame({"x": pd.Series([1, 2.5, None], dtype=object), "y": [1.0, 2.0, 3.0]})
+    warm.write(path, two_kinds, {}, None)
+    assert not path.exists()
+    warm.write(path, two_kinds[["y"]], {}, None)
+    assert path.is_file()

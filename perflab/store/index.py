@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence
 
 from perflab.store import files, warm
 from perflab.store.rows import RESULTS, Notes, concat, fix_dtypes, read_many
@@ -168,7 +168,6 @@ class _Load:
     sources: Stamps
     notes: Notes
     indexed: dict[str, str] = field(default_factory=dict)
-    spans: dict[str, Span] = field(default_factory=dict)  # the new rows' row ids' (a segment's: its manifest)
     fresh: set[str] = field(default_factory=set)  # the run dirs read from CSV now (what was skipped said then)
     tail: Any = None  # the rows the cache's were extended with
 
@@ -216,7 +215,6 @@ class _Load:
         name = _write_segment(self.index, new, m) or unwritten
         self.manifests[name] = m
         self.indexed.update(dict.fromkeys(fresh, name))
-        self.spans[name] = m.span
         if self.experiment:  # its rows (none where the runs name no experiment), its columns all the same
             new = new[(new["experiment"] == self.experiment).to_numpy()] if "experiment" in new else new.iloc[:0]
         self.pieces[name] = [new] if m.rows else []  # as a frame: combine joins it as it is
@@ -232,16 +230,13 @@ class _Load:
             del self.manifests[segment]
         if len(read) < len(todo):
             return None
-        wanted: dict[str, set[str]] = {}
-        for source, segment in self.indexed.items():
-            if but is None or source not in but:
-                wanted.setdefault(segment, set()).add(source)
+        wanted = _by_segment(self.indexed, but or {})
         parts = []
         for segment in sorted(segments):  # in the order written (this load's unwritten last)
             part, keep = self.pieces[segment], wanted.get(segment, set())
             if len(keep) < len(self.manifests[segment].sources):  # run dirs since read again, or gone: out
                 part = _only(part, keep)
-            parts.append((part, self.spans.get(segment, self.manifests[segment].span)))
+            parts.append((part, self.manifests[segment].span))
         return parts
 
     def in_full(self):
@@ -270,8 +265,6 @@ class _Load:
         ones from CSV), the old rows not copied; None where the cache does not hold the rows a
         full load would give (a run dir it holds changed or went; a column of another type; no
         room): then the load goes in full."""
-        import pandas as pd
-
         if any(self.sources.get(s) != stamp for s, stamp in cached.sources.items()):
             return None  # a run dir it holds changed or went
         self.find()
@@ -292,10 +285,7 @@ class _Load:
         df = cached.extended(tail)
         if df is None:
             return None
-        for col in df.columns:  # the categories present, sorted: as combine gives them
-            if col != "_source" and isinstance(df[col].dtype, pd.CategoricalDtype):
-                df[col] = _as_read(df[col])
-        return _once(df, [cached.span, _span(tail)])
+        return _once(_categories_as_read(df), [cached.span, _span(tail)])
 
 
 def _once(df, spans: list[Span]):
@@ -506,7 +496,6 @@ def combine(parts):
     to pandas column by column, each value copied once (no table of them all first). Where
     the parts disagree on a column's type (text in one, numbers in another) they are joined
     as rows.concat joins frames."""
-    import pandas as pd
     import pyarrow as pa
 
     try:
@@ -517,7 +506,15 @@ def combine(parts):
     except (pa.ArrowException, TypeError, ValueError, KeyError) as err:
         log.debug("index rows joined as pandas frames (%s)", err)
         df = concat([p.whole().to_pandas() if isinstance(p, Piece) else p for p in parts])
-    for col in df.columns:  # a category as from its values: the ones present, sorted
+    return _categories_as_read(df)
+
+
+def _categories_as_read(df):
+    """``df`` with each category column (but ``_source``) as from its values: the categories
+    present, sorted (_as_read)."""
+    import pandas as pd
+
+    for col in df.columns:
         if isinstance(df[col].dtype, pd.CategoricalDtype) and col != "_source":
             df[col] = _as_read(df[col])
     return df
@@ -770,9 +767,7 @@ def _tidy(index: Path, manifests: dict[str, Manifest], indexed: dict[str, str]) 
     the index cannot be written (each load would decode the segments for nothing)."""
     if not os.access(index, os.W_OK):
         return
-    holds: dict[str, set[str]] = {}
-    for source, segment in indexed.items():
-        holds.setdefault(segment, set()).add(source)
+    holds = _by_segment(indexed)
     names = []
     for name in sorted(n for n in manifests if not n.startswith(UNWRITTEN)):
         if name in holds:
@@ -812,6 +807,16 @@ def _no_rows():
     import pandas as pd
 
     return pd.DataFrame({"_source": [], "experiment": []}, dtype="string")
+
+
+def _by_segment(indexed: dict[str, str], but: Collection[str] = ()) -> dict[str, set[str]]:
+    """Segment -> the run dirs whose current rows it holds (``indexed``: run dir -> segment),
+    but those of ``but``."""
+    held: dict[str, set[str]] = {}
+    for source, segment in indexed.items():
+        if source not in but:
+            held.setdefault(segment, set()).add(source)
+    return held
 
 
 def _only(pieces: list[Any], sources: set[str]) -> list[Any]:
