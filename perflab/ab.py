@@ -162,7 +162,6 @@ def run(
             looks=len(looks),
             differ=[o.lstrip("+").partition("=")[0] for o in (*base.overrides, *new.overrides)],
             explained=base.explains(new),
-            keep=True,  # this machine's between-process variation: the floor of later one-process verdicts
         )
         undecided = int((table.get("verdict", pd.Series(dtype=str)) == Verdict.INCONCLUSIVE.value).sum())
         at = looks.index(k) + 1
@@ -242,7 +241,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--fail-if-slower", type=compare.percent, metavar="PCT", help="the gate (default 10)")
     parser.add_argument("--alpha", type=compare.probability, default=ALPHA, help="false alarm rate (0.05)")
     parser.add_argument(
-        "--process-cv", type=compare.percent, metavar="PCT", help=f"floor (default: kept, else {100 * FLOOR_CV:g})"
+        "--process-cv", type=compare.percent, metavar="PCT", help=f"floor (default: measured, else {100 * FLOOR_CV:g})"
     )
     parser.add_argument("--format", choices=("md", "csv", "json", "github"), default="md")
     args = parser.parse_args(argv)

@@ -16,9 +16,9 @@ discovery rate over all points: ``--alpha``) and one verdict of ``perflab.analys
 FAIL, INCONCLUSIVE (how many processes a side would do) or INCOMPARABLE (which machine identity
 fields differ; ``--allow-mixed`` judges them anyway). The statistics are
 ``perflab.analysis.replicates``': a process (a run) is the unit of replication; with one process
-a side the change is judged against a floor: ``--process-cv``, else this machine's between-process
-variation kept by earlier ``perflab ab`` runs (or ``--keep-floor`` comparisons: a reader writes
-no cache unasked; ``perflab.analysis.floor``), else ``FLOOR_CV``.
+a side the change is judged against a floor: ``--process-cv``, else the between-process
+variation the same experiment's points of two or more processes measured in these trees, else
+``FLOOR_CV`` (``perflab.analysis.floor``): the same trees and options give the same verdict.
 ``--fail-if-slower PCT`` sets the gate (default 10 %). Exit codes: 0 pass, 1 fail, 2 usage
 error, 3 could not judge (a crash too: one line, the traceback with ``PERFLAB_DEBUG=1``).
 A row whose metric, or a sample whose time, is NaN, not a number or <= 0 is left out of its
@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis import comparison, floor, verdicts
+from perflab.analysis import comparison, verdicts
 from perflab.analysis.comparison import (  # noqa: F401  (perflab.compare.ab, .select ... are documented imports)
     CompareError,
     compare,
@@ -77,15 +77,21 @@ from perflab.store import files
 from perflab.store.columns import higher_is_better, unit_of
 
 
-def ab(base: str | Path, new: str | Path, *, keep: bool = False, **options: Any) -> pd.DataFrame:
-    """``perflab.analysis.comparison.ab`` (its ``options``), and with ``keep`` the between-process
-    variation it measured kept as this machine's floor (``floor.keep``): ``perflab ab`` keeps it,
-    ``perflab compare`` with ``--keep-floor`` only (a reader writes no cache unasked)."""
-    series: list[tuple[pd.DataFrame, str, np.ndarray]] | None = [] if keep else None
-    table = comparison.ab(base, new, series=series, **options)
-    if series:
-        floor.keep(series)
-    return table
+def ab(base: str | Path, new: str | Path, *, keep: bool | None = None, **options: Any) -> pd.DataFrame:
+    """``perflab.analysis.comparison.ab`` (its ``options``). ``keep`` is gone with the machine's
+    kept floor (a verdict is a function of the trees and the command line): accepted, warned
+    about and ignored for a release."""
+    if keep is not None:
+        import warnings
+
+        warnings.warn(KEEP_GONE, DeprecationWarning, stacklevel=2)
+    return comparison.ab(base, new, **options)
+
+
+KEEP_GONE = (
+    "keep / --keep-floor keeps nothing since 0.4.0: a one-process verdict's floor comes from the trees "
+    "(points of 2+ processes a side) or --process-cv, never from a cache; it goes in 0.5.0"
+)
 
 
 def regressions(table: pd.DataFrame, pct: float | None = None) -> pd.DataFrame:
@@ -260,18 +266,13 @@ def _main(argv: Sequence[str] | None) -> int:
         type=percent,
         metavar="PCT",
         help="BASE NEW: between-process variation assumed with one process a side "
-        f"(default: this machine's, kept; else {100 * FLOOR_CV:g})",
+        f"(default: as the trees' points of 2+ processes measured it; else {100 * FLOOR_CV:g})",
     )
     parser.add_argument("--any-device", action="store_true", help="BASE NEW: match points across devices")
     parser.add_argument(
         "--allow-mixed", action="store_true", help="BASE NEW: judge points whose machine identity differs"
     )
-    parser.add_argument(
-        "--keep-floor",
-        action="store_true",
-        help="BASE NEW: keep the between-process variation of points with 2+ processes a side as this machine's "
-        "floor for one-process verdicts (perflab ab always does)",
-    )
+    parser.add_argument("--keep-floor", action="store_true", help=argparse.SUPPRESS)  # 0.4.0: keeps nothing
     parser.add_argument("--plot", type=Path, help="write PNG plots into this folder")
     parser.add_argument("--format", choices=("md", "csv", "json", "github"), default="md")
     args = parser.parse_args(argv)
@@ -281,6 +282,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.process_cv is not None and not args.process_cv > 0:
         parser.error(f"--process-cv {args.process_cv:g}: allowed: a percentage > 0, e.g. 2")
     gate = args.fail_if_slower if args.fail_if_slower is not None else DEFAULT_GATE_PCT
+    if args.keep_floor:
+        print(f"{PROG}: {KEEP_GONE}", file=sys.stderr)
     try:
         if args.plot is not None:  # before any work: a file or a device there is refused in one line
             files.check_dir("--plot", args.plot)
@@ -298,14 +301,12 @@ def _main(argv: Sequence[str] | None) -> int:
                 alpha=args.alpha,
                 allow_mixed=args.allow_mixed,
                 process_cv=None if args.process_cv is None else args.process_cv / 100,
-                keep=args.keep_floor,
             )
         else:
             for flag, given in (
                 ("--fail-if-slower", args.fail_if_slower is not None),
                 ("--allow-mixed", args.allow_mixed),
                 ("--process-cv", args.process_cv is not None),
-                ("--keep-floor", args.keep_floor),
             ):
                 if given:
                     raise CompareError(f"{flag} compares two trees: BASE NEW")

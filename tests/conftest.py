@@ -76,8 +76,9 @@ class Ran:
 
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path_factory, monkeypatch) -> Path:
-    """Each test its own user cache (where compare keeps this machine's between-process
-    variation), in it and in the perflab processes it starts: never the user's."""
+    """Each test its own user cache (torch's compile caches and anything else that writes
+    there), in it and in the perflab processes it starts: never the user's; a test that must see
+    nothing written there (no verdict reads a cache) looks in it."""
     cache = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     return cache

@@ -1,17 +1,15 @@
-"""The floor of one-process verdicts: looked up once per machine (not at all under --process-cv),
-written only by the commands that are asked to keep it, and keyed by the machine identity as
-compare reads it (old caches' keys still read)."""
+"""The floor of one-process verdicts: --process-cv, else the between-process variation the same
+experiment's points of two or more processes measured in the trees, else FLOOR_CV; never a cache."""
 
 from __future__ import annotations
 
-import json
+import math
 
 import numpy as np
 import pytest
 
-from perflab import compare, results
-from perflab.analysis import comparison, floor
-from perflab.measure.environment import identity_key
+from perflab import compare
+from perflab.analysis import floor, replicates
 from perflab.store.rundir import RunWriter
 
 from conftest import timed_row
@@ -19,17 +17,17 @@ from conftest import timed_row
 MACHINE = {"cpu_model": "Test CPU", "cpu_physical_cores": 2, "num_threads": 2, "torch": "2.14.1"}
 
 
-def tree(path, medians, sizes=(64, 128, 256), **identity):
-    """A matmul tree: each size a point, one process (its own run) per median."""
+def tree(path, medians, sizes=(64, 128, 256), experiment="matmul", **identity):
+    """A tree: each size a point, one process (its own run) per median."""
     rng = np.random.default_rng(len(str(path)))
     for k, median in enumerate(medians, 1):
-        writer = RunWriter(path / f"p{k}")
+        writer = RunWriter(path / f"{experiment}{k}")
         for size in sizes:
             times = median * (1 + rng.normal(0, 0.005, 20))
             row = timed_row(
                 times,
-                run_id=f"{path.name}{k}",
-                experiment="matmul",
+                run_id=f"{path.name}{experiment}{k}",
+                experiment=experiment,
                 measurement="cpu alone",
                 process=k,
                 tflops=1e-3 / float(np.median(times)),
@@ -40,49 +38,25 @@ def tree(path, medians, sizes=(64, 128, 256), **identity):
     return path
 
 
-@pytest.fixture
-def trees(tmp_path):
-    return tree(tmp_path / "base", [1.0, 1.03, 0.97]), tree(tmp_path / "new", [1.0, 0.98, 1.02])
+def test_the_floor_pools_the_points_that_measured_one_weighted_by_their_freedom():
+    assert floor.measured([]) is floor.ASSUMED and floor.ASSUMED.cv == replicates.FLOOR_CV
+    assert floor.measured([(math.nan, 0), (0.3, 0)]) is floor.ASSUMED  # one process a side measures nothing
+    found = floor.measured([(0.1, 4), (0.2, 1)])
+    assert found.cv == pytest.approx(math.sqrt((4 * 0.01 + 0.04) / 5)) and "2 points" in found.source
+    assert floor.given(0.05) == floor.Floor(0.05, "--process-cv")
 
 
-def test_the_statistics_write_no_floor_and_compare_keeps_it_only_when_asked(trees):
-    base, new = trees
-    series: list = []
-    comparison.ab(base, new, series=series)
-    assert len(series) == 6 and not floor.path().exists()  # three points, two sides: handed back, not written
-    compare.ab(base, new)
-    assert not floor.path().exists()  # a reader, unasked
-    assert compare.main([str(base), str(new)]) in (0, 3) and not floor.path().exists()
-    assert compare.main([str(base), str(new), "--keep-floor"]) in (0, 3)
-    (entry,) = json.loads(floor.path().read_text()).values()
-    assert sorted(entry["series"]) == ["tflops base1", "tflops new1"]  # a series: a side's first run
-
-
-def test_a_machines_floor_is_looked_up_once_and_not_at_all_under_process_cv(trees, monkeypatch):
-    base, new = trees
-    one = [tree(base.parent / "one-base", [1.0]), tree(base.parent / "one-new", [1.01])]
-    looked: list[dict] = []
-    real = floor.of_machine
-    monkeypatch.setattr(floor, "of_machine", lambda identity: looked.append(identity) or real(identity))
-    table = compare.ab(*one)
-    assert len(table) == 3 and len(looked) == 1  # three points, one machine
-    looked.clear()
-    reads: list[int] = []
-    real_read = floor._read
-    monkeypatch.setattr(floor, "_read", lambda: reads.append(1) or real_read())
-    compare.ab(*one, process_cv=0.05)
-    assert not looked and not reads
-
-
-def test_the_kept_machine_is_compares_identity_and_old_caches_still_read(tmp_path):
-    """One identity text for INCOMPARABLE and the cache's key: the key of an identity as text
-    (what earlier releases kept under) finds the series kept for these rows."""
-    rows = results.load(tree(tmp_path / "t", [1.0]))
-    expected = {"cpu_model": "Test CPU", "cpu_physical_cores": "2", "num_threads": "2", "torch": "2.14.1"}
-    assert floor.machine(rows) == expected
-    assert dict(comparison._Cells(rows).machine(np.arange(len(rows)))) == expected
-    floor.path().parent.mkdir(parents=True, exist_ok=True)
-    old = {identity_key(expected): {"machine": expected, "series": {"tflops r1": {"cv": 0.07, "df": 4}}}}
-    floor.path().write_text(json.dumps(old))
-    found = floor.of(rows)
-    assert found.cv == pytest.approx(0.07) and "kept from 1 earlier series" in found.source
+def test_each_experiment_is_floored_by_its_own_points_never_anothers(tmp_path):
+    """matmul's points of three processes a side (20 % apart) set matmul's floor; the other
+    experiment, one process a side, keeps the default: spreads are never pooled across work."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    tree(base, [1.0, 1.2, 0.83], sizes=(64, 128))
+    tree(new, [0.83, 1.0, 1.2], sizes=(64, 128))
+    tree(base, [1.0], sizes=(64, 128), experiment="infer")
+    tree(new, [1.01], sizes=(64, 128), experiment="infer")
+    table = compare.ab(base, new).set_index(["experiment", "cfg.experiment.size"])
+    assert "measured in these trees" not in " ".join(table.loc["infer", "why"])
+    assert "floor of 10 % (assumed" in table.loc[("infer", 64), "why"]
+    assert table.loc[("matmul", 64), "base_processes"] == 3
+    given = compare.ab(base, new, process_cv=0.05).set_index(["experiment", "cfg.experiment.size"])
+    assert "floor of 5 % (--process-cv" in given.loc[("infer", 128), "why"]

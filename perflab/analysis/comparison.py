@@ -6,7 +6,6 @@ output; ``perflab ab`` judges its trees with ``ab`` here."""
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 from typing import Any, Callable, Collection, Sequence
@@ -14,7 +13,7 @@ from typing import Any, Callable, Collection, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis import floor, verdicts
+from perflab.analysis import verdicts
 from perflab.analysis.frames import config_column, device_family, identity_columns, plain_text
 from perflab.analysis.replicates import (
     has_metric,
@@ -340,21 +339,18 @@ def ab(
     looks: int = 1,
     differ: Sequence[str] = (),
     explained: Collection[str] = (),
-    series: list[tuple[pd.DataFrame, str, np.ndarray]] | None = None,
 ) -> pd.DataFrame:
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
     of ``base``, with one verdict each (``perflab.analysis.verdicts``): PASS, FAIL, INCONCLUSIVE (with the
     repeats that would do), INCOMPARABLE (the machine identity fields that differ; judged anyway
     with ``allow_mixed``). ``gate_pct``: the slowdown a FAIL must exceed; ``alpha``: the false
     discovery rate over all points (Benjamini-Hochberg); ``process_cv``: the between-process
-    variation assumed where a side has one process (None: this machine's, kept by earlier
-    comparisons with two or more processes a side, ``perflab.analysis.floor``); ``looks``: how often ``perflab ab`` has
+    variation assumed where a side has one process (None: as the trees measured it,
+    ``perflab.analysis.floor``); ``looks``: how often ``perflab ab`` has
     looked at these trees (a Bonferroni correction over them); ``differ``: config keys the two
     sides set apart on purpose (``perflab ab --base K=V --new K=W``), left out of what matches a
     point; ``explained``: machine identity fields the sides differ in on purpose (``perflab ab``'s
-    another environment or interpreter: ``Side.explains``), said, not INCOMPARABLE; ``series``: a list
-    to add each side's processes to (two or more, one machine), for the command to keep as this
-    machine's floor (``floor.keep``: ``perflab.compare.ab(keep=True)``); nothing is written here.
+    another environment or interpreter: ``Side.explains``), said, not INCOMPARABLE.
     Points in one tree only are rows too,
     ``change`` saying which. ``df.attrs["notes"]`` holds the lines worth showing."""
     a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
@@ -363,7 +359,6 @@ def ab(
     samples = {**samples_by_row([base], said["BASE"]), **samples_by_row([new], said["NEW"])}
     entries, notes, pooled = [], [], []
     apart = {config_column(k) for k in differ}  # set apart on purpose: not what matches a point
-    floors = functools.cache(lambda identity: floor.of_machine(dict(identity)))  # a machine's, looked up once
     of_a, of_b = a["experiment"].astype("string"), b["experiment"].astype("string")  # once, not per experiment
     for name in sorted(set(of_a.unique()) | set(of_b.unique())):
         pa = summary_rows(name, a[of_a == name])
@@ -423,14 +418,7 @@ def ab(
                 _new=sides["NEW"],
                 _higher=higher_is_better(m),
                 _samples=sides["NEW"].samples,
-                _floor=floors(va_.machine(ia)) if process_cv is None else None,  # --process-cv: no look-up
             )
-            if series is not None and not mismatch and m not in EXACT:  # one machine's variation between processes
-                series.extend(
-                    (c.floor_rows(i), m, x.figures)
-                    for c, i, x in zip((va_, vb_), (ia, ib), sides.values())
-                    if x.n_processes >= 2
-                )
             flagged = {"base": va_.suspects(ia), "new": vb_.suspects(ib)}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
             if unknown:
@@ -541,10 +529,6 @@ class _Cells:
         """Each identity field's values (as ``plain_text``) in the rows at ``at``."""
         return {f: set(t[at].tolist()) - {None, ""} for f, t in self.plain.items()}
 
-    def machine(self, at: np.ndarray) -> tuple[tuple[str, str], ...]:
-        """``floor.machine`` of the rows at ``at``, as (field, values) pairs."""
-        return tuple(floor.joined(self.identity(at)).items())
-
     def contents(self, at: np.ndarray) -> set[str]:
         """The model folder digests (``model_digest``) of the rows at ``at``."""
         return set(self.digest[at].tolist()) - {None, ""} if self.digest is not None else set()
@@ -553,12 +537,6 @@ class _Cells:
         """The distinct suspect reasons of the rows at ``at`` ("" if none)."""
         found = set(self.suspect[at].tolist()) - {None} if self.suspect is not None else set()
         return "; ".join(sorted(s for s in found if s.strip()))
-
-    def floor_rows(self, at: np.ndarray) -> pd.DataFrame:
-        """The rows at ``at`` with what ``floor.keep`` reads of them (their runs and machine)."""
-        from perflab.measure.environment import IDENTITY
-
-        return self.rows[[c for c in ("run_id", *IDENTITY) if c in self.rows]].iloc[at]
 
 
 def _texts(column: pd.Series, fn: Callable[[Any], str], empty: str | None = None) -> np.ndarray:

@@ -8,7 +8,8 @@ that process's samples (its row's metric), and a change is judged from those fig
 - the change: the ratio of the geometric means of the two sides' per-process figures;
 - significance: Student's t-test on their logs (pooled variance, ``m + n - 2`` degrees of
   freedom), so its p-value is about the code, not about one process;
-- the interval: a hierarchical bootstrap (processes, then samples within each process);
+- the interval: the same t-test's, inverted (so it excludes no change exactly where p < 0.05:
+  the words, the p-value and the interval cannot disagree);
 - detectable: the smallest change ``m`` and ``n`` processes at this between-process spread find
   with probability ``POWER``; the advice: how many processes a side would do, bounded;
 - the margin: half the width of the change's interval at the level a lone point must meet
@@ -18,8 +19,9 @@ that process's samples (its row's metric), and a change is judged from those fig
 A process is a run (``run_id``): ``bench.processes=K`` measures a point in K fresh processes,
 each its own run, its rows carrying ``process`` (1..K). With one process a side the
 between-process spread is unknown: no p-value is made from within-process samples; the change
-is judged against a floor (``perflab.analysis.floor``: ``--process-cv``, else this machine's
-variation kept from earlier comparisons, else ``FLOOR_CV``), and the verdict says so. Below
+is judged against a floor (``perflab.analysis.floor``: ``--process-cv``, else the variation the
+same experiment's points of two or more processes measured in the trees, else ``FLOOR_CV``),
+and the verdict says so. Below
 ``MEASURED_FROM`` processes a side the floor is also the least spread assumed for detectability.
 """
 
@@ -276,16 +278,24 @@ def spread(base: Measured, new: Measured, floor: float = FLOOR_CV) -> Spread:
     variance). With one process a side: the floor, or, where larger, what the samples' own
     spread alone makes a process's median vary by (1.2533 x the within-process spread /
     sqrt(samples): a busy machine's wide samples are no place for a 2 % floor)."""
-    a, b = _logs(base.figures), _logs(new.figures)
-    df = len(a) + len(b) - 2
     procs = [*base.processes, *new.processes]
     within = _log_sd_within(procs)
+    sd, df = between(base, new)
     if df < 1:
         counts = [len(x) for x in procs if len(x) >= 3]
         of_median = MEDIAN_SE * within / math.sqrt(min(counts)) if counts and math.isfinite(within) else 0.0
         return Spread(max(floor, of_median), within, False, 0)
-    ss = float(((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum())
-    return Spread(math.sqrt(ss / df), within, True, df)
+    return Spread(sd, within, True, df)
+
+
+def between(base: Measured, new: Measured) -> tuple[float, int]:
+    """(the pooled log standard deviation of the two sides' per-process figures, its degrees of
+    freedom): (NaN, 0) with one process a side."""
+    a, b = _logs(base.figures), _logs(new.figures)
+    df = len(a) + len(b) - 2
+    if df < 1:
+        return math.nan, 0
+    return math.sqrt(float(((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / df), df
 
 
 def _logs(figures: np.ndarray) -> np.ndarray:
@@ -334,7 +344,6 @@ def change(
     level: float = ALPHA,
     floor: float = FLOOR_CV,
     power: float = POWER,
-    seed: int = 0,
 ) -> Change:
     """The change from ``base`` to ``new``, its p-value, its interval and what was detectable
     (see the module docstring). ``level``: the significance a lone change must reach (compare:
@@ -353,11 +362,8 @@ def change(
         p = float(2 * (stats.t.sf(abs(t), s.df) if s.df >= 1 else NormalDist().cdf(-abs(t))))
     else:
         p = 1.0 if diff == 0 else 0.0
-    if m >= 2 and n >= 2 and all(len(x) for x in (*base.processes, *new.processes)):
-        low, high = hierarchical_ci(base.processes, new.processes, seed=seed)
-    else:
-        z = _quantile(0.975, s.df) * se
-        low, high = math.exp(diff - z), math.exp(diff + z)
+    z = _quantile(1 - ALPHA / 2, s.df) * se  # the test's own interval: it excludes 1 exactly where p < ALPHA
+    low, high = math.exp(diff - z), math.exp(diff + z)
     sd = _assumed(s, m, n, floor)
     margin = _quantile(1 - level / 2, s.df) * sd * math.sqrt(1 / m + 1 / n)
     return Change(math.exp(diff), p, low, high, s, detectable(m, n, sd, s.df, level, power), m, n, margin)
@@ -383,22 +389,3 @@ def processes_needed(c: Change, pct: float, level: float = ALPHA, floor: float =
         if detectable(k, k, sd, 2 * k - 2, level) <= pct:
             return k
     return None
-
-
-def hierarchical_ci(
-    base: Sequence[np.ndarray], new: Sequence[np.ndarray], *, seed: int = 0, resamples: int = RESAMPLES
-) -> tuple[float, float]:
-    """The 95 % percentile interval of the ratio new / base of the geometric means of the
-    per-process medians, resampling processes, then samples within each (Kalibera and Jones)."""
-    rng = np.random.default_rng(seed)
-
-    def side(processes: Sequence[np.ndarray]) -> np.ndarray:
-        medians = np.log(
-            np.stack([np.median(rng.choice(x, (resamples, len(x))), axis=1) for x in processes])
-        )  # process x resample
-        pick = rng.integers(len(processes), size=(resamples, len(processes)))
-        return medians[pick, np.arange(resamples)[:, None]].mean(axis=1)
-
-    ratio = np.exp(side(new) - side(base))
-    low, high = np.percentile(ratio, [2.5, 97.5])
-    return float(low), float(high)

@@ -135,8 +135,9 @@ def judge(
     Bonferroni correction over ``looks`` (perflab ab looks again as processes are added);
     detectability is at the level a lone changed point must meet, alpha / (points x looks).
     ``floor``: the between-process variation assumed where a side has one process (given:
-    ``--process-cv``); else each point's own ``_floor`` (``perflab.analysis.floor``: this
-    machine's, kept), else ``replicates.FLOOR_CV``."""
+    ``--process-cv``); else what the same experiment's points with two or more processes a side
+    measured here, else ``replicates.FLOOR_CV`` (``perflab.analysis.floor``): the trees and the
+    command line decide, nothing kept elsewhere."""
     from perflab.analysis import floor as floors
     from perflab.analysis import replicates
     from perflab.analysis.stats import fdr
@@ -148,8 +149,12 @@ def judge(
             _judge_exact(p)
     judged = [p for p in judged if p.get("metric") not in EXACT]
     level = alpha_per_look(alpha, looks) / max(1, len(judged))
+    measured: dict[Any, list[tuple[float, int]]] = {}
     for p in judged:
-        f = floors.given(floor) if floor is not None else p.get("_floor", floors.Floor(replicates.FLOOR_CV, "assumed"))
+        measured.setdefault(p.get("experiment"), []).append(replicates.between(p["_base"], p["_new"]))
+    of_trees = {name: floors.measured(found) for name, found in measured.items()}
+    for p in judged:
+        f = floors.given(floor) if floor is not None else of_trees[p.get("experiment")]
         p["_floor"] = f
         c = replicates.change(p["_base"], p["_new"], level=level, floor=f.cv)
         p["_change"] = c
