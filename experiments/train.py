@@ -87,6 +87,18 @@ def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
         dynamo.check_backend("trainer.compile_backend", s.trainer.compile_backend)
     if s.strategy.name == "ddp" and s.strategy.backend == "nccl" and any(d.type != "cuda" for d in devices):
         raise ConfigError("strategy.backend", "nccl", "auto or gloo on CPU devices", problem="NCCL needs GPUs")
+    if s.strategy.name == "ddp" and all(d.type == "cpu" for d in devices):
+        from perflab.measure.devices import allowed_cpus
+
+        threads, cpus = ddp_cpu_threads(s), allowed_cpus()
+        if threads * len(devices) > cpus:
+            raise ConfigError(
+                "devices.threads",
+                threads,
+                f"null or at most {max(1, cpus // len(devices))}",
+                problem=f"strategy=ddp on the CPU runs {len(devices)} workers of devices.threads threads each, "
+                f"on the {cpus} CPUs this process may use",
+            )
     if s.strategy.nnodes > 1 and not (s.strategy.rdzv_endpoint or rendezvous_from_slurm()):
         raise ConfigError(
             "strategy.rdzv_endpoint",
@@ -127,6 +139,10 @@ def run(ctx: Context) -> None:
         loop.Trainer(ctx).fit()
         return
     st = s.strategy
+    if all(d.type == "cpu" for d in ctx.devices):
+        from dataclasses import replace
+
+        ctx.devices = [replace(d, threads=ddp_cpu_threads(s)) for d in ctx.devices]
     endpoint = st.rdzv_endpoint or (rendezvous_from_slurm() if st.nnodes > 1 else "")
     # Rank 0 writes the rows from its own process, into this job's files.
     ctx.launch_workers(
@@ -137,6 +153,14 @@ def run(ctx: Context) -> None:
         rdzv_id=st.rdzv_id if st.nnodes > 1 else "",
         max_restarts=st.max_restarts,
     )
+
+
+def ddp_cpu_threads(s: PerflabConfig) -> int:
+    """A DDP worker's threads on the CPU: ``devices.threads``, else one (a worker per core, as
+    torchrun gives each worker), the same at every device count, so that a sweep over
+    ``devices.count`` compares like with like: with the job's threads split instead, one worker
+    ran both cores' threads and two ran one each, and a busy machine made 2 workers "3.5x" one."""
+    return s.devices.threads or 1
 
 
 def rendezvous_from_slurm() -> str:
@@ -228,6 +252,8 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         + (
             f", {flops.mfu_words(float(summary['mfu']), summary.get('datasheet_basis'))}"
             if number(summary.get("mfu")) is not None
+            else f", {summary['mfu_note']}"
+            if isinstance(summary.get("mfu_note"), str) and summary["mfu_note"]
             else ""
         )
         + (
@@ -377,9 +403,10 @@ def fastest(table: DataFrame) -> list[str]:
     scaled = [e for e in rows if number(e.get("speedup")) is not None and count and (number(e.get(count)) or 0) > 1]
     if scaled:
         far = max(scaled, key=lambda e: (number(e.get(count)) or 0, float(e[metric])))
+        why = text(far.get("scaling_note"))  # an efficiency above 100 %: never without its flag and cause
         lines.append(
             f"on {number(far.get(count)) or 0:g} devices ({_point(far, count)}): {float(far['speedup']):.2f}x one "
-            f"device, efficiency {float(far['efficiency']):.0%}"
+            f"device, efficiency {float(far['efficiency']):.0%}" + (f" (SUSPECT: {why})" if why else "")
         )
     return lines
 

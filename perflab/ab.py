@@ -18,7 +18,9 @@ machine falls on both sides alike. The run looks at the points on a sparse sched
 ``--max-processes``): the points are judged (``perflab.analysis.replicates``, between-process
 variation); the run stops when none is INCONCLUSIVE, at ``--max-processes`` (``MAX_PROCESSES``),
 or when the rounds up to the next look would not fit in ``--budget`` (at the pace of the rounds
-so far). Every round measures every point (the points of one command are one sweep).
+so far). Every round measures every point (the points of one command are one sweep). A
+process whose rows are flagged busy (the machine too busy for a clean figure) is left out of
+the verdict and said: its point stays undecided until enough quiet processes judge it.
 
 The sequential design: Bonferroni over the scheduled looks: each look tests at alpha / looks
 (``alpha_per_look``), so the chance of a false FAIL over all looks stays at most alpha, however
@@ -162,8 +164,10 @@ def run(
             looks=len(looks),
             differ=[o.lstrip("+").partition("=")[0] for o in (*base.overrides, *new.overrides)],
             explained=base.explains(new),
+            busy="left_out",  # a busy machine's processes are measured again, never judged
         )
         undecided = int((table.get("verdict", pd.Series(dtype=str)) == Verdict.INCONCLUSIVE.value).sum())
+        undecided += int(table.get("change", pd.Series(dtype=str)).notna().sum())  # a side's every process busy
         at = looks.index(k) + 1
         level = alpha_per_look(alpha, len(looks))
         say(f"{k} processes a side (look {at} of {len(looks)}, at alpha {level:.2g}): {compare.summary(table)}")

@@ -406,24 +406,32 @@ def test_each_job_says_how_much_work_it_timed_beside_the_book():
     assert "4 KiB to 64 KiB per rank (3 sizes)" in chapter.work_line("comm", [row("allreduce", **sizes)])
 
 
-def test_an_mfu_above_a_peak_counted_at_a_clock_that_is_no_maximum_is_not_suspect():
-    """A VM's TSC rate (2.30 GHz) is no turbo clock: a single-thread matmul beats a peak counted
-    with it. That peak is a floor, and a figure above it is not flagged; above a peak counted at
-    cpufreq's maximum, it is."""
+def test_no_mfu_above_100_percent_is_shown_a_peak_is_a_maximum(monkeypatch):
+    """The bug: a quick/matmul row with MFU 105 % against a peak counted at the VM's 2.30 GHz (a
+    TSC rate, no turbo clock), not flagged. A peak is a maximum: where the clock is none, the
+    measured peak if higher, else no MFU at all, said in ``mfu_note``; above a true peak (cpufreq's
+    maximum), an MFU above 1 is flagged."""
     from perflab.job.context import beyond_peak
 
-    def peak(source: str) -> flops.CpuPeak:
-        cpu = flops.CpuDescription(frozenset({"avx2", "avx", "fma"}), cores=1, ghz=2.3, clock_source=source)
-        found = flops.cpu_datasheet("float32", threads=1, cpu=cpu)
-        assert found is not None
-        return found
+    def cpu(source: str) -> flops.CpuDescription:
+        return flops.CpuDescription(frozenset({"avx2", "avx", "fma"}), cores=1, ghz=2.3, clock_source=source)
 
-    floor = peak(f"cpu MHz in /proc/cpuinfo, a VM's TSC rate ({flops.TURBO_UNKNOWN})")
-    ceiling = peak("cpufreq's maximum, a single-core turbo")
-    assert flops.is_lower_bound(floor.basis) and not flops.is_lower_bound(ceiling.basis)
-    assert beyond_peak({"mfu": 1.05, "datasheet_basis": floor.basis}) == ""
-    assert beyond_peak({"mfu": 1.05, "datasheet_basis": ceiling.basis}).startswith("MFU 105%: above the datasheet peak")
-    assert beyond_peak({"mfu": 0.9, "datasheet_basis": ceiling.basis}) == ""
+    floor = cpu(f"cpu MHz in /proc/cpuinfo, a VM's TSC rate ({flops.TURBO_UNKNOWN})")
+    monkeypatch.setattr(flops, "cpu_description", lambda: floor)
+    sheet = flops.cpu_datasheet("float32", threads=1, cpu=floor)
+    assert sheet is not None and flops.is_lower_bound(sheet.basis)
+    above = flops.utilization(1.05 * sheet.tflops, ["CPU (1 thread)"], "fp32", None)
+    assert "mfu" not in above and above["mfu_note"].startswith("no MFU: ") and "no maximum" in above["mfu_note"]
+    below = flops.utilization(0.5 * sheet.tflops, ["CPU (1 thread)"], "fp32", None)
+    assert below["mfu"] == pytest.approx(0.5) and "mfu_note" not in below  # an upper bound on the true MFU
+    measured = flops.utilization(1.05 * sheet.tflops, ["CPU (1 thread)"], "fp32", 1.2 * sheet.tflops)
+    assert measured["mfu"] == pytest.approx(1.05 / 1.2) and measured["datasheet_basis"].startswith("the measured peak")
+    assert not flops.is_lower_bound(measured["datasheet_basis"]) and beyond_peak(measured) == ""
+    ceiling = cpu("cpufreq's maximum, a single-core turbo")
+    monkeypatch.setattr(flops, "cpu_description", lambda: ceiling)
+    over = flops.utilization(1.05 * sheet.tflops, ["CPU (1 thread)"], "fp32", None)
+    assert over["mfu"] == pytest.approx(1.05) and beyond_peak(over).startswith("MFU 105%: above the datasheet peak")
+    assert beyond_peak({**over, "mfu": 0.9}) == ""
 
 
 def test_a_line_with_a_negative_latency_is_no_valid_ring_model():

@@ -148,13 +148,30 @@ def test_pooled_configs_are_said(tmp_path):
     assert any("pooled although they differ in trainer.batch_size" in n for n in table.attrs["notes"])
 
 
-def test_superlinear_efficiency_is_flagged(tmp_path):
+def test_an_efficiency_above_100_percent_is_flagged_with_its_likely_cause(tmp_path):
+    """The student's sweep: 2 CPU workers '3.49x' one, the 1-device point two threads, each worker
+    one: flagged where it is said (suspect, notes), the cause first; a busy reference and a plain
+    superlinear point each get theirs; 100 % or below, nothing."""
     fake_run(tmp_path, "a", 1, 256, 100.0)
-    fake_run(tmp_path, "b", 2, 256, 600.0)
-    table = compare.compare(tmp_path, by=["devices.count"])
-    assert table["efficiency"].max() == pytest.approx(3.0)
-    assert any("efficiency 3.00 > 1.1" in n for n in table.attrs["notes"])
-    assert table.set_index("cfg.devices.count").loc[2, "suspect"].endswith("faster than linear is suspect")
+    fake_run(tmp_path, "b", 2, 256, 349.0, device_name="CPU (1 thread)")
+    fake_run(tmp_path, "c", 1, 512, 100.0, busy=True)
+    fake_run(tmp_path, "d", 2, 512, 230.0)
+    fake_run(tmp_path, "e", 1, 128, 100.0)
+    fake_run(tmp_path, "f", 2, 128, 210.0)
+    fake_run(tmp_path, "g", 4, 128, 390.0)
+    table = compare.compare(tmp_path, by=["devices.count", "trainer.batch_size"])
+    at = table.set_index(["cfg.trainer.batch_size", "cfg.devices.count"])
+    assert at.loc[(256, 2), "efficiency"] == pytest.approx(1.745)
+    assert (
+        "each device ran 1 thread(s) where the 1-device point's ran 2: not like with like"
+        in at.loc[(256, 2), "suspect"]
+    )
+    assert "the 1-device point was measured on a busy machine" in at.loc[(512, 2), "suspect"]
+    assert "faster than linear: more of the work fits each device's cache" in at.loc[(128, 2), "suspect"]
+    assert not at.loc[(128, 4), "suspect"]  # 97.5 %: nothing to say
+    assert sum("above 100 %" in n for n in table.attrs["notes"]) == 3
+    marked = [c for c in plots.scaling(table).axes[0].collections if c.get_label().startswith("suspect: above")]
+    assert len(marked) == 1 and len(marked[0].get_offsets()) == 3  # the plot marks each such point too
 
 
 def test_filters_and_one_line_errors(tmp_path, capsys):

@@ -62,7 +62,7 @@ def test_cpu_workers_split_the_threads():
             "cpu",
             9,
             CPU_ONLY,
-            "devices.count=9: this machine has 8 CPU cores for torch; allowed: at most 8 CPU workers (one per core)",
+            "devices.count=9: this process may use 8 CPUs; allowed: at most 8 CPU workers (one per core)",
         ),
     ],
 )
@@ -119,6 +119,16 @@ def test_together_runs_each_cpu_worker_in_its_own_thread_with_its_share():
     assert len({ident for ident, _ in seen.values()}) == 2
     assert {threads for _, threads in seen.values()} == {1}
     assert torch.get_num_threads() == before
+
+
+def test_cpu_workers_are_bounded_by_the_cpus_not_by_the_jobs_threads():
+    """Under OMP_NUM_THREADS=1 (one intra-op thread) a 2-worker point still runs on a 2-CPU
+    machine, a worker of one thread per CPU; it was refused ('this machine has 1 CPU cores')."""
+    one = Inventory(cuda=0, mps=False, cpu_threads=1, cpus=2)
+    devices = resolve(DevicesConfig(spec="cpu", count=2), one).devices
+    assert [(d.name, d.threads) for d in devices] == [("cpu#0", 1), ("cpu#1", 1)]
+    with pytest.raises(MissingDevice, match="devices.count=3: this process may use 2 CPUs"):
+        resolve(DevicesConfig(spec="cpu", count=3), one)
 
 
 def test_cpu_threads_restores_the_setting():

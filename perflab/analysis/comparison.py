@@ -34,7 +34,6 @@ from perflab.store.columns import EXACT, higher_is_better
 from perflab.store.rows import Notes
 
 COUNT_KEYS = ("cfg.devices.count", "n_devices")
-SUPERLINEAR = 1.1  # efficiency above this is physically suspect
 NOISY_BETWEEN_RUNS = 0.10  # run-to-run coefficient of variation above this: say so
 UNIT_COLUMNS = ("items_unit", "batch_unit")  # what a row's counts count (images, tokens, sequences ...)
 
@@ -230,6 +229,9 @@ def _one_experiment(
             )
         suspects = sorted({str(s) for s in part.get("suspect", pd.Series(dtype=str)).dropna() if str(s)})
         entry["suspect"] = "; ".join(suspects)
+        entry["_busy"] = busy_rows(part).any()
+        threads = {t for t in map(threads_of, part.get("device_name", pd.Series(dtype=str)).dropna()) if t}
+        entry["_threads"] = threads.pop() if len(threads) == 1 else None  # each device's, where one count
         entries.append(entry)
     out = pd.DataFrame(entries)
     if baseline:
@@ -237,11 +239,30 @@ def _one_experiment(
     count = next((k for k in keys if k in COUNT_KEYS), None)
     if count and higher_is_better(metric):
         out = _scaling(out, keys, metric, count, df)
-        for i, row in out[out["efficiency"] > SUPERLINEAR].iterrows():
-            why = f"efficiency {row['efficiency']:.2f} > {SUPERLINEAR}: faster than linear is suspect"
-            out.loc[i, "suspect"] = "; ".join(x for x in (str(row.get("suspect") or ""), why) if x)
-            notes.append(f"{name} {row['measurement']} at {count.removeprefix('cfg.')}={row[count]}: {why}")
-    return out, notes
+        for i, why in out["scaling_note"].dropna().items():
+            out.loc[i, "suspect"] = "; ".join(x for x in (str(out.at[i, "suspect"] or ""), why) if x)
+            notes.append(f"{name} {out.at[i, 'measurement']} at {count.removeprefix('cfg.')}={out.at[i, count]}: {why}")
+    return out.drop(columns=["_busy", "_threads"], errors="ignore"), notes
+
+
+BUSY = "the machine was busy"  # how a row's suspect says it, in rows older than the busy column
+
+
+def busy_rows(rows: pd.DataFrame) -> pd.Series:
+    """Which rows were measured on a machine too busy for a clean figure: their ``busy`` flag,
+    or (rows written before it) their suspect reason."""
+    flagged = rows["busy"].fillna(False).astype(bool) if "busy" in rows else pd.Series(False, index=rows.index)
+    if "suspect" in rows:
+        flagged |= rows["suspect"].astype("string").str.contains(BUSY, regex=False).fillna(False).astype(bool)
+    return flagged
+
+
+def threads_of(device_name: object) -> int | None:
+    """The threads of each CPU device a row's ``device_name`` names ("CPU (2 threads)"), or None."""
+    import re
+
+    found = re.fullmatch(r"CPU \((\d+) threads?\)", str(device_name).strip())
+    return int(found.group(1)) if found else None
 
 
 def _point_keys(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -296,17 +317,18 @@ def _verdict(base: np.ndarray, new: np.ndarray, higher: bool, metric: str) -> Di
 
 
 def _scaling(out: pd.DataFrame, keys: list[str], metric: str, count: str, rows: pd.DataFrame) -> pd.DataFrame:
-    """Speedup S(n) and efficiency E(n) = S(n) / n within each group of the other keys."""
+    """Speedup S(n) and efficiency E(n) = S(n) / n within each group of the other keys, and
+    ``scaling_note``: why an efficiency above 100 % is suspect, where one is (``_above_linear``)."""
     others = ["measurement", *(k for k in keys if k not in (count, "model_digest"))]
     out = out.copy()
     out[count] = pd.to_numeric(out[count])
     keyed = _point_keys(out, others)
-    measured = keyed.assign(_n=out[count], _v=out[metric])[out[count].notna()]  # null: "auto", unknown here
+    measured = keyed.assign(_n=out[count], _v=out[metric], _i=out.index)[out[count].notna()]  # null: "auto"
     # Each group's reference: its smallest count measured (S(n) is scaled linearly to one device).
     ref = (
         measured.sort_values("_n", kind="stable")
         .groupby(others, sort=False, dropna=False)
-        .agg(ref_n=("_n", "first"), ref_v=("_v", "first"), points=("_n", "size"))
+        .agg(ref_n=("_n", "first"), ref_v=("_v", "first"), points=("_n", "size"), _ref_row=("_i", "first"))
         .reset_index()
     )
     refs = keyed.assign(_row=out.index).merge(ref, on=others, how="left").set_index("_row").reindex(out.index)
@@ -314,11 +336,38 @@ def _scaling(out: pd.DataFrame, keys: list[str], metric: str, count: str, rows: 
     alone = (refs["points"] == 1) & (refs["ref_n"] > 1)  # nothing to scale against: never a made-up 1.0
     out["speedup"] = speedup.mask(out[count].isna() | refs["ref_n"].isna() | alone)
     out["efficiency"] = out["speedup"] / out[count]
+    out["scaling_note"] = [
+        _above_linear(row, out.loc[ref] if pd.notna(ref) else None, count)
+        for (_, row), ref in zip(out.iterrows(), refs["_ref_row"])
+    ]
     if metric == "items_per_s":
         out["per_device_items_per_s"] = out[metric] / out[count]
     if "cfg.trainer.scaling" in rows:
         out["scaling"] = rows["cfg.trainer.scaling"].astype("string").iloc[0]
     return out
+
+
+def _above_linear(row: pd.Series, ref: pd.Series | None, count: str) -> str | None:
+    """Why a point's efficiency above 100 % (faster than linear in its devices) is suspect, its
+    likely cause first: devices of other threads than the reference's (not like with like), a
+    busy machine under either point, else a cache effect or one run's noise. None at or below 100 %."""
+    e = row.get("efficiency")
+    if ref is None or pd.isna(e) or e <= 1:
+        return None
+    n, ref_n = f"{row[count]:g}", f"{ref[count]:g}"
+    head = f"efficiency {e:.0%} above 100 % on {n} devices"
+    if row.get("_threads") and ref.get("_threads") and row["_threads"] != ref["_threads"]:
+        return (
+            f"{head}: each device ran {row['_threads']} thread(s) where the {ref_n}-device point's ran "
+            f"{ref['_threads']}: not like with like (devices.threads sets them, the same at every count)"
+        )
+    if ref.get("_busy") or row.get("_busy"):
+        which = f"the {ref_n}-device point" if ref.get("_busy") else "this point"
+        return f"{head}: {which} was measured on a busy machine (its suspect says why): measure both where it is quiet"
+    return (
+        f"{head}: faster than linear: more of the work fits each device's cache, or one run's noise "
+        "(bench.processes=3 measures it)"
+    )
 
 
 # --- two trees ----------------------------------------------------------------------------------
@@ -339,6 +388,7 @@ def ab(
     looks: int = 1,
     differ: Sequence[str] = (),
     explained: Collection[str] = (),
+    busy: str = "undecided",
 ) -> pd.DataFrame:
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
     of ``base``, with one verdict each (``perflab.analysis.verdicts``): PASS, FAIL, INCONCLUSIVE (with the
@@ -350,11 +400,17 @@ def ab(
     looked at these trees (a Bonferroni correction over them); ``differ``: config keys the two
     sides set apart on purpose (``perflab ab --base K=V --new K=W``), left out of what matches a
     point; ``explained``: machine identity fields the sides differ in on purpose (``perflab ab``'s
-    another environment or interpreter: ``Side.explains``), said, not INCOMPARABLE.
-    Points in one tree only are rows too,
+    another environment or interpreter: ``Side.explains``), said, not INCOMPARABLE; ``busy``:
+    what rows flagged busy do (``busy_rows``: evidence a busy machine made is never judged):
+    ``undecided``, their point is INCONCLUSIVE with the cause (compare); ``left_out``, they are
+    left out of it, said, and the point judged by its other processes (``perflab ab``, which
+    measures more of them). Points in one tree only are rows too,
     ``change`` saying which. ``df.attrs["notes"]`` holds the lines worth showing."""
     a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
     b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
+    if busy == "left_out":
+        left_busy = {side: int(busy_rows(x).sum()) for side, x in (("base", a), ("new", b))}
+        a, b = a[~busy_rows(a)], b[~busy_rows(b)]
     said = {"BASE": Notes(), "NEW": Notes()}  # samples left out when read, by row id
     samples = {**samples_by_row([base], said["BASE"]), **samples_by_row([new], said["NEW"])}
     entries, notes, pooled = [], [], []
@@ -421,6 +477,7 @@ def ab(
             )
             flagged = {"base": va_.suspects(ia), "new": vb_.suspects(ib)}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
+            entry["_busy"] = [side for side, c, i in (("base", va_, ia), ("new", vb_, ib)) if c.busy[i].any()]
             if unknown:
                 notes.append(f"{name} {label['measurement']}: identity not checked for {', '.join(unknown)}")
             if left:
@@ -438,8 +495,13 @@ def ab(
             notes.append(f"{name} ({some}): {MODEL_CONTENTS_DIFFER}")
     verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks)
     notes += verdicts.said_once(pooled)
+    if busy == "left_out" and any(left_busy.values()):
+        notes.append(
+            "left out rows measured on a busy machine, to be measured again: "
+            + ", ".join(f"{n} of {side}" for side, n in left_busy.items() if n)
+        )
     for e in entries:
-        for key in ("_base", "_new", "_change", "_why", "_higher", "_floor"):
+        for key in ("_base", "_new", "_change", "_why", "_higher", "_floor", "_busy"):
             e.pop(key, None)
     out = pd.DataFrame(entries)
     first = [c for c in AB_FIRST if c in out] + [c for c in out if c.startswith("cfg.")]
@@ -523,6 +585,7 @@ class _Cells:
         self.rows = rows
         self.plain = {f: _texts(rows[f], plain_text) for f in IDENTITY if f in rows}
         self.suspect = _texts(rows["suspect"], str) if "suspect" in rows else None
+        self.busy = busy_rows(rows).to_numpy()
         self.digest = _texts(rows["model_digest"], plain_text) if "model_digest" in rows else None
 
     def identity(self, at: np.ndarray | slice = slice(None)) -> dict[str, set[str]]:

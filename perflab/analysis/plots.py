@@ -116,6 +116,17 @@ def scaling(table: pd.DataFrame) -> Any:
             capsize=3,
             label=label or "measured",
         )
+    above = drawn[pd.to_numeric(drawn["efficiency"], errors="coerce") > 1] if "efficiency" in drawn else drawn.iloc[:0]
+    if len(above):  # never a point above linear without its flag: the cause is in the table's suspect
+        ax.scatter(
+            above[count],
+            above["speedup"],
+            s=160,
+            facecolors="none",
+            edgecolors="red",
+            zorder=11,
+            label="suspect: above linear (see suspect)",
+        )
     n = np.sort(pd.to_numeric(drawn[count]).unique())
     ax.plot(n, n, "--", color="black", linewidth=1.5, zorder=10, label="ideal (linear)")
     ax.set_xticks(n, [str(int(v)) for v in n])

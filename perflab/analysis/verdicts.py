@@ -11,7 +11,8 @@ figures (``perflab.analysis.replicates``):
                 detect the gate's size)
   FAIL          significantly slower (Benjamini-Hochberg over all points) by more than the gate
   INCONCLUSIVE  neither: the smallest change the processes could show exceeds the gate; the
-                verdict says how many processes a side would do (bounded: none beyond 50)
+                verdict says how many processes a side would do (bounded: none beyond 50); or
+                the point's rows were measured on a busy machine (``busy``): never judged
   INCOMPARABLE  the rows come from machines (or software) whose identity differs; the
                 verdict names the fields (``--allow-mixed`` judges them anyway, and says so)
 
@@ -210,7 +211,15 @@ def judge(
             )
         if p["identity"]:
             why.append(f"compared across identities on purpose (--allow-mixed): {p['identity']}")
-        if p.get("suspect"):
+        if p.get("_busy"):  # evidence a busy machine made is never judged, whatever it shows
+            verdict = Verdict.INCONCLUSIVE
+            sides = " and ".join(p["_busy"])
+            why = [
+                f"not judged: {sides} measured on a busy machine (see suspect); measure again where it is quiet, "
+                "or with perflab ab, which measures such processes again",
+                *why,
+            ]
+        elif p.get("suspect"):
             why.append("its measurements were flagged suspect: see suspect")
         p["verdict"], p["_why"] = verdict.value, why
         p["why"] = "; ".join(why)

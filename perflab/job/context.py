@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import os
 import shutil
 import sys
 import time
@@ -25,8 +27,9 @@ from perflab.measure.bench import Part, Stats, Variant
 from perflab.measure.devices import Device
 from perflab.measure.energy import Energy
 from perflab.measure.peaks import Peaks
-from perflab.measure.watch import GpuState, Machine, Memory
+from perflab.measure.watch import GpuState, Machine, Memory, busy_reason
 from perflab.store.outcome import ROW_STATUSES
+from perflab.store.rows import number
 from perflab.store.rundir import RunWriter
 
 log = logging.getLogger("perflab")
@@ -69,8 +72,15 @@ class Context:
     progress: Callable[[Mapping[str, Any]], str | None] | None = None  # the experiment's own line
     metric: str = ""  # the experiment's headline metric, for the progress lines
     recorded_elsewhere: bool = False  # a node of a multi-node run whose workers hold no rank 0
-    # per measured part: the machine's and GPUs' columns over its calls, and why it was busy ("")
-    watched: dict[str, tuple[dict[str, Any], str]] = field(default_factory=dict)
+    # per measured part: the machine's and GPUs' columns over its calls
+    watched: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the machine since the last row, and since the job began, each in the process that opened
+    # it: the windows of a row whose measurement brought none of its own, or one too short (``record``)
+    since: tuple[int, Machine] | None = field(default=None, repr=False)
+    began: tuple[int, Machine] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.since = self.began = (os.getpid(), Machine().__enter__())
 
     @property
     def params(self) -> Any:
@@ -195,9 +205,8 @@ class Context:
                 **machine.columns(),
                 **gpu.columns(),
             }
-            busy = machine.busy(self.settings.bench.busy_threshold)
-            self.watched[name] = ({**machine.columns(), **gpu.columns()}, busy)
-            row["suspect"] = "; ".join(x for x in (s.suspect, busy, row.get("suspect", "")) if x)
+            self.watched[name] = {**machine.columns(), **gpu.columns()}
+            row["suspect"] = "; ".join(x for x in (s.suspect, row.get("suspect", "")) if x)
             if self.settings.bench.profile:
                 row["trace"] = self._profile(name, part.fn, devices[name])
             if self.settings.bench.instructions and part.count is not None:
@@ -266,17 +275,21 @@ class Context:
     ) -> dict[str, Any]:
         """Write one row (and its raw samples) now, so a later crash cannot lose it.
 
-        ``calls_of``: the part measured before whose calls this row's samples come from (decode's
-        steps, of generate's calls): the row carries that part's machine and GPU columns and its
-        busy machine's reason, as the samples were taken under them."""
+        Every row says the machine's state while it was measured, by one rule: the machine
+        columns (``watch.MACHINE_COLUMNS``) of its own measurement where it brought them (``measure``,
+        training's epochs), else of ``calls_of`` (the part measured before whose calls this row's
+        samples come from: decode's steps, of generate's calls), else of the time since the last
+        row; others' CPU share, which the kernel counts in ticks, from the job so far where that
+        window was too short to tell; and from those columns ``busy`` with its reason in
+        ``suspect`` (``watch.busy_reason``)."""
         if status == "ok":
             raise_if_stopped()  # never an ok row after a stop signal, even one Python swallowed
         if status not in ROW_STATUSES:
             raise ValueError(f"status {status!r}: one of {', '.join(ROW_STATUSES)}")
         devices = self.devices if devices is None else list(devices)
-        watched, busy = self.watched[calls_of] if calls_of is not None else ({}, "")
-        said = (fields.get("suspect", ""), busy, beyond_peak(fields))
-        fields = {**watched, **fields, "suspect": "; ".join(x for x in said if x)}
+        window = self._window_since_last_row()
+        watched = self.watched[calls_of] if calls_of is not None else window
+        fields = {**watched, **fields}
         row = {
             **self.identity,
             "measurement": name,
@@ -287,10 +300,33 @@ class Context:
             **(stats.as_row() if stats else {}),
             **fields,
         }
+        if number(row.get("others_cpu_pct")) is None:
+            row["others_cpu_pct"] = self._others_so_far()
+        busy = busy_reason(row, self.settings.bench.busy_threshold)
+        said = (fields.get("suspect", ""), busy, beyond_peak(fields))
+        row.update(busy=bool(busy), suspect="; ".join(x for x in said if x))
         row = self.writer.add(row, stats.samples if stats else (), stats.warmup if stats else ())
         line = (self.progress(row) if self.progress else None) or progress_line(row, self.metric)
         log.info("  %s", line)
         return row
+
+    def _window_since_last_row(self) -> dict[str, Any]:
+        """The machine columns since the last row (or the job's start) in this process, and a new
+        window opened: a worker process (a DDP rank) starts its own with its first row."""
+        pid, window = self.since or (0, Machine())
+        self.since = (os.getpid(), Machine().__enter__())
+        if pid != os.getpid():
+            return {}
+        window.__exit__(None, None, None)
+        return window.columns()
+
+    def _others_so_far(self) -> float:
+        """Other processes' share of the CPUs (percent) since the job began, in this process."""
+        pid, job = self.began or (0, Machine())
+        if pid != os.getpid():
+            return math.nan
+        job.__exit__(None, None, None)  # the counters now against the job's start: read again at the next row
+        return 100 * job.others_share()
 
     def need_memory(self, per_device: int, what: str, devices: Sequence[Device] | None = None) -> None:
         """Say, before allocating, how many bytes each device will hold: if they are not free
@@ -307,10 +343,8 @@ class Context:
 def beyond_peak(fields: Mapping[str, Any]) -> str:
     """Why a figure above 100 % of the measured peak, or of the datasheet's (an MFU above 1), is
     suspect ("" if it is above neither). A CPU peak counted with a clock that is no maximum is a
-    floor (:func:`perflab.measure.flops.is_lower_bound`): an MFU above it is no suspect."""
-    from perflab.measure import flops
-    from perflab.store.rows import number
-
+    floor (:func:`perflab.measure.flops.is_lower_bound`): a figure above it gets no MFU at all
+    (``mfu_note`` says why), so an MFU above 1 here is above a true peak."""
     said = []
     pct = number(fields.get("pct_of_peak"))
     if pct is not None and pct > 100:
@@ -319,7 +353,7 @@ def beyond_peak(fields: Mapping[str, Any]) -> str:
             "for this work (measured smaller, or on a busy machine): run +experiment=hardware again"
         )
     mfu = number(fields.get("mfu"))
-    if mfu is not None and mfu > 1 and not flops.is_lower_bound(fields.get("datasheet_basis")):
+    if mfu is not None and mfu > 1:
         said.append(
             f"MFU {mfu:.0%}: above the datasheet peak, whose figure is low for this device "
             "(datasheet_basis says how it was derived)"

@@ -46,7 +46,8 @@ class Inventory:
 
     cuda: int
     mps: bool
-    cpu_threads: int
+    cpu_threads: int  # the job's intra-op threads, which CPU workers split
+    cpus: int = 0  # the CPUs this process may use, one worker each at most (0: as many as cpu_threads)
 
     @classmethod
     def detect(cls) -> "Inventory":
@@ -55,6 +56,7 @@ class Inventory:
             cuda=torch.cuda.device_count() if torch.cuda.is_available() else 0,
             mps=bool(mps and mps.is_available()),
             cpu_threads=torch.get_num_threads(),
+            cpus=allowed_cpus(),
         )
 
 
@@ -106,12 +108,16 @@ def _have_cuda(inv: Inventory) -> str:
 
 
 def _cpu_workers(inv: Inventory, n: int) -> list[Device]:
-    if n > inv.cpu_threads:  # more workers than cores would time the OS scheduler, not the work
+    """``n`` workers of the CPU, at most one per CPU this process may use (more would time the
+    OS scheduler, not the work), splitting the job's threads: under ``OMP_NUM_THREADS=1`` two
+    workers are two CPUs of one thread each, not refused."""
+    cpus = inv.cpus or inv.cpu_threads
+    if n > cpus:
         raise MissingDevice(
             "devices.count",
             n,
-            f"at most {inv.cpu_threads} CPU workers (one per core)",
-            problem=f"this machine has {inv.cpu_threads} CPU cores for torch",
+            f"at most {cpus} CPU workers (one per core)",
+            problem=f"this process may use {cpus} CPU{'s' if cpus != 1 else ''}",
         )
     if n == 1:
         return [Device("cpu", "cpu", threads=inv.cpu_threads)]

@@ -195,11 +195,26 @@ def utilization(tflops: float, device_names: list[str], precision: str, measured
     sheet = [datasheet_peak(n, dtype) for n in device_names]
     if sheet and all(sheet):
         total = sum(p for p in sheet if p)
-        out["mfu"] = tflops / total
-        out["datasheet_tflops"] = total
         cpus = [c for c in (cpu_datasheet_of(n, dtype) for n in device_names) if c is not None]
-        if cpus:
-            out["datasheet_basis"] = cpus[0].basis + (f"; x {len(cpus)} workers" if len(cpus) > 1 else "")
+        basis = cpus[0].basis + (f"; x {len(cpus)} workers" if len(cpus) > 1 else "") if cpus else ""
+        if is_lower_bound(basis) and measured_peak and measured_peak * len(device_names) > total:
+            # a peak is a maximum: where the clock counted is none, the measured peak, if higher
+            total = measured_peak * len(device_names)
+            basis = (
+                f"the measured peak, {measured_peak:.3g} TFLOP/s a device (results.peaks), above the datasheet's "
+                f"{sum(p for p in sheet if p):.3g} counted at a clock that is no maximum "
+                f"({basis.replace(f' ({TURBO_UNKNOWN})', '')})"
+            )
+        out["datasheet_tflops"] = total
+        if basis:
+            out["datasheet_basis"] = basis
+        if is_lower_bound(basis) and tflops > total:  # a floor, not a peak: no MFU above 100 % is shown
+            out["mfu_note"] = (
+                f"no MFU: {tflops:.3g} TFLOP/s is above the datasheet peak {total:.3g}, counted at a clock that is no "
+                "maximum (the CPU ran faster): +experiment=hardware measures a peak to count MFU against"
+            )
+        else:
+            out["mfu"] = tflops / total
     return out
 
 

@@ -21,9 +21,11 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import psutil
+
+from perflab.store.rows import number
 
 MB = 2**20
 TICK_S = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # the CPU-time counters' step
@@ -176,25 +178,55 @@ class Machine:
         }
 
     def busy(self, limit: float, own_s: float | None = None) -> str:
-        """Why the machine was too busy for a clean figure ("" if it was not, or nobody can tell):
-        other processes above ``limit`` of the CPUs, or our threads waiting for a CPU more than
-        ``limit`` of their runnable time (a short measurement's only sure sign)."""
-        reasons = []
-        share = self.others_share(own_s)
-        if not math.isnan(share) and share > limit:
-            reasons.append(f"other processes used {share:.0%} of the CPUs meanwhile")
-        if not math.isnan(self.waited_share) and self.waited_share > limit:
-            reasons.append(
-                f"its threads spent {self.waited_share:.0%} of their runnable time waiting for a CPU "
-                f"(other busy processes, or more threads than free cores): {FEWER_THREADS}"
-            )
-        return "the machine was busy: " + "; ".join(reasons) if reasons else ""
+        """``busy_reason`` of this window's columns."""
+        return busy_reason(self.columns(own_s), limit)
 
 
-# The fix for threads that wait for a CPU, said where it is seen (docs/running.md measures it).
+MACHINE_COLUMNS = ("others_cpu_pct", "waited_pct", "cpu_pressure_pct", "load_before", "load_after", "cpus")
+
+
+def busy_reason(columns: Mapping[str, Any], limit: float) -> str:
+    """The one rule that says a row's machine was too busy for a clean figure, from the row's own
+    columns ("" if it was not, or nobody can tell): other processes above ``limit`` of the CPUs
+    (``others_cpu_pct``), or its threads waiting for a CPU more than ``limit`` of their runnable
+    time (``waited_pct``: a short measurement's only sure sign). The advice fits the row: fewer
+    threads only where it ran more than one (``num_threads``)."""
+    reasons = []
+    others, waited = number(columns.get("others_cpu_pct")) or 0.0, number(columns.get("waited_pct")) or 0.0
+    if others > 100 * limit:
+        reasons.append(f"other processes used {others:.0f}% of the CPUs meanwhile")
+    if waited > 100 * limit:
+        reasons.append(f"its threads spent {waited:.0f}% of their runnable time waiting for a CPU")
+    if not reasons:
+        return ""
+    advice = FEWER_THREADS if (number(columns.get("num_threads")) or 0) > 1 else QUIETER
+    return "the machine was busy: " + "; ".join(reasons) + f": {advice}"
+
+
+def worst(windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The machine columns of several windows as one row says them (a run's summary of its
+    epochs): the highest share and load of any, the first load before and the last after."""
+    out: dict[str, Any] = {}
+    for name in MACHINE_COLUMNS:
+        known = [v for v in (number(w.get(name)) for w in windows) if v is not None]
+        if name == "load_before":
+            out[name] = known[0] if known else math.nan
+        elif name == "load_after":
+            out[name] = known[-1] if known else math.nan
+        else:
+            out[name] = max(known) if known else math.nan
+    return out
+
+
+# The fix for threads that wait for a CPU, said where it is seen (docs/running.md measures it),
+# and for a busy machine where fewer threads cannot help (one already).
 FEWER_THREADS = (
     "run with fewer threads, as many as the cores that are free: OMP_NUM_THREADS=1 perflab ... "
     "(docs/running.md#what-omp_num_threads-does)"
+)
+QUIETER = (
+    "measure where nothing else runs, or judge a change with perflab ab, which alternates the two "
+    "sides so that both share the machine's state (docs/compare.md)"
 )
 
 

@@ -55,6 +55,9 @@ COLUMNS: dict[str, Column] = {
         _c("status", "category", lead=True),
         _c("error", "text", lead=True),
         _c("suspect", "text", lead=True),
+        _c(
+            "busy", "flag", lead=True
+        ),  # the machine was too busy for a clean figure (watch.busy_reason; suspect says why)
         _c("note", "text", lead=True),
         _c("devices", "text", lead=True),
         _c("device_name", "text", lead=True),
@@ -83,6 +86,7 @@ COLUMNS: dict[str, Column] = {
         _c("gbps", "float", "GB/s", "higher", rate=True, lead=True),
         _c("pct_of_peak", "float", "%", "higher", lead=True),
         _c("mfu", "float", "%", "higher", lead=True),
+        _c("mfu_note", "text"),  # why a row has no MFU (its datasheet peak a floor it rose above)
         _c("bus_gbps", "float", "GB/s (bus)", "higher", rate=True),
         _c("per_device_items_per_s", "float", "items/s per device", "higher", rate=True),
         # bench.instructions: instructions per call under callgrind, and their spread over its repeats

@@ -29,7 +29,7 @@ from perflab.config.schema import TrainerConfig
 from perflab.errors import ConfigError
 from perflab.job import logs
 from perflab.job.context import Context
-from perflab.measure import bench, flops
+from perflab.measure import bench, flops, watch
 from perflab.measure import precision as precisions
 from perflab.measure.devices import Device
 from perflab.measure.watch import Machine, Memory
@@ -91,7 +91,7 @@ class Epoch:
     data_wait_s: float
     first_bad_step: int | None  # the first step whose loss was NaN/inf
     rss_peak_mb: float
-    others_cpu_pct: float
+    machine: dict[str, Any]  # the epoch's machine columns (watch.Machine), others' CPU net of every rank's
     cpu_s: float  # CPU seconds of the timed pass: this process and its children, summed over ranks
     phases: dict[str, float] = field(default_factory=dict)  # forward/backward/optimizer s per step (rank 0's)
 
@@ -362,7 +362,7 @@ class Trainer:
             wait,
             None if first >= big else int(first),
             rss,
-            100 * machine.others_share(own_cpu),
+            machine.columns(own_cpu),
             own_cpu,
         )
 
@@ -417,7 +417,7 @@ class Trainer:
             data_wait_frac=e.data_wait_s / e.train_s,
             input_bound=e.data_wait_s / e.train_s >= INPUT_BOUND,
             rss_peak_mb=e.rss_peak_mb,
-            others_cpu_pct=e.others_cpu_pct,
+            **e.machine,
             **e.phases,
             **per_step,
             note=self.notes,
@@ -476,7 +476,7 @@ class Trainer:
             **self.achieved(rate),
             data_wait_frac=sum(e.data_wait_s for e in timed_epochs) / sum(e.train_s for e in timed_epochs),
             rss_peak_mb=max(e.rss_peak_mb for e in epochs),
-            others_cpu_pct=max(e.others_cpu_pct for e in timed_epochs),
+            **watch.worst([e.machine for e in timed_epochs]),
             **step_split(timed_epochs),
             suspect=stats.suspect,
             note=note,
