@@ -62,12 +62,16 @@ def test_a_point_measured_on_a_busy_machine_is_never_judged(tmp_path):
 
 
 def test_one_rule_says_busy_from_a_rows_columns_with_advice_that_fits_it():
-    two = {"others_cpu_pct": 60.0, "waited_pct": 40.0, "num_threads": 2}
+    two = {"others_cpu_pct": 60.0, "waited_pct": 40.0, "num_threads": 2, "cpus": 2}
     reason = watch.busy_reason(two, 0.25)
-    assert reason.startswith("the machine was busy: other processes used 60% of the CPUs meanwhile; its threads")
-    assert "OMP_NUM_THREADS=1" in reason
-    one = watch.busy_reason({**two, "num_threads": 1}, 0.25)
-    assert "OMP_NUM_THREADS" not in one and "perflab ab" in one  # advice already followed is no advice
+    assert reason.startswith("the machine was busy: other processes used 60% of the 2 CPUs meanwhile, leaving 0.8")
+    assert "its threads spent 40% of their runnable time waiting" in reason and "OMP_NUM_THREADS=1" in reason
+    # One thread beside one spinning process on two CPUs has a CPU of its own: nothing to flag ...
+    assert watch.busy_reason({"others_cpu_pct": 50.0, "waited_pct": 1.0, "num_threads": 1, "cpus": 2}, 0.25) == ""
+    # ... beside two it has not, and advice already followed (one thread) is no advice.
+    one = watch.busy_reason({"others_cpu_pct": 66.0, "waited_pct": 30.0, "num_threads": 1, "cpus": 2}, 0.25)
+    assert one and "OMP_NUM_THREADS" not in one and "perflab ab" in one
+    assert watch.busy_reason({"others_cpu_pct": 30.0}, 0.25).startswith("the machine was busy")  # no thread count
     assert watch.busy_reason({"others_cpu_pct": 10.0, "waited_pct": float("nan")}, 0.25) == ""
     assert watch.busy_reason({"others_cpu_pct": "", "waited_pct": None}, 0.25) == ""  # an old row's empty cells
     epochs = [

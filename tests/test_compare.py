@@ -174,6 +174,24 @@ def test_an_efficiency_above_100_percent_is_flagged_with_its_likely_cause(tmp_pa
     assert len(marked) == 1 and len(marked[0].get_offsets()) == 3  # the plot marks each such point too
 
 
+def test_the_baseline_is_found_where_it_is_the_trees_only_ok_point(tmp_path):
+    """The bug: under OMP_NUM_THREADS=1 the 2-device point was skipped, and compare --baseline
+    devices.count=1 said 'none of its points has devices.count=1' of a tree whose ok point had it."""
+    fake_run(tmp_path, "a", 1, 256, 100.0)
+    RunWriter(tmp_path / "b").add(
+        {
+            "run_id": "b",
+            "experiment": "train",
+            "measurement": "train",
+            "status": "skipped",
+            "cfg.devices.count": 2,
+            "cfg.trainer.batch_size": 256,
+        }
+    )
+    table = compare.compare(tmp_path, baseline="devices.count=1")
+    assert table["significance"].tolist() == ["baseline"] and not any("no baseline" in n for n in table.attrs["notes"])
+
+
 def test_filters_and_one_line_errors(tmp_path, capsys):
     fake_run(tmp_path, "a", 1, 256, 100.0)
     fake_run(tmp_path, "b", 2, 256, 180.0)

@@ -183,6 +183,8 @@ def _one_experiment(
             )
     else:
         keys = [c for c in identity if df[c].astype("string").nunique(dropna=False) > 1]
+    if baseline and config_column(baseline.partition("=")[0]) in df:  # a key no other ok point varies
+        keys = list(dict.fromkeys([*keys, config_column(baseline.partition("=")[0])]))
     if "device_name" in df:
         df = df.assign(device=df["device_name"].map(device_family))
         if df["device"].nunique() > 1 and "device" not in keys:

@@ -187,19 +187,31 @@ MACHINE_COLUMNS = ("others_cpu_pct", "waited_pct", "cpu_pressure_pct", "load_bef
 
 def busy_reason(columns: Mapping[str, Any], limit: float) -> str:
     """The one rule that says a row's machine was too busy for a clean figure, from the row's own
-    columns ("" if it was not, or nobody can tell): other processes above ``limit`` of the CPUs
-    (``others_cpu_pct``), or its threads waiting for a CPU more than ``limit`` of their runnable
-    time (``waited_pct``: a short measurement's only sure sign). The advice fits the row: fewer
-    threads only where it ran more than one (``num_threads``)."""
+    columns ("" if it was not, or nobody can tell): its threads waited for a CPU more than
+    ``limit`` of their runnable time (``waited_pct``: a short measurement's only sure sign), or
+    other processes left fewer free CPUs than its threads need, less ``limit`` of them
+    (``others_cpu_pct`` of ``cpus``, against ``num_threads``; where the row has no thread count,
+    others above ``limit`` of the CPUs). One thread beside one busy process on two CPUs has a CPU
+    of its own: no sign of trouble, and such a gate decides. The advice fits the row: fewer
+    threads only where it ran more than one."""
     reasons = []
-    others, waited = number(columns.get("others_cpu_pct")) or 0.0, number(columns.get("waited_pct")) or 0.0
-    if others > 100 * limit:
-        reasons.append(f"other processes used {others:.0f}% of the CPUs meanwhile")
+    others, waited = number(columns.get("others_cpu_pct")), number(columns.get("waited_pct")) or 0.0
+    threads, cpus = number(columns.get("num_threads")), number(columns.get("cpus"))
+    if others is not None:
+        if threads and cpus:
+            free = cpus * (1 - others / 100)
+            if free < threads * (1 - limit):
+                n = f"{threads:g} thread{'s' if threads != 1 else ''}"
+                reasons.append(
+                    f"other processes used {others:.0f}% of the {cpus:g} CPUs meanwhile, leaving {free:.1f} for its {n}"
+                )
+        elif others > 100 * limit:
+            reasons.append(f"other processes used {others:.0f}% of the CPUs meanwhile")
     if waited > 100 * limit:
         reasons.append(f"its threads spent {waited:.0f}% of their runnable time waiting for a CPU")
     if not reasons:
         return ""
-    advice = FEWER_THREADS if (number(columns.get("num_threads")) or 0) > 1 else QUIETER
+    advice = FEWER_THREADS if (threads or 0) > 1 else QUIETER
     return "the machine was busy: " + "; ".join(reasons) + f": {advice}"
 
 
