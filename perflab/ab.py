@@ -16,7 +16,8 @@ each a fresh ``python -m perflab``, its rows carrying ``process`` 1, 2, ...), so
 machine falls on both sides alike. The run looks at the points on a sparse schedule
 (``schedule``: after ``--min-processes`` a side, then 3, 4, 6, 8, 12, 16, 24, 32 ... and at
 ``--max-processes``): the points are judged (``perflab.analysis.replicates``, between-process
-variation); the run stops when none is INCONCLUSIVE, at ``--max-processes`` (``MAX_PROCESSES``),
+variation, as pairs: process k of A and of B ran side by side, so a drift or a neighbour that
+slows both of a pair cancels in their log ratio); the run stops when none is INCONCLUSIVE, at ``--max-processes`` (``MAX_PROCESSES``),
 or when the rounds up to the next look would not fit in ``--budget`` (at the pace of the rounds
 so far). Every round measures every point (the points of one command are one sweep). A
 process whose rows are flagged busy (the machine too busy for a clean figure) is left out of
@@ -165,6 +166,7 @@ def run(
             differ=[o.lstrip("+").partition("=")[0] for o in (*base.overrides, *new.overrides)],
             explained=base.explains(new),
             busy="left_out",  # a busy machine's processes are measured again, never judged
+            paired=True,  # process k of A and of B ran side by side: a drift falls on both of a pair
         )
         undecided = int((table.get("verdict", pd.Series(dtype=str)) == Verdict.INCONCLUSIVE.value).sum())
         undecided += int(table.get("change", pd.Series(dtype=str)).notna().sum())  # a side's every process busy

@@ -104,3 +104,22 @@ def test_training_rows_say_the_machines_state_and_are_flagged_busy(cli):
         assert rows[column].notna().all(), column
     assert rows["busy"].all(), rows[["measurement", "others_cpu_pct", "waited_pct", "suspect"]]
     assert rows["suspect"].str.contains("the machine was busy").all()
+
+
+def test_ab_judges_its_interleaved_processes_as_pairs_a_drift_that_hits_both_cancels(tmp_path):
+    """A neighbour that comes and goes slows process k of both sides alike (they ran side by side:
+    A B, B A, ...). Judged as two independent samples its 30 % swings hide a 10 % slowdown;
+    judged as pairs, the slowdown is all that differs: FAIL, and an A/A of the same swings PASSes."""
+    swings = np.array([1.0, 1.3, 0.8, 1.2, 0.9, 1.25])
+    side(tmp_path / "base", "a", swings)
+    side(tmp_path / "new", "b", swings * 1.25 * (1 + np.random.default_rng(3).normal(0, 0.005, 6)))
+    side(tmp_path / "same", "c", swings * (1 + np.random.default_rng(4).normal(0, 0.005, 6)))
+    apart = compare.ab(tmp_path / "base", tmp_path / "new").iloc[0]
+    assert apart["verdict"] == "INCONCLUSIVE" and not apart["paired"]
+    (pairs,) = compare.ab(tmp_path / "base", tmp_path / "new", paired=True).to_dict("records")
+    assert (
+        pairs["verdict"] == "FAIL" and pairs["paired"] and pairs["change_pct"] == pytest.approx(100 / 1.25 - 100, abs=1)
+    )
+    assert pairs["ci_low"] < 1 / 1.25 < pairs["ci_high"] < 1
+    (aa,) = compare.ab(tmp_path / "base", tmp_path / "same", paired=True).to_dict("records")
+    assert aa["verdict"] == "PASS"

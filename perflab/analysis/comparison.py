@@ -391,6 +391,7 @@ def ab(
     differ: Sequence[str] = (),
     explained: Collection[str] = (),
     busy: str = "undecided",
+    paired: bool = False,
 ) -> pd.DataFrame:
     """Every point of ``new`` against the same point (config, and device unless ``any_device``)
     of ``base``, with one verdict each (``perflab.analysis.verdicts``): PASS, FAIL, INCONCLUSIVE (with the
@@ -406,7 +407,8 @@ def ab(
     what rows flagged busy do (``busy_rows``: evidence a busy machine made is never judged):
     ``undecided``, their point is INCONCLUSIVE with the cause (compare); ``left_out``, they are
     left out of it, said, and the point judged by its other processes (``perflab ab``, which
-    measures more of them). Points in one tree only are rows too,
+    measures more of them); ``paired``: the sides' processes of the same number ran side by side
+    (``perflab ab``), judged as pairs (``replicates.change``). Points in one tree only are rows too,
     ``change`` saying which. ``df.attrs["notes"]`` holds the lines worth showing."""
     a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
     b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
@@ -495,7 +497,7 @@ def ab(
         if differing:  # said once per experiment, not once per point
             some = ", ".join(differing[:3]) + (f" and {len(differing) - 3} more" if len(differing) > 3 else "")
             notes.append(f"{name} ({some}): {MODEL_CONTENTS_DIFFER}")
-    verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks)
+    verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks, paired)
     notes += verdicts.said_once(pooled)
     if busy == "left_out" and any(left_busy.values()):
         notes.append(

@@ -154,6 +154,7 @@ class Measured:
     left_out: list[str]
     processes: list[np.ndarray] = field(default_factory=list)  # usable samples, process by process
     figures: np.ndarray = field(default_factory=lambda: np.array([]))  # one per process
+    ids: list[str] = field(default_factory=list)  # each figure's process number (``process``), where rows carry one
 
     @property
     def n_processes(self) -> int:
@@ -194,6 +195,7 @@ def measured_each(
     unusable = said.kinds.get(UNUSABLE_SAMPLES, {}) if said else {}  # samples left out when read, by row id
     lost_of = usable_of & recorded & np.array([not len(x) for x in clean_of], bool) & from_samples
     runs = rows["run_id"].astype(str).to_numpy() if "run_id" in rows else None
+    numbers = rows["process"].astype("string").fillna("").to_numpy() if "process" in rows else None
     empty = rows.iloc[:0]  # once: a slice a group took most of a history of 1,000 subjects
     out = []
     for at in groups:
@@ -207,6 +209,7 @@ def measured_each(
         process = runs[kept_at] if runs is not None else np.arange(len(kept_at)).astype(str)
         # each process's rows found in one pass (a search of every row per process grew as their product)
         codes, names = _first_seen(process)  # processes in the order they first appear
+        ids = [str(numbers[kept_at[first]]) for first in _firsts(codes, len(names))] if numbers is not None else []
         # a row a process (the usual point): its figure is its value, no median to take
         figures = values[good] if len(names) == len(kept_at) else _medians(values[good], codes, len(names))
         if len(names) == len(per_row):  # a row a process (the usual point): its samples are the process's
@@ -231,8 +234,16 @@ def measured_each(
         # np.median's value (the middle one, or the mean of the two middle), without its fixed
         # cost: one call a subject was a third of a long history's measuring
         value = float(statistics.median(values[good].tolist())) if good.any() else math.nan
-        out.append(Measured(kept, value, clean, left, per_process, figures))
+        out.append(Measured(kept, value, clean, left, per_process, figures, ids))
     return out
+
+
+def _firsts(codes: np.ndarray, groups: int) -> list[int]:
+    """The position of each group's first member."""
+    where: dict[int, int] = {}
+    for i, code in enumerate(codes.tolist()):
+        where.setdefault(code, i)
+    return [where[g] for g in range(groups)]
 
 
 def _first_seen(values: np.ndarray) -> tuple[np.ndarray, list]:
@@ -273,7 +284,18 @@ def _log_sd_within(processes: Sequence[np.ndarray]) -> float:
     return float(np.median(found)) if found else math.nan
 
 
-def spread(base: Measured, new: Measured, floor: float = FLOOR_CV) -> Spread:
+def _pairs(base: Measured, new: Measured) -> np.ndarray | None:
+    """The log ratio new / base of each process number both sides have (``Measured.ids``), or
+    None where fewer than two pairs are."""
+    if not base.ids or not new.ids:
+        return None
+    a = dict(zip(base.ids, base.figures.tolist()))
+    b = dict(zip(new.ids, new.figures.tolist()))
+    both = [k for k in a if k in b and a[k] > 0 and b[k] > 0 and math.isfinite(a[k]) and math.isfinite(b[k])]
+    return np.log([b[k] / a[k] for k in both]) if len(both) >= 2 else None
+
+
+def spread(base: Measured, new: Measured, floor: float = FLOOR_CV, pairs: np.ndarray | None = None) -> Spread:
     """The pooled between-process spread of the two sides' log figures (Student's pooled
     variance). With one process a side: the floor, or, where larger, what the samples' own
     spread alone makes a process's median vary by (1.2533 x the within-process spread /
@@ -281,6 +303,8 @@ def spread(base: Measured, new: Measured, floor: float = FLOOR_CV) -> Spread:
     procs = [*base.processes, *new.processes]
     within = _log_sd_within(procs)
     sd, df = between(base, new)
+    if pairs is not None:  # what the pairs leave: sd(d) / sqrt(2), on k - 1 degrees of freedom
+        return Spread(float(np.std(pairs, ddof=1)) / math.sqrt(2), within, True, len(pairs) - 1)
     if df < 1:
         counts = [len(x) for x in procs if len(x) >= 3]
         of_median = MEDIAN_SE * within / math.sqrt(min(counts)) if counts and math.isfinite(within) else 0.0
@@ -335,6 +359,7 @@ class Change:
     base_processes: int
     new_processes: int
     margin: float = math.inf  # half the width of the log ratio's interval at ``level`` (the spread assumed)
+    paired: bool = False  # judged on the log ratios of processes that ran side by side
 
 
 def change(
@@ -344,19 +369,26 @@ def change(
     level: float = ALPHA,
     floor: float = FLOOR_CV,
     power: float = POWER,
+    paired: bool = False,
 ) -> Change:
     """The change from ``base`` to ``new``, its p-value, its interval and what was detectable
     (see the module docstring). ``level``: the significance a lone change must reach (compare:
-    alpha over the number of points; ab: over the looks too)."""
+    alpha over the number of points; ab: over the looks too). ``paired``: the sides' processes
+    of the same number ran side by side in time (``perflab ab``: A B, B A, ...), so the change is
+    the mean of their log ratios, tested on those (Student's paired t): a drift or a neighbour
+    that slows both of a pair cancels, where two independent samples keep it in their spread.
+    Fewer than two pairs (or no process numbers): judged unpaired."""
     from scipy import stats
 
     a, b = _logs(base.figures), _logs(new.figures)
     m, n = len(a), len(b)
-    s = spread(base, new, floor)
+    pairs = _pairs(base, new) if paired else None
+    s = spread(base, new, floor, pairs)
     if not m or not n:
         return Change(math.nan, math.nan, math.nan, math.nan, s, math.inf, m, n)
-    diff = float(b.mean() - a.mean())
-    se = s.between * math.sqrt(1 / m + 1 / n)
+    diff = float(b.mean() - a.mean()) if pairs is None else float(pairs.mean())
+    k, j = (m, n) if pairs is None else (len(pairs), len(pairs))  # paired: se = sd(d) / sqrt(k)
+    se = s.between * math.sqrt(1 / k + 1 / j)
     if se > 0:
         t = diff / se
         p = float(2 * (stats.t.sf(abs(t), s.df) if s.df >= 1 else NormalDist().cdf(-abs(t))))
@@ -364,9 +396,10 @@ def change(
         p = 1.0 if diff == 0 else 0.0
     z = _quantile(1 - ALPHA / 2, s.df) * se  # the test's own interval: it excludes 1 exactly where p < ALPHA
     low, high = math.exp(diff - z), math.exp(diff + z)
-    sd = _assumed(s, m, n, floor)
-    margin = _quantile(1 - level / 2, s.df) * sd * math.sqrt(1 / m + 1 / n)
-    return Change(math.exp(diff), p, low, high, s, detectable(m, n, sd, s.df, level, power), m, n, margin)
+    sd = _assumed(s, k, j, floor)
+    margin = _quantile(1 - level / 2, s.df) * sd * math.sqrt(1 / k + 1 / j)
+    found = detectable(k, j, sd, s.df, level, power)
+    return Change(math.exp(diff), p, low, high, s, found, m, n, margin, pairs is not None)
 
 
 def detectable(m: int, n: int, sd: float, df: int, level: float = ALPHA, power: float = POWER) -> float:
@@ -386,6 +419,6 @@ def processes_needed(c: Change, pct: float, level: float = ALPHA, floor: float =
         return None
     for k in range(max(2, c.base_processes, c.new_processes), MOST_PROCESSES + 1):
         sd = c.spread.between if c.spread.measured and k >= MEASURED_FROM else max(c.spread.between, floor)
-        if detectable(k, k, sd, 2 * k - 2, level) <= pct:
+        if detectable(k, k, sd, k - 1 if c.paired else 2 * k - 2, level) <= pct:
             return k
     return None

@@ -129,6 +129,7 @@ def judge(
     allow_mixed: bool,
     floor: float | None = None,
     looks: int = 1,
+    paired: bool = False,
 ) -> None:
     """Each matched point's verdict, in place. A point holds its sides as ``_base`` and
     ``_new`` (``replicates.Measured``) and ``identity`` (the machine identity fields that
@@ -157,7 +158,7 @@ def judge(
     for p in judged:
         f = floors.given(floor) if floor is not None else of_trees[p.get("experiment")]
         p["_floor"] = f
-        c = replicates.change(p["_base"], p["_new"], level=level, floor=f.cv)
+        c = replicates.change(p["_base"], p["_new"], level=level, floor=f.cv, paired=paired)
         p["_change"] = c
         higher = p.get("_higher", True)
         p["speedup"] = c.ratio if higher else 1 / c.ratio
@@ -166,6 +167,7 @@ def judge(
         p["p_value"] = c.p_value
         p["base_processes"], p["new_processes"] = c.base_processes, c.new_processes
         p["cv_between_pct"] = 100 * c.spread.between if c.spread.measured else math.nan
+        p["paired"] = c.paired
         p["cv_within_pct"] = 100 * c.spread.within
         p["detectable_pct"] = c.detectable_pct
     adjusted = fdr([min(1.0, p["p_value"] * max(1, looks)) for p in judged])
