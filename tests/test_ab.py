@@ -110,9 +110,9 @@ def test_the_looks_alpha_sums_to_at_most_alpha(tmp_path, monkeypatch):
     seen: list[str] = []
     judged, judge = [], verdicts.judge
 
-    def judging(points, gate_pct, alpha, allow_mixed, floor=None, looks=1):
+    def judging(points, gate_pct, alpha, allow_mixed, floor=None, looks=1, paired=False):
         judged.append(looks)
-        return judge(points, gate_pct, alpha, allow_mixed, floor, looks)
+        return judge(points, gate_pct, alpha, allow_mixed, floor, looks, paired)
 
     monkeypatch.setattr(verdicts, "judge", judging)
     ab.run([], *sides(tmp_path), max_processes=12, gate_pct=1, alpha=0.05, measure=measure, say=seen.append)

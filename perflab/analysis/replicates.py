@@ -209,7 +209,7 @@ def measured_each(
         process = runs[kept_at] if runs is not None else np.arange(len(kept_at)).astype(str)
         # each process's rows found in one pass (a search of every row per process grew as their product)
         codes, names = _first_seen(process)  # processes in the order they first appear
-        ids = [str(numbers[kept_at[first]]) for first in _firsts(codes, len(names))] if numbers is not None else []
+        numbered = [str(numbers[kept_at[i]]) for i in _firsts(codes, len(names))] if numbers is not None else []
         # a row a process (the usual point): its figure is its value, no median to take
         figures = values[good] if len(names) == len(kept_at) else _medians(values[good], codes, len(names))
         if len(names) == len(per_row):  # a row a process (the usual point): its samples are the process's
@@ -234,7 +234,7 @@ def measured_each(
         # np.median's value (the middle one, or the mean of the two middle), without its fixed
         # cost: one call a subject was a third of a long history's measuring
         value = float(statistics.median(values[good].tolist())) if good.any() else math.nan
-        out.append(Measured(kept, value, clean, left, per_process, figures, ids))
+        out.append(Measured(kept, value, clean, left, per_process, figures, numbered))
     return out
 
 
