@@ -18,10 +18,11 @@ machine falls on both sides alike. The run looks at the points on a sparse sched
 ``--max-processes``): the points are judged (``perflab.analysis.replicates``, between-process
 variation, as pairs: process k of A and of B ran side by side, so a drift or a neighbour that
 slows both of a pair cancels in their log ratio); the run stops when none is INCONCLUSIVE, at
-``--max-processes`` (``MAX_PROCESSES``), or when the rounds up to the next look would not fit in ``--budget`` (at the pace of the rounds
-so far). Every round measures every point (the points of one command are one sweep). A
-process whose rows are flagged busy (the machine too busy for a clean figure) is left out of
-the verdict and said: its point stays undecided until enough quiet processes judge it.
+``--max-processes`` (``MAX_PROCESSES``), or when the rounds up to the next look would not fit
+in ``--budget`` (at the pace of the rounds so far). Every round measures every point (the
+points of one command are one sweep). A process whose rows are flagged busy (the machine too
+busy for a clean figure) is left out of the verdict and said: its point stays undecided until
+enough quiet processes judge it.
 
 The sequential design: Bonferroni over the scheduled looks: each look tests at alpha / looks
 (``alpha_per_look``), so the chance of a false FAIL over all looks stays at most alpha, however
