@@ -20,8 +20,9 @@ from conftest import FAST, timed_row
 BUSY = "the machine was busy: other processes used 60% of the CPUs meanwhile: ..."
 
 
-def side(root, name, medians, busy=(), size=64):
-    """One process (run) per median, a 1-thread matmul point; the processes in ``busy`` flagged."""
+def side(root, name, medians, busy=(), size=64, cpu=None):
+    """One process (run) per median, a 1-thread matmul point; the processes in ``busy`` flagged;
+    ``cpu``: each process's CPU time per call (``cpu_median_s``)."""
     rng = np.random.default_rng(len(name))
     for k, median in enumerate(medians, 1):
         times = median * (1 + rng.normal(0, 0.005, 20))
@@ -38,6 +39,7 @@ def side(root, name, medians, busy=(), size=64):
                 num_threads=1,
                 busy=flagged,
                 suspect=BUSY if flagged else "",
+                cpu_median_s=cpu[k - 1] if cpu is not None else float("nan"),
                 **{"cfg.experiment.size": size},
             ),
             samples=list(times),
@@ -59,6 +61,26 @@ def test_a_point_measured_on_a_busy_machine_is_never_judged(tmp_path):
     # Rows from before the busy column say it in their suspect reason only: the same.
     old = results.load(tmp_path / "new").drop(columns="busy")
     assert busy_rows(old).tolist() == busy_rows(results.load(tmp_path / "new")).tolist() == [True, False, False, False]
+
+
+def test_a_busy_point_is_judged_by_the_cpu_time_of_its_threads_where_its_rows_have_it(tmp_path):
+    """Beside a neighbour the wall time holds the neighbour's share; the CPU time of our threads
+    does not: a busy point whose rows carry it is judged by it, and says so."""
+    quiet = [1.0, 1.01, 0.99, 1.0]
+    side(tmp_path / "base", "a", quiet, cpu=quiet)
+    side(tmp_path / "same", "b", [3.0, 1.0, 2.5, 1.01], busy={1, 3}, cpu=[1.0, 1.0, 0.99, 1.01])
+    side(tmp_path / "slow", "c", [3.0, 1.3, 2.5, 1.31], busy={1, 3}, cpu=[1.3, 1.3, 1.29, 1.31])
+    for name, verdict in (("same", "PASS"), ("slow", "FAIL")):
+        (row,) = compare.ab(tmp_path / "base", tmp_path / name, paired=True).to_dict("records")
+        assert (row["verdict"], row["metric"]) == (verdict, "cpu_median_s"), row["why"]
+        assert row["judged"] == "cpu_median_s: tflops was measured on a busy machine"
+
+
+def test_host_measurements_carry_the_cpu_time_of_their_threads(work):
+    import perflab
+
+    df = perflab.run("quick/matmul", FAST)
+    assert (df["cpu_median_s"] > 0).all() and (df["cpu_median_s"] < 50 * df["median_s"]).all()
 
 
 def test_one_rule_says_busy_from_a_rows_columns_with_advice_that_fits_it():

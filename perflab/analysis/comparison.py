@@ -248,6 +248,14 @@ def _one_experiment(
 
 
 BUSY = "the machine was busy"  # how a row's suspect says it, in rows older than the busy column
+CPU_TIME = "cpu_median_s"  # what a busy point is judged by, where its rows have it
+
+
+def _cpu_timed(rows: pd.DataFrame) -> pd.Series:
+    """Which rows carry the CPU time of their threads (host work measured by perflab.measure.bench)."""
+    if CPU_TIME not in rows:
+        return pd.Series(False, index=rows.index)
+    return pd.to_numeric(rows[CPU_TIME], errors="coerce").gt(0).fillna(False).astype(bool)
 
 
 def busy_rows(rows: pd.DataFrame) -> pd.Series:
@@ -404,17 +412,20 @@ def ab(
     sides set apart on purpose (``perflab ab --base K=V --new K=W``), left out of what matches a
     point; ``explained``: machine identity fields the sides differ in on purpose (``perflab ab``'s
     another environment or interpreter: ``Side.explains``), said, not INCOMPARABLE; ``busy``:
-    what rows flagged busy do (``busy_rows``: evidence a busy machine made is never judged):
-    ``undecided``, their point is INCONCLUSIVE with the cause (compare); ``left_out``, they are
-    left out of it, said, and the point judged by its other processes (``perflab ab``, which
-    measures more of them); ``paired``: the sides' processes of the same number ran side by side
-    (``perflab ab``), judged as pairs (``replicates.change``). Points in one tree only are rows too,
-    ``change`` saying which. ``df.attrs["notes"]`` holds the lines worth showing."""
+    what rows flagged busy do (``busy_rows``: wall times a busy machine made are never judged):
+    where every row of the point carries the CPU time of its threads (``cpu_median_s``), that is
+    judged instead, and the point's ``judged`` says so; else ``undecided``, the point is
+    INCONCLUSIVE with the cause (compare), or ``left_out``, those rows are left out, said, and
+    the point judged by its other processes (``perflab ab``, which measures more of them);
+    ``paired``: the sides' processes of the same number ran side by side (``perflab ab``), judged
+    as pairs (``replicates.change``). Points in one tree only are rows too, ``change`` saying which.
+    ``df.attrs["notes"]`` holds the lines worth showing."""
     a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
     b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
-    if busy == "left_out":
-        left_busy = {side: int(busy_rows(x).sum()) for side, x in (("base", a), ("new", b))}
-        a, b = a[~busy_rows(a)], b[~busy_rows(b)]
+    if busy == "left_out":  # a busy row with no CPU time to judge instead: measured again
+        unjudgeable = {side: busy_rows(x) & ~_cpu_timed(x) for side, x in (("base", a), ("new", b))}
+        left_busy = {side: int(x.sum()) for side, x in unjudgeable.items()}
+        a, b = a[~unjudgeable["base"]], b[~unjudgeable["new"]]
     said = {"BASE": Notes(), "NEW": Notes()}  # samples left out when read, by row id
     samples = {**samples_by_row([base], said["BASE"]), **samples_by_row([new], said["NEW"])}
     entries, notes, pooled = [], [], []
@@ -458,6 +469,13 @@ def ab(
                 continue
             ia, ib = ga[point], gb[point]
             sides = {"BASE": measured_a[point], "NEW": measured_b[point]}
+            busy_sides = [side for side, c, i in (("base", va_, ia), ("new", vb_, ib)) if c.busy[i].any()]
+            judged = m
+            if busy_sides and m not in EXACT and _cpu_timed(pa.iloc[ia]).all() and _cpu_timed(pb.iloc[ib]).all():
+                # a neighbour's share is in the wall time, not in the CPU time of our own threads
+                judged, busy_sides = CPU_TIME, []
+                sides = {"BASE": measured(pa.iloc[ia], judged, {}), "NEW": measured(pb.iloc[ib], judged, {})}
+                entry.update(metric=judged, judged=f"{CPU_TIME}: {m} was measured on a busy machine")
             va, vb = (_geomean(x.figures) for x in sides.values())
             mismatch, unknown = _differences(va_.identity(ia), vb_.identity(ib))
             on_purpose = [d for d in mismatch if d.partition(":")[0] in explained]
@@ -476,12 +494,12 @@ def ab(
                 new_processes=sides["NEW"].n_processes,
                 _base=sides["BASE"],
                 _new=sides["NEW"],
-                _higher=higher_is_better(m),
+                _higher=higher_is_better(judged),
                 _samples=sides["NEW"].samples,
             )
             flagged = {"base": va_.suspects(ia), "new": vb_.suspects(ib)}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
-            entry["_busy"] = [side for side, c, i in (("base", va_, ia), ("new", vb_, ib)) if c.busy[i].any()]
+            entry["_busy"] = busy_sides
             if unknown:
                 notes.append(f"{name} {label['measurement']}: identity not checked for {', '.join(unknown)}")
             if left:
@@ -491,7 +509,7 @@ def ab(
             empty = [side for side, x in sides.items() if math.isnan(x.value)]
             if empty:  # nothing of this point to judge on a side: said, never a pass
                 entry["verdict"] = Verdict.INCONCLUSIVE.value
-                entry["why"] = f"no usable {m} in {' and '.join(empty)} (left out {left})"
+                entry["why"] = f"no usable {judged} in {' and '.join(empty)} (left out {left})"
                 continue
             pooled.append(entry)
         if differing:  # said once per experiment, not once per point
@@ -520,7 +538,7 @@ def ab(
 
 AB_FIRST = (
     *("experiment", "measurement", "device", "metric", "base", "new", "change_pct", "verdict", "why"),
-    *("base_processes", "new_processes", "change"),
+    *("base_processes", "new_processes", "change", "judged"),
 )
 # (the suspect column follows: a verdict on measurements taken on a busy machine says so)
 

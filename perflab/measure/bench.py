@@ -72,6 +72,7 @@ class Stats:
     num_threads: int = 0
     calls_per_sample: int = 1
     noise_threshold: float = 0.10
+    cpu: list[float] = field(default_factory=list)  # CPU seconds per call of each sample (host work only)
 
     def __post_init__(self) -> None:
         if not self.samples:
@@ -139,6 +140,7 @@ class Stats:
             "timer": self.timer,
             "calls_per_sample": self.calls_per_sample,
             "num_threads": self.num_threads,
+            "cpu_median_s": float(np.median(self.cpu)) if self.cpu else math.nan,
         }
 
 
@@ -245,6 +247,10 @@ def measure_rounds(
             synchronize(v.devices)
             warm[name].append(clock() - t0)
     samples: dict[str, list[float]] = {n: [] for n in names}
+    # the CPU time of this process's threads per sample, beside the wall time, where the work is
+    # the host's own (a GPU's time is not in it): what a busy machine's neighbour cannot add to
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    on_host = {n: all(d.type == "cpu" for d in variants[n].devices) for n in names}
     spent = dict.fromkeys(names, 0.0)
 
     def wants(name: str) -> bool:
@@ -263,12 +269,16 @@ def measure_rounds(
                     running = name
                 v = variants[name]
                 with around(name) if around else contextlib.nullcontext():
+                    c0 = time.process_time()
                     seconds = _SAMPLERS[kinds[name]](v.fn, v.devices, number, clock)
+                    c1 = time.process_time()
+                if on_host[name]:
+                    cpu[name].append((c1 - c0) / number)
                 samples[name].append(seconds / number)
                 spent[name] += seconds
             turn += 1
     threads = torch.get_num_threads()
-    return {n: Stats(samples[n], kinds[n], warm[n], threads, number, noise_threshold) for n in names}
+    return {n: Stats(samples[n], kinds[n], warm[n], threads, number, noise_threshold, cpu[n]) for n in names}
 
 
 def _wall(fn: Callable[[], object], devices: Sequence[Device], number: int, clock: Clock, sync: bool) -> float:

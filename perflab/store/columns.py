@@ -74,6 +74,9 @@ COLUMNS: dict[str, Column] = {
         _c("p50_s", "float", "s", "lower", lead=True),
         _c("p90_s", "float", "s", "lower", lead=True),
         _c("p99_s", "float", "s", "lower", lead=True),
+        # CPU seconds of the process's threads per call (median of the samples'), beside the wall
+        # time, host work only: judged instead of it where the machine was busy (compare, ab)
+        _c("cpu_median_s", "float", "s", "lower"),
         _c("tail_note", "text", lead=True),  # a p90 / p99 of too few samples to be a tail (bench.PERCENTILES)
         _c("noisy", "flag", lead=True),
         _c("warmup_n", "int", lead=True),
