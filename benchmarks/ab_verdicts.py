@@ -8,8 +8,8 @@ A/B pairs are the same trees with NEW's times (rows and raw samples) multiplied 
 machine's own. Judged at the gate (``--gate``, 10 % by default) by:
 
 - ``perflab K``: ``perflab compare`` on all K processes a side;
-- ``perflab 1``: ``perflab compare`` on process 1 alone (judged against this machine's between-process
-  variation, kept in the user's cache by the earlier ``perflab K`` comparisons: see docs/compare.md);
+- ``perflab 1``: ``perflab compare`` on process 1 alone (judged against a floor: ``--process-cv``,
+  else 10 %; no cache is kept between comparisons any more: see docs/compare.md);
 - ``asv``: slower by more than its factor (1.1 at a 10 % gate), with a Mann-Whitney p < 0.05 on the pooled samples
   (asv compares its samples too; its own statistics differ in detail);
 - ``pytest-benchmark``: ``--benchmark-compare-fail=median:GATE%`` on process 1's samples.
@@ -124,7 +124,7 @@ def verdicts(base: Path, new: Path, gate: float) -> dict[str, str]:
 
     out = {}
     for name, where in (("perflab K", []), ("perflab 1", ["process=1"])):
-        table = compare.ab(base, new, where=where, gate_pct=gate, keep=not where)  # K processes: the floor of 1
+        table = compare.ab(base, new, where=where, gate_pct=gate)
         code = compare.verdict_of(table)
         out[name] = {0: "PASS", 1: "FAIL"}.get(code, "UNDECIDED")
     a, b = pooled(base), pooled(new)
