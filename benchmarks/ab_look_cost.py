@@ -66,7 +66,7 @@ def main() -> None:
             took = []
             for _ in range(args.repeats):
                 start = time.perf_counter()
-                compare.ab(base, new, looks=10, keep=True)
+                compare.ab(base, new, looks=10, busy="left_out", paired=True)  # as perflab ab looks
                 took.append(time.perf_counter() - start)
             look = float(np.median(took))
             found.append({"processes": k, "points": args.points, "look_s": round(look, 4)})
