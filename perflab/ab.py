@@ -171,6 +171,8 @@ def run(
         )
         undecided = int((table.get("verdict", pd.Series(dtype=str)) == Verdict.INCONCLUSIVE.value).sum())
         undecided += int(table.get("change", pd.Series(dtype=str)).notna().sum())  # a side's every process busy
+        if table.attrs.get("left_busy") and "verdict" not in table:  # every process so far busy: none judged yet
+            undecided += 1
         at = looks.index(k) + 1
         level = alpha_per_look(alpha, len(looks))
         say(f"{k} processes a side (look {at} of {len(looks)}, at alpha {level:.2g}): {compare.summary(table)}")
@@ -317,6 +319,8 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"{PROG}: error: {err}", file=sys.stderr)
             return USAGE_EXIT
     if table.empty:
+        for note in table.attrs.get("notes", []):  # why nothing was judged (every process busy ...)
+            print(f"{PROG}: {note}", file=sys.stderr)
         return code
     compare.show(table, args.format, two=True, code=code, gate=args.fail_if_slower)
     compare.verdict_lines(table, args.format, code=code, gate=args.fail_if_slower, alpha=args.alpha, prog=PROG)

@@ -13,6 +13,7 @@ import pytest
 from perflab import compare, results
 from perflab.analysis.comparison import busy_rows
 from perflab.measure import watch
+from perflab.measure.devices import allowed_cpus
 from perflab.store.rundir import RunWriter
 
 from conftest import FAST, timed_row
@@ -76,11 +77,18 @@ def test_a_busy_point_is_judged_by_the_cpu_time_of_its_threads_where_its_rows_ha
         assert row["judged"] == "cpu_median_s: tflops was measured on a busy machine"
 
 
-def test_host_measurements_carry_the_cpu_time_of_their_threads(work):
+def test_host_measurements_carry_the_cpu_time_of_their_threads_where_none_spins(work, monkeypatch):
+    """One thread: its CPU time is the work's. Two under OpenMP's active wait: threads spin between
+    ops (a small model's CPU time read 100x its work), so none is recorded, and none judged."""
     import perflab
 
-    df = perflab.run("quick/matmul", FAST)
-    assert (df["cpu_median_s"] > 0).all() and (df["cpu_median_s"] < 50 * df["median_s"]).all()
+    df = perflab.run("quick/matmul", [*FAST, "devices.threads=1"])
+    assert (df["cpu_median_s"] > 0).all() and (df["cpu_median_s"] < 5 * df["median_s"]).all()
+    if allowed_cpus() < 2:
+        pytest.skip("two threads need two CPUs")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "active")
+    df = perflab.run("quick/matmul", [*FAST, "devices.threads=2"])
+    assert df["cpu_median_s"].isna().all()
 
 
 def test_one_rule_says_busy_from_a_rows_columns_with_advice_that_fits_it():

@@ -533,6 +533,7 @@ def ab(
         notes.append(f"no point is in both trees{others}")
     out.attrs["notes"] = list(dict.fromkeys(notes))
     out.attrs["gate_pct"], out.attrs["alpha"] = gate_pct, alpha
+    out.attrs["left_busy"] = sum(left_busy.values()) if busy == "left_out" else 0
     return out
 
 

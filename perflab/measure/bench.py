@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Mapping, Sequence
@@ -247,10 +248,13 @@ def measure_rounds(
             synchronize(v.devices)
             warm[name].append(clock() - t0)
     samples: dict[str, list[float]] = {n: [] for n in names}
-    # the CPU time of this process's threads per sample, beside the wall time, where the work is
-    # the host's own (a GPU's time is not in it): what a busy machine's neighbour cannot add to
+    # the CPU time of this process's threads per sample, beside the wall time, where it is the
+    # work's: host work (a GPU's time is not in it) whose threads do not spin while they wait
+    # (OpenMP's active wait burns CPU between ops: 100x a small model's own): what a busy
+    # machine's neighbour cannot add to
     cpu: dict[str, list[float]] = {n: [] for n in names}
-    on_host = {n: all(d.type == "cpu" for d in variants[n].devices) for n in names}
+    quiet_waits = torch.get_num_threads() == 1 or os.environ.get("OMP_WAIT_POLICY", "").lower() == "passive"
+    on_host = {n: quiet_waits and all(d.type == "cpu" for d in variants[n].devices) for n in names}
     spent = dict.fromkeys(names, 0.0)
 
     def wants(name: str) -> bool:

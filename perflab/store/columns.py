@@ -75,7 +75,8 @@ COLUMNS: dict[str, Column] = {
         _c("p90_s", "float", "s", "lower", lead=True),
         _c("p99_s", "float", "s", "lower", lead=True),
         # CPU seconds of the process's threads per call (median of the samples'), beside the wall
-        # time, host work only: judged instead of it where the machine was busy (compare, ab)
+        # time, host work whose threads do not spin (one, or OMP_WAIT_POLICY=passive): judged
+        # instead of it where the machine was busy (compare, ab)
         _c("cpu_median_s", "float", "s", "lower"),
         _c("tail_note", "text", lead=True),  # a p90 / p99 of too few samples to be a tail (bench.PERCENTILES)
         _c("noisy", "flag", lead=True),
