@@ -521,6 +521,8 @@ def ab(
         notes.append(
             "left out rows measured on a busy machine, to be measured again: "
             + ", ".join(f"{n} of {side}" for side, n in left_busy.items() if n)
+            + " (with no CPU time of their threads to judge instead: one thread, or OMP_WAIT_POLICY=passive, "
+            "records it)"
         )
     for e in entries:
         for key in ("_base", "_new", "_change", "_why", "_higher", "_floor", "_busy"):
