@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import shutil
 import sys
@@ -194,6 +193,7 @@ class Context:
                 around_loop=memory.sample,  # its peak RSS; energy per call it cannot know (energy.NOT_SAMPLED)
             )
         related = relate(stats) if relate else {}
+        watched = self._filled({**machine.columns(), **gpu.columns()})
         for name, part in parts.items():
             s = stats[name]
             row = {
@@ -202,10 +202,9 @@ class Context:
                 **related.get(name, {}),
                 **memory.columns(name),
                 **energy.columns(name, s.n * s.calls_per_sample, part.items),
-                **machine.columns(),
-                **gpu.columns(),
+                **watched,
             }
-            self.watched[name] = {**machine.columns(), **gpu.columns()}
+            self.watched[name] = watched
             row["suspect"] = "; ".join(x for x in (s.suspect, row.get("suspect", "")) if x)
             if self.settings.bench.profile:
                 row["trace"] = self._profile(name, part.fn, devices[name])
@@ -300,8 +299,7 @@ class Context:
             **(stats.as_row() if stats else {}),
             **fields,
         }
-        if number(row.get("others_cpu_pct")) is None:
-            row["others_cpu_pct"] = self._others_so_far()
+        row = self._filled(row)
         busy = busy_reason(row, self.settings.bench.busy_threshold)
         said = (fields.get("suspect", ""), busy, beyond_peak(fields))
         row.update(busy=bool(busy), suspect="; ".join(x for x in said if x))
@@ -320,13 +318,14 @@ class Context:
         window.__exit__(None, None, None)
         return window.columns()
 
-    def _others_so_far(self) -> float:
-        """Other processes' share of the CPUs (percent) since the job began, in this process."""
+    def _filled(self, columns: dict[str, Any]) -> dict[str, Any]:
+        """``columns`` with others' CPU share from the job so far (in this process) where their own
+        window was too short to count it (the kernel counts CPU time in 10 ms ticks)."""
         pid, job = self.began or (0, Machine())
-        if pid != os.getpid():
-            return math.nan
+        if number(columns.get("others_cpu_pct")) is not None or pid != os.getpid():
+            return columns
         job.__exit__(None, None, None)  # the counters now against the job's start: read again at the next row
-        return 100 * job.others_share()
+        return {**columns, "others_cpu_pct": 100 * job.others_share()}
 
     def need_memory(self, per_device: int, what: str, devices: Sequence[Device] | None = None) -> None:
         """Say, before allocating, how many bytes each device will hold: if they are not free
