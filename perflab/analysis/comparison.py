@@ -194,46 +194,57 @@ def _one_experiment(
     if "model_digest" in df and "model_digest" not in keys and rewritten(df, identity):
         keys.append("model_digest")  # nor a model folder rewritten between runs: a line per contents
     group = list(dict.fromkeys(["measurement", *keys]))
+    df = df.reset_index(drop=True)
+    codes = df.groupby(group, dropna=False, sort=True, observed=True).ngroup().to_numpy()
+    order = np.argsort(codes, kind="stable")
+    members = np.split(order, np.flatnonzero(np.diff(codes[order])) + 1) if len(order) else []
+    found = measured_each(df, members, metric, samples, frames=False)  # every point's figures, rows read once
+    labels = df[group].iloc[[at[0] for at in members]].itertuples(index=False, name=None)
+    runs = _distinct(codes, df["run_id"], len(members))
+    differ = {c: _distinct(codes, df[c], len(members)) > 1 for c in identity if c not in keys}
+    per_point = {
+        "suspect": _texts_by(codes, df.get("suspect"), len(members)),
+        "_busy": busy_rows(df).groupby(codes).any().reindex(range(len(members)), fill_value=False).to_numpy(),
+        "_threads": _one_value(codes, _device_threads(df), len(members)),
+    }
+    beside_of = {
+        c: pd.to_numeric(df[c], errors="coerce").groupby(codes).median().to_numpy()
+        for c in beside
+        if c in df and c != metric
+    }
+    units_of = {c: df[c].groupby(codes).first().reindex(range(len(members))) for c in UNIT_COLUMNS if c in df}
+    row_ids = df["row_id"].astype(str).tolist() if samples else []
     entries = []
-    for values, part in df.groupby(group, dropna=False, sort=True, observed=True):
-        values = values if isinstance(values, tuple) else (values,)
+    for i, (values, point, at) in enumerate(zip(labels, found, members)):
         entry: dict[str, Any] = {"experiment": name, **dict(zip(group, values)), "metric": metric}
-        usable_part = measured(part, metric, samples)
-        per_run = pd.to_numeric(usable_part.rows[metric], errors="coerce")
-        entry[metric] = usable_part.value
-        entry["runs"] = int(part["run_id"].nunique())
-        if usable_part.left_out:
-            entry["left_out"] = ", ".join(usable_part.left_out)
+        entry[metric] = point.value
+        entry["runs"] = int(runs[i])
+        if point.left_out:
+            entry["left_out"] = ", ".join(point.left_out)
             notes.append(f"{name} {entry['measurement']}: left out {entry['left_out']}")
-        if entry["runs"] > 1 and per_run.mean():
-            cv = float(per_run.std(ddof=1) / per_run.mean())
+        if entry["runs"] > 1 and point.n_processes > 1 and point.figures.mean():
+            cv = float(point.figures.std(ddof=1) / point.figures.mean())
             entry["cv_between_runs"] = cv
             if cv > NOISY_BETWEEN_RUNS:
-                point = ", ".join(f"{k.removeprefix('cfg.')}={v}" for k, v in zip(group, values))
-                notes.append(f"{name} {point}: {metric} varies {cv:.0%} between runs ({entry['runs']} runs)")
-        entry["_samples"] = usable_part.samples
-        seconds = [samples.get(str(r), np.array([])) for r in part["row_id"]] if samples else []
+                where = ", ".join(f"{k.removeprefix('cfg.')}={v}" for k, v in zip(group, values))
+                notes.append(f"{name} {where}: {metric} varies {cv:.0%} between runs ({entry['runs']} runs)")
+        entry["_samples"] = point.samples
+        seconds = [samples[r] for r in (row_ids[j] for j in at) if r in samples] if samples else []
         spread = iqr_pct(np.concatenate(seconds) if seconds else np.array([]))  # of the times, as the job's table
         if not math.isnan(spread):
             entry["iqr_pct"] = spread
-        for column in beside:  # what the experiment wants seen next to speed (training: test_acc)
-            if column in part and column != metric:
-                entry[column] = float(pd.to_numeric(part[column], errors="coerce").median())
-        for column in UNIT_COLUMNS:  # each point keeps its rows' units: a table may mix images and tokens
-            if column in part and part[column].notna().any():
-                entry[column] = str(part[column].dropna().iloc[0])
-        differ = [c for c in identity if c not in keys and part[c].astype("string").nunique(dropna=False) > 1]
-        if differ:
-            entry["pooled"] = ", ".join(c.removeprefix("cfg.") for c in differ)
+        entry.update({c: float(v[i]) for c, v in beside_of.items()})  # what the experiment wants seen beside speed
+        for column, first in units_of.items():  # each point keeps its rows' units: a table may mix images and tokens
+            if pd.notna(first.iloc[i]):
+                entry[column] = str(first.iloc[i])
+        pooled = [c.removeprefix("cfg.") for c, many in differ.items() if many[i]]
+        if pooled:
+            entry["pooled"] = ", ".join(pooled)
             notes.append(
                 f"{name} {entry['measurement']}: {entry['runs']} runs pooled although they differ in "
                 f"{entry['pooled']} (add --by to separate them)"
             )
-        suspects = sorted({str(s) for s in part.get("suspect", pd.Series(dtype=str)).dropna() if str(s)})
-        entry["suspect"] = "; ".join(suspects)
-        entry["_busy"] = busy_rows(part).any()
-        threads = {t for t in map(threads_of, part.get("device_name", pd.Series(dtype=str)).dropna()) if t}
-        entry["_threads"] = threads.pop() if len(threads) == 1 else None  # each device's, where one count
+        entry.update({k: v[i] for k, v in per_point.items()})
         entries.append(entry)
     out = pd.DataFrame(entries)
     if baseline:
@@ -245,6 +256,39 @@ def _one_experiment(
             out.loc[i, "suspect"] = "; ".join(x for x in (str(out.at[i, "suspect"] or ""), why) if x)
             notes.append(f"{name} {out.at[i, 'measurement']} at {count.removeprefix('cfg.')}={out.at[i, count]}: {why}")
     return out.drop(columns=["_busy", "_threads"], errors="ignore"), notes
+
+
+def _distinct(codes: np.ndarray, column: pd.Series, groups: int) -> np.ndarray:
+    """How many distinct values (as text, an empty cell one of them) ``column`` holds in each
+    group (``codes``: each row's group): one pass over the column, not a frame per group."""
+    values, _ = pd.factorize(column.astype("string"), use_na_sentinel=False)
+    width = int(values.max()) + 1 if len(values) else 1
+    pairs = np.unique(codes.astype(np.int64) * width + values)
+    return np.bincount(pairs // width, minlength=groups)
+
+
+def _texts_by(codes: np.ndarray, column: pd.Series | None, groups: int) -> list[str]:
+    """Each group's distinct non-empty texts of ``column``, sorted, joined by "; "."""
+    out = [""] * groups
+    if column is None:
+        return out
+    found = pd.DataFrame({"g": codes, "t": column.astype("string").to_numpy()}).dropna().drop_duplicates()
+    found = found[found["t"].str.strip() != ""].sort_values(["g", "t"])
+    for g, joined in found.groupby("g")["t"].agg("; ".join).items():
+        out[int(g)] = joined
+    return out
+
+
+def _one_value(codes: np.ndarray, column: pd.Series | None, groups: int) -> list[Any]:
+    """Each group's value of ``column`` where it holds one (empty cells aside), else None."""
+    out: list[Any] = [None] * groups
+    if column is None:
+        return out
+    found = pd.DataFrame({"g": codes, "v": column.to_numpy()}).dropna().drop_duplicates()
+    single = found[found["g"].map(found["g"].value_counts()) == 1]
+    for g, v in single.itertuples(index=False):
+        out[int(g)] = v
+    return out
 
 
 BUSY = "the machine was busy"  # how a row's suspect says it, in rows older than the busy column
@@ -265,6 +309,13 @@ def busy_rows(rows: pd.DataFrame) -> pd.Series:
     if "suspect" in rows:
         flagged |= rows["suspect"].astype("string").str.contains(BUSY, regex=False).fillna(False).astype(bool)
     return flagged
+
+
+def _device_threads(rows: pd.DataFrame) -> pd.Series | None:
+    """``threads_of`` each row's ``device_name`` (made once per distinct name), or None."""
+    if "device_name" not in rows:
+        return None
+    return pd.Series(_texts(rows["device_name"], threads_of), index=rows.index, dtype=object)
 
 
 def threads_of(device_name: object) -> int | None:
@@ -627,7 +678,7 @@ class _Cells:
         return "; ".join(sorted(s for s in found if s.strip()))
 
 
-def _texts(column: pd.Series, fn: Callable[[Any], str], empty: str | None = None) -> np.ndarray:
+def _texts(column: pd.Series, fn: Callable[[Any], Any], empty: str | None = None) -> np.ndarray:
     """``fn`` of each cell of ``column``, ``empty`` where it is empty; ``fn`` runs once per distinct value."""
     codes, uniques = pd.factorize(column)
     return np.array([*map(fn, uniques), empty], dtype=object)[codes]
