@@ -156,3 +156,17 @@ def test_ab_judges_its_interleaved_processes_as_pairs_a_drift_that_hits_both_can
     assert pairs["ci_low"] < 1 / 1.25 < pairs["ci_high"] < 1
     (aa,) = compare.ab(tmp_path / "base", tmp_path / "same", paired=True).to_dict("records")
     assert aa["verdict"] == "PASS"
+
+
+def test_the_false_discovery_rate_is_benjamini_hochbergs_as_scipy_gives_it():
+    from scipy import stats as scipy_stats
+
+    from perflab.analysis.stats import fdr
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 100):
+        p = rng.uniform(0, 1, n) ** 3
+        np.testing.assert_allclose(fdr(p), scipy_stats.false_discovery_control(p, method="bh"))
+    mixed = np.array([0.01, np.nan, 0.04, 0.03])
+    np.testing.assert_allclose(fdr(mixed)[[0, 2, 3]], scipy_stats.false_discovery_control(mixed[[0, 2, 3]]))
+    assert np.isnan(fdr(mixed)[1])

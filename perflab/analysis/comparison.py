@@ -502,13 +502,14 @@ def ab(
         measured_a = dict(zip(in_both, measured_each(pa, [ga[x] for x in in_both], m, samples, said["BASE"], frames)))
         measured_b = dict(zip(in_both, measured_each(pb, [gb[x] for x in in_both], m, samples, said["NEW"], frames)))
         differing: list[str] = []  # points whose model folder's contents differ between the sides
+        cells = {id(x): {k: x[k].to_numpy(object) for k in varying} for x in (pa, pb)}  # read once, not per point
         for point in points:
             label = dict(zip(match_on, point))
             rows, at = (pa, ga[point]) if point in ga else (pb, gb[point])
             entry: dict[str, Any] = {
                 "experiment": name,
                 "measurement": label["measurement"],
-                **{k: _native(rows[k].iloc[at]) for k in varying},
+                **{k: _native(v[at]) for k, v in cells[id(rows)].items()},
                 "metric": m,
                 "_name": dashboard_name(name, label, varying),
             }
@@ -602,12 +603,12 @@ def _geomean(figures: np.ndarray) -> float:
     return float(np.exp(np.log(figures).mean())) if len(figures) else math.nan
 
 
-def _native(column: pd.Series) -> object:
-    """A key's value as the rows hold it (an integer stays one), for the table."""
-    values = column.dropna()
-    if values.empty:
+def _native(values: np.ndarray) -> object:
+    """A key's value as the rows hold it (an integer stays one), for the table: its first cell
+    that is not empty, or None."""
+    v = next((x for x in values.tolist() if not pd.isna(x)), None)
+    if v is None:
         return None
-    v = values.iloc[0]
     return int(v) if isinstance(v, float) and v.is_integer() else v.item() if hasattr(v, "item") else v
 
 

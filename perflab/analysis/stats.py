@@ -204,13 +204,15 @@ def repeats_needed(
 
 
 def fdr(p_values: Sequence[float]) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p-values (``scipy.stats.false_discovery_control``) over all
-    the tests of one comparison; NaN (no test) stays NaN and does not count."""
-    from scipy import stats
-
+    """Benjamini-Hochberg adjusted p-values over all the tests of one comparison (what
+    ``scipy.stats.false_discovery_control`` gives, tested against it: importing scipy.stats
+    cost every compare and every look of perflab ab 1.3 s); NaN (no test) stays NaN and does
+    not count. The i-th smallest of m p-values adjusts to the least of p_(j) m / j over j >= i."""
     p = np.asarray(p_values, float)
     out = np.full(len(p), math.nan)
-    tested = ~np.isnan(p)
-    if tested.any():
-        out[tested] = stats.false_discovery_control(p[tested], method="bh")
+    tested = np.flatnonzero(~np.isnan(p))
+    if len(tested):
+        order = tested[np.argsort(p[tested], kind="stable")]
+        scaled = p[order] * len(order) / np.arange(1, len(order) + 1)
+        out[order] = np.clip(np.minimum.accumulate(scaled[::-1])[::-1], 0, 1)
     return out
