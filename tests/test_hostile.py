@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from test_contract import install  # noqa: F401  (a fixture: a user's package, installed)
 from test_faults import make, no_hang, snapshot  # noqa: F401  (no_hang: a fixture)
 
 from perflab.errors import ConfigError
@@ -381,3 +382,57 @@ def test_ab_checks_both_sides_and_out_before_measuring_either(cli, work, measure
     assert len(said) == 1 and said[0].startswith("perflab ab: error: ") and phrase in said[0], ran.err
     assert measured == [], "neither side measured"
     assert snapshot(work) == before
+
+
+# --- no traceback, no silent exit: what the user wrote is named in one line --------------------
+
+POST_INIT = (
+    "from dataclasses import dataclass\n"
+    "from perflab.experiment import ExperimentConfig\n"
+    "@dataclass\n"
+    "class Config(ExperimentConfig):\n"
+    "    rows: int = 8\n"
+    "    def __post_init__(self):\n"
+    "        self.ratio = 1 / (self.rows - 8)  # the user's bug\n"
+    "def run(ctx):\n"
+    "    pass\n"
+)
+
+
+def test_a_users_module_calling_sys_exit_on_import_is_named_and_breaks_only_itself(install, cli, work):  # noqa: F811
+    sources = {"edgepkg/__init__.py": "", "edgepkg/exp.py": "import sys\nsys.exit(3)\n"}
+    install("edgepkg", {"quits": "edgepkg.exp"}, sources)
+    listed = cli()
+    assert "quits" in listed.out and "it calls sys.exit(3) as it is imported" in listed.out
+    ran = cli("+experiment=quits", rc=2)
+    assert ran.err == (
+        "perflab: error: experiment quits (edgepkg.exp, from edgepkg 0.1.0): cannot import it: it calls "
+        "sys.exit(3) as it is imported; allowed: a module that imports (fix it, or pip uninstall edgepkg)\n"
+    )
+    assert "matmul" in cli(*MATMUL, "results.table=true").out, "every other experiment runs"
+
+
+def test_a_bug_in_a_users_config_post_init_is_one_line_naming_it(install, cli, work):  # noqa: F811
+    install("edgepkg", {"buggy": "edgepkg.exp"}, {"edgepkg/__init__.py": "", "edgepkg/exp.py": POST_INIT})
+    for sweep in ([], ["-m", "experiment.rows=8,9"]):  # checked without Hydra, and by Hydra's config
+        ran = cli(*sweep, "+experiment=buggy", *FAST, rc=2)
+        said = ran.err.strip().splitlines()
+        assert len(said) == 1 and "Traceback" not in ran.err, ran.err
+        assert "its Config (edgepkg.exp.Config) raised ZeroDivisionError: division by zero" in said[0], said[0]
+    assert not (work / "outputs").exists() or not list((work / "outputs").rglob("results.csv"))
+
+
+def test_a_preset_that_is_not_utf8_is_one_line_naming_it(cli, work):
+    preset = work / "conf" / "experiment" / "latin.yaml"
+    preset.parent.mkdir(parents=True)
+    preset.write_bytes("# @package _global_\n# caf\xe9\ndefaults:\n  - /experiment/quick/matmul\n".encode("latin-1"))
+    ran = cli("--config-dir", "conf", "+experiment=latin", *FAST, rc=2)
+    said = ran.err.strip().splitlines()
+    assert len(said) == 1 and "latin.yaml" in said[0] and "UTF-8" in said[0] and "Traceback" not in ran.err, ran.err
+
+
+def test_a_deeply_nested_peaks_file_is_one_line(cli, work):
+    (work / "peaks.json").write_text("[" * 100_000 + "]" * 100_000)
+    ran = cli(*MATMUL, "results.peaks=peaks.json", rc=None)
+    assert "Traceback" not in ran.out + ran.err and "RecursionError" not in ran.out + ran.err
+    assert "results.peaks=peaks.json" in ran.out + ran.err

@@ -215,7 +215,7 @@ def _holder(path: Path) -> Holder | None:
     if path.is_dir():
         return Holder("?", 0, "?", age, path=str(path), unreadable="a directory")
     try:
-        data = json.loads(files.read_regular(path))
+        data = files.read_json(path)
         if not isinstance(data, dict):
             raise ValueError("not an object")
         return Holder(

@@ -71,7 +71,7 @@ class RunRecord:
     def read(cls, run_dir: Path) -> "RunRecord | None":
         """The record, or None if there is none (or it is unreadable: then the run is not done)."""
         try:
-            data = json.loads(files.read_regular(run_dir / RECORD))  # a FIFO there blocks no reader
+            data = files.read_json(run_dir / RECORD)  # a FIFO there blocks no reader
             known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
             record = cls(**known)
         except (OSError, ValueError, TypeError, AttributeError):  # AttributeError: not an object
