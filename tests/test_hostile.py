@@ -436,3 +436,56 @@ def test_a_deeply_nested_peaks_file_is_one_line(cli, work):
     ran = cli(*MATMUL, "results.peaks=peaks.json", rc=None)
     assert "Traceback" not in ran.out + ran.err and "RecursionError" not in ran.out + ran.err
     assert "results.peaks=peaks.json" in ran.out + ran.err
+
+
+def _unreadable(monkeypatch, *folders: Path) -> None:
+    """``folders`` cannot be listed, as for a user without the permission (tests run as root,
+    whom chmod does not stop)."""
+    real = os.scandir
+    refused = {os.path.realpath(f) for f in folders}
+
+    def scandir(path="."):
+        if os.path.realpath(path) in refused:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_a_tree_that_cannot_be_read_is_an_error_never_no_runs(work, capsys, monkeypatch):
+    from perflab import results
+
+    seed(work)
+    _unreadable(monkeypatch, work / "outputs")
+    assert results.main(["outputs"]) == 2
+    assert capsys.readouterr().err.strip() == "perflab results: error: outputs: cannot read it (Permission denied) " + (
+        "(run an experiment first, or give the results tree)"
+    )
+    with pytest.raises(FileNotFoundError, match="cannot read it"):
+        results.load("outputs")
+
+
+def test_a_folder_of_the_tree_that_cannot_be_read_is_said(work, capsys, monkeypatch):
+    from perflab import results
+
+    seed(work)
+    _unreadable(monkeypatch, work / "outputs" / "sweeps")
+    assert results.main(["outputs"]) == 0
+    said = capsys.readouterr().out
+    assert "skipped 1 folder that could not be read (Permission denied): runs there are not loaded" in said
+    assert "outputs/sweeps" in said and "r1" in said
+
+
+def test_an_index_that_cannot_be_used_leaves_the_run_dirs_read_and_says_so(work, monkeypatch, caplog):
+    from perflab import results
+    from perflab.store import index
+
+    seed(work)
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(work / "outputs" / ".perflab" / "index"))
+
+    monkeypatch.setattr(index, "load_tree", refused)
+    df = results.load("outputs")
+    assert sorted(df["run_id"]) == ["r1", "r2"], "every row, from the run dirs themselves"
+    assert "without its index, which could not be used" in " ".join(df.attrs["notes"])

@@ -118,6 +118,7 @@ def remove(path: Path) -> bool:
 # a device never end): perflab writes regular files only (the samples loader says the same of
 # a samples.csv).
 
+UNREADABLE_FOLDER = "skipped {n} folder{s} that could not be read ({why}): runs there are not loaded"
 RESULTS_LINK = "skipped {n} symlinked results.csv (perflab writes real files; a link is not followed)"
 NOT_PLAIN = "skipped {n} non-regular file{s} (a FIFO, a device, a folder) where perflab keeps a run's files"
 
@@ -149,7 +150,11 @@ def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[s
             continue
         try:
             entries = list(os.scandir(here))
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):  # gone meanwhile
+            continue
+        except OSError as err:  # no permission, a dead mount: its runs are not hidden in silence
+            if notes is not None:
+                notes.add(UNREADABLE_FOLDER.replace("{why}", err.strerror or type(err).__name__), here)
             continue
         stack += sorted(
             (e.path for e in entries if not e.name.startswith(".") and _is_dir(e)),
