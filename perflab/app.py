@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _discard_made(session, args)
             swept = session.sweep_dir
             ran = swept is not None and swept.is_dir() and bool(sweep.job_dirs(swept))
-            if ran and session.sweep_exit is None:
+            if swept is not None and ran and session.sweep_exit is None:
                 sweep.finish(swept, session.unsaved)  # the points that ran still get their summary
             code = usage_error(line)
             return max(1, session.sweep_exit or 0) if ran else code  # a sweep stopped part-way: 1, as documented

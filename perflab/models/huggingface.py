@@ -239,8 +239,10 @@ def _refuse_unknown_keys(cfg: Any, given: Any) -> None:
 
 
 # A model's sizes, as configs name them: each at least 1 (n_layer=-1 builds a model of no layers).
-SIZES = ("n_layer", "num_hidden_layers", "n_head", "num_attention_heads", "n_embd", "hidden_size")
-SIZES += ("n_positions", "max_position_embeddings", "vocab_size", "intermediate_size")
+SIZES: tuple[str, ...] = (
+    *("n_layer", "num_hidden_layers", "n_head", "num_attention_heads", "n_embd", "hidden_size"),
+    *("n_positions", "max_position_embeddings", "vocab_size", "intermediate_size"),
+)
 
 
 def _refuse_sizes(cfg: Any, name: str | None) -> None:
