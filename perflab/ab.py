@@ -210,10 +210,10 @@ OUT_ALLOWED = "a new or empty folder (or an earlier ab's, its base/ and new/ emp
 
 def out_mistake(out: Path) -> str:
     """Why ``--out`` cannot take this run's two trees ('' when it can): a results tree or a
-    folder of one (tree.truth), a file, or a folder holding anything but empty base/, new/, src/."""
-    from perflab.store import files, tree
+    folder of one (layout.truth), a file, or a folder holding anything but empty base/, new/, src/."""
+    from perflab.store import files, layout
 
-    why = tree.truth(out)
+    why = layout.truth(out)
     if why:
         return f"--out {out}: {why}; allowed: {OUT_ALLOWED}"
     kind = files.kind_of(out)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -303,7 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not tree.is_store(top):  # it would write .perflab/ there and read every run below
                 raise LookupError(f"{top}: not a results tree; allowed: a folder holding runs/, sweeps/ or .perflab/")
             for part in ("done", "index"):  # claims stay: they are sweeps running now, not derived
-                shutil.rmtree(tree.meta(top) / part, ignore_errors=True)
+                path = tree.meta(top) / part
+                if not path.is_symlink():  # a linked index (another disk) is rebuilt in place; never deleted through
+                    tree.remove(path)
             done = done_marks.rebuild_done(top)
             rows = len(index.load_tree(top))
             print(f"reindexed {top}: {done} complete runs, {rows} rows")

@@ -6,7 +6,7 @@ Rules: never replace what is not a regular file (a device, a FIFO, a directory);
 keeps the mode and group it had. A file a command is told to write (``results export FILE``,
 ``report -o FILE``, ``compare --plot DIR``'s images) replaces only a file perflab wrote
 (:func:`check_replace`): never one of the user's, nor one perflab wrote as truth (a run's
-results.csv: :func:`check_file` asks ``tree.truth``).
+results.csv: :func:`check_file` asks ``layout.truth``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from perflab.errors import ConfigError
+from perflab.store import layout
 
 _KINDS = {
     stat.S_ISCHR: "a character device",
@@ -263,11 +264,9 @@ def check_file(key: str, path: Path, allowed: str) -> bool:
 
     Returns whether it exists. Symlinks are followed (the target is what gets written). Never
     a place that holds perflab's truth (a run dir's files, a sweep dir's, ``.perflab/``): the
-    one rule (tree.truth) that every output path asks, here.
+    one rule (layout.truth) that every output path asks, here.
     """
-    from perflab.store.tree import truth  # tree knows the run files' names; it imports this module
-
-    why = truth(path)
+    why = layout.truth(path)
     if why:
         raise ConfigError(key, str(path), allowed, problem=why)
     real = target(path)

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, get_origin, get_type_hints
 
 from perflab.store import files
+from perflab.store.layout import RECORD as RECORD  # the tree's names, said once there
 from perflab.store.rows import RESULTS, SAMPLE_COLUMNS, SAMPLES, csv_text, read_csv
 
-RECORD = "run.json"
 # ok: ran; done: an identical point had run (same_as says where); skipped: nothing could run
 # here; refused: a bad value; error / oom / cancelled / timeout: it stopped; running: it has not
 # ended (or was killed without a word).

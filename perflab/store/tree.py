@@ -27,12 +27,13 @@ from typing import Iterator
 
 from perflab.errors import ConfigError
 from perflab.store import files
+from perflab.store.layout import META as META
+from perflab.store.layout import SWEEP_MARK, is_run_dir, run_dir_above
+from perflab.store.layout import is_store as is_store  # what tree.is_store was, said once there
 from perflab.store.rows import RESULTS, Notes
 from perflab.store.rundir import RECORD
 
 log = logging.getLogger("perflab")
-
-META = ".perflab"
 
 
 def meta(root: Path) -> Path:
@@ -208,11 +209,6 @@ def run_dirs(top: Path, notes: Notes | None = None) -> Iterator[Path]:
         yield Path(here)
 
 
-def is_store(path: Path) -> bool:
-    """A results tree as perflab writes it (runs/, sweeps/ or its .perflab/ folder)."""
-    return any((Path(path) / part).is_dir() for part in (META, "runs", "sweeps"))
-
-
 def relative(root: Path, run_dir: Path) -> str:
     """How the index names a run dir: relative to the store when inside it (trees can move)."""
     try:
@@ -221,42 +217,11 @@ def relative(root: Path, run_dir: Path) -> str:
         return str(Path(os.path.abspath(run_dir)))
 
 
-# --- where truth lives: the one rule every writer asks ----------------------------------------
+# --- where a new run may go -------------------------------------------------------------------
 #
-# A run dir holds what its run wrote and nothing else; a sweep dir what its sweep wrote;
-# ``.perflab/`` what perflab derives. No output a user names (the ledger, an export, a report,
-# plots, ``ab --out``) may land there, and no new run may be written where a run already is, or
-# where no reader looks: :func:`truth` and :func:`check_run_dir` decide, files.check_file asks.
-
-SWEEP_MARK = "multirun.yaml"  # Hydra's record of a sweep, in the sweep dir
-
-
-def is_run_dir(folder: Path) -> bool:
-    """``folder`` holds a run file (results.csv or run.json, whatever its kind)."""
-    return _run_files(os.fspath(folder))[1]
-
-
-def run_dir_above(path: Path) -> Path | None:
-    """The run dir ``path`` lies in (its folder or one further up), or None."""
-    return next((p for p in Path(os.path.abspath(path)).parents if is_run_dir(p)), None)
-
-
-def truth(path: Path) -> str:
-    """Why writing at ``path`` (symlinks followed) would change what perflab wrote as truth, or
-    keeps as derived ('' where it would not): a file in a run dir or a sweep dir, anything under
-    ``.perflab/``, a folder that is a run dir, a sweep dir or a results tree."""
-    real = files.target(path)
-    if META in real.parts:
-        return f"it is under {META}/, which perflab keeps for itself (rebuilt from the runs)"
-    above = run_dir_above(real)
-    if above is not None:
-        return f"it is in the run dir {above}, which holds what its run wrote and nothing else"
-    if (real.parent / SWEEP_MARK).exists():
-        return f"it is in the sweep dir {real.parent}, which holds what its sweep wrote"
-    if real.is_dir() and (is_run_dir(real) or is_store(real) or (real / SWEEP_MARK).exists()):
-        return "it is a run dir, a sweep dir or a results tree"
-    return ""
-
+# A run dir holds what its run wrote and nothing else: no new run is written where a run already
+# is, or where no reader looks (:func:`check_run_dir`). Where an output a user names may not go:
+# layout.truth, which files.check_file asks.
 
 RUN_DIR_ALLOWED = "a new or empty folder (the default: a fresh one under results.store)"
 
