@@ -292,6 +292,19 @@ def test_nothing_is_deleted_through_a_link_in_the_derived_folders(tmp_path, link
     assert {k: v for k, v in after.items() if k in before} == before, "every file of the user's as it was"
 
 
+def test_a_claims_folder_linked_to_a_users_folder_is_unlinked_not_written_through(tmp_path):
+    mine = _user_file(tmp_path)
+    before = snapshot(mine.parent)
+    claims = tmp_path / ".perflab" / "claims"
+    claims.parent.mkdir(parents=True)
+    claims.symlink_to(mine.parent)
+    got = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
+    assert isinstance(got, point_claims.Claim) and not claims.is_symlink()
+    got.release()
+    assert snapshot(mine.parent) == before
+
+
+@pytest.mark.slow  # two sweeps; the unit cases above show each damage
 def test_a_sweep_after_its_done_marker_was_cut_short_measures_nothing_again(cli, work):
     args = ["-m", *MATMUL]
     cli(*args)
