@@ -377,6 +377,11 @@ def measured(monkeypatch):
 AB_MISTAKES = {
     "a bad --new value": (["--new", "experiment.size=-3"], "new side: experiment.size=-3"),
     "a bad --base key": (["--base", "bench.repeat=3"], "base side: bench.repeat=3: unknown key"),
+    "a bad --new key in a sweep": (
+        ["-m", "experiment.size=16,32", "--new", "bench.repeat=3"],
+        "new side: bench.repeat",
+    ),
+    "a bad --new type in a sweep": (["-m", "experiment.size=16,32", "--new", "bench.repeats=x"], "bench.repeats=x"),
     "no --new-python": (["--new-python", "/no/such/python"], "--new-python /no/such/python: no such program"),
     "--out a results tree": (["--new-env", "OMP_NUM_THREADS=1", "--out", "outputs"], "--out "),
     "--out a run dir": (
