@@ -237,8 +237,8 @@ def check_run_dir(key: str, run_dir: Path, root: Path) -> None:
         why = "it is the results store, or holds it (every run there would be hidden)"
     elif store in real.parents and any(p.startswith(".") for p in real.relative_to(store).parts):
         why = f"it is under a hidden folder of the store ({META}/ ...), which no reader reads"
-    elif run_dir_above(real) is not None:
-        why = f"it is inside the run dir {run_dir_above(real)} (a run dir's subfolders are never read)"
+    elif (above := run_dir_above(real)) is not None:
+        why = f"it is inside the run dir {above} (a run dir's subfolders are never read)"
     elif is_run_dir(real) or (real / SWEEP_MARK).exists():
         why = "it already holds a run (or a sweep)"
     elif _holds_runs(real):
