@@ -72,7 +72,7 @@ def infos(folder: Path) -> list[tuple[Path, Info]]:
     found = []
     for meta in folder.glob("*.json"):
         try:
-            info = Info(**files.read_json(meta))
+            info = Info(**json.loads(files.read_text(meta)))
         except (OSError, ValueError, TypeError):
             continue
         if meta.with_suffix(".pt").is_file():
