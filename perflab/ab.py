@@ -213,6 +213,82 @@ def _count(text: str) -> int:
     return int(text)
 
 
+OUT_ALLOWED = "a new or empty folder (or an earlier ab's, its base/ and new/ empty)"
+
+
+def out_mistake(out: Path) -> str:
+    """Why ``--out`` cannot take this run's two trees ('' when it can): a results tree or a
+    folder of one (layout.truth), a file, or a folder holding anything but empty base/, new/, src/."""
+    from perflab.store import files, layout
+
+    why = layout.truth(out)
+    if why:
+        return f"--out {out}: {why}; allowed: {OUT_ALLOWED}"
+    kind = files.kind_of(out)
+    if kind == "missing":
+        return ""
+    if kind != "a directory":
+        return f"--out {out}: {kind}, not a folder; allowed: {OUT_ALLOWED}"
+    for entry in sorted(out.iterdir()):
+        ours = entry.name in ("base", "new", "src") and entry.is_dir() and not entry.is_symlink()
+        if not ours or any(entry.iterdir()):
+            said = "is not empty" if ours else "is there (not one of an earlier ab's empty base/, new/, src/)"
+            return f"--out {out}: {entry} {said}; allowed: {OUT_ALLOWED}"
+    return ""
+
+
+def side_mistake(side: Side, shared: Sequence[str], at_ref: bool = False) -> str:
+    """Why a side cannot run ('' when it can): its interpreter is no program, or (a side run by
+    this very perflab: no ref, no interpreter of its own) its overrides are refused as a run
+    refuses them. Asked of both sides before either measures."""
+    import os
+    import shutil
+
+    if side.python is not None:
+        found = shutil.which(side.python)
+        if found is None or not os.access(found, os.X_OK) or os.path.isdir(found):
+            allowed = "a Python interpreter (a venv's bin/python)"
+            return f"--{side.name}-python {side.python}: no such program; allowed: {allowed}"
+        return ""
+    if at_ref:  # another commit's perflab: its own checks say, in its first process
+        return ""
+    from perflab.app import checked_before_hydra, sweeping
+    from perflab.config.composition import compose
+    from perflab.errors import Refused
+
+    args = side.args(shared)
+    line, _ = checked_before_hydra(args)
+    chosen = [a.partition("=")[2] for a in args if a.startswith("+experiment=")]
+    rest = [a for a in args if not a.startswith("+experiment=")]
+    if line is None and len(chosen) == 1:  # what Hydra's own path would say, of a sweep's first point
+        swept = bool(sweeping(rest))
+        first = first_point(rest) if swept else rest
+        try:
+            compose(chosen[0], first)
+        except Refused as err:
+            line = str(err)
+        if line is None and swept:  # its values, as a single run's are checked above
+            line, _ = checked_before_hydra([f"+experiment={chosen[0]}", *first])
+    return f"{side.name} side: {line}" if line else ""
+
+
+def first_point(overrides: Sequence[str]) -> list[str]:
+    """A sweep's overrides at the first value of each swept key (``size=16,32`` -> ``size=16``):
+    a key or a type every point shares is refused there as in the sweep. As given where
+    Hydra's parser cannot read them (composing says why)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        first = []
+        for given, o in zip(overrides, parsed):
+            key = given.partition("=")[0]
+            first.append(f"{key}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else given)
+        return first
+    except Exception:  # Hydra's parser's own errors: composing says them in one line
+        return list(overrides)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; exit codes as compare's (a crash is 3 in one line, never 1)."""
     try:
@@ -285,13 +361,12 @@ def _main(argv: Sequence[str] | None) -> int:
             f"{PROG}: note: the sides do not differ: an A/A run (how often it FAILs is the false alarm rate)",
             file=sys.stderr,
         )
-    for side in sides:
-        if side.tree.exists() and (not side.tree.is_dir() or any(side.tree.iterdir())):
-            print(
-                f"{PROG}: error: --out {args.out}: {side.tree} is not empty; allowed: a new or empty folder",
-                file=sys.stderr,
-            )
-            return USAGE_EXIT
+    mistake = out_mistake(args.out) or next(
+        filter(None, (side_mistake(side, args.overrides, side.name in shas) for side in sides)), ""
+    )
+    if mistake:  # both sides checked before either measures
+        print(f"{PROG}: error: {mistake}", file=sys.stderr)
+        return USAGE_EXIT
     gate = DEFAULT_GATE_PCT if args.fail_if_slower is None else args.fail_if_slower
     with contextlib.ExitStack() as stack:
         for side in sides:

@@ -43,6 +43,7 @@ def run(experiment: str, overrides: Sequence[str] | str = (), *, sweep_dir: str 
     from perflab.job.ending import Place
     from perflab.job.execute import check_overrides, check_values, execute
     from perflab.results import load
+    from perflab.store import tree
     from perflab.store.rows import RESULTS
 
     overrides = as_overrides(overrides)
@@ -61,6 +62,10 @@ def run(experiment: str, overrides: Sequence[str] | str = (), *, sweep_dir: str 
         job_num=job_num if point else 0,
     )
     run_dir = place.run_dir
+    try:  # a folder that holds a run already (or the store itself) is never written into
+        tree.check_run_dir("sweep_dir" if point else "hydra.run.dir", run_dir, Path(str(cfg.results.store)))
+    except ConfigError as err:
+        raise Refused(err.line()) from None
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -123,9 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             line = output_error(err, args)  # Hydra could not make (or write into) the run / sweep dir
             _discard_made(session, args)
             swept = session.sweep_dir
-            if swept is not None and swept.is_dir() and sweep.job_dirs(swept) and session.sweep_exit is None:
+            ran = swept is not None and swept.is_dir() and bool(sweep.job_dirs(swept))
+            if swept is not None and ran and session.sweep_exit is None:
                 sweep.finish(swept, session.unsaved)  # the points that ran still get their summary
-            return usage_error(line)
+            code = usage_error(line)
+            return max(1, session.sweep_exit or 0) if ran else code  # a sweep stopped part-way: 1, as documented
         except sweep.Refused as refused:  # a bad value in some point: nothing ran
             sweep.discard_if_empty(session.sweep_dir)
             return usage_error(str(refused))

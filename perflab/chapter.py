@@ -103,7 +103,7 @@ class Chapter:
         structured config) and against the experiments here; :class:`Unreadable` otherwise."""
         path = folder / PLAN
         try:
-            data = json.loads(files.read_text(path))
+            data = files.read_json(path)
             if not isinstance(data, dict):
                 raise ValueError(f"JSON {type(data).__name__}, not an object")
             chapter = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), data))
@@ -264,7 +264,7 @@ def kept_calibration(store: Path) -> tuple[Machine, float, str] | None:
     measured), or None: none kept, another machine's, or unreadable (measured anew)."""
     path = meta(store) / CALIBRATION
     try:
-        kept = json.loads(files.read_regular(path)).get(machine_key())
+        kept = files.read_json(path).get(machine_key())
         return Machine.from_dict(kept["machine"]), float(kept["smallest_s"]), str(kept["when"])
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
@@ -280,7 +280,7 @@ def kept_pace(store: Path) -> dict[str, float]:
     """Each job's pace on this machine in the chapters before (``Point.key`` -> its time over its
     hook's estimate), kept with the calibration; empty where none is kept or it is unreadable."""
     try:
-        pace = json.loads(files.read_regular(meta(store) / CALIBRATION))[machine_key()]["pace"]
+        pace = files.read_json(meta(store) / CALIBRATION)[machine_key()]["pace"]
         return {str(k): min(PACE[1], max(PACE[0], float(v))) for k, v in pace.items()}
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return {}
@@ -308,7 +308,7 @@ def _keep(store: Path, change: Callable[[dict[str, Any]], dict[str, Any]]) -> No
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock", timeout=LOCK_S):
             try:
-                kept = json.loads(files.read_regular(path))
+                kept = files.read_json(path)
                 kept = kept if isinstance(kept, dict) else {}
             except (OSError, ValueError):
                 kept = {}

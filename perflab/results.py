@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -55,11 +54,13 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
             frames.append(read_csv(path, ("row_id", "seconds") if samples else OWN_HEADER, notes=notes))
         elif not path.is_dir():
             raise FileNotFoundError(f"no results at {path}")
+        elif files.not_a_folder(path):  # no permission, a dead mount: never "no runs"
+            raise FileNotFoundError(f"{path}: {files.not_a_folder(path)}")
         elif samples:  # the tree's own notes are said when its rows are loaded
             frames.append(read_samples(list(run_dirs(path, Notes())), notes))
-        elif tree.is_store(path):
-            whole.append(index.load_tree(path, experiment, notes))
-            frames.append(whole[-1])
+        elif tree.is_store(path) and (indexed := _through_index(path, experiment, notes)) is not None:
+            whole.append(indexed)
+            frames.append(indexed)
         else:
             dirs = [d for d in run_dirs(path, notes) if (d / RESULTS).is_file() and not (d / RESULTS).is_symlink()]
             frames.append(index.read_runs(dirs, [str(d.resolve()) for d in dirs], "run_dir", notes))
@@ -85,10 +86,24 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
     return df
 
 
+INDEX_UNREADABLE = "read {n} tree{s} without its index, which could not be used ({why})"
+
+
+def _through_index(top: Path, experiment: str | None, notes: Notes):
+    """The tree's rows through its index, or None where the index cannot be read or written
+    (no permission, a dead mount): then the run dirs are read themselves, and that is said."""
+    try:
+        return index.load_tree(top, experiment, notes)
+    except OSError as err:
+        notes.add(INDEX_UNREADABLE.replace("{why}", files.os_line(err)), top)
+        return None
+
+
 def _no_folder(path: Path) -> str:
-    """Why ``path`` is no results tree to read: missing, or what sits there instead (a FIFO)."""
+    """Why ``path`` is no results tree to read: missing, what sits there instead (a FIFO), or
+    a folder this process cannot read (never listed as "no runs")."""
     kind = files.kind_of(path)
-    return "no such folder" if kind == "missing" else f"{kind}, not a folder"
+    return "no such folder" if kind == "missing" else files.not_a_folder(path) or f"{kind}, not a folder"
 
 
 def read_samples(dirs: Sequence[Path], notes: Notes):
@@ -282,12 +297,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(show(find_run(words[1], Path(words[2]) if len(words) > 2 else Path("outputs"))))
         elif words and words[0] == "reindex":
             top = Path(words[1]) if len(words) > 1 else Path("outputs")
-            if not top.is_dir():
+            if not top.is_dir() or files.not_a_folder(top):
                 raise LookupError(f"{top}: {_no_folder(top)} (give the results tree)")
             if not tree.is_store(top):  # it would write .perflab/ there and read every run below
                 raise LookupError(f"{top}: not a results tree; allowed: a folder holding runs/, sweeps/ or .perflab/")
             for part in ("done", "index"):  # claims stay: they are sweeps running now, not derived
-                shutil.rmtree(tree.meta(top) / part, ignore_errors=True)
+                path = tree.meta(top) / part
+                if not path.is_symlink():  # a linked index (another disk) is rebuilt in place; never deleted through
+                    tree.remove(path)
             done = done_marks.rebuild_done(top)
             rows = len(index.load_tree(top))
             print(f"reindexed {top}: {done} complete runs, {rows} rows")
@@ -298,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise LookupError(f"{words[0]}: needs {'RUN' if words[0] == 'show' else 'FILE'} (see --help)")
         elif len(words) <= 1:
             top = Path(words[0]) if words else Path("outputs")
-            if not top.is_dir():
+            if not top.is_dir() or files.not_a_folder(top):
                 raise LookupError(f"{top}: {_no_folder(top)} (run an experiment first, or give the results tree)")
             print(listing(top, args.n))
         else:

@@ -311,8 +311,10 @@ def test_each_job_measured_keeps_its_pace_and_a_reused_one_does_not(work, one_th
     kept = chapter_module.kept_pace(store)
     assert kept == {point.key: chapter_module.PACE[1]} == plan.pace, "kept as soon as the job ended"
     chapter_module.keep_pace(store, {point.key: 1.0})
-    plan.redo = False  # continued: the point is done
-    assert chapter_module.run_points(plan, folder, store, time.time(), progress) == {0: "done"}
+    plan.redo = False  # continued (in a folder of its own, as every chapter command): the point is done
+    again = work / "sweep-continued"
+    again.mkdir()
+    assert chapter_module.run_points(plan, again, store, time.time(), progress) == {0: "done"}
     assert chapter_module.kept_pace(store) == {point.key: 1.0}, "a job reused, not measured: its pace stays"
 
 

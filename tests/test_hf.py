@@ -4,6 +4,9 @@ mistake one line before anything is timed. Tiny models (1 layer, 32 wide, 100 to
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 
 import perflab
@@ -90,9 +93,13 @@ def test_random_weights_from_a_config_and_a_plain_transformers_target_train(work
         ),
         (
             ["model.config.model_type=gpt2", "+model.config.n_layer=1", "+model.config.n_embd=-3"],
-            "model.config.n_embd=-3: building AutoModelForCausalLM failed: RuntimeError: Trying to create tensor "
-            "with negative dimension",
+            "model.config.n_embd=-3: a size of the model; allowed: an integer >= 1",
         ),
+        (  # range(-1) builds no layer: measured as if it were a model
+            ["model.config.model_type=gpt2", "+model.config.n_layer=-1"],
+            "model.config.n_layer=-1: a size of the model; allowed: an integer >= 1",
+        ),
+        (["model.name=NEGATIVE"], "model.name=NEGATIVE: its config.json sets n_positions=-4, a size below 1; allowed:"),
         (
             ["model.config.model_type=gpt2", "model.task=seq2seq-lm"],
             "model.task=seq2seq-lm: gpt2 has no seq2seq-lm model; allowed: a task gpt2 has a model for: auto, "
@@ -104,8 +111,13 @@ def test_a_missing_folder_or_an_unknown_name_is_one_line_before_anything_runs(
     work, gpt2_folder, tmp_path, overrides, line
 ):
     (tmp_path / "EMPTY").mkdir()  # a folder, but not save_pretrained's
-    given = [o.replace("FOLDER", str(gpt2_folder)).replace("EMPTY", str(tmp_path / "EMPTY")) for o in overrides]
-    line = line.replace("EMPTY", str(tmp_path / "EMPTY"))
+    negative = tmp_path / "NEGATIVE"  # a folder whose config.json says a size no model has
+    shutil.copytree(gpt2_folder, negative)
+    config = json.loads((negative / "config.json").read_text())
+    (negative / "config.json").write_text(json.dumps({**config, "n_positions": -4}))
+    given = list(overrides)
+    for word, place in (("FOLDER", gpt2_folder), ("EMPTY", tmp_path / "EMPTY"), ("NEGATIVE", negative)):
+        given, line = [o.replace(word, str(place)) for o in given], line.replace(word, str(place))
     with pytest.raises(Refused) as refused:
         perflab.run("quick/train", [*TOKENS, "model=hf", *given])
     assert str(refused.value).startswith(line) and "\n" not in str(refused.value)

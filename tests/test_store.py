@@ -586,14 +586,15 @@ def test_a_requeued_slurm_job_keeps_one_run_in_its_run_dir(cli, work, monkeypatc
     assert first.run_id not in (run_dir / "results.csv").read_text()
 
 
-def test_a_run_judges_only_its_own_rows_in_a_run_dir_it_shares(cli, work):
-    """A run dir may hold another writer's rows (a re-run into a fixed hydra.run.dir, the sweep's
-    row for a job it thought lost): they do not make this run an error."""
+def test_a_run_is_never_written_into_a_run_dir_that_holds_rows_already(cli, work):
+    """A re-run into a fixed hydra.run.dir would file the rows there under the new run: one
+    line, exit 2, the folder as it was."""
     RunWriter(work / "run", samples=False).add({"run_id": "older", "measurement": "job", "status": "error"})
-    cli("+experiment=quick/matmul", "bench.min_time_s=0", "hydra.run.dir=run")
-    record = RunRecord.read(work / "run")
-    assert record.outcome == "ok" and record.complete and record.error == ""
-    assert len(RunWriter(work / "run").rows) == record.rows + 1
+    before = (work / "run" / "results.csv").read_bytes()
+    ran = cli("+experiment=quick/matmul", "bench.min_time_s=0", "hydra.run.dir=run", rc=2)
+    assert "hydra.run.dir=run: it already holds a run" in ran.err
+    assert sorted(p.name for p in (work / "run").iterdir()) == ["results.csv"]
+    assert (work / "run" / "results.csv").read_bytes() == before
 
 
 def test_discarding_an_empty_run_keeps_the_runs_a_requeued_job_set_aside(tmp_path):

@@ -161,6 +161,13 @@ def check_search_path(overrides: Sequence[str]) -> None:
             kind = files.not_regular(path)
             if kind is not None:
                 raise KeyOnly(str(path), path.name, "a YAML file (a preset or a config group's option)", f"{kind}")
+            try:  # Hydra reads it as UTF-8: anything else is its traceback
+                files.read_text(path)
+            except UnicodeDecodeError as err:
+                problem = f"not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})"
+                raise KeyOnly(str(path), path.name, "a YAML file in UTF-8 (save it as UTF-8)", problem) from None
+            except OSError as err:
+                raise KeyOnly(str(path), path.name, "a YAML file perflab can read", files.os_line(err)) from None
     found: dict[str, Path] = {}
     for folder in dirs:
         for path in sorted((folder / "experiment").rglob("*.yaml")):

@@ -297,9 +297,12 @@ def get(name: str) -> Experiment:
         raise ConfigError("experiment", name, ", ".join(choices()), problem="unknown experiment")
     try:
         module = importlib.import_module(d.module)
-    except Exception as err:  # the module's own top-level code, whatever it raises
+    except (Exception, SystemExit) as err:  # the module's own top-level code, whatever it raises: sys.exit() too
         fix = "a module that imports" + ("" if d.builtin else f" (fix it, or pip uninstall {d.package})")
-        raise ExperimentError(name, str(d), f"cannot import it: {type(err).__name__}: {first_line(err)}", fix) from None
+        said = f"{type(err).__name__}: {first_line(err)}"
+        if isinstance(err, SystemExit):  # would end perflab, every command of it, without a word
+            said = f"it calls sys.exit({err.code!r}) as it is imported"
+        raise ExperimentError(name, str(d), f"cannot import it: {said}", fix) from None
     try:
         contract.check(module)
     except contract.Malformed as err:

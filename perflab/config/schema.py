@@ -450,7 +450,7 @@ def _omegaconf_type(node: Any) -> Any:
 def _to_object(schema: Any, node: Any, name: str, cfg: Any) -> Any:
     """A composed section as its dataclass (OmegaConf calls ``__post_init__``: the range checks)."""
     from omegaconf import OmegaConf
-    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
     try:
         return OmegaConf.to_object(node)
@@ -460,6 +460,10 @@ def _to_object(schema: Any, node: Any, name: str, cfg: Any) -> Any:
         raise missing(schema, str(err.key), f"{name}.{err.key}") from None
     except InterpolationResolutionError as err:
         raise unresolved(cfg, err) from None
+    except OmegaConfBaseException:  # a value of the wrong type: composing's errors say it
+        raise
+    except Exception as err:  # a bug in its __post_init__ (a user's Config): named, not a traceback
+        raise broken(schema, name, err) from None
 
 
 def _plain_object(schema: Any, node: Mapping[str, Any], name: str) -> Any:
@@ -473,6 +477,20 @@ def _plain_object(schema: Any, node: Mapping[str, Any], name: str) -> Any:
         return schema(**node)
     except ConfigError as err:
         raise err.under(name) from None
+    except Exception as err:  # a bug in its __post_init__ (a user's Config): named, not a traceback
+        raise broken(schema, name, err) from None
+
+
+def broken(schema: Any, name: str, err: Exception) -> KeyOnly:
+    """The one line for a Config whose ``__post_init__`` raised something other than a
+    ConfigError (a bug in it): which class, what it raised."""
+    where = f"{schema.__module__}.{schema.__qualname__}"
+    return KeyOnly(
+        name,
+        "",
+        "a Config whose __post_init__ raises perflab.errors.ConfigError for a bad value (fix the bug in it)",
+        problem=f"its Config ({where}) raised {type(err).__name__}: {first_line(err)}",
+    )
 
 
 def missing(schema: Any, field_name: str, key: str) -> KeyOnly:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -105,12 +104,17 @@ def record_time() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+# What a job that wrote nothing leaves in its folder: Hydra's record of it, its log, its record.
+MADE = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "perflab.log", RECORD)
+
+
 def discard(run_dir: Path, also_record: bool = False) -> None:
     """Remove the folder of a job that wrote nothing, so no empty run misleads (its record
-    alone where the folder also keeps the runs of a requeued SLURM job: .requeued/)."""
-    nothing = not (run_dir / RESULTS).exists() and (also_record or not (run_dir / "run.json").exists())
+    alone where the folder also keeps the runs of a requeued SLURM job: .requeued/). Only what
+    the job made goes (:data:`MADE`): a user's file in a folder they named stays, and its folder."""
+    nothing = not (run_dir / RESULTS).exists() and (also_record or not (run_dir / RECORD).exists())
     if (run_dir / EARLIER_RUNS).is_dir():
         if nothing:
-            (run_dir / "run.json").unlink(missing_ok=True)
+            (run_dir / RECORD).unlink(missing_ok=True)
     elif run_dir.is_dir() and nothing:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        files.remove_made(run_dir, MADE)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence, cast
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from perflab.config import install, registry
 from perflab.config.schema import PerflabConfig, config_hash, resolve_all, validate
@@ -89,6 +90,9 @@ def execute(cfg: DictConfig, place: Place) -> Result:
         moved = set_aside_earlier_run(place.run_dir)
         if moved is not None:
             log.info("perflab: SLURM requeued this job; its earlier run is in %s", moved)
+    taken = occupied(cfg, place)
+    if taken:  # a run is there already: nothing is written into it, not even a row saying so
+        return Result("refused", place.run_dir, [], taken)
     if refusal is not None:
         return refuse(refusal, place, record, identity)
     try:
@@ -120,6 +124,23 @@ def execute(cfg: DictConfig, place: Place) -> Result:
             if claim is not None:
                 claim.release()
                 claim = None
+
+
+def occupied(cfg: DictConfig, place: Place) -> str:
+    """Why this job's folder cannot take a new run (tree.check_run_dir's line), or '': Hydra's
+    callback refused such a folder before Hydra wrote it; this finds what only the job's own
+    folder shows (two points of a sweep given one ``hydra.sweep.subdir``)."""
+    if place.helper:  # a further node's task shares its job dir with task 0, which records
+        return ""
+    try:
+        store = Path(str(OmegaConf.select(cfg, "results.store", throw_on_resolution_failure=True)))
+        key = "hydra.sweep.subdir" if place.in_sweep else "hydra.run.dir"
+        tree.check_run_dir(key, place.run_dir, store)
+    except ConfigError as err:
+        return err.line()
+    except OmegaConfBaseException:  # a store that does not resolve: refused by the checks next, in their words
+        return ""
+    return ""
 
 
 def claim_or_error(root: Path, record: RunRecord, place: Place, settings: PerflabConfig) -> point_claims.Claim | Result:
@@ -201,9 +222,10 @@ def claim_point(root: Path, record: RunRecord, place: Place, settings: PerflabCo
             else:
                 log.info(
                     "perflab: waiting: %s is measuring this very point (taken over after "
-                    "results.claim_stale_s=%g s without its heartbeat)",
+                    "results.claim_stale_s=%g s without its heartbeat: in %.0f s if it beats no more)",
                     got,
                     stale,
+                    max(0.0, stale - got.age_s),
                 )
             said = True
         time.sleep(min(5.0, settings.results.claim_stale_s / 10))

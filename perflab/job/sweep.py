@@ -9,7 +9,6 @@ crashed, was stopped or killed, 2 if every failure was a bad value.
 from __future__ import annotations
 
 import logging
-import shutil
 import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from perflab.analysis.table import figure, flags, points_table
@@ -148,9 +147,10 @@ def _headline_row(record: RunRecord, rows: list[dict[str, Any]], metric: str) ->
 
 
 def discard_if_empty(sweep_dir: Path | None) -> None:
-    """Remove a sweep folder no point ran in (it holds Hydra's multirun.yaml and nothing else)."""
+    """Remove a sweep folder no point ran in (it holds Hydra's multirun.yaml and nothing else;
+    a user's file in a folder they named stays, and its folder)."""
     if sweep_dir is not None and sweep_dir.is_dir() and not job_dirs(sweep_dir):
-        shutil.rmtree(sweep_dir, ignore_errors=True)
+        files.remove_made(sweep_dir, ["multirun.yaml"])
 
 
 def finish(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Summary:
@@ -173,13 +173,18 @@ def finish(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Sum
 
 class SweepSummary(Callback):
     """Hydra callback (conf/config.yaml: hydra.callbacks) run once at the end of a ``-m`` sweep,
-    in the process that launched it, whichever launcher ran the jobs."""
+    in the process that launched it, whichever launcher ran the jobs; and at the start of a run
+    or a sweep, before Hydra writes its folder: a folder that holds runs already is refused."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        check_folder(config, "hydra.run.dir")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             sweep_dir = Path(config.hydra.sweep.dir)
         except OmegaConfBaseException:  # a folder that does not resolve: Hydra's sweeper says so next
             return
+        check_folder(config, "hydra.sweep.dir")
         session = CURRENT.get()
         if session is not None:  # so that a sweep refused before any point ran leaves no folder
             session.sweep_dir = sweep_dir
@@ -202,6 +207,26 @@ def points(config: DictConfig) -> list[list[str]]:
     task = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=False) or []]
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
     return [list(p) for batch in BasicSweeper.split_arguments(parser.parse_overrides(task), None) for p in batch]
+
+
+def check_folder(config: DictConfig, key: str) -> None:
+    """The run or sweep folder Hydra is about to write is new or empty (tree.check_run_dir), or
+    the command is refused in one line before Hydra writes a file there."""
+    from perflab.errors import ConfigError
+    from perflab.store import point_claims, tree
+
+    if point_claims.requeued():  # SLURM runs this job again in its own folder: its earlier run is set aside
+        return
+    try:
+        folder, store = OmegaConf.select(config, key), config.results.store
+    except OmegaConfBaseException:  # a folder that does not resolve: Hydra says so next
+        return
+    if folder is None or store is None:
+        return
+    try:
+        tree.check_run_dir(key, Path(str(folder)), Path(str(store)))
+    except ConfigError as err:
+        raise Refused(err.line()) from None
 
 
 def check_points(config: DictConfig) -> None:

@@ -41,7 +41,7 @@ class Peaks:
         if not exists:
             return cls(path)
         try:
-            data = json.loads(files.read_text(path))
+            data = files.read_json(path)
             problem = _layout_problem(data)
             if problem:
                 raise ValueError(problem)
@@ -70,7 +70,7 @@ class Peaks:
             return
         real = files.target(self.path)
         with FileLock(str(real) + ".lock", timeout=60):
-            current = json.loads(files.read_text(real)) if real.exists() and real.stat().st_size else {}
+            current = files.read_json(real) if real.exists() and real.stat().st_size else {}
             here = current.setdefault(socket.gethostname(), {}).setdefault(device, {})
             for quantity, value in values.items():
                 if quantity.endswith(SIZE):

@@ -110,6 +110,7 @@ def build(name: str | None = None, config: Any = None, task: str = "auto") -> nn
     else:
         cfg, local = _config_from(given), True
         _refuse_unknown_keys(cfg, given)
+    _refuse_sizes(cfg, name)
     model_class = _model_class(transformers, cfg, task, bool(name))
     if not name:
         _check_on_meta(model_class, cfg, given)
@@ -235,6 +236,25 @@ def _refuse_unknown_keys(cfg: Any, given: Any) -> None:
                 f"the keys {type(cfg).__name__} takes: {', '.join(own)}, or one of transformers.PretrainedConfig's",
                 problem=f"{type(cfg).__name__} has no key {key}{hint}",
             )
+
+
+# A model's sizes, as configs name them: each at least 1 (n_layer=-1 builds a model of no layers).
+SIZES: tuple[str, ...] = (
+    *("n_layer", "num_hidden_layers", "n_head", "num_attention_heads", "n_embd", "hidden_size"),
+    *("n_positions", "max_position_embeddings", "vocab_size", "intermediate_size"),
+)
+
+
+def _refuse_sizes(cfg: Any, name: str | None) -> None:
+    """A size below 1 in the model's config (given, or a folder's config.json) is one line: HF
+    builds ``range(n_layer)`` layers, so ``n_layer=-1`` would be measured as a model of none."""
+    for key in SIZES:
+        value = getattr(cfg, key, None)  # through the config's attribute_map (num_hidden_layers: n_layer)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            if name:
+                problem = f"its config.json sets {key}={value}, a size below 1"
+                raise ConfigError("model.name", name, NAME_ALLOWED, problem=problem)
+            raise ConfigError(f"model.config.{key}", value, "an integer >= 1", problem="a size of the model")
 
 
 def _own_keys(config_class: Any) -> list[str]:

@@ -7,17 +7,17 @@ under test: a re-run after a commit measures again; and a model folder's content
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
-import shutil
 import string
 from pathlib import Path
 
 from perflab.store import files
 from perflab.store.rows import RESULTS, Notes, read_csv
 from perflab.store.rundir import RunRecord
-from perflab.store.tree import derived_dir, meta, relative, run_dirs
+from perflab.store.tree import derived_dir, derived_file, meta, relative, remove, run_dirs
 
 log = logging.getLogger("perflab")
 
@@ -54,39 +54,49 @@ def key_of(record: RunRecord) -> str:
 def mark_done(root: Path, record: RunRecord, run_dir: Path) -> None:
     """Say in the index that ``run_dir`` completed this point (after its run.json says so)."""
     folder = derived_dir(meta(root) / "done" / key_of(record))
-    files.write_atomic(folder / record.run_id, relative(root, run_dir) + "\n")
+    files.write_atomic(derived_file(folder / record.run_id), relative(root, run_dir) + "\n")
 
 
 def unmark(root: Path, record: RunRecord) -> None:
     """Take back :func:`mark_done` (the point was taken over from this run meanwhile)."""
-    (meta(root) / "done" / key_of(record) / record.run_id).unlink(missing_ok=True)
+    _drop(meta(root) / "done" / key_of(record) / record.run_id)
 
 
-def find_done(root: Path, key: str, rebuilt: bool = False) -> Path | None:
+def find_done(root: Path, key: str) -> Path | None:
     """The newest run dir whose run.json says it completed this point (``point_key``), or None.
 
-    Looks in the done index (one listing); markers whose run dir is gone or no longer complete
-    are dropped, and so are those whose rows are missing or torn (the point is measured again,
-    and that is said). A store without the index (deleted, damaged, or written by an older
-    perflab) gets it rebuilt from the run dirs first.
+    Looks in the done index (one listing). A marker is derived, so its damage never makes a
+    point measured twice: one that is not a marker (cut short, empty, bit-flipped, a link, a
+    folder) or leads to no complete run of this point (its run dir removed), and a marks folder
+    left empty, are dropped and the point is looked for in the run dirs themselves, its marker
+    rebuilt. A complete run whose rows are missing or torn is no longer done (measured again,
+    and said). A store without the index (deleted, damaged, or written by an older perflab)
+    gets it rebuilt from the run dirs first.
     """
     done = meta(root) / "done"
-    if files.kind_of(done) != "a directory" or files.kind_of(done / FORMAT) != "a regular file":
+    format_mark = done / FORMAT
+    if (
+        files.kind_of(done) != "a directory"
+        or done.is_symlink()
+        or files.kind_of(format_mark) != "a regular file"
+        or format_mark.is_symlink()
+    ):
         rebuild_done(root)  # none yet, damaged, or keyed as an older perflab keyed it (config hash only)
     folder = done / key
-    if files.kind_of(folder) not in ("a directory", "missing"):  # damaged: rebuilt, then read
+    if folder.is_symlink() or files.kind_of(folder) not in ("a directory", "missing"):  # damaged
         derived_dir(folder, make=False)
-        rebuild_done(root)
+        return _look_in_run_dirs(root, key)
     try:
         markers = sorted(folder.iterdir(), key=lambda p: p.name, reverse=True)  # run ids start with the time
     except FileNotFoundError:
         return None
-    damaged = False
+    damaged = not markers  # perflab leaves no empty marks folder (see _drop): someone emptied it
     for marker in markers:
-        try:
-            where = Path(files.read_text(marker).strip())
-        except (OSError, ValueError):  # not a marker (a folder, a FIFO, not text): derived, so dropped
-            log.warning("perflab: %s is %s, not a done marker; removed", marker, files.kind_of(marker))
+        if files.in_flight(marker):
+            continue
+        where = _read_marker(marker)
+        if where is None:  # not a marker: derived, so dropped, and the point looked for in the runs
+            log.warning("perflab: %s is %s, not a done marker; removed", marker, _what(marker))
             _drop(marker)
             damaged = True
             continue
@@ -97,11 +107,51 @@ def find_done(root: Path, key: str, rebuilt: bool = False) -> Path | None:
             if not why:
                 return run_dir
             log.warning("perflab: %s completed this point, but %s: measuring it again", run_dir, why)
-        _drop(marker)  # stale: the run dir was removed, rewritten or damaged
-    if damaged and not rebuilt:  # the run it named may still be complete: ask the run dirs
-        rebuild_done(root)
-        return find_done(root, key, rebuilt=True)
-    return None
+            _drop(marker)
+            continue
+        _drop(marker)  # its run dir was removed or rewritten, or the marker's bytes changed: ask the runs
+        damaged = True
+    return _look_in_run_dirs(root, key) if damaged else None
+
+
+def _read_marker(marker: Path) -> Path | None:
+    """The run dir a marker names, or None where it is no marker: a link, not a regular file,
+    not one line of text naming a folder."""
+    if marker.is_symlink():
+        return None
+    try:
+        text = files.read_text(marker)
+    except (OSError, ValueError):
+        return None
+    where = text.strip()
+    if not where or "\n" in where or not text.endswith("\n") or "\0" in where:
+        return None
+    return Path(where)
+
+
+def _what(marker: Path) -> str:
+    if marker.is_symlink():
+        return "a link"
+    kind = files.kind_of(marker)
+    return "not one line naming a run dir" if kind == "a regular file" else kind
+
+
+def _look_in_run_dirs(root: Path, key: str) -> Path | None:
+    """The newest complete run of this point, found in the run dirs themselves (its marker was
+    damaged or lost), marked done again; or None, and its marks folder goes."""
+    found = []
+    for run_dir in run_dirs(root):
+        record = RunRecord.read(run_dir)
+        if record and record.complete and key_of(record) == key and not damage(run_dir, record):
+            found.append((record.run_id, run_dir, record))
+    if not found:
+        with contextlib.suppress(OSError):  # empty: nothing says this point is done
+            (meta(root) / "done" / key).rmdir()
+        return None
+    _, run_dir, record = max(found, key=lambda f: f[0])
+    mark_done(root, record, run_dir)
+    log.info("perflab: %s completed this point; its done marker was rebuilt", run_dir)
+    return run_dir
 
 
 def damage(run_dir: Path, record: RunRecord) -> str:
@@ -125,10 +175,11 @@ def damage(run_dir: Path, record: RunRecord) -> str:
 
 
 def _drop(marker: Path) -> None:
-    if marker.is_dir() and not marker.is_symlink():
-        shutil.rmtree(marker, ignore_errors=True)
-    else:
-        marker.unlink(missing_ok=True)
+    """Remove a marker (a link: the link itself; nothing through a link), and its marks folder
+    once empty: an empty one is never left, so finding one means the markers were lost."""
+    remove(marker)
+    with contextlib.suppress(OSError):
+        marker.parent.rmdir()
 
 
 def rebuild_done(root: Path) -> int:
@@ -137,15 +188,12 @@ def rebuild_done(root: Path) -> int:
     done = derived_dir(meta(root) / "done")
     for old in done.iterdir():  # markers of another key format (an older perflab's) would never be found
         if old.name != FORMAT and not KEY.fullmatch(old.name) and not files.in_flight(old):
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.unlink(missing_ok=True)
+            remove(old)  # through a link (.perflab/ linked to a folder of the user's): left
     count = 0
     for run_dir in run_dirs(root):
         record = RunRecord.read(run_dir)
         if record and record.complete and not damage(run_dir, record):
             mark_done(root, record, run_dir)
             count += 1
-    files.write_atomic(done / FORMAT, "done marks keyed by config hash, subject and process\n")
+    files.write_atomic(derived_file(done / FORMAT), "done marks keyed by config hash, subject and process\n")
     return count

@@ -5,20 +5,23 @@ Rules: never replace what is not a regular file (a device, a FIFO, a directory);
 *through* a symlink to its target; a new file gets the usual 0666 & ~umask; a rewritten file
 keeps the mode and group it had. A file a command is told to write (``results export FILE``,
 ``report -o FILE``, ``compare --plot DIR``'s images) replaces only a file perflab wrote
-(:func:`check_replace`): never one of the user's.
+(:func:`check_replace`): never one of the user's, nor one perflab wrote as truth (a run's
+results.csv: :func:`check_file` asks ``layout.truth``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import secrets
 import stat
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from perflab.errors import ConfigError
+from perflab.store import layout
 
 _KINDS = {
     stat.S_ISCHR: "a character device",
@@ -71,6 +74,17 @@ def read_regular(path: str | os.PathLike) -> bytes:
 def read_text(path: str | os.PathLike) -> str:
     """The text of the regular file at ``path`` (UTF-8); OSError for anything else."""
     return read_regular(path).decode()
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON in the regular file at ``path``; OSError for anything else there, ValueError for
+    what is not JSON, one nested too deeply included (Python's parser recurses: a RecursionError
+    would be a traceback, not an answer). Every JSON file perflab reads is read through this."""
+    data = read_regular(path)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to be read") from None
 
 
 def not_regular(path: Path) -> str | None:
@@ -155,6 +169,21 @@ def naming(path: str | os.PathLike) -> Iterator[None]:
         raise
 
 
+def remove_made(folder: Path, names: Iterable[str]) -> None:
+    """Remove what perflab (or Hydra) made in ``folder``: the files ``names`` (paths inside it),
+    then each folder left empty, ``folder`` last. Nothing else is touched: a user's file there
+    (``hydra.run.dir`` aimed at a folder of theirs) stays, and so does the folder holding it."""
+    folder = Path(folder)
+    for name in names:
+        path = folder / name
+        if kind_of(path) == "a regular file" or path.is_symlink():  # a link itself, never its target
+            with contextlib.suppress(OSError):
+                path.unlink()
+    for sub in sorted({(folder / n).parent for n in names}, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):  # not empty: something of the user's is there
+            sub.rmdir()
+
+
 def os_line(err: OSError) -> str:
     """An OSError in one line naming its file: ``outputs/runs/x/results.csv: No space left on device``."""
     return f"{err.filename}: {err.strerror}" if err.filename and err.strerror else str(err)
@@ -233,8 +262,13 @@ def check_dir(key: str, path: Path, shown: str | None = None) -> None:
 def check_file(key: str, path: Path, allowed: str) -> bool:
     """``path`` is a regular file we can rewrite, or a new file in a writable place.
 
-    Returns whether it exists. Symlinks are followed (the target is what gets written).
+    Returns whether it exists. Symlinks are followed (the target is what gets written). Never
+    a place that holds perflab's truth (a run dir's files, a sweep dir's, ``.perflab/``): the
+    one rule (layout.truth) that every output path asks, here.
     """
+    why = layout.truth(path)
+    if why:
+        raise ConfigError(key, str(path), allowed, problem=why)
     real = target(path)
     kind = kind_of(real)
     if kind == "missing":

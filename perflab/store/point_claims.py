@@ -166,11 +166,48 @@ def requeued() -> bool:
     return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
 
 
+# Each claim's heartbeat as this process saw it: (its mtime when last looked at, when this process
+# first saw that mtime, by its own clock). Nodes' clocks differ: a claim stamped in the future (a
+# writer whose clock is ahead) still goes stale once its mtime stops moving for stale_s here.
+_SEEN: dict[str, tuple[int, float]] = {}
+_clock = time.monotonic  # this process's own clock (a test's, to age a claim without waiting)
+
+
+def _age(path: Path, mtime_ns: int) -> float:
+    """Seconds since the claim's last heartbeat: against the filesystem's own clock (a file just
+    stamped beside it: the holder's mtimes come from the same clock, whatever this node's says),
+    and never less than how long this process has seen its mtime stand still."""
+    now = _clock()
+    seen = _SEEN.get(str(path))
+    if seen is None or seen[0] != mtime_ns:
+        _SEEN[str(path)] = seen = (mtime_ns, now)
+    return max((_filesystem_now(path.parent) - mtime_ns) / 1e9, now - seen[1])
+
+
+def _filesystem_now(folder: Path) -> int:
+    """The time (ns) as the filesystem holding ``folder`` stamps files now: a probe file made and
+    removed. This node's clock where none can be made (a read-only tree)."""
+    probe = folder / f".clock-{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return time.time_ns()
+    try:
+        os.utime(fd)  # stamped by the same call a heartbeat makes
+        return os.fstat(fd).st_mtime_ns
+    except OSError:
+        return time.time_ns()
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
 def _holder(path: Path) -> Holder | None:
     """What the claim file at ``path`` says; None if there is none. A file that cannot be read
     as a claim (empty, garbage, a directory) is a Holder that says why, aged by its mtime."""
     try:
-        age = time.time() - path.lstat().st_mtime
+        age = _age(path, path.lstat().st_mtime_ns)
     except FileNotFoundError:
         return None
     except OSError as err:
@@ -178,7 +215,7 @@ def _holder(path: Path) -> Holder | None:
     if path.is_dir():
         return Holder("?", 0, "?", age, path=str(path), unreadable="a directory")
     try:
-        data = json.loads(files.read_regular(path))
+        data = files.read_json(path)
         if not isinstance(data, dict):
             raise ValueError("not an object")
         return Holder(
@@ -206,6 +243,8 @@ def _gone(holder: Holder, stale_s: float) -> bool:
         return True
     if holder.host != socket.gethostname():
         return False
+    if not 0 < holder.pid <= PID_MAX:  # no process has it (0 and -1 would ask about whole groups)
+        return True
     try:
         os.kill(holder.pid, 0)
     except ProcessLookupError:
@@ -213,6 +252,9 @@ def _gone(holder: Holder, stale_s: float) -> bool:
     except PermissionError:
         return False
     return False
+
+
+PID_MAX = 2**22  # Linux's pid_max at most (4194304)
 
 
 def _take_over(path: Path, holder: Holder) -> None:

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from perflab.store import columns, files
+from perflab.store.layout import RESULTS as RESULTS  # the tree's names, said once there
+from perflab.store.layout import SAMPLES as SAMPLES
 
 log = logging.getLogger("perflab")
 
-RESULTS = "results.csv"
-SAMPLES = "samples.csv"
+
 SAMPLE_COLUMNS = ("row_id", "run_id", "experiment", "measurement", "phase", "i", "seconds")
 
 

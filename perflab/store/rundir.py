@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, get_origin, get_type_hints
 
 from perflab.store import files
+from perflab.store.layout import RECORD as RECORD  # the tree's names, said once there
 from perflab.store.rows import RESULTS, SAMPLE_COLUMNS, SAMPLES, csv_text, read_csv
 
-RECORD = "run.json"
 # ok: ran; done: an identical point had run (same_as says where); skipped: nothing could run
 # here; refused: a bad value; error / oom / cancelled / timeout: it stopped; running: it has not
 # ended (or was killed without a word).
@@ -71,7 +71,7 @@ class RunRecord:
     def read(cls, run_dir: Path) -> "RunRecord | None":
         """The record, or None if there is none (or it is unreadable: then the run is not done)."""
         try:
-            data = json.loads(files.read_regular(run_dir / RECORD))  # a FIFO there blocks no reader
+            data = files.read_json(run_dir / RECORD)  # a FIFO there blocks no reader
             known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
             record = cls(**known)
         except (OSError, ValueError, TypeError, AttributeError):  # AttributeError: not an object

@@ -17,19 +17,23 @@ appending to one file, or on file locks, which cluster filesystems do not all ho
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import Iterator
 
+from perflab.errors import ConfigError
 from perflab.store import files
+from perflab.store.layout import META as META
+from perflab.store.layout import SWEEP_MARK, is_run_dir, run_dir_above
+from perflab.store.layout import is_store as is_store  # what tree.is_store was, said once there
 from perflab.store.rows import RESULTS, Notes
 from perflab.store.rundir import RECORD
 
 log = logging.getLogger("perflab")
-
-META = ".perflab"
 
 
 def meta(root: Path) -> Path:
@@ -43,20 +47,64 @@ def check(root: Path) -> None:
     files.check_dir("results.store", Path(root))
     for sub in ("", "done", "claims", "index"):
         with contextlib.suppress(OSError):  # a read-only tree: check_dir says so in one line
-            derived_dir(meta(root) / sub, make=False)
+            derived_dir(meta(root) / sub, make=False, links=sub in ("", "index"))
         files.check_dir("results.store", meta(root) / sub, shown=str(root))
 
 
-def derived_dir(path: Path, make: bool = True) -> Path:
+def derived_dir(path: Path, make: bool = True, links: bool = False) -> Path:
     """``path``, a folder of ``.perflab/`` (derived from the run dirs: safe to delete, rebuilt):
-    anything else there (a file, a FIFO, a dangling or looping link) is removed and said."""
+    anything else there (a file, a FIFO, a dangling or looping link) is removed and said. A link
+    to a folder too (the link only, never what it points to: perflab deletes in these folders),
+    unless ``links``: ``.perflab/`` itself and its ``index/`` may live on another disk."""
     kind = files.kind_of(path)
-    if kind != "a directory" and (kind != "missing" or path.is_symlink()):
-        path.unlink()
-        log.warning("perflab: %s was %s, not a folder; removed (.perflab/ is rebuilt from the runs)", path, kind)
+    linked = path.is_symlink() and not (links and kind == "a directory")
+    if linked or (kind not in ("a directory", "missing")):
+        said = f"a link to {kind}" if path.is_symlink() else kind
+        if not remove(path):
+            raise FileExistsError(errno.EEXIST, f"{said}, reached through a link: not removed", str(path))
+        log.warning("perflab: %s was %s, not a folder; removed (.perflab/ is rebuilt from the runs)", path, said)
     if make:
         path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def derived_file(path: Path) -> Path:
+    """``path``, a file of ``.perflab/`` about to be written whole: a link there is removed (the
+    link, never its target: a derived file is not written through a link to a user's file), and
+    so is a folder, a FIFO or a socket (a folder only where reached without a link: see removable)."""
+    kind = files.kind_of(path)
+    if path.is_symlink() or kind not in ("a regular file", "missing"):
+        said = f"a link to {kind}" if path.is_symlink() else kind
+        if not remove(path):
+            raise FileExistsError(errno.EEXIST, f"{said}, reached through a link: not removed", str(path))
+        log.warning("perflab: %s was %s, not a file; removed (.perflab/ is rebuilt from the runs)", path, said)
+    return path
+
+
+def removable(path: Path) -> bool:
+    """Whether ``path`` may be deleted as a derived file: its folder is reached from the store's
+    ``.perflab/`` with no link on the way (a link there could lead into a user's folder, whose
+    files are never deleted: only the link itself may be)."""
+    parts = Path(os.path.abspath(path)).parts
+    if META not in parts:
+        return False
+    at = parts.index(META)
+    folders = [Path(*parts[: i + 1]) for i in range(at, len(parts) - 1)]  # .perflab/ ... its folder
+    return not any(folder.is_symlink() for folder in folders)
+
+
+def remove(path: Path) -> bool:
+    """Delete the derived file or folder ``path`` where :func:`removable` says so (a link: the
+    link itself); else leave it and say so. Returns whether it is gone."""
+    if not removable(path):
+        log.warning("perflab: %s is reached through a link; left as it is (nothing is deleted through a link)", path)
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()
+    return not os.path.lexists(path)
 
 
 # --- finding runs ---------------------------------------------------------------------------
@@ -71,6 +119,7 @@ def derived_dir(path: Path, make: bool = True) -> Path:
 # a device never end): perflab writes regular files only (the samples loader says the same of
 # a samples.csv).
 
+UNREADABLE_FOLDER = "skipped {n} folder{s} that could not be read ({why}): runs there are not loaded"
 RESULTS_LINK = "skipped {n} symlinked results.csv (perflab writes real files; a link is not followed)"
 NOT_PLAIN = "skipped {n} non-regular file{s} (a FIFO, a device, a folder) where perflab keeps a run's files"
 
@@ -102,7 +151,11 @@ def walk(top: str | os.PathLike, notes: Notes | None = None) -> Iterator[tuple[s
             continue
         try:
             entries = list(os.scandir(here))
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):  # gone meanwhile
+            continue
+        except OSError as err:  # no permission, a dead mount: its runs are not hidden in silence
+            if notes is not None:
+                notes.add(UNREADABLE_FOLDER.replace("{why}", err.strerror or type(err).__name__), here)
             continue
         stack += sorted(
             (e.path for e in entries if not e.name.startswith(".") and _is_dir(e)),
@@ -156,14 +209,49 @@ def run_dirs(top: Path, notes: Notes | None = None) -> Iterator[Path]:
         yield Path(here)
 
 
-def is_store(path: Path) -> bool:
-    """A results tree as perflab writes it (runs/, sweeps/ or its .perflab/ folder)."""
-    return any((Path(path) / part).is_dir() for part in (META, "runs", "sweeps"))
-
-
 def relative(root: Path, run_dir: Path) -> str:
     """How the index names a run dir: relative to the store when inside it (trees can move)."""
     try:
         return str(Path(os.path.abspath(run_dir)).relative_to(os.path.abspath(root)))
     except ValueError:
         return str(Path(os.path.abspath(run_dir)))
+
+
+# --- where a new run may go -------------------------------------------------------------------
+#
+# A run dir holds what its run wrote and nothing else: no new run is written where a run already
+# is, or where no reader looks (:func:`check_run_dir`). Where an output a user names may not go:
+# layout.truth, which files.check_file asks.
+
+RUN_DIR_ALLOWED = "a new or empty folder (the default: a fresh one under results.store)"
+
+
+def check_run_dir(key: str, run_dir: Path, root: Path) -> None:
+    """A new run (or sweep) may be written in ``run_dir``: not into a run already there (its rows
+    would be filed under the new one), not the store itself, nor a folder holding runs (they would
+    be hidden: a run dir's subfolders hold no runs), nor inside a run dir or a hidden folder of the
+    store (never read). Else one line (ConfigError), before anything is written."""
+    real, store = Path(os.path.realpath(run_dir)), Path(os.path.realpath(root))
+    why = ""
+    if real == store or real in store.parents:
+        why = "it is the results store, or holds it (every run there would be hidden)"
+    elif store in real.parents and any(p.startswith(".") for p in real.relative_to(store).parts):
+        why = f"it is under a hidden folder of the store ({META}/ ...), which no reader reads"
+    elif (above := run_dir_above(real)) is not None:
+        why = f"it is inside the run dir {above} (a run dir's subfolders are never read)"
+    elif is_run_dir(real) or (real / SWEEP_MARK).exists():
+        why = "it already holds a run (or a sweep)"
+    elif _holds_runs(real):
+        why = "it holds runs (a run dir's subfolders are never read: they would be hidden)"
+    if why:
+        raise ConfigError(key, str(run_dir), RUN_DIR_ALLOWED, problem=why)
+
+
+def _holds_runs(folder: Path, depth: int = 2) -> bool:
+    """A run dir within ``depth`` levels below ``folder`` (runs/<run>, sweeps/<sweep>/<n>): a
+    bounded look, so a big folder of the user's costs a few listings, not a walk."""
+    try:
+        entries = [e for e in os.scandir(folder) if not e.name.startswith(".") and _is_dir(e)]
+    except OSError:
+        return False
+    return any(is_run_dir(Path(e.path)) or (depth > 1 and _holds_runs(Path(e.path), depth - 1)) for e in entries)
