@@ -141,10 +141,11 @@ def kv_cache(returned: Any) -> Any:
 
 
 def spec_of(net: Any, settings: PerflabConfig, prompt_len: int) -> Any:
+    from perflab import models
     from perflab.models import huggingface as hf
     from perflab.train import data
 
-    return hf.input_spec(net, prompt_len) or data.spec(settings.data)  # type: ignore[arg-type]
+    return hf.input_spec(net, prompt_len) or data.spec(models.fitted_data(settings.model, settings.data))
 
 
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
@@ -162,7 +163,7 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     precision.check("experiment.precision", p.precision, devices[:1])
     if settings.model is None or settings.data is None:
         raise ConfigError("model", None, "a model and a data config (the generate preset's defaults)")
-    net = models.build(settings.model, data.spec(settings.data))
+    net = models.build(settings.model, data.spec(models.fitted_data(settings.model, settings.data)))
     inner = getattr(net, "inner", net)
     label = settings.model.label
     if hf.is_hf(inner):
@@ -190,10 +191,10 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     spec = spec_of(net, settings, p.prompt_len)
     if not spec.tokens:
         raise ConfigError("data", settings.data.name, "data=tokens (a language model's vocabulary: data.vocab_size)")
-    if not hf.is_hf(inner) and settings.data.seq_len < p.prompt_len + p.new_tokens:  # built for the data's positions
+    if not hf.is_hf(inner) and spec.shape[0] < p.prompt_len + p.new_tokens:  # built for the data's positions
         raise ConfigError(
             "data.seq_len",
-            settings.data.seq_len,
+            spec.shape[0],
             f"at least experiment.prompt_len + experiment.new_tokens = {p.prompt_len + p.new_tokens}",
             problem=f"{label} is built for data.seq_len positions, fewer than the prompt and the new tokens",
         )
@@ -243,6 +244,7 @@ def run(ctx: Context) -> None:
         "prompt_len": p.prompt_len,
         "new_tokens": p.new_tokens,
         "batch": p.batch,
+        "input": f"(B, {p.prompt_len}) token ids < {spec.classes}",
         "precision": p.precision,
         "items_unit": "tokens",
         "load_s": loaded["load_s"],
@@ -347,7 +349,9 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         lines.append(
             f"{r.get('model')}: time to first token {human_time(r.get('median_s'))} "
             f"(p99 {human_time(r.get('p99_s'))}) for {number(r.get('batch')) or 0:.0f} x "
-            f"{number(r.get('prompt_len')) or 0:.0f} prompt tokens{flagged(r)}"
+            f"{number(r.get('prompt_len')) or 0:.0f} prompt tokens"
+            + (f" ({r['input']})" if r.get("input") else "")
+            + flagged(r)
         )
     if "decode" in by:
         r = by["decode"]

@@ -162,9 +162,23 @@ def test_timm_by_name_and_its_own_input_size_are_said_in_one_line(work):
     with pytest.raises(Refused) as named:
         perflab.run("quick/infer", ["model=timm", "model.name=resnet10t", *FAST])
     assert str(named.value).startswith("model.name=resnet10t: timm takes no name; allowed: model.arch=resnet10t")
-    with pytest.raises(Refused) as sized:
-        perflab.run("quick/infer", ["model=timm", "model.arch=vit_tiny_patch16_224", *FAST])
+    with pytest.raises(Refused) as sized:  # a size the user set that it cannot take: the one it takes
+        perflab.run("quick/infer", ["model=timm", "model.arch=vit_tiny_patch16_224", "data.shape=[3,28,28]", *FAST])
     assert "(data.shape=[3, 224, 224] for this one)" in str(sized.value) and "\n" not in str(sized.value)
+
+
+def test_a_model_gets_the_input_it_expects_unless_data_shape_is_set(work):
+    """timm's pretrained_cfg says resnet10t takes 176x176: that, not 1x28x28, and on screen."""
+    pytest.importorskip("timm")
+    from experiments import infer
+
+    df = perflab.run("quick/infer", ["model=timm", "model.arch=resnet10t", "experiment.batches=[1]", *FAST])
+    assert set(df["input"]) == {"(B, 3, 176, 176) float32"}
+    assert infer.headline(df.to_dict("records"))[0].endswith("; input (B, 3, 176, 176) float32")
+    df = perflab.run(
+        "quick/infer", ["model=timm", "model.arch=resnet10t", "experiment.batches=[1]", "data.shape=[3,32,32]", *FAST]
+    )
+    assert set(df["input"]) == {"(B, 3, 32, 32) float32"}, "the user's data.shape stands"
 
 
 @pytest.mark.parametrize("arch", ["mobilenetv3_small_050", "convnext_atto"])

@@ -378,6 +378,27 @@ def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     return None
 
 
+def expects(name: str | None = None, config: Any = None, task: str = "auto") -> dict[str, Any]:
+    """What the model's config says of its data, before the model is built (perflab.train.data.fitted
+    fills the keys the user left null from it): an image model's ``shape`` and ``num_classes``, a
+    language model's ``vocab_size`` and ``positions``. Nothing where the config cannot be read
+    (building the model says why, in one line)."""
+    try:
+        given = {k: v for k, v in (config or {}).items() if v is not None} if isinstance(config, dict) else config
+        cfg = _config_of(str(name))[0] if name else _config_from(given) if given else None
+    except (ConfigError, ImportError):
+        return {}
+    if cfg is None:
+        return {}
+    vocab = getattr(cfg, "vocab_size", None)
+    if hasattr(cfg, "num_channels") and (getattr(cfg, "image_size", None) or not vocab):
+        size = _image_size(cfg) or IMAGE_SIZE
+        return {"shape": [cfg.num_channels, size, size], "num_classes": getattr(cfg, "num_labels", 2)}
+    if vocab:
+        return {"vocab_size": vocab, "positions": max_positions(cfg)}
+    return {}
+
+
 def misfit(net: nn.Module, spec: Any) -> tuple[str, Any, str, str] | None:
     """Why the data cannot feed this HF model (key, value, allowed, problem), or None: its
     vocabulary, its positions, its image size and labels come from its config, not the data."""

@@ -1,0 +1,122 @@
+"""Models as they come (issue 43): train-mode outputs with aux heads trained as the model's
+recipe trains them, the input a model expects by default (and on screen), data that follows a
+model's vocabulary and positions when the user set none, a diverged run that says what lr to try."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import perflab
+from perflab import models
+from perflab.config.schema import ModelConfig
+from perflab.errors import Refused
+from perflab.measure.devices import Device
+from perflab.train.strategies import Single
+
+from conftest import FAST
+
+TINY = ["data.train_size=8", "data.test_size=4", "trainer.batch_size=4", "trainer.epochs=1", "results.table=false"]
+
+
+class TwoHeads(nn.Module):
+    """Answers as torchvision's Inception-v3 does: its logits alone in eval mode, with its aux
+    head's in train mode."""
+
+    def __init__(self, outputs: type) -> None:
+        super().__init__()
+        self.main, self.aux, self.outputs = nn.Linear(4, 3), nn.Linear(4, 3), outputs
+
+    def forward(self, x: torch.Tensor):
+        if not self.training:
+            return self.main(x)
+        if self.outputs.__name__ == "GoogLeNetOutputs":
+            return self.outputs(self.main(x), self.aux(x), 2 * self.aux(x))
+        return self.outputs(self.main(x), self.aux(x))
+
+
+def two_heads(name: str = "InceptionOutputs", num_classes: int = 3) -> nn.Module:
+    from torchvision.models.googlenet import GoogLeNetOutputs
+    from torchvision.models.inception import InceptionOutputs
+
+    assert num_classes == 3
+    return TwoHeads(GoogLeNetOutputs if name == "GoogLeNetOutputs" else InceptionOutputs)
+
+
+@pytest.mark.parametrize("name", ["GoogLeNetOutputs", "InceptionOutputs"])
+def test_aux_heads_add_their_loss_at_the_recipes_weight(name):
+    """GoogLeNet: 0.3 for each aux head; Inception-v3: 0.4; the main logits score the accuracy."""
+    net = two_heads(name).train()
+    x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    step = Single(net, [Device("cpu", "cpu")], lambda p: torch.optim.SGD(p, lr=0.0))
+    loss, right = step.forward_loss(net, x, y, len(y))
+
+    def ce(scores: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(scores, y, reduction="sum")
+
+    main, aux = net.main(x), net.aux(x)
+    want = ce(main) + (0.3 * ce(aux) + 0.3 * ce(2 * aux) if name == "GoogLeNetOutputs" else 0.4 * ce(aux))
+    assert loss.item() == pytest.approx(want.item(), rel=1e-6)
+    assert right == (main.argmax(1) == y).sum()
+    assert net.aux.weight.grad is not None and net.aux.weight.grad.abs().sum() > 0, "the aux head trains"
+
+
+@pytest.mark.parametrize("name", ["GoogLeNetOutputs", "InceptionOutputs"])
+def test_a_model_with_aux_outputs_in_train_mode_trains(work, name):
+    """It crashed on GoogLeNetOutputs.flatten (the check ran it in eval mode only)."""
+    model = ["model._target_=test_models_as_they_come.two_heads", f"+model.name={name}"]
+    df = perflab.run("quick/train", [*model, "data.shape=[4]", "data.num_classes=3", *TINY, *FAST])
+    summary = df[df["measurement"] == "train"]
+    assert (summary["status"] == "ok").all() and (summary["items_per_s"] > 0).all(), df[["measurement", "error"]]
+
+
+@pytest.mark.slow
+def test_torchvisions_googlenet_trains_with_its_aux_heads(work):
+    fast = ["model=torchvision", "model.arch=googlenet", "+model.init_weights=false", "data.shape=[3,32,32]"]
+    df = perflab.run("quick/train", [*fast, *TINY, *FAST])
+    summary = df[df["measurement"] == "train"]
+    assert (summary["status"] == "ok").all() and (summary["items_per_s"] > 0).all(), df[["measurement", "error"]]
+
+
+def test_an_aux_head_that_cannot_take_the_size_is_found_in_train_mode(work):
+    """inception_v3's aux head needs a larger image than its eval path: one line, before
+    anything runs, naming the size it takes."""
+    fast = ["model=torchvision", "+model.init_weights=false", *TINY, *FAST]
+    with pytest.raises(Refused) as refused:
+        perflab.run("quick/train", [*fast, "model.arch=inception_v3", "data.shape=[3,96,96]"])
+    line = str(refused.value)
+    assert "in train mode: RuntimeError" in line and "(data.shape=[3, 299, 299] for this one)" in line
+    assert "\n" not in line
+
+
+@pytest.mark.parametrize(
+    "cfg, said",
+    [
+        (ModelConfig(_target_="perflab.models.torchvision", arch="inception_v3"), {"shape": [3, 299, 299]}),
+        (ModelConfig(_target_="perflab.models.torchvision", arch="efficientnet_b3"), {"shape": [3, 300, 300]}),
+        (ModelConfig(_target_="perflab.models.timm", arch="resnet10t"), {"shape": [3, 176, 176]}),
+        (ModelConfig(_target_="perflab.models.lenet"), {}),
+    ],
+)
+def test_a_model_says_the_input_it_takes_as_its_library_does(cfg, said):
+    """torchvision's from its weights' transforms (crop size), timm's from its pretrained_cfg."""
+    if cfg.arch == "resnet10t":
+        pytest.importorskip("timm")
+    assert models.expects(cfg) == said
+
+
+def test_token_data_follows_the_models_vocabulary_and_positions(work, tmp_path):
+    """A 1,000-token GPT-2 of 32 positions, data=tokens and no vocabulary or length set: ids
+    below 1,000, 32 tokens a sequence; a vocabulary the user sets that it does not have is one line."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=1000, n_positions=32)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "gpt2-1000")
+    model = ["model=hf", f"model.name={tmp_path / 'gpt2-1000'}", "data=tokens"]
+    df = perflab.run("quick/train", [*model, *TINY, *FAST])
+    summary = df[df["measurement"] == "train"].iloc[0]
+    assert summary["status"] == "ok" and summary["input"] == "(B, 32) token ids < 1000"
+    with pytest.raises(Refused) as refused:
+        perflab.run("quick/train", [*model, "data.vocab_size=256", *TINY, *FAST])
+    assert str(refused.value).startswith("data.vocab_size=256: the model's config decides its vocabulary")
