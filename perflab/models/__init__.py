@@ -419,6 +419,15 @@ def check(cfg: ModelConfig, data: Any, batch: int = 2, train: bool = False) -> n
     if misfit is not None:
         key, value, allowed, problem = misfit
         raise ConfigError(key, value, allowed, problem=f"{problem} ({cfg.label})")
+    encoder = hf_models.masked_lm(net) if train and data.tokens else None
+    if encoder:  # its loss and accuracy would mean nothing: refused, not trained
+        raise ConfigError(
+            "model",
+            cfg.label,
+            "a causal LM (or an encoder-decoder) for data=tokens; a masked-LM encoder runs in +experiment=infer",
+            problem=f"{encoder} is a masked-LM encoder: its attention sees every token, so trained on "
+            "next-token data it sees the token it predicts",
+        )
     x = data.example(batch)
     for mode in ("", " in train mode") if train else ("",):  # eval mode first, as inference runs
         try:

@@ -399,6 +399,18 @@ def expects(name: str | None = None, config: Any = None, task: str = "auto") -> 
     return {}
 
 
+def masked_lm(net: nn.Module) -> str | None:
+    """The class of a masked-LM encoder (BERT's, DeBERTa's, ELECTRA's ... ``*ForMaskedLM``), else
+    None: its attention is bidirectional, so on next-token data it sees the token it predicts."""
+    from transformers.models.auto import modeling_auto as auto
+
+    inner: Any = getattr(net, "inner", net)
+    if not is_hf(inner) or getattr(inner.config, "is_encoder_decoder", False) or inner.config.is_decoder:
+        return None
+    name = type(inner).__name__
+    return name if name in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES.values() else None
+
+
 def misfit(net: nn.Module, spec: Any) -> tuple[str, Any, str, str] | None:
     """Why the data cannot feed this HF model (key, value, allowed, problem), or None: its
     vocabulary, its positions, its image size and labels come from its config, not the data."""

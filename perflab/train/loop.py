@@ -161,6 +161,7 @@ class Trainer:
             "flops_per_item": self.flops_per_item,
             "intensity": self.intensity,
             "input": self.spec.describe(),
+            "objective": "next-token cross-entropy" if self.spec.tokens else "cross-entropy over classes",
             "items_unit": self.spec.unit,
             "batch_unit": self.spec.batch_unit,
             "checkpoint": str(self.folder / f"{ctx.run_id}.pt"),
