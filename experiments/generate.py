@@ -189,6 +189,9 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     elif not callable(getattr(inner, "decode", None)):
         raise ConfigError("model", label, PROTOCOL, problem="it has no decode(ids, cache) method")
     spec = spec_of(net, settings, p.prompt_len)
+    if not spec.tokens and hf.is_hf(inner):  # Whisper generates too, from audio features
+        problem = f"{type(inner).__name__} generates from {hf.kind(inner)}: perflab's prompts are token ids yet"
+        raise ConfigError("model", label, "a causal LM or an encoder-decoder of token ids", problem=problem)
     if not spec.tokens:
         raise ConfigError("data", settings.data.name, "data=tokens (a language model's vocabulary: data.vocab_size)")
     if not hf.is_hf(inner) and spec.shape[0] < p.prompt_len + p.new_tokens:  # built for the data's positions

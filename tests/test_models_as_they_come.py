@@ -120,3 +120,131 @@ def test_token_data_follows_the_models_vocabulary_and_positions(work, tmp_path):
     with pytest.raises(Refused) as refused:
         perflab.run("quick/train", [*model, "data.vocab_size=256", *TINY, *FAST])
     assert str(refused.value).startswith("data.vocab_size=256: the model's config decides its vocabulary")
+
+
+# --- inputs from the model's config, for every modality -------------------------------------
+
+AUDIO_AND_TOWERS = {
+    "whisper": (
+        lambda t: t.WhisperForConditionalGeneration(
+            t.WhisperConfig(
+                d_model=32,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                num_mel_bins=16,
+                max_source_positions=50,
+                max_target_positions=32,
+                vocab_size=100,
+                decoder_start_token_id=1,
+                pad_token_id=0,
+                eos_token_id=2,
+                bos_token_id=1,
+            )
+        ),
+        "(B, 16, 100) float32",  # its mel bins x twice its encoder's positions (Whisper's 80 x 3000)
+        "audio features",
+    ),
+    "wav2vec2": (
+        lambda t: t.Wav2Vec2ForCTC(
+            t.Wav2Vec2Config(
+                hidden_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                intermediate_size=64,
+                conv_dim=(16, 16),
+                conv_stride=(5, 2),
+                conv_kernel=(10, 3),
+                num_conv_pos_embeddings=16,
+                num_conv_pos_embedding_groups=2,
+                vocab_size=32,
+            )
+        ),
+        "(B, 16000) float32",  # a second at 16 kHz
+        "waveforms",
+    ),
+    "clip": (
+        lambda t: t.CLIPModel(
+            t.CLIPConfig(
+                text_config=dict(
+                    hidden_size=32,
+                    intermediate_size=64,
+                    num_hidden_layers=1,
+                    num_attention_heads=2,
+                    vocab_size=99,
+                    max_position_embeddings=16,
+                    bos_token_id=0,
+                    eos_token_id=2,
+                ),
+                vision_config=dict(
+                    hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=32
+                ),
+                projection_dim=16,
+            )
+        ),
+        "(B, 3, 32, 32) float32 + (B, 16) token ids < 99",  # two towers: its images and its text
+        "images and text",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def speech_and_towers(tmp_path_factory):
+    """Whisper, Wav2Vec2 and CLIP saved once, tiny, as a user's save_pretrained leaves them."""
+    transformers = pytest.importorskip("transformers")
+    root = tmp_path_factory.mktemp("speech-and-towers")
+    transformers.set_seed(0)
+    for name, (make, _, _) in AUDIO_AND_TOWERS.items():
+        make(transformers).save_pretrained(root / name)
+    return root
+
+
+@pytest.mark.parametrize("name", list(AUDIO_AND_TOWERS))
+@pytest.mark.xdist_group("speech_and_towers")  # one worker saves the models once
+def test_speech_and_two_tower_models_infer_on_inputs_their_config_shapes(work, speech_and_towers, name):
+    """Whisper refused (2, 32) token ids, CLIP crashed on NoneType.shape: each gets what its
+    processor would make, and the row and the screen say it."""
+    from experiments import infer
+
+    model = ["model=hf", f"model.name={speech_and_towers / name}"]
+    df = perflab.run("quick/infer", [*model, "experiment.batches=[2]", "results.table=false", *FAST])
+    forward = df[df["measurement"] == "forward batch 2"].iloc[0]
+    assert forward["status"] == "ok" and forward["items_per_s"] > 0, df[["measurement", "error"]]
+    assert forward["input"] == AUDIO_AND_TOWERS[name][1]
+    assert infer.headline(df.to_dict("records"))[0].endswith(f"; input {AUDIO_AND_TOWERS[name][1]}")
+
+
+@pytest.mark.parametrize("name", list(AUDIO_AND_TOWERS))
+@pytest.mark.xdist_group("speech_and_towers")  # one worker saves the models once
+def test_training_them_is_one_line_naming_their_kind(work, speech_and_towers, name):
+    model = ["model=hf", f"model.name={speech_and_towers / name}"]
+    with pytest.raises(Refused) as refused:
+        perflab.run("quick/train", [*model, *TINY, *FAST])
+    line = str(refused.value)
+    assert f"it takes {AUDIO_AND_TOWERS[name][2]}, which perflab does not train on yet" in line
+    assert "allowed: +experiment=infer" in line and "\n" not in line
+
+
+@pytest.mark.xdist_group("speech_and_towers")  # one worker saves the models once
+def test_whisper_generating_is_one_line_naming_its_input(work, speech_and_towers):
+    with pytest.raises(Refused) as refused:
+        perflab.run("quick/generate", ["model=hf", f"model.name={speech_and_towers / 'whisper'}", *FAST])
+    assert "WhisperForConditionalGeneration generates from audio features" in str(refused.value)
+
+
+def test_a_kind_of_input_perflab_cannot_make_is_one_line_naming_it_and_what_it_can():
+    transformers = pytest.importorskip("transformers")
+    from perflab.errors import ConfigError
+    from perflab.models import huggingface as hf
+
+    config = transformers.PatchTSTConfig(
+        num_input_channels=2, context_length=16, patch_length=4, patch_stride=4, d_model=16, num_hidden_layers=1
+    )
+    with pytest.raises(ConfigError) as refused:
+        hf.input_spec(transformers.PatchTSTForPrediction(config))
+    line = refused.value.line()
+    assert "PatchTSTForPrediction takes past_values, a kind of input perflab cannot make yet" in line
+    assert "audio features (input_features), waveforms (input_values)" in line

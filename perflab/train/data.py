@@ -43,6 +43,7 @@ class Spec:
     shape: tuple[int, ...]
     classes: int
     tokens: bool = False
+    also: str = ""  # other inputs the model gets beside this one (a two-tower model's text), as said
 
     @property
     def unit(self) -> str:
@@ -84,7 +85,8 @@ class Spec:
     def describe(self) -> str:
         """The input as a user reads it: ``(B, 3, 16, 16) float32`` / ``(B, 64) token ids < 256``."""
         dims = ", ".join(map(str, self.shape))
-        return f"(B, {dims}) token ids < {self.classes}" if self.tokens else f"(B, {dims}) float32"
+        main = f"(B, {dims}) token ids < {self.classes}" if self.tokens else f"(B, {dims}) float32"
+        return f"{main} + {self.also}" if self.also else main
 
     def check_channels_last(self, on: bool) -> None:
         """Refuse ``experiment.channels_last=true`` for inputs that are no images (before any work)."""
