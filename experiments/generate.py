@@ -210,6 +210,18 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
         ) from None
 
 
+def cache_name(cache: Any) -> str:
+    """What a generate call's cache holds, as rows and lines name it: ``KV cache`` (attention's
+    keys and values), ``state`` (a recurrent model's: Mamba's, RWKV's), or ``KV cache and state``
+    (a hybrid's). transformers 5 keeps a recurrent layer's state in a LinearAttention layer."""
+    layers = getattr(cache, "layers", None) or []
+    recurrent = sum(type(layer).__name__.startswith("LinearAttention") for layer in layers)
+    keyed = sum(hasattr(layer, "keys") for layer in layers)
+    if (layers and recurrent == len(layers) and not keyed) or "Mamba" in type(cache).__name__:
+        return "state"
+    return "KV cache and state" if recurrent else "KV cache"
+
+
 def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
     """Bytes of every tensor in a KV cache, whatever holds them (tuples, lists, a DynamicCache)."""
     import torch
@@ -268,6 +280,7 @@ def run(ctx: Context) -> None:
     with on_device(d), torch.inference_mode(), precision.applied(p.precision, d.type):
         _, returned = gen.run(ids, p.new_tokens)
         kv_mb = tensor_bytes(kv_cache(returned)) / 2**20
+        knobs["cache"] = cache_name(kv_cache(returned))  # kv_cache_mb holds a recurrent model's state too
         # FLOPs of the calls themselves, counted once outside the clock (KV cache and all)
         first_flops, flops_note = flops.estimated("FLOPs", lambda: flops.count(lambda: gen.run(ids, 1)))
         whole_flops, _ = flops.estimated("FLOPs", lambda: flops.count(lambda: gen.run(ids, p.new_tokens)))
@@ -363,6 +376,6 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         lines.append(
             f"decode: {whole} (batch / mean step; {rate(r, 'items_per_s')} at the median step), per token "
             f"p50 {human_time(r.get('p50_s'))}, p90 {human_time(r.get('p90_s'))}, p99 {human_time(r.get('p99_s'))} "
-            f"(n={r.get('n')}); KV cache {number(r.get('kv_cache_mb')) or 0:.3g} MB{flagged(r)}"
+            f"(n={r.get('n')}); {r.get('cache') or 'KV cache'} {number(r.get('kv_cache_mb')) or 0:.3g} MB{flagged(r)}"
         )
     return lines

@@ -248,3 +248,32 @@ def test_a_kind_of_input_perflab_cannot_make_is_one_line_naming_it_and_what_it_c
     line = refused.value.line()
     assert "PatchTSTForPrediction takes past_values, a kind of input perflab cannot make yet" in line
     assert "audio features (input_features), waveforms (input_values)" in line
+
+
+def test_a_recurrent_models_cache_is_called_its_state():
+    """Mamba keeps a state, not keys and values; GPT-2 a KV cache: the decode line names each."""
+    transformers = pytest.importorskip("transformers")
+    from experiments import generate
+
+    mamba = transformers.MambaConfig(hidden_size=32, num_hidden_layers=1, vocab_size=100, state_size=4)
+    gpt2 = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100)
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    for net, name in [
+        (transformers.MambaForCausalLM(mamba), "state"),
+        (transformers.GPT2LMHeadModel(gpt2), "KV cache"),
+    ]:
+        out = net.generate(ids, max_new_tokens=2, do_sample=False, return_dict_in_generate=True)
+        assert generate.cache_name(generate.kv_cache(out)) == name
+    row = {"measurement": "decode", "status": "ok", "mean_s": 0.01, "batch": 1, "kv_cache_mb": 0.5, "cache": "state"}
+    (line,) = generate.headline([row])
+    assert line.endswith("; state 0.5 MB")
+
+
+@pytest.mark.slow
+def test_a_recurrent_models_rows_say_state(work):
+    pytest.importorskip("transformers")
+    mamba = ["model=hf", "model.config.model_type=mamba", "+model.config.hidden_size=32"]
+    mamba += ["+model.config.num_hidden_layers=1", "+model.config.vocab_size=100", "+model.config.state_size=4"]
+    over = ["experiment.prompt_len=4", "experiment.new_tokens=3", "results.table=false", *FAST]
+    df = perflab.run("quick/generate", [*mamba, *over])
+    assert set(df[df["measurement"].isin(["generate", "decode"])]["cache"]) == {"state"}
