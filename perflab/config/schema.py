@@ -275,11 +275,11 @@ class DataConfig:
                 bool(shape) and all(n >= 1 for n in shape),
                 "shape",
                 shape,
-                "null (the model's), or a non-empty list of sizes >= 1, e.g. [3,32,32]",
+                "a non-empty list of sizes >= 1, e.g. [3,32,32]",
             )
         for name, least, what in (("num_classes", 2, " (a classifier)"), ("vocab_size", 2, ""), ("seq_len", 1, "")):
             value = getattr(self, name)
-            require(value is None or value >= least, name, value, f"null (the model's), or an integer >= {least}{what}")
+            require(value is None or value >= least, name, value, f"an integer >= {least}{what}")
         require(
             self.name != "torchvision" or bool(self.dataset),
             "dataset",
