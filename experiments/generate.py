@@ -366,7 +366,7 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{r.get('model')}: time to first token {human_time(r.get('median_s'))} "
             f"(p99 {human_time(r.get('p99_s'))}) for {number(r.get('batch')) or 0:.0f} x "
             f"{number(r.get('prompt_len')) or 0:.0f} prompt tokens"
-            + (f" ({r['input']})" if r.get("input") else "")
+            + (f"; input {r['input']}" if r.get("input") else "")
             + flagged(r)
         )
     if "decode" in by:

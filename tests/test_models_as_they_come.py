@@ -120,6 +120,9 @@ def test_token_data_follows_the_models_vocabulary_and_positions(work, tmp_path):
     with pytest.raises(Refused) as refused:
         perflab.run("quick/train", [*model, "data.vocab_size=256", *TINY, *FAST])
     assert str(refused.value).startswith("data.vocab_size=256: the model's config decides its vocabulary")
+    with pytest.raises(Refused) as refused:  # images, the preset's data: the way to its tokens, nothing to size
+        perflab.run("quick/train", [*model[:2], *TINY, *FAST])
+    assert str(refused.value).endswith("allowed: data=tokens (its vocabulary and positions follow the model)")
 
 
 # --- inputs from the model's config, for every modality -------------------------------------

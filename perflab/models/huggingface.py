@@ -489,7 +489,7 @@ def misfit(net: nn.Module, spec: Any) -> tuple[str, Any, str, str] | None:
         return None
     if want.tokens != spec.tokens:
         model = "a language model" if want.tokens else "an image model"
-        allowed = f"data=tokens data.vocab_size={want.classes}" if want.tokens else f"data.shape={list(want.shape)}"
+        allowed = "data=tokens (its vocabulary and positions follow the model)" if want.tokens else "data=synthetic"
         return "data", spec.describe(), allowed, f"the model is {model}"
     if spec.tokens:
         if spec.classes != want.classes:
