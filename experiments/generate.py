@@ -76,7 +76,7 @@ class Generator:
         if self.hf:
             out = self.inner.generate(
                 ids,
-                attention_mask=torch.ones_like(ids),
+                attention_mask=None if ids.is_floating_point() else torch.ones_like(ids),
                 max_new_tokens=n,
                 min_new_tokens=n,
                 do_sample=False,
@@ -180,7 +180,10 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
                 "per-token times would be the next step's",
             )
         longest = hf.max_positions(inner.config)
-        if longest and getattr(inner.config, "is_encoder_decoder", False):  # the prompt's positions, the new ones'
+        target = getattr(inner.config, "max_target_positions", None)  # Whisper's decoder, its prompt audio
+        if hf.kind(inner) == "audio features" and target:
+            infer.within_positions("experiment.new_tokens", p.new_tokens, target - 1, target)  # the start token
+        elif longest and getattr(inner.config, "is_encoder_decoder", False):  # the prompt's positions, the new ones'
             infer.within_positions("experiment.prompt_len", p.prompt_len, longest, longest)
             infer.within_positions("experiment.new_tokens", p.new_tokens, longest - 1, longest)  # the start token
         elif longest:
@@ -189,10 +192,11 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     elif not callable(getattr(inner, "decode", None)):
         raise ConfigError("model", label, PROTOCOL, problem="it has no decode(ids, cache) method")
     spec = spec_of(net, settings, p.prompt_len)
-    if not spec.tokens and hf.is_hf(inner):  # Whisper generates too, from audio features
-        problem = f"{type(inner).__name__} generates from {hf.kind(inner)}: perflab's prompts are token ids yet"
-        raise ConfigError("model", label, "a causal LM or an encoder-decoder of token ids", problem=problem)
-    if not spec.tokens:
+    if not spec.tokens and hf.is_hf(inner) and hf.kind(inner) != "audio features":
+        problem = f"{type(inner).__name__} generates from {hf.kind(inner)}: perflab's prompts are token ids or audio"
+        allowed = "a causal LM, an encoder-decoder of token ids, or one of audio features (Whisper)"
+        raise ConfigError("model", label, allowed, problem=problem)
+    if not spec.tokens and not hf.is_hf(inner):
         raise ConfigError("data", settings.data.name, "data=tokens (a language model's vocabulary: data.vocab_size)")
     if not hf.is_hf(inner) and spec.shape[0] < p.prompt_len + p.new_tokens:  # built for the data's positions
         raise ConfigError(
@@ -203,11 +207,21 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
         )
     try:
         with torch.inference_mode():
-            Generator(net.eval(), devices[0]).run(torch.randint(0, spec.classes, (1, p.prompt_len)), p.new_tokens)
+            Generator(net.eval(), devices[0]).run(prompt_of(spec, 1, p.prompt_len), p.new_tokens)
     except Exception as err:
         raise ConfigError(
             "model", label, PROTOCOL, problem=f"generating failed: {type(err).__name__}: {first_line(err)}"
         ) from None
+
+
+def prompt_of(spec: Any, batch: int, prompt_len: int, device: Any = "cpu") -> Any:
+    """What a call generates from: ``prompt_len`` random ids of the vocabulary, or the model's
+    own input where it is no token ids (Whisper's audio features: its spec's, whole)."""
+    import torch
+
+    if spec.tokens:
+        return torch.randint(0, spec.classes, (batch, prompt_len), device=device)
+    return spec.example(batch, device)
 
 
 def cache_name(cache: Any) -> str:
@@ -254,19 +268,20 @@ def run(ctx: Context) -> None:
     net, loaded = infer.load(ctx, d)
     spec = spec_of(net, s, p.prompt_len)
     gen = Generator(net, d)
+    prompt_len = p.prompt_len if spec.tokens else None  # audio features: the model's own length
     knobs: dict[str, Any] = {
         "model": s.model.label,
-        "prompt_len": p.prompt_len,
+        "prompt_len": prompt_len,
         "new_tokens": p.new_tokens,
         "batch": p.batch,
-        "input": f"(B, {p.prompt_len}) token ids < {spec.classes}",
+        "input": f"(B, {p.prompt_len}) token ids < {spec.classes}" if spec.tokens else spec.describe(),
         "precision": p.precision,
         "items_unit": "tokens",
         "load_s": loaded["load_s"],
         "generator": "transformers generate (greedy)" if gen.hf else "greedy loop over decode(ids, cache)",
     }
     infer.record_load(ctx, d, loaded, **knobs)
-    ids = torch.randint(0, spec.classes, (p.batch, p.prompt_len), device=d.torch)
+    ids = prompt_of(spec, p.batch, p.prompt_len, d.torch)
     runs: list[list[float]] = []
 
     def timed(n: int) -> Callable[[], object]:
@@ -288,10 +303,10 @@ def run(ctx: Context) -> None:
             "prefill",
             timed(1),
             [d],
-            items=p.batch * p.prompt_len,
+            items=p.batch * (prompt_len or 1),  # prompt tokens, or prompts of audio
             flops=first_flops,
             dtype=p.precision,
-            **knobs,
+            **{**knobs, "items_unit": "tokens" if prompt_len else spec.unit},
             note="; ".join(
                 n
                 for n in (
@@ -364,8 +379,12 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         r = by["prefill"]
         lines.append(
             f"{r.get('model')}: time to first token {human_time(r.get('median_s'))} "
-            f"(p99 {human_time(r.get('p99_s'))}) for {number(r.get('batch')) or 0:.0f} x "
-            f"{number(r.get('prompt_len')) or 0:.0f} prompt tokens"
+            f"(p99 {human_time(r.get('p99_s'))}) for {number(r.get('batch')) or 0:.0f} "
+            + (
+                f"x {number(r.get('prompt_len')):.0f} prompt tokens"
+                if number(r.get("prompt_len"))
+                else "prompt" + ("s" if (number(r.get("batch")) or 0) > 1 else "")
+            )
             + (f"; input {r['input']}" if r.get("input") else "")
             + flagged(r)
         )

@@ -232,10 +232,27 @@ def test_training_them_is_one_line_naming_their_kind(work, speech_and_towers, na
 
 
 @pytest.mark.xdist_group("speech_and_towers")  # one worker saves the models once
-def test_whisper_generating_is_one_line_naming_its_input(work, speech_and_towers):
+def test_whisper_generates_from_audio_features_within_its_decoders_positions(work, speech_and_towers):
+    """Its prompt is its features, whole; its decoder holds 32 positions, one its start token's."""
+    from experiments import generate
+
+    model = ["model=hf", f"model.name={speech_and_towers / 'whisper'}"]
+    df = perflab.run("quick/generate", [*model, "experiment.new_tokens=3", "results.table=false", *FAST])
+    timed = df[df["measurement"].isin(["prefill", "decode", "generate"])]
+    assert (timed["status"] == "ok").all() and len(timed) == 3, df[["measurement", "error"]]
+    prefill = timed[timed["measurement"] == "prefill"].iloc[0]
+    assert prefill["input"] == "(B, 16, 100) float32" and prefill["items_unit"] == "samples"
+    assert "for 1 prompt; input (B, 16, 100) float32" in generate.headline(df.to_dict("records"))[0]
     with pytest.raises(Refused) as refused:
-        perflab.run("quick/generate", ["model=hf", f"model.name={speech_and_towers / 'whisper'}", *FAST])
-    assert "WhisperForConditionalGeneration generates from audio features" in str(refused.value)
+        perflab.run("quick/generate", [*model, "experiment.new_tokens=32", *FAST])
+    assert str(refused.value).startswith("experiment.new_tokens=32: it outgrows the model's 32 positions")
+
+
+@pytest.mark.xdist_group("speech_and_towers")  # one worker saves the models once
+def test_a_two_tower_model_asked_to_generate_is_one_line(work, speech_and_towers):
+    with pytest.raises(Refused) as refused:
+        perflab.run("quick/generate", ["model=hf", f"model.name={speech_and_towers / 'clip'}", *FAST])
+    assert "CLIPModel does not generate" in str(refused.value)
 
 
 def test_a_kind_of_input_perflab_cannot_make_is_one_line_naming_it_and_what_it_can():
