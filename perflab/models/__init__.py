@@ -171,7 +171,7 @@ def expects(cfg: ModelConfig) -> dict[str, Any]:
     if name == "hf":
         from perflab.models import huggingface as hf_models
 
-        return hf_models.expects(cfg.name, cfg.config, cfg.task or "auto")
+        return hf_models.expects(cfg.name, cfg.config)
     if name == "timm" and cfg.arch:
         try:
             import timm as timm_lib
@@ -447,7 +447,7 @@ def check(cfg: ModelConfig, data: Any, batch: int = 2, train: bool = False) -> n
 
 
 def _fits(cfg: ModelConfig, data: Any, x: torch.Tensor, out: Any, mode: str = "") -> None:
-    """One line where the output (its main scores, aux heads aside) does not fit the data."""
+    """One line where the output (its main scores, and each aux head's) does not fit the data."""
     out, aux = main_and_aux(out)
     want = data.output_shape(len(x))
     for scores in [out, *(a for _, a in aux)]:

@@ -397,12 +397,15 @@ def _audio_features(cfg: Any) -> tuple[int, int] | None:
     return None
 
 
+def text_length(cfg: Any) -> int:
+    """A two-tower model's text length: its text config's positions (CLIP's processor pads to them)."""
+    return max_positions(cfg.text_config) or 16
+
+
 def text_ids(cfg: Any, batch: int, device: Any) -> torch.Tensor:
-    """A two-tower model's text: token ids of its text config's vocabulary, as many as its
-    positions (CLIP's processor pads to them)."""
-    text = cfg.text_config
-    length = max_positions(text) or 16
-    return torch.arange(length, device=device).remainder(text.vocab_size).expand(batch, length)
+    """A two-tower model's text: ``text_length`` token ids of its text config's vocabulary."""
+    length = text_length(cfg)
+    return torch.arange(length, device=device).remainder(cfg.text_config.vocab_size).expand(batch, length)
 
 
 def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
@@ -420,8 +423,8 @@ def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     what = kind(inner)
     if what == "images and text":
         vision = cfg.vision_config
-        size, ids = _image_size(vision) or IMAGE_SIZE, text_ids(cfg, 1, "meta").shape[1]
-        also = f"(B, {ids}) token ids < {cfg.text_config.vocab_size}"
+        size = _image_size(vision) or IMAGE_SIZE
+        also = f"(B, {text_length(cfg)}) token ids < {cfg.text_config.vocab_size}"
         return Spec((getattr(vision, "num_channels", 3), size, size), 2, also=also)
     if what == "waveforms":
         return Spec((SAMPLES,), getattr(cfg, "vocab_size", None) or 2)
@@ -433,6 +436,14 @@ def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     if what not in ("token ids", "images"):
         problem = f"{type(inner).__name__} takes {what}, a kind of input perflab cannot make yet"
         raise ConfigError("model", type(inner).__name__, SUPPORTED, problem=problem)
+    return _tokens_or_images(cfg, seq_len)
+
+
+def _tokens_or_images(cfg: Any, seq_len: int) -> Any:
+    """Token ids of a config's vocabulary (``seq_len``, at most its positions), or images of its
+    channels and size with its labels' scores; None where it says neither."""
+    from perflab.train.data import Spec
+
     vocab = getattr(cfg, "vocab_size", None)
     if hasattr(cfg, "num_channels") and (getattr(cfg, "image_size", None) or not vocab):
         size = _image_size(cfg) or IMAGE_SIZE
@@ -443,7 +454,7 @@ def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     return None
 
 
-def expects(name: str | None = None, config: Any = None, task: str = "auto") -> dict[str, Any]:
+def expects(name: str | None = None, config: Any = None) -> dict[str, Any]:
     """What the model's config says of its data, before the model is built (perflab.train.data.fitted
     fills the keys the user left null from it): an image model's ``shape`` and ``num_classes``, a
     language model's ``vocab_size`` and ``positions``. Nothing where the config cannot be read
@@ -453,15 +464,12 @@ def expects(name: str | None = None, config: Any = None, task: str = "auto") -> 
         cfg = _config_of(str(name))[0] if name else _config_from(given) if given else None
     except (ConfigError, ImportError):
         return {}
-    if cfg is None:
+    spec = _tokens_or_images(cfg, 1) if cfg is not None else None
+    if spec is None:
         return {}
-    vocab = getattr(cfg, "vocab_size", None)
-    if hasattr(cfg, "num_channels") and (getattr(cfg, "image_size", None) or not vocab):
-        size = _image_size(cfg) or IMAGE_SIZE
-        return {"shape": [cfg.num_channels, size, size], "num_classes": getattr(cfg, "num_labels", 2)}
-    if vocab:
-        return {"vocab_size": vocab, "positions": max_positions(cfg)}
-    return {}
+    if spec.tokens:
+        return {"vocab_size": spec.classes, "positions": max_positions(cfg)}
+    return {"shape": list(spec.shape), "num_classes": spec.classes}
 
 
 def masked_lm(net: nn.Module) -> str | None:
