@@ -237,3 +237,12 @@ def test_an_image_model_of_any_size_trains_on_images_of_its_channels(work, folde
         perflab.run("quick/train", [*model, *images, "data.shape=[1,32,32]"])
     assert str(refused.value).startswith("data.shape=[1,32,32]: the model's config decides its channels")
     assert "allowed: [3, H, W]" in str(refused.value)
+
+
+@pytest.mark.xdist_group("held_out_models")  # one worker saves the models once
+def test_an_image_model_trains_on_its_configs_size_and_labels_when_the_data_names_none(work, folders):
+    """It was refused (allowed: [3, 32, 32]) though the user had set no shape: ViT's 3x32x32, 10 labels."""
+    over = ["data.train_size=16", "data.test_size=8", "trainer.batch_size=8", "trainer.epochs=1", "results.table=false"]
+    df = perflab.run("quick/train", ["model=hf", f"model.name={folders / 'vit'}", *over, *FAST])
+    summary = df[df["measurement"] == "train"].iloc[0]
+    assert summary["status"] == "ok" and summary["input"] == "(B, 3, 32, 32) float32", df[["measurement", "error"]]
