@@ -79,7 +79,7 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
         dynamo.check_backend("experiment.backend", params.backend)
     if settings.model is None or settings.data is None:
         raise ConfigError("model", None, "a model and a data config (the compile preset's defaults)")
-    spec = data.spec(settings.data)
+    spec = data.spec(models.fitted_data(settings.model, settings.data))
     spec.check_channels_last(params.channels_last)
     models.check(settings.model, spec)
 
@@ -95,7 +95,7 @@ def run(ctx: Context) -> None:
 
     p, s = ctx.params, ctx.settings
     d = ctx.devices[0]
-    spec = data.spec(s.data)
+    spec = data.spec(models.fitted_data(s.model, s.data))
     torch.manual_seed(s.seed)
     model = models.build(s.model, spec).to(d.torch).eval()
     layout = torch.channels_last if p.channels_last else torch.contiguous_format

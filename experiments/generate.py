@@ -76,7 +76,7 @@ class Generator:
         if self.hf:
             out = self.inner.generate(
                 ids,
-                attention_mask=torch.ones_like(ids),
+                attention_mask=None if ids.is_floating_point() else torch.ones_like(ids),
                 max_new_tokens=n,
                 min_new_tokens=n,
                 do_sample=False,
@@ -141,10 +141,11 @@ def kv_cache(returned: Any) -> Any:
 
 
 def spec_of(net: Any, settings: PerflabConfig, prompt_len: int) -> Any:
+    from perflab import models
     from perflab.models import huggingface as hf
     from perflab.train import data
 
-    return hf.input_spec(net, prompt_len) or data.spec(settings.data)  # type: ignore[arg-type]
+    return hf.input_spec(net, prompt_len) or data.spec(models.fitted_data(settings.model, settings.data))
 
 
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
@@ -162,7 +163,7 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     precision.check("experiment.precision", p.precision, devices[:1])
     if settings.model is None or settings.data is None:
         raise ConfigError("model", None, "a model and a data config (the generate preset's defaults)")
-    net = models.build(settings.model, data.spec(settings.data))
+    net = models.build(settings.model, data.spec(models.fitted_data(settings.model, settings.data)))
     inner = getattr(net, "inner", net)
     label = settings.model.label
     if hf.is_hf(inner):
@@ -179,7 +180,10 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
                 "per-token times would be the next step's",
             )
         longest = hf.max_positions(inner.config)
-        if longest and getattr(inner.config, "is_encoder_decoder", False):  # the prompt's positions, the new ones'
+        target = getattr(inner.config, "max_target_positions", None)  # Whisper's decoder, its prompt audio
+        if hf.kind(inner) == "audio features" and target:
+            infer.within_positions("experiment.new_tokens", p.new_tokens, target - 1, target)  # the start token
+        elif longest and getattr(inner.config, "is_encoder_decoder", False):  # the prompt's positions, the new ones'
             infer.within_positions("experiment.prompt_len", p.prompt_len, longest, longest)
             infer.within_positions("experiment.new_tokens", p.new_tokens, longest - 1, longest)  # the start token
         elif longest:
@@ -188,22 +192,48 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     elif not callable(getattr(inner, "decode", None)):
         raise ConfigError("model", label, PROTOCOL, problem="it has no decode(ids, cache) method")
     spec = spec_of(net, settings, p.prompt_len)
-    if not spec.tokens:
+    if not spec.tokens and hf.is_hf(inner) and hf.kind(inner) != "audio features":
+        problem = f"{type(inner).__name__} generates from {hf.kind(inner)}: perflab's prompts are token ids or audio"
+        allowed = "a causal LM, an encoder-decoder of token ids, or one of audio features (Whisper)"
+        raise ConfigError("model", label, allowed, problem=problem)
+    if not spec.tokens and not hf.is_hf(inner):
         raise ConfigError("data", settings.data.name, "data=tokens (a language model's vocabulary: data.vocab_size)")
-    if not hf.is_hf(inner) and settings.data.seq_len < p.prompt_len + p.new_tokens:  # built for the data's positions
+    if not hf.is_hf(inner) and spec.shape[0] < p.prompt_len + p.new_tokens:  # built for the data's positions
         raise ConfigError(
             "data.seq_len",
-            settings.data.seq_len,
+            spec.shape[0],
             f"at least experiment.prompt_len + experiment.new_tokens = {p.prompt_len + p.new_tokens}",
             problem=f"{label} is built for data.seq_len positions, fewer than the prompt and the new tokens",
         )
     try:
         with torch.inference_mode():
-            Generator(net.eval(), devices[0]).run(torch.randint(0, spec.classes, (1, p.prompt_len)), p.new_tokens)
+            Generator(net.eval(), devices[0]).run(prompt_of(spec, 1, p.prompt_len), p.new_tokens)
     except Exception as err:
         raise ConfigError(
             "model", label, PROTOCOL, problem=f"generating failed: {type(err).__name__}: {first_line(err)}"
         ) from None
+
+
+def prompt_of(spec: Any, batch: int, prompt_len: int, device: Any = "cpu") -> Any:
+    """What a call generates from: ``prompt_len`` random ids of the vocabulary, or the model's
+    own input where it is no token ids (Whisper's audio features: its spec's, whole)."""
+    import torch
+
+    if spec.tokens:
+        return torch.randint(0, spec.classes, (batch, prompt_len), device=device)
+    return spec.example(batch, device)
+
+
+def cache_name(cache: Any) -> str:
+    """What a generate call's cache holds, as rows and lines name it: ``KV cache`` (attention's
+    keys and values), ``state`` (a recurrent model's: Mamba's, RWKV's), or ``KV cache and state``
+    (a hybrid's). transformers 5 keeps a recurrent layer's state in a LinearAttention layer."""
+    layers = getattr(cache, "layers", None) or []
+    recurrent = sum(type(layer).__name__.startswith("LinearAttention") for layer in layers)
+    keyed = sum(hasattr(layer, "keys") for layer in layers)
+    if (layers and recurrent == len(layers) and not keyed) or "Mamba" in type(cache).__name__:
+        return "state"
+    return "KV cache and state" if recurrent else "KV cache"
 
 
 def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
@@ -238,18 +268,20 @@ def run(ctx: Context) -> None:
     net, loaded = infer.load(ctx, d)
     spec = spec_of(net, s, p.prompt_len)
     gen = Generator(net, d)
+    prompt_len = p.prompt_len if spec.tokens else None  # audio features: the model's own length
     knobs: dict[str, Any] = {
         "model": s.model.label,
-        "prompt_len": p.prompt_len,
+        "prompt_len": prompt_len,
         "new_tokens": p.new_tokens,
         "batch": p.batch,
+        "input": f"(B, {p.prompt_len}) token ids < {spec.classes}" if spec.tokens else spec.describe(),
         "precision": p.precision,
         "items_unit": "tokens",
         "load_s": loaded["load_s"],
         "generator": "transformers generate (greedy)" if gen.hf else "greedy loop over decode(ids, cache)",
     }
     infer.record_load(ctx, d, loaded, **knobs)
-    ids = torch.randint(0, spec.classes, (p.batch, p.prompt_len), device=d.torch)
+    ids = prompt_of(spec, p.batch, p.prompt_len, d.torch)
     runs: list[list[float]] = []
 
     def timed(n: int) -> Callable[[], object]:
@@ -263,6 +295,7 @@ def run(ctx: Context) -> None:
     with on_device(d), torch.inference_mode(), precision.applied(p.precision, d.type):
         _, returned = gen.run(ids, p.new_tokens)
         kv_mb = tensor_bytes(kv_cache(returned)) / 2**20
+        knobs["cache"] = cache_name(kv_cache(returned))  # kv_cache_mb holds a recurrent model's state too
         # FLOPs of the calls themselves, counted once outside the clock (KV cache and all)
         first_flops, flops_note = flops.estimated("FLOPs", lambda: flops.count(lambda: gen.run(ids, 1)))
         whole_flops, _ = flops.estimated("FLOPs", lambda: flops.count(lambda: gen.run(ids, p.new_tokens)))
@@ -270,10 +303,10 @@ def run(ctx: Context) -> None:
             "prefill",
             timed(1),
             [d],
-            items=p.batch * p.prompt_len,
+            items=p.batch * (prompt_len or 1),  # prompt tokens, or prompts of audio
             flops=first_flops,
             dtype=p.precision,
-            **knobs,
+            **{**knobs, "items_unit": "tokens" if prompt_len else spec.unit},
             note="; ".join(
                 n
                 for n in (
@@ -346,8 +379,14 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         r = by["prefill"]
         lines.append(
             f"{r.get('model')}: time to first token {human_time(r.get('median_s'))} "
-            f"(p99 {human_time(r.get('p99_s'))}) for {number(r.get('batch')) or 0:.0f} x "
-            f"{number(r.get('prompt_len')) or 0:.0f} prompt tokens{flagged(r)}"
+            f"(p99 {human_time(r.get('p99_s'))}) for {number(r.get('batch')) or 0:.0f} "
+            + (
+                f"x {number(r.get('prompt_len')):.0f} prompt tokens"
+                if number(r.get("prompt_len"))
+                else "prompt" + ("s" if (number(r.get("batch")) or 0) > 1 else "")
+            )
+            + (f"; input {r['input']}" if r.get("input") else "")
+            + flagged(r)
         )
     if "decode" in by:
         r = by["decode"]
@@ -356,6 +395,6 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         lines.append(
             f"decode: {whole} (batch / mean step; {rate(r, 'items_per_s')} at the median step), per token "
             f"p50 {human_time(r.get('p50_s'))}, p90 {human_time(r.get('p90_s'))}, p99 {human_time(r.get('p99_s'))} "
-            f"(n={r.get('n')}); KV cache {number(r.get('kv_cache_mb')) or 0:.3g} MB{flagged(r)}"
+            f"(n={r.get('n')}); {r.get('cache') or 'KV cache'} {number(r.get('kv_cache_mb')) or 0:.3g} MB{flagged(r)}"
         )
     return lines

@@ -47,10 +47,11 @@ class Config(ExperimentConfig):
 def inputs_of(net: Any, settings: PerflabConfig, seq_len: int) -> Any:
     """What the model takes: a Hugging Face model's inputs from its config (its vocabulary, its
     image size), any other's from the data config (data.shape, data=tokens)."""
+    from perflab import models
     from perflab.models import huggingface as hf
     from perflab.train import data
 
-    return hf.input_spec(net, seq_len) or data.spec(settings.data)  # type: ignore[arg-type]
+    return hf.input_spec(net, seq_len) or data.spec(models.fitted_data(settings.model, settings.data))
 
 
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
@@ -69,7 +70,7 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
         dynamo.check_backend("experiment.backend", p.backend)
     if settings.model is None or settings.data is None:
         raise ConfigError("model", None, "a model and a data config (the infer preset's defaults)")
-    net = models.build(settings.model, data.spec(settings.data))
+    net = models.build(settings.model, data.spec(models.fitted_data(settings.model, settings.data)))
     spec = inputs_of(net, settings, p.seq_len)
     longest = hf.max_positions(getattr(net, "inner", net).config) if hf.is_hf(getattr(net, "inner", net)) else None
     if spec.tokens and longest:  # an HF language model: its positions bound its inputs, never cut short
@@ -133,7 +134,7 @@ def load(ctx: Context, device: Device) -> tuple[Any, dict[str, Any]]:
     torch.manual_seed(s.seed)
     with memory.sample("load"):
         t0 = time.perf_counter()
-        net = models.build(s.model, data.spec(s.data)).to(device.torch).eval()  # type: ignore[arg-type]
+        net = models.build(s.model, data.spec(models.fitted_data(s.model, s.data))).to(device.torch).eval()  # type: ignore[arg-type]
         synchronize([device])
         seconds = time.perf_counter() - t0
     params = sum(p.numel() for p in net.parameters())
@@ -247,6 +248,7 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             lines.append(
                 f"{r.get('model')}: loaded in {human_time(r.get('load_s'))}, "
                 f"{number(r.get('params')) or 0:,.0f} parameters ({number(r.get('weights_mb')) or 0:.1f} MB)"
+                + (f"; input {r['input']}" if r.get("input") else "")
             )
         elif str(r.get("measurement", "")).startswith("forward batch"):
             lines.append(

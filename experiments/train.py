@@ -63,6 +63,7 @@ class Config(ExperimentConfig):
 
 def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
     """Strategy, precision and batch against the resolved devices: before anything runs."""
+    from perflab import models
     from perflab.measure import dynamo, precision
     from perflab.train import data, loop, optim
     from perflab.train.strategies import NOT_COMPILABLE
@@ -107,7 +108,7 @@ def check(s: PerflabConfig, devices: Sequence[Device]) -> None:
             problem=f"strategy.nnodes={s.strategy.nnodes} needs a rendezvous (or run it under SLURM)",
         )
     planned = loop.plan(s.trainer, len(devices) * s.strategy.nnodes)  # bad batch/device combinations
-    data.check(s.data, s.trainer.batch_size, planned.global_batch)
+    data.check(models.fitted_data(s.model, s.data), s.trainer.batch_size, planned.global_batch)
     check_model(s)
 
 
@@ -119,7 +120,7 @@ def check_model(s: PerflabConfig) -> None:
     from perflab.train import data
 
     assert s.model is not None and s.data is not None
-    spec = data.spec(s.data)
+    spec = data.spec(models.fitted_data(s.model, s.data))
     if s.model.channels_last and not spec.images:
         raise ConfigError(
             "model.channels_last",
@@ -127,7 +128,7 @@ def check_model(s: PerflabConfig) -> None:
             "false with this data",
             problem=f"NHWC is a layout of images (C, H, W); the inputs here are {spec.describe()}",
         )
-    models.check(s.model, spec)
+    models.check(s.model, spec, train=True)
 
 
 def run(ctx: Context) -> None:
@@ -243,6 +244,7 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         f"({per_s(number(summary.get('per_device_items_per_s')) or 0, 'per device')}), "
         f"epoch {human_time(summary.get('median_s'))}, final test acc {number(summary.get('test_acc')) or 0:.3f}"
         + (f", optimizer {summary.get('optimizer')}" if summary.get("optimizer") else "")
+        + (f"; input {summary['input']}" if summary.get("input") else "")
     )
     tflops = number(summary.get("tflops"))
     why = next((n for n in str(summary.get("note", "")).split("; ") if n.startswith("FLOPs not estimated")), "")

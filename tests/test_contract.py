@@ -380,3 +380,11 @@ def test_an_import_the_earlier_docs_taught_still_works_and_names_the_new_one(old
             assert getattr(module, name) is getattr(face, name)
     with pytest.raises(AttributeError):
         module.nothing_of_that_name  # noqa: B018
+
+
+def test_a_users_experiment_without_a_report_hook_gets_a_figure_of_its_measurements(install, work, capsys):
+    """It got none ("plots: nothing to plot here"): the median time of each of its measurements."""
+    install("up2", {"softmaxer": "up2.softmaxer"}, SOFTMAXER)
+    perflab.run("softmaxer", [*FAST, "experiment.rows=8", "results.table=false"])
+    assert compare.main([str(work / "outputs"), "--plot", str(work / "plots")]) == 0
+    assert f"plot: {work / 'plots' / 'timings.png'}" in capsys.readouterr().out

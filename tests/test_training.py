@@ -284,6 +284,7 @@ def test_a_diverging_run_is_an_error_row_not_ok(work):
     assert df.attrs["outcome"] == "error"
     epoch = df[df["measurement"] == "epoch"].iloc[0]
     assert epoch["status"] == "error" and epoch["error"].startswith("diverged at step 2: ")  # the first update
+    assert epoch["items_per_s"] > 0 and epoch["error"].endswith("; try trainer.lr=1e+29"), "its throughput stands"
     assert "train" not in set(df["measurement"]), "no summary of a broken run"
     assert not RunRecord.read(Path(df.attrs["run_dir"])).complete
 

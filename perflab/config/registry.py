@@ -255,13 +255,17 @@ class Experiment:
     # --- the report's hooks ----------------------------------------------------------------------
 
     def section(self, rows: DataFrame, samples: contract.Samples) -> contract.Section:
-        """Its section of the report (rows: one preset's), or a plain one without a report hook."""
+        """Its section of the report (rows: one preset's), or without a report hook a plain one
+        with a figure of its measurements (the median time of each, plots.timings)."""
         fn = self.hooks.report
         found = fn(rows, samples) if fn else None
         if not isinstance(found, contract.Section):
             if fn:
                 raise TypeError(f"{self.name}'s report hook returned {type(found).__name__}, not a Section")
-            found = contract.Section()
+            from perflab.analysis import plots
+
+            why = "timings: no ok row with a median time"
+            found = contract.Section(figures=[contract.Figure("timings", plots.timings, rows, why_none=why)])
         return found
 
     def claims(self, rows: DataFrame, tree: Any) -> list[Any]:

@@ -250,10 +250,11 @@ class DataConfig:
     root: str = "data"  # fashion_mnist, torchvision: the dataset's root folder (torchvision's layout)
     download: bool = False
     dataset: Optional[str] = None  # data=torchvision: a class of torchvision.datasets (MNIST, CIFAR10 ...)
-    shape: List[int] = field(default_factory=lambda: [1, 28, 28])  # synthetic: one item's shape (C, H, W)
-    num_classes: int = 10  # synthetic: how many classes
-    vocab_size: int = 256  # tokens: ids 0 .. vocab_size - 1
-    seq_len: int = 64  # tokens: the model's input length (T); targets are the inputs shifted by one
+    # null: the model's own (timm's, torchvision's, a Hugging Face config's), else the default after '/'
+    shape: Optional[List[int]] = None  # synthetic: one item's shape (C, H, W) / [1, 28, 28]
+    num_classes: Optional[int] = None  # synthetic: how many classes / 10
+    vocab_size: Optional[int] = None  # tokens: ids 0 .. vocab_size - 1 / 256
+    seq_len: Optional[int] = None  # tokens: the input length (T), targets the inputs shifted by one / 64 (positions)
     train_size: Optional[int] = None  # null: all (synthetic, tokens: 60000 / 10000 items)
     test_size: Optional[int] = None
     noise: float = 2.0  # synthetic: noise std on the class templates (2.0: best possible accuracy ~0.86)
@@ -268,13 +269,17 @@ class DataConfig:
             require(value is None or value >= 1, name, value, "null or an integer >= 1")
         require(self.workers >= 0, "workers", self.workers, "an integer >= 0")
         require(self.noise >= 0, "noise", self.noise, "a number >= 0")
-        shape = list(self.shape)
-        require(
-            bool(shape) and all(n >= 1 for n in shape), "shape", shape, "a non-empty list of sizes >= 1, e.g. [3,32,32]"
-        )
-        require(self.num_classes >= 2, "num_classes", self.num_classes, "an integer >= 2 (a classifier)")
-        require(self.vocab_size >= 2, "vocab_size", self.vocab_size, "an integer >= 2")
-        positive(self, "seq_len")
+        if self.shape is not None:
+            shape = list(self.shape)
+            require(
+                bool(shape) and all(n >= 1 for n in shape),
+                "shape",
+                shape,
+                "a non-empty list of sizes >= 1, e.g. [3,32,32]",
+            )
+        for name, least, what in (("num_classes", 2, " (a classifier)"), ("vocab_size", 2, ""), ("seq_len", 1, "")):
+            value = getattr(self, name)
+            require(value is None or value >= least, name, value, f"an integer >= {least}{what}")
         require(
             self.name != "torchvision" or bool(self.dataset),
             "dataset",

@@ -162,6 +162,43 @@ def gpt2(
     return hf_models.build(config={**config, "vocab_size": vocab_size, "n_positions": n_positions, **ends})
 
 
+def expects(cfg: ModelConfig) -> dict[str, Any]:
+    """What a model says of its data before it is built, by the data's keys: the input size
+    timm's ``pretrained_cfg`` names, or torchvision's weights' transforms crop to (``shape``);
+    what a Hugging Face config says (perflab.models.huggingface.expects). Empty for a model
+    that says nothing (perflab's own, a user's): the data's defaults then."""
+    name = cfg._target_.rpartition(".")[2] if cfg._target_.rpartition(".")[0] == "perflab.models" else ""
+    if name == "hf":
+        from perflab.models import huggingface as hf_models
+
+        return hf_models.expects(cfg.name, cfg.config)
+    if name == "timm" and cfg.arch:
+        try:
+            import timm as timm_lib
+        except ImportError:
+            return {}
+        own = timm_lib.get_pretrained_cfg(cfg.arch) if timm_lib.is_model(cfg.arch) else None
+        size = cfg.args.get("img_size") or (own.input_size[1:] if own and own.input_size else None)
+        return {"shape": [3, *([size] * 2 if isinstance(size, int) else size)]} if size else {}
+    if name == "torchvision" and cfg.arch:
+        import torchvision as tv
+
+        try:
+            weights = list(tv.models.get_model_weights(cfg.arch))
+        except (KeyError, ValueError):
+            return {}
+        crop = weights[0].transforms.keywords.get("crop_size") if weights else None  # type: ignore[attr-defined]
+        return {"shape": [3, crop, crop]} if crop else {}
+    return {}
+
+
+def fitted_data(cfg: ModelConfig, data_cfg: Any) -> Any:
+    """The data config with each key the user left null filled from the model, else by default."""
+    from perflab.train import data
+
+    return data.fitted(data_cfg, expects(cfg))
+
+
 def _refit_first_conv(net: nn.Module, in_channels: int) -> None:
     """Replace the first 3-channel convolution by one that takes ``in_channels``."""
     for parent in net.modules():
@@ -354,10 +391,27 @@ def build(cfg: ModelConfig, data: Any) -> nn.Module:
     return net
 
 
-def check(cfg: ModelConfig, data: Any, batch: int = 2) -> nn.Module:
+# Train-mode outputs with auxiliary heads (torchvision's GoogLeNet and Inception-v3): the weight
+# of each aux head's loss in the model's own recipe (GoogLeNet's paper: 0.3; Inception-v3's: 0.4).
+AUX_WEIGHTS = {"GoogLeNetOutputs": 0.3, "InceptionOutputs": 0.4}
+
+
+def main_and_aux(out: Any) -> tuple[Any, list[tuple[float, torch.Tensor]]]:
+    """A model's output as its main scores and its aux heads' (weight, scores): a train-mode
+    ``GoogLeNetOutputs(logits, aux_logits2, aux_logits1)`` trains its logits, the aux heads'
+    losses added at their weight; any other output is the main one, with no aux heads."""
+    weight = AUX_WEIGHTS.get(type(out).__name__)
+    if weight is None:
+        return out, []
+    main, *aux = out  # a named tuple, the logits first
+    return main, [(weight, a) for a in aux if isinstance(a, torch.Tensor)]
+
+
+def check(cfg: ModelConfig, data: Any, batch: int = 2, train: bool = False) -> nn.Module:
     """Build the model and run it once on a small batch of the data's shape (eval mode, no
-    gradients, on the CPU): a model that does not take the data, or whose output does not
-    fit it, is one line with both shapes, before anything is timed. Returns the model."""
+    gradients, on the CPU; ``train``: in train mode too, where aux heads answer): a model that
+    does not take the data, or whose output does not fit it, is one line with both shapes,
+    before anything is timed. Returns the model."""
     from perflab.models import huggingface as hf_models
 
     net = build(cfg, data)
@@ -365,30 +419,47 @@ def check(cfg: ModelConfig, data: Any, batch: int = 2) -> nn.Module:
     if misfit is not None:
         key, value, allowed, problem = misfit
         raise ConfigError(key, value, allowed, problem=f"{problem} ({cfg.label})")
-    x = data.example(batch)
-    want = data.output_shape(batch)
-    try:
-        with torch.no_grad():
-            out = net.eval()(x)
-    except Exception as err:
-        own = getattr(net, "pretrained_cfg", None) or {}  # timm's: the input size it was made for
-        shape = f" (data.shape={list(own['input_size'])} for this one)" if own.get("input_size") else ""
+    encoder = hf_models.masked_lm(net) if train and data.tokens else None
+    if encoder:  # its loss and accuracy would mean nothing: refused, not trained
         raise ConfigError(
             "model",
             cfg.label,
-            f"a model that takes {data.describe()}, or data of the shape it takes{shape}",
-            problem=f"it fails on the data's input {tuple(x.shape)}: {type(err).__name__}: {first_line(err)}",
-        ) from None
-    got = tuple(out.shape) if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
-    if got != want:
-        kind = "(B, seq_len, vocab_size) logits" if data.tokens else "(B, num_classes) scores"
-        raise ConfigError(
-            "model",
-            cfg.label,
-            f"a model whose output is {want}, {kind}, for an input {tuple(x.shape)}",
-            problem=f"its output {got} does not fit the data (input {tuple(x.shape)}, output {want})",
+            "a causal LM (or an encoder-decoder) for data=tokens; a masked-LM encoder runs in +experiment=infer",
+            problem=f"{encoder} is a masked-LM encoder: its attention sees every token, so trained on "
+            "next-token data it sees the token it predicts",
         )
+    x = data.example(batch)
+    for mode in ("", " in train mode") if train else ("",):  # eval mode first, as inference runs
+        try:
+            with torch.no_grad():
+                out = net.train(bool(mode))(x)
+        except Exception as err:
+            own = expects(cfg).get("shape")  # timm's, torchvision's: the input size it was made for
+            shape = f" (data.shape={list(own)} for this one)" if own and list(own) != list(data.shape) else ""
+            raise ConfigError(
+                "model",
+                cfg.label,
+                f"a model that takes {data.describe()}, or data of the shape it takes{shape}",
+                problem=f"it fails on the data's input {tuple(x.shape)}{mode}: {type(err).__name__}: {first_line(err)}",
+            ) from None
+        _fits(cfg, data, x, out, mode)
     return net.train()
+
+
+def _fits(cfg: ModelConfig, data: Any, x: torch.Tensor, out: Any, mode: str = "") -> None:
+    """One line where the output (its main scores, and each aux head's) does not fit the data."""
+    out, aux = main_and_aux(out)
+    want = data.output_shape(len(x))
+    for scores in [out, *(a for _, a in aux)]:
+        got = tuple(scores.shape) if isinstance(scores, torch.Tensor) else f"a {type(scores).__name__}"
+        if got != want:
+            kind = "(B, seq_len, vocab_size) logits" if data.tokens else "(B, num_classes) scores"
+            raise ConfigError(
+                "model",
+                cfg.label,
+                f"a model whose output is {want}, {kind}, for an input {tuple(x.shape)}",
+                problem=f"its output{mode} {got} does not fit the data (input {tuple(x.shape)}, output {want})",
+            )
 
 
 def _book_normal(m: nn.Module) -> None:

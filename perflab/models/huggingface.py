@@ -57,7 +57,9 @@ class Unwrapped(nn.Module):
 
     An encoder-decoder (T5, BART) gets ``x`` on both sides: its decoder reads ``x`` shifted
     right behind its ``decoder_start_token_id``, what BART does by itself and T5 refuses to
-    guess ("You must specify exactly one of input_ids or inputs_embeds")."""
+    guess ("You must specify exactly one of input_ids or inputs_embeds"); one that encodes
+    audio features (Whisper) decodes its start token. A two-tower model (CLIP) gets ``x`` as
+    its images and text of its config (:func:`text_ids`)."""
 
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
@@ -70,15 +72,22 @@ class Unwrapped(nn.Module):
         both = getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in takes
         start = getattr(cfg, "decoder_start_token_id", None) if both else None
         self.decoder_start = start if isinstance(start, int) else None
+        self.two_towers = cfg is not None and kind(inner) == "images and text"
 
     @property
     def config(self) -> Any:
         return self.inner.config  # type: ignore[union-attr]
 
     def forward(self, x: torch.Tensor) -> Any:
-        if self.decoder_start is None or x.is_floating_point():
+        if self.two_towers:  # the images in x, the text made beside them
+            ids = text_ids(self.config, len(x), x.device)
+            return unwrap(self.inner(input_ids=ids, pixel_values=x, **self.kwargs))
+        if self.decoder_start is None:
             return unwrap(self.inner(x, **self.kwargs))
-        shifted = torch.cat([torch.full_like(x[:, :1], self.decoder_start), x[:, :-1]], dim=1)
+        start = torch.full((len(x), 1), self.decoder_start, dtype=torch.long, device=x.device)
+        if x.is_floating_point():  # audio features in (Whisper): the decoder's first step, its start token
+            return unwrap(self.inner(x, decoder_input_ids=start, **self.kwargs))
+        shifted = torch.cat([start, x[:, :-1]], dim=1)
         return unwrap(self.inner(x, decoder_input_ids=shifted, **self.kwargs))
 
 
@@ -378,16 +387,83 @@ def _image_size(cfg: Any) -> int | None:
     return (size if isinstance(size, int) else size[0]) if size else None
 
 
+SAMPLES = 16_000  # a waveform model's input: one second at 16 kHz, its feature extractors' rate
+# What perflab makes for each kind of input (a model's main_input_name), as a refusal names them.
+SUPPORTED = (
+    "token ids (input_ids), images (pixel_values), audio features (input_features), "
+    "waveforms (input_values), images with text (two towers: pixel_values and input_ids)"
+)
+
+
+def kind(inner: Any) -> str:
+    """What an HF model takes, by its ``main_input_name`` and config: ``token ids``, ``images``,
+    ``audio features``, ``waveforms``, ``images and text`` (two towers, CLIP's), else the name
+    of an input perflab cannot make yet."""
+    cfg = inner.config
+    if hasattr(cfg, "text_config") and hasattr(cfg, "vision_config"):
+        return "images and text"
+    main = getattr(inner, "main_input_name", "input_ids")
+    named = {"input_ids": "token ids", "pixel_values": "images", "input_features": "audio features"}
+    return {**named, "input_values": "waveforms"}.get(main, main)
+
+
+def _audio_features(cfg: Any) -> tuple[int, int] | None:
+    """The (mel bins, frames) Whisper's feature extractor makes (30 s: twice its encoder's
+    positions), or Speech2Text's (frames, features); None where the config says neither."""
+    if getattr(cfg, "num_mel_bins", None) and getattr(cfg, "max_source_positions", None):
+        return cfg.num_mel_bins, 2 * cfg.max_source_positions
+    if getattr(cfg, "input_feat_per_channel", None) and getattr(cfg, "max_source_positions", None):
+        return cfg.max_source_positions, cfg.input_feat_per_channel * getattr(cfg, "input_channels", 1)
+    return None
+
+
+def text_length(cfg: Any) -> int:
+    """A two-tower model's text length: its text config's positions (CLIP's processor pads to them)."""
+    return max_positions(cfg.text_config) or 16
+
+
+def text_ids(cfg: Any, batch: int, device: Any) -> torch.Tensor:
+    """A two-tower model's text: ``text_length`` token ids of its text config's vocabulary."""
+    length = text_length(cfg)
+    return torch.arange(length, device=device).remainder(cfg.text_config.vocab_size).expand(batch, length)
+
+
 def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     """The inputs an HF model takes, from its config, as perflab's data ``Spec``: token ids of
-    its vocabulary (``seq_len`` of them, at most its positions), or images of its
-    ``num_channels`` x ``image_size`` with ``num_labels`` scores. None for a model that is not HF."""
+    its vocabulary (``seq_len`` of them, at most its positions), images of its ``num_channels``
+    x ``image_size`` with ``num_labels`` scores, audio features or a waveform, or a two-tower
+    model's images (its text made beside them: ``text_ids``). None for a model that is not HF;
+    a kind of input perflab cannot make is one line naming it."""
     from perflab.train.data import Spec
 
     inner: Any = getattr(net, "inner", net)
     if not is_hf(inner):
         return None
     cfg: Any = inner.config
+    what = kind(inner)
+    if what == "images and text":
+        vision = cfg.vision_config
+        size = _image_size(vision) or IMAGE_SIZE
+        also = f"(B, {text_length(cfg)}) token ids < {cfg.text_config.vocab_size}"
+        return Spec((getattr(vision, "num_channels", 3), size, size), 2, also=also)
+    if what == "waveforms":
+        return Spec((SAMPLES,), getattr(cfg, "vocab_size", None) or 2)
+    if what == "audio features":
+        features = _audio_features(cfg)
+        if features is None:
+            raise ConfigError("model", type(inner).__name__, SUPPORTED, problem="its config says no feature size")
+        return Spec(features, getattr(cfg, "vocab_size", None) or 2)
+    if what not in ("token ids", "images"):
+        problem = f"{type(inner).__name__} takes {what}, a kind of input perflab cannot make yet"
+        raise ConfigError("model", type(inner).__name__, SUPPORTED, problem=problem)
+    return _tokens_or_images(cfg, seq_len)
+
+
+def _tokens_or_images(cfg: Any, seq_len: int) -> Any:
+    """Token ids of a config's vocabulary (``seq_len``, at most its positions), or images of its
+    channels and size with its labels' scores; None where it says neither."""
+    from perflab.train.data import Spec
+
     vocab = getattr(cfg, "vocab_size", None)
     if hasattr(cfg, "num_channels") and (getattr(cfg, "image_size", None) or not vocab):
         size = _image_size(cfg) or IMAGE_SIZE
@@ -398,16 +474,51 @@ def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     return None
 
 
+def expects(name: str | None = None, config: Any = None) -> dict[str, Any]:
+    """What the model's config says of its data, before the model is built (perflab.train.data.fitted
+    fills the keys the user left null from it): an image model's ``shape`` and ``num_classes``, a
+    language model's ``vocab_size`` and ``positions``. Nothing where the config cannot be read
+    (building the model says why, in one line)."""
+    try:
+        given = {k: v for k, v in (config or {}).items() if v is not None} if isinstance(config, dict) else config
+        cfg = _config_of(str(name))[0] if name else _config_from(given) if given else None
+    except (ConfigError, ImportError):
+        return {}
+    spec = _tokens_or_images(cfg, 1) if cfg is not None else None
+    if spec is None:
+        return {}
+    if spec.tokens:
+        return {"vocab_size": spec.classes, "positions": max_positions(cfg)}
+    return {"shape": list(spec.shape), "num_classes": spec.classes}
+
+
+def masked_lm(net: nn.Module) -> str | None:
+    """The class of a masked-LM encoder (BERT's, DeBERTa's, ELECTRA's ... ``*ForMaskedLM``), else
+    None: its attention is bidirectional, so on next-token data it sees the token it predicts."""
+    from transformers.models.auto import modeling_auto as auto
+
+    inner: Any = getattr(net, "inner", net)
+    if not is_hf(inner) or any(getattr(inner.config, k, False) for k in ("is_encoder_decoder", "is_decoder")):
+        return None
+    name = type(inner).__name__
+    return name if name in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES.values() else None
+
+
 def misfit(net: nn.Module, spec: Any) -> tuple[str, Any, str, str] | None:
     """Why the data cannot feed this HF model (key, value, allowed, problem), or None: its
     vocabulary, its positions, its image size and labels come from its config, not the data."""
+    inner: Any = getattr(net, "inner", net)
+    what = kind(inner) if is_hf(inner) else "token ids"
+    if what not in ("token ids", "images"):
+        allowed = "+experiment=infer for it; training and compile take models of token ids or images"
+        return "model", type(inner).__name__, allowed, f"it takes {what}, which perflab does not train on yet"
     want = input_spec(net, spec.shape[0] if spec.tokens else 128)
     if want is None:
         return None
     if want.tokens != spec.tokens:
-        kind = "a language model" if want.tokens else "an image model"
-        allowed = f"data=tokens data.vocab_size={want.classes}" if want.tokens else f"data.shape={list(want.shape)}"
-        return "data", spec.describe(), allowed, f"the model is {kind}"
+        model = "a language model" if want.tokens else "an image model"
+        allowed = "data=tokens (its vocabulary and positions follow the model)" if want.tokens else "data=synthetic"
+        return "data", spec.describe(), allowed, f"the model is {model}"
     if spec.tokens:
         if spec.classes != want.classes:
             return (

@@ -14,9 +14,9 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Sized, cast
+from typing import Any, Iterator, Mapping, Sized, cast
 
 import torch
 from torch.nn import functional as F
@@ -26,8 +26,9 @@ from perflab.config.schema import DataConfig
 from perflab.errors import ConfigError, did_you_mean, first_line
 from perflab.store import files
 
-SHAPE = (1, 28, 28)  # Fashion-MNIST's, and the synthetic set's by default
+SHAPE = (1, 28, 28)  # Fashion-MNIST's, and the synthetic set's where neither the user nor the model says
 CLASSES = 10
+VOCAB, SEQ_LEN = 256, 64  # data=tokens where neither the user nor the model says
 TOKEN_NOISE = 0.1  # tokens: the share of tokens drawn at random instead of following their predecessor
 SYNTHETIC_BUDGET = 2**30  # bytes: a synthetic set of unset size holds at most this much (large items)
 
@@ -42,6 +43,7 @@ class Spec:
     shape: tuple[int, ...]
     classes: int
     tokens: bool = False
+    also: str = ""  # other inputs the model gets beside this one (a two-tower model's text), as said
 
     @property
     def unit(self) -> str:
@@ -83,7 +85,8 @@ class Spec:
     def describe(self) -> str:
         """The input as a user reads it: ``(B, 3, 16, 16) float32`` / ``(B, 64) token ids < 256``."""
         dims = ", ".join(map(str, self.shape))
-        return f"(B, {dims}) token ids < {self.classes}" if self.tokens else f"(B, {dims}) float32"
+        main = f"(B, {dims}) token ids < {self.classes}" if self.tokens else f"(B, {dims}) float32"
+        return f"{main} + {self.also}" if self.also else main
 
     def check_channels_last(self, on: bool) -> None:
         """Refuse ``experiment.channels_last=true`` for inputs that are no images (before any work)."""
@@ -110,13 +113,29 @@ FASHION_ALLOWED = (
 )
 
 
+def fitted(cfg: DataConfig, model: Mapping[str, Any] | None = None) -> DataConfig:
+    """The data config with each key the user left null filled: by the model where it says
+    (``model``: perflab.models.expects -- its input size, its classes, its vocabulary, its
+    ``positions``), else by perflab's defaults. What the user set stays as set."""
+    said = dict(model or {})
+    return replace(
+        cfg,
+        shape=list(cfg.shape or said.get("shape") or SHAPE),
+        num_classes=cfg.num_classes or said.get("num_classes") or CLASSES,
+        vocab_size=cfg.vocab_size or said.get("vocab_size") or VOCAB,
+        seq_len=cfg.seq_len or min(SEQ_LEN, said.get("positions") or SEQ_LEN),
+    )
+
+
 def spec(cfg: DataConfig) -> Spec:
     """The data's :class:`Spec`, from the config alone except for torchvision's datasets
-    (whose first item and class list are read)."""
+    (whose first item and class list are read); a key left null takes perflab's default
+    (:func:`fitted` fills it from the model first)."""
+    full = fitted(cfg)
     if cfg.name == "tokens":
-        return Spec((cfg.seq_len,), cfg.vocab_size, tokens=True)
+        return Spec((full.seq_len or SEQ_LEN,), full.vocab_size or VOCAB, tokens=True)
     if cfg.name == "synthetic":
-        return Spec(tuple(cfg.shape), cfg.num_classes)
+        return Spec(tuple(full.shape or SHAPE), full.num_classes or CLASSES)
     if cfg.name == "fashion_mnist":
         return Spec(SHAPE, CLASSES)
     ds = torchvision_dataset(cfg, train=True)
@@ -126,7 +145,7 @@ def spec(cfg: DataConfig) -> Spec:
 def sizes(cfg: DataConfig) -> tuple[int, int]:
     """(train, test) items of a synthetic set: as configured, else 60000 / 10000, fewer where
     the items are large (at most SYNTHETIC_BUDGET bytes for both)."""
-    item = 4 * math.prod(cfg.shape) if cfg.name == "synthetic" else 8 * 2 * cfg.seq_len
+    item = 4 * math.prod(spec(cfg).shape) if cfg.name == "synthetic" else 8 * 2 * spec(cfg).shape[0]
     fit = max(1, SYNTHETIC_BUDGET // item * TRAIN_SIZE // (TRAIN_SIZE + TEST_SIZE))
     train = cfg.train_size or min(TRAIN_SIZE, fit)
     return train, cfg.test_size or max(1, min(TEST_SIZE, fit * TEST_SIZE // TRAIN_SIZE))
@@ -136,11 +155,12 @@ def load(cfg: DataConfig, seed: int) -> Splits:
     if cfg.name in ("synthetic", "tokens"):
         n_train, n_test = sizes(cfg)
         smaller = "" if cfg.train_size or n_train == TRAIN_SIZE else f", {n_train} / {n_test} items (1 GiB)"
+        s = spec(cfg)
         if cfg.name == "tokens":
-            make = lambda n, split: token_sequences(n, cfg.seq_len, cfg.vocab_size, seed, split)  # noqa: E731
-            note = f"synthetic token sequences (vocabulary {cfg.vocab_size}, {cfg.seq_len} tokens){smaller}"
+            make = lambda n, split: token_sequences(n, s.shape[0], s.classes, seed, split)  # noqa: E731
+            note = f"synthetic token sequences (vocabulary {s.classes}, {s.shape[0]} tokens){smaller}"
         else:
-            make = lambda n, split: synthetic(n, seed, cfg.noise, split, tuple(cfg.shape), cfg.num_classes)  # noqa: E731
+            make = lambda n, split: synthetic(n, seed, cfg.noise, split, s.shape, s.classes)  # noqa: E731
             note = f"synthetic learnable data (noise {cfg.noise}){smaller}"
         return Splits(make(n_train, 0), make(n_test, 1), note=note)
     if cfg.name == "torchvision":

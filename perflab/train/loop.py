@@ -107,8 +107,8 @@ class Trainer:
         self.plan = plan(self.t, self.n_devices)
         self.devices: list[Device] = ctx.devices if world == 1 else [ctx.devices[local_rank]]
         self.main = self.devices[0].torch
-        splits = data.load(s.data, s.seed)
-        d = s.data
+        d = models.fitted_data(s.model, s.data)  # the keys left null: the model's, else perflab's
+        splits = data.load(d, s.seed)
 
         def batches(ds: Any, size: int, **how: Any) -> data.Batches:
             return data.Batches(
@@ -131,7 +131,7 @@ class Trainer:
                 self.t.batch_size,
                 f"a global batch <= the training set ({data.size(splits.train)})",
             )
-        self.spec = data.spec(s.data)
+        self.spec = data.spec(d)
         torch.manual_seed(s.seed)
         model = models.build(s.model, self.spec)
         self.flops_per_item, flops_note = flops.estimated("FLOPs", lambda: training_flops_per_item(model, self.spec))
@@ -160,6 +160,8 @@ class Trainer:
             "optimizer": optim.described(self.t),
             "flops_per_item": self.flops_per_item,
             "intensity": self.intensity,
+            "input": self.spec.describe(),
+            "objective": "next-token cross-entropy" if self.spec.tokens else "cross-entropy over classes",
             "items_unit": self.spec.unit,
             "batch_unit": self.spec.batch_unit,
             "checkpoint": str(self.folder / f"{ctx.run_id}.pt"),
@@ -429,7 +431,9 @@ class Trainer:
                 status="error",
                 devices=self.ctx.devices,
                 **row,
-                error=f"diverged at step {e.first_bad_step}: the loss became NaN/inf (lr {e.lr:.3g})",
+                error=f"diverged at step {e.first_bad_step}: the loss became NaN/inf (lr {e.lr:.3g}); "
+                f"the epoch's {e.items / e.train_s:,.0f} {self.spec.unit}/s stand, its loss and accuracy do not; "
+                f"try trainer.lr={self.t.lr / 10:.3g}",
             )
             return
         self.ctx.record("epoch", devices=self.ctx.devices, **row)
@@ -521,8 +525,11 @@ def training_flops_per_item(model: torch.nn.Module, spec: data.Spec) -> float:
         x = spec.example(2, device)
 
         def step() -> None:
-            out = net(x)
-            (out if isinstance(out, torch.Tensor) else out[0]).float().sum().backward()
+            out, aux = models.main_and_aux(net(x))
+            total = (out if isinstance(out, torch.Tensor) else out[0]).float().sum()
+            for _, scores in aux:
+                total = total + scores.float().sum()
+            total.backward()
 
         return flops.count(step) / (2 * spec.items_per_sample)
 

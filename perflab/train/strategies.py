@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from perflab import models
 from perflab.measure import precision as precisions
 from perflab.measure.devices import Device, synchronize
 from perflab.train.optim import NoPhases, Phases
@@ -79,8 +80,10 @@ class Single:
         items (labels): images, or tokens, whose next-token cross-entropy it averages
         (``(B, T, vocab)`` outputs against ``(B, T)`` targets)."""
         with precisions.applied(self.knobs.precision, x.device.type):
-            out = model(x)
+            out, aux = models.main_and_aux(model(x))
             loss = F.cross_entropy(out.flatten(0, -2).float(), y.flatten(), reduction="sum")
+            for weight, scores in aux:  # GoogLeNet's, Inception-v3's aux heads: added as their recipe does
+                loss = loss + weight * F.cross_entropy(scores.flatten(0, -2).float(), y.flatten(), reduction="sum")
         self.phases.mark("forward")
         self.scaler.scale(loss / batch).backward()
         self.phases.mark("backward")
