@@ -174,14 +174,14 @@ def test_a_real_a_b_writes_both_trees_in_fresh_processes(cli, work, capsys):
     args = ["ab", "+experiment=quick/matmul", *FAST, *sides, "--out", str(out)]
     ran = cli(*args, "--max-processes", "2", "--format", "json", rc=None)
     assert ran.rc in (0, 1, 3), ran.err
-    points = json.loads(ran.out)["points"] if ran.out.strip() else []
+    points = [p for p in (json.loads(ran.out)["points"] if ran.out.strip() else []) if p.get("verdict")]
     if points:
         assert {p["base_processes"] for p in points} == {2} and {p["new_processes"] for p in points} == {2}
         assert not {p["verdict"] for p in points} & {"INCOMPARABLE"}, (
             "what the sides differ by is the change under test"
         )
     else:  # on a busy machine two threads' wall times are never judged, and it is said
-        assert ran.rc == 3 and "left out rows measured on a busy machine" in ran.err, ran.err
+        assert ran.rc == 3 and "left out rows measured on a busy machine" in ran.out + ran.err, ran.out + ran.err
     for side in ("base", "new"):
         rows = results.load(out / side)
         assert sorted(set(rows["process"])) == [1, 2]

@@ -253,17 +253,24 @@ def test_two_trees_a_b_and_the_regression_gate(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_two_trees_of_live_runs_a_b_and_the_regression_gate(cli, work, monkeypatch, capsys, one_thread):
-    """Slow: it asserts on live timings (a 3 ms sleep against a small matmul), which the load of
+    """Slow: it asserts on live timings (3 ms of CPU work against a small matmul), which the load of
     a busy shared machine can swamp; test_two_trees_a_b_and_the_regression_gate is its fast twin."""
+    # one thread: its CPU time is recorded, and judged where the machine was busy
     args = ["+experiment=quick/matmul", "bench.repeats=8", "bench.min_time_s=0", "results.table=false"]
+    args.append("devices.threads=1")
     cli(*args, "results.store=base")
     cli(*args, "results.store=same")
     original = parallel.alone_then_together
 
-    def with_a_sleep(ctx, work, **kw):  # the same config, truly slower: a sleep in every call
-        return original(ctx, lambda d: (work(d), time.sleep(0.003)), **kw)
+    def spin(seconds):  # CPU work, not a sleep: a busy point is judged by its threads' CPU time
+        start = time.process_time()
+        while time.process_time() - start < seconds:
+            pass
 
-    monkeypatch.setattr(parallel, "alone_then_together", with_a_sleep)
+    def with_more_work(ctx, work, **kw):  # the same config, truly slower: 3 ms more work in every call
+        return original(ctx, lambda d: (work(d), spin(0.003)), **kw)
+
+    monkeypatch.setattr(parallel, "alone_then_together", with_more_work)
     cli(*args, "results.store=slow")
     table = compare.ab(work / "base", work / "slow")
     (row,) = table.to_dict("records")
