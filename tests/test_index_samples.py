@@ -38,6 +38,7 @@ def _index(root):
 def test_samples_come_from_the_index_and_no_samples_csv_is_parsed_again(tmp_path, monkeypatch):
     tree = _tree(tmp_path / "outputs")
     from_csv = load(tree, samples=True)
+    monkeypatch.setattr(index, "SAMPLES_BATCH", 4)  # parsed a few run dirs at a time, as a big tree's
     df = load(tree)  # builds the index: rows and samples
     assert list(_index(tree).glob(f"{index.SAMPLES_DIR}/*.parquet")), "the samples are in the index"
 

@@ -401,11 +401,21 @@ def _has_checksums() -> bool:
     return "page_checksum_verification" in inspect.signature(pq.ParquetFile).parameters
 
 
+SAMPLES_BATCH = 1000  # run dirs whose samples.csv are parsed together: a frame of text that size at most
+
+
 def _read_samples(root: Path, sources: list[str], notes: Notes):
-    """The samples of these run dirs (their samples.csv), as the index keeps them (_samples_table)."""
-    dirs = [Path(s) if Path(s).is_absolute() else root / s for s in sources]
-    df = read_samples(dirs, sources, "_source", notes)
-    return _samples_table(df if "row_id" in df else None)
+    """The samples of these run dirs (their samples.csv), as the index keeps them (_samples_table),
+    parsed a batch of run dirs at a time: only the compact Arrow table grows with the tree."""
+    import pyarrow as pa
+
+    tables = [_samples_table(None)]
+    for at in range(0, len(sources), SAMPLES_BATCH):
+        batch = sources[at : at + SAMPLES_BATCH]
+        df = read_samples([Path(s) if Path(s).is_absolute() else root / s for s in batch], batch, "_source", notes)
+        if "row_id" in df:
+            tables.append(_samples_table(df))
+    return pa.concat_tables(tables)
 
 
 def read_samples(dirs: Sequence[Path], labels: Sequence[str], column: str, notes: Notes):
