@@ -79,6 +79,8 @@ def load_samples(*paths: str | os.PathLike, row_ids: Iterable[str] | None = None
     df = concat([f for f in frames if len(f)])
     if df.empty:
         return pd.DataFrame(columns=["row_id", "phase", "i", "seconds"])
+    if len(frames) == 1 and path.is_dir() and tree.is_store(path):  # the index kept each sample once
+        return df
     twice = df.duplicated(subset=["row_id", "phase", "i"], keep="first")  # a run dir copied, or two trees
     return (df[~twice] if twice.any() else df).reset_index(drop=True)
 

@@ -154,3 +154,13 @@ def test_an_earlier_versions_warm_cache_is_removed(tmp_path):
     (_index(tree) / "warm.arrow").write_bytes(b"\0" * 4096)
     load(tree)
     assert not (_index(tree) / "warm.arrow").exists()
+
+
+def test_a_run_dir_copied_in_the_tree_gives_its_samples_once(tmp_path):
+    import shutil
+
+    tree = _tree(tmp_path / "outputs")
+    shutil.copytree(tree / "runs" / "r1", tree / "runs" / "r1-copy")  # its row ids twice in the tree
+    for _ in range(2):  # from CSV (the index built), then from the index
+        by_row = samples_by_row([tree])
+        assert len(by_row["r1#1"]) == 5 and len(by_row["r1#2"]) == 5

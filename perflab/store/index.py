@@ -302,10 +302,11 @@ class _Load:
 
         self.find()
         while True:
-            tables = []
+            tables, spans = [], []
             for segment, held in sorted(_by_segment(self.indexed).items()):
                 m = self.manifests[segment]
                 only = held if len(held) < len(m.sources) else None
+                spans.append(m.span)
                 try:
                     if segment in self.unwritten:
                         tables.append(_filtered(self.unwritten[segment], row_ids, only))
@@ -320,7 +321,11 @@ class _Load:
                     break
             else:
                 table = pa.concat_tables(tables) if tables else _samples_table(None)
-                return table.select(list(known.SAMPLES)).to_pandas()
+                df = table.select(list(known.SAMPLES)).to_pandas()
+                if _apart(spans):  # no row id in two run dirs: no sample twice
+                    return df
+                twice = df.duplicated(subset=["row_id", "phase", "i"], keep="first")  # a run dir copied
+                return df[~twice.to_numpy()].reset_index(drop=True) if twice.any() else df
             self.find()
 
 
