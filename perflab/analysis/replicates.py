@@ -118,7 +118,7 @@ def samples_by_row(
         return {}
     if s.empty:
         return {}
-    s = s[(s["phase"].astype("string") == "sample").fillna(False).to_numpy(bool)]
+    s = s[s["phase"].eq("sample").fillna(False).to_numpy(bool)]  # on the index's categories: no text a sample
     own = notes if notes is not None else Notes()
     out = {}
     codes, ids = pd.factorize(s["row_id"], sort=True)  # each row's samples in one split, not a group each
