@@ -253,14 +253,15 @@ USER_POINTS = 10  # an experiment's points: its sweep
 STEP_PCT = 15.0
 
 
-def user_tree(root: Path, run_dirs: int, samples: int = 100, start: int = 0) -> int:
+def user_tree(root: Path, run_dirs: int, samples: int = 100, start: int = 0, step_at: int | None = None) -> int:
     """About ``run_dirs`` run dirs (whole subjects, each 13 run dirs: USER_EXPERIMENTS' points in
     run dirs of 1, 5 and 10 rows) of subjects ``start``.. as a nightly history; ``samples`` raw
-    samples a row (and 2 warm-up). Returns the subjects written. Written plainly (no fsync)."""
+    samples a row (and 2 warm-up); the step from subject ``step_at`` on (default: half-way
+    through those written now). Returns the subjects written. Written plainly (no fsync)."""
     per_subject = sum(USER_POINTS // rows for _, rows in USER_EXPERIMENTS)
     subjects = max(1, run_dirs // per_subject)
     rng = np.random.default_rng(start)
-    half = (start + subjects) // 2 if start == 0 else None
+    half = start + subjects // 2 if step_at is None else step_at
     for s in range(start, start + subjects):
         when = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() + 86400 * s
         stamp = datetime.fromtimestamp(when, timezone.utc).isoformat()
@@ -272,7 +273,7 @@ def user_tree(root: Path, run_dirs: int, samples: int = 100, start: int = 0) -> 
                 rows, lines = [], []
                 for k, point in enumerate(range(first, first + per)):
                     size = 64 << (point % 5)
-                    base = 1e-4 * (1 + point) * (1 + STEP_PCT / 100 * (e == 0 and half is not None and s >= half))
+                    base = 1e-4 * (1 + point) * (1 + STEP_PCT / 100 * (e == 0 and s >= half))
                     times = base * rng.lognormal(0, 0.02, samples)
                     q = np.percentile(times, [25, 50, 75, 90, 99])
                     row_id = f"{run_id}#{k + 1}"
@@ -389,13 +390,14 @@ def user_main(args: argparse.Namespace) -> None:
     codes = {"new": None, **({"old": args.old} if args.old else {})}
     where = machine()
     taken: list[dict[str, object]] = []
+    step_at = max(1, sizes[0] // 13) // 2  # half-way through the first tree: the one step of them all
     with tempfile.TemporaryDirectory() as tmp:
         made = 0
         for want in sizes:
             trees = {name: Path(tmp) / name / "outputs" for name in codes}
             first = trees["new"]
             t0 = time.perf_counter()
-            made += user_tree(first, want - made * 13, args.samples, start=made)
+            made += user_tree(first, want - made * 13, args.samples, start=made, step_at=step_at)
             for tree in trees.values():  # the same files, hard-linked: an index each
                 if tree != first:
                     shutil.rmtree(tree.parent, ignore_errors=True)

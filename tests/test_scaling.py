@@ -248,7 +248,7 @@ def test_readers_of_a_tree_shaped_like_users_grow_linearly_and_its_index_stays_s
     }
     seconds: dict[str, list[float]] = {name: [] for name in readers}
     for run_dirs in sizes:
-        made += bench.user_tree(root, run_dirs - made * 13, samples=20, start=made)
+        made += bench.user_tree(root, run_dirs - made * 13, samples=20, start=made, step_at=2)
         load(root)  # the index built (and imports made): the readers' own work is timed
         for name, reader in readers.items():
             if run_dirs == sizes[0]:
