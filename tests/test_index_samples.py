@@ -164,3 +164,13 @@ def test_a_run_dir_copied_in_the_tree_gives_its_samples_once(tmp_path):
     for _ in range(2):  # from CSV (the index built), then from the index
         by_row = samples_by_row([tree])
         assert len(by_row["r1#1"]) == 5 and len(by_row["r1#2"]) == 5
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_where_the_samples_folder_belongs_is_replaced_by_the_folder(tmp_path):
+    tree = _tree(tmp_path / "outputs")
+    _index(tree).mkdir(parents=True)
+    os.mkfifo(_index(tree) / index.SAMPLES_DIR)
+    expected = load(tree, samples=True)
+    assert len(samples_by_row([tree])) == len(set(expected["row_id"]))
+    assert list((_index(tree) / index.SAMPLES_DIR).glob("*.parquet")), "the index written after all"

@@ -30,7 +30,7 @@ from perflab.store import columns as known
 from perflab.store import files
 from perflab.store.rows import RESULTS, SAMPLES, Notes, concat, fix_dtypes, read_many
 from perflab.store.rundir import RECORD, RunRecord
-from perflab.store.tree import NOT_PLAIN, meta, walk
+from perflab.store.tree import NOT_PLAIN, derived_dir, meta, walk
 
 log = logging.getLogger("perflab")
 
@@ -887,7 +887,7 @@ def _write_segment(index: Path, df, samples, manifest: Manifest) -> str | None:
         m.seals = {"rows": _seal(rows), "samples": _seal(kept)}
         data = {"format": FORMAT, "sources": m.sources, "notes": m.notes, "row_ids": m.span, "rows": m.rows}
         data["sample_notes"] = m.sample_notes
-        index.mkdir(parents=True, exist_ok=True)
+        derived_dir(index / SAMPLES_DIR)  # a file or FIFO where it belongs removed (said), never waited on
         files.write_atomic(index / f"{name}.parquet", rows)
         files.write_atomic(index / SAMPLES_DIR / f"{name}.parquet", kept)
         files.write_atomic(index / f"{name}.json", json.dumps({**data, "files": m.seals}))
