@@ -40,7 +40,9 @@ import random
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -51,7 +53,7 @@ import numpy as np
 
 from perflab.results import listing, load
 from perflab.store import done_marks
-from perflab.store.rows import csv_text, order_columns
+from perflab.store.rows import SAMPLE_COLUMNS, csv_text, order_columns
 from perflab.store.rundir import RECORD, RunRecord
 from perflab.store.tree import meta
 
@@ -238,6 +240,212 @@ def machine() -> dict[str, str]:
     return {"host": platform.node(), "cpus": str(os.cpu_count()), "commit": commit or "unknown"}
 
 
+# --- trees shaped like users' ------------------------------------------------------------------
+#
+# A nightly history: each subject (a commit) measures every experiment's points, in run dirs of
+# one to ten rows, every row with its raw samples (results.samples=true, the default); the first
+# experiment's figures step 15 % slower half-way (history must find it). Each reader is timed as
+# a whole process (Python's start and imports included, as a user waits for it) with its peak
+# memory (wait4's rusage), the old code beside the new on a copy of the same tree, interleaved.
+
+USER_EXPERIMENTS = (("matmul", 1), ("conv", 5), ("attention", 10))  # name, rows a run dir
+USER_POINTS = 10  # an experiment's points: its sweep
+STEP_PCT = 15.0
+
+
+def user_tree(root: Path, run_dirs: int, samples: int = 100, start: int = 0, step_at: int | None = None) -> int:
+    """About ``run_dirs`` run dirs (whole subjects, each 13 run dirs: USER_EXPERIMENTS' points in
+    run dirs of 1, 5 and 10 rows) of subjects ``start``.. as a nightly history; ``samples`` raw
+    samples a row (and 2 warm-up); the step from subject ``step_at`` on (default: half-way
+    through those written now). Returns the subjects written. Written plainly (no fsync)."""
+    per_subject = sum(USER_POINTS // rows for _, rows in USER_EXPERIMENTS)
+    subjects = max(1, run_dirs // per_subject)
+    rng = np.random.default_rng(start)
+    half = start + subjects // 2 if step_at is None else step_at
+    for s in range(start, start + subjects):
+        when = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() + 86400 * s
+        stamp = datetime.fromtimestamp(when, timezone.utc).isoformat()
+        for e, (experiment, per) in enumerate(USER_EXPERIMENTS):
+            for first in range(0, USER_POINTS, per):
+                run_id = f"{datetime.fromtimestamp(when, timezone.utc):%Y%m%d-%H%M%S}-{s:06x}{e:02x}{first:04x}"
+                run_dir = root / "sweeps" / f"{stamp[:10]}_{experiment}" / str(first // per)
+                run_dir.mkdir(parents=True)
+                rows, lines = [], []
+                for k, point in enumerate(range(first, first + per)):
+                    size = 64 << (point % 5)
+                    base = 1e-4 * (1 + point) * (1 + STEP_PCT / 100 * (e == 0 and s >= half))
+                    times = base * rng.lognormal(0, 0.02, samples)
+                    q = np.percentile(times, [25, 50, 75, 90, 99])
+                    row_id = f"{run_id}#{k + 1}"
+                    rows.append(
+                        {
+                            "row_id": row_id,
+                            "run_id": run_id,
+                            "sweep_id": f"{stamp[:10]}_{experiment}",
+                            "job_num": first // per,
+                            "experiment": experiment,
+                            "measurement": f"{experiment} {point // 5}",
+                            "repeat": 0,
+                            "status": "ok",
+                            "devices": "cpu",
+                            "device_name": "CPU (2 threads)",
+                            "n": samples,
+                            "median_s": q[1],
+                            "mean_s": times.mean(),
+                            "std_s": times.std(),
+                            "min_s": times.min(),
+                            "max_s": times.max(),
+                            "iqr_s": q[2] - q[0],
+                            "p50_s": q[1],
+                            "p90_s": q[3],
+                            "p99_s": q[4],
+                            "noisy": False,
+                            "warmup_n": 2,
+                            "warmup_first_s": base * 3,
+                            "timer": "wall_sync",
+                            "calls_per_sample": 1,
+                            "num_threads": 2,
+                            "items_per_s": 1 / q[1],
+                            "tflops": 2 * size**3 / q[1] / 1e12,
+                            "config_hash": f"{e:02x}{point:04x}",
+                            "torch": "2.14.1",
+                            "python": "3.11.7",
+                            "cpu": "x86_64",
+                            "hostname": "node1",
+                            "cpu_model": "Synthetic CPU @ 2.0GHz",
+                            "kernel": "6.8.0",
+                            "perflab_version": "0.4.0",
+                            "subject": f"c{s:07x}",
+                            "subject_time": stamp,
+                            "timestamp": stamp,
+                            "cfg.experiment.name": experiment,
+                            "cfg.experiment.size": size,
+                            "cfg.experiment.dtype": "float32",
+                            "cfg.bench.repeats": samples,
+                            "cfg.bench.warmup": 2,
+                        }
+                    )
+                    head = f"{row_id},{run_id},{experiment},{experiment} {point // 5},"
+                    lines += [f"{head}warmup,{i},{base * 3!r}" for i in range(2)]
+                    lines += [f"{head}sample,{i},{t!r}" for i, t in enumerate(times.tolist())]
+                columns = order_columns(rows[0])
+                text = [",".join(columns)] + [",".join(str(row[c]) for c in columns) for row in rows]
+                (run_dir / "results.csv").write_text("\n".join(text) + "\n")
+                (run_dir / "samples.csv").write_text(",".join(SAMPLE_COLUMNS) + "\n" + "\n".join(lines) + "\n")
+                record = RunRecord(
+                    run_id=run_id, experiment=experiment, config_hash=run_id, outcome="ok", complete=True, rows=per
+                )
+                (run_dir / RECORD).write_text(json.dumps(asdict(record), indent=1) + "\n")
+    return subjects
+
+
+def whole_process(command: Sequence[str], code: Path | None, cwd: Path, limit: float) -> tuple[float, float, int]:
+    """(wall seconds, peak resident MB, exit code) of ``command`` run as a process of its own
+    (``code``: the perflab checkout it imports, None: this one); past ``limit`` seconds it is
+    killed and its time is the limit (exit -9)."""
+    env = dict(os.environ, **({"PYTHONPATH": str(code)} if code else {}))
+    t0 = time.perf_counter()
+    p = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    timer = threading.Timer(limit, p.kill)
+    timer.start()
+    try:
+        _, status, usage = os.wait4(p.pid, 0)
+    finally:
+        timer.cancel()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, usage.ru_maxrss / 1024, p.returncode
+
+
+USER_FIGURES = ("build", "load_one", "results", "compare", "compare_two", "history", "report")
+
+
+def user_commands(tree: Path, out: Path) -> dict[str, list[str]]:
+    """Each reader as the command a user types (``build``: the first load, which indexes the tree)."""
+    py = sys.executable
+    load_one = "import sys; from perflab.results import load; load(sys.argv[1], experiment='matmul')"
+    return {
+        "build": [py, "-c", "import sys; from perflab.results import load; load(sys.argv[1])", str(tree)],
+        "load_one": [py, "-c", load_one, str(tree)],
+        "results": [py, "-m", "perflab.results", str(tree)],
+        "compare": [py, "-m", "perflab.compare", str(tree)],
+        "compare_two": [py, "-m", "perflab.compare", str(tree), str(tree)],
+        "history": [py, "-m", "perflab.history", str(tree)],
+        "report": [py, "-m", "perflab.report", str(tree), "-o", str(out)],
+    }
+
+
+def size_of(folder: Path, names: Sequence[str] | None = None) -> int:
+    """Bytes of the files under ``folder`` (only those named ``names``, where given)."""
+    total = 0
+    for here, _, found in os.walk(folder):
+        total += sum(os.path.getsize(os.path.join(here, f)) for f in found if names is None or f in names)
+    return total
+
+
+def user_main(args: argparse.Namespace) -> None:
+    """The user-shaped trees' figures, old (``--old``: a checkout of the code before) beside new."""
+    which = [f.strip() for f in args.figures.split(",") if f.strip()] if args.figures != ",".join(FIGURES) else []
+    which = which or list(USER_FIGURES)
+    sizes = sorted(size(s) for s in args.user_trees.split(","))
+    codes = {"new": None, **({"old": args.old} if args.old else {})}
+    where = machine()
+    taken: list[dict[str, object]] = []
+    step_at = max(1, sizes[0] // 13) // 2  # half-way through the first tree: the one step of them all
+    with tempfile.TemporaryDirectory() as tmp:
+        made = 0
+        for want in sizes:
+            trees = {name: Path(tmp) / name / "outputs" for name in codes}
+            first = trees["new"]
+            t0 = time.perf_counter()
+            made += user_tree(first, want - made * 13, args.samples, start=made, step_at=step_at)
+            for tree in trees.values():  # the same files, hard-linked: an index each
+                if tree != first:
+                    shutil.rmtree(tree.parent, ignore_errors=True)
+                    subprocess.run(["cp", "-al", str(first.parent), str(tree.parent)], check=True)
+                    shutil.rmtree(meta(tree), ignore_errors=True)
+            dirs = sum(1 for _ in first.glob("sweeps/*/*"))
+            csv_bytes = size_of(first, ("results.csv", "samples.csv"))
+            took = time.perf_counter() - t0
+            print(f"{dirs} run dirs, {made} subjects, CSVs {csv_bytes / 1e6:.0f} MB (written in {took:.0f} s)")
+            for figure in ["build", *[f for f in which if f != "build"]]:
+                order = list(codes) if len(codes) == 1 else ["old", "new", "new", "old"][: 2 * args.repeats]
+                for name in order:
+                    out = Path(tmp) / f"report-{name}.html"
+                    command = user_commands(trees[name], out)[figure]
+                    if figure == "build":  # the first load: indexes the tree
+                        shutil.rmtree(meta(trees[name]), ignore_errors=True)
+                    loadavg = os.getloadavg()[0]
+                    seconds, peak, code = whole_process(command, codes[name], Path(tmp), args.limit)
+                    row = {
+                        "figure": figure,
+                        "code": name,
+                        "run_dirs": dirs,
+                        "subjects": made,
+                        "seconds": round(seconds, 3),
+                        "peak_mb": round(peak),
+                        "exit": code,
+                        "loadavg": f"{loadavg:.2f}",
+                        "index_mb": round(size_of(meta(trees[name]) / "index") / 1e6, 2),
+                        "csv_mb": round(csv_bytes / 1e6, 2),
+                        "html_mb": round(out.stat().st_size / 1e6, 2) if figure == "report" and out.exists() else "",
+                        **where,
+                    }
+                    taken.append(row)
+                    print(f"  {figure:12s} {name}: {seconds:7.2f} s, {peak:6.0f} MB, exit {code}, load {loadavg:.2f}")
+    for row in taken:
+        mine = [t for t in taken if t["figure"] == row["figure"] and t["code"] == row["code"]]
+        dirs = sorted({int(t["run_dirs"]) for t in mine})
+        medians = [statistics.median(float(t["seconds"]) for t in mine if t["run_dirs"] == d) for d in dirs]
+        row["exponent"] = f"{exponent(dirs, medians):.3f}"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as f:
+        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        writer = csv.DictWriter(f, fieldnames=["timestamp", *taken[0]], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({"timestamp": when, **t} for t in taken)
+    print(f"-> {args.out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -249,8 +457,18 @@ def main() -> None:
         default=",".join(FIGURES),
         help=f"the readers timed, comma-separated (all: {','.join(FIGURES)}; load's alone: {','.join(LOAD_FIGURES)})",
     )
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "store.csv")
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/store.csv (store_user.csv)")
+    parser.add_argument("--user-trees", help="run dirs of user-shaped trees (e.g. 2k,20k): their figures instead")
+    parser.add_argument("--samples", type=int, default=100, help="user trees: raw samples a row (default 100)")
+    parser.add_argument("--old", type=Path, help="user trees: a checkout of the code before, timed beside")
+    parser.add_argument("--repeats", type=int, default=1, help="user trees: old/new pairs a figure (default 1)")
+    parser.add_argument("--limit", type=float, default=900, help="user trees: seconds before a command is killed")
     args = parser.parse_args()
+    results = Path(__file__).parent / "results"
+    if args.user_trees:
+        args.out = args.out or results / "store_user.csv"
+        return user_main(args)
+    args.out = args.out or results / "store.csv"
     sizes = sorted(size(s) for s in args.sizes.split(","))
     which = [f.strip() for f in args.figures.split(",") if f.strip()]
     unknown = [f for f in which if f not in FIGURES + LOAD_FIGURES]

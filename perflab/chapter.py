@@ -710,7 +710,7 @@ def _finish(
     say("  writing the report ...")
     sweep.summarize(folder)
     rows = load(folder)
-    samples = samples_by_row([folder])
+    samples = samples_by_row([folder], row_ids=rows["row_id"]) if "row_id" in rows else {}
     try:
         report.write(report.Report(rows, [str(folder)], samples).render(), output)
     except report.ReportError as err:  # the output went away meanwhile: the rows stay, say so

@@ -331,7 +331,9 @@ def _main(argv: Sequence[str] | None) -> int:
 
         rows = select(load(args.paths[-1]), args.experiment, args.where)
         try:
-            written = plots.write(figures(rows, samples_by_row(args.paths[-1:])), rows, args.plot)
+            written = plots.write(
+                figures(rows, samples_by_row(args.paths[-1:], row_ids=rows["row_id"])), rows, args.plot
+            )
         except ConfigError as err:
             print(f"{PROG}: error: {err}", file=sys.stderr)
             return USAGE_EXIT

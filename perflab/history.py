@@ -551,7 +551,12 @@ def load_series(
         )
     if metric is not None and not has_metric(rows, metric):  # compare's line
         raise HistoryError(metric_refusal(metric, rows))
-    return build_series(rows, samples_by_row(list(paths)), metric, notes)
+    ok = (
+        rows["row_id"][(rows["status"].astype("string") == "ok").fillna(False).to_numpy(bool)]
+        if "status" in rows
+        else []
+    )
+    return build_series(rows, samples_by_row(list(paths), row_ids=ok), metric, notes)
 
 
 if __name__ == "__main__":

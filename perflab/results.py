@@ -13,20 +13,18 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from perflab.errors import OneLineParser
 from perflab.store import done_marks, files, index, tree
 from perflab.store.rows import (
     OWN_HEADER,
     RESULTS,
-    SAMPLES,
     Notes,
     concat,
     csv_text,
     fix_dtypes,
     read_csv,
-    read_many,
 )
 from perflab.store.rundir import RECORD, RunRecord, folder_id, overrides_of, rows_of
 
@@ -44,6 +42,50 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
     ``run_outcome``, their run's outcome from its run.json: ``running`` marks the rows of a run
     that was killed (or has not ended yet). ``samples=True`` loads the raw per-sample times.
     """
+    return _load(paths, experiment, samples)
+
+
+def load_rows(*paths: str | os.PathLike, experiment: str | None = None, columns: Sequence[str] | None = None):
+    """load()'s rows with only ``columns`` (and ``row_id``, ``experiment``, ``run_dir``): a
+    results tree's index reads no other column, nor another experiment's row groups."""
+    return _load(paths, experiment, False, columns)
+
+
+def load_samples(*paths: str | os.PathLike, row_ids: Iterable[str] | None = None):
+    """The raw samples (``row_id``, ``phase``, ``i``, ``seconds``) of the rows ``row_ids``
+    (None: all) under ``paths``, each sample once: a results tree's from its index (no
+    samples.csv parsed but those of runs not indexed yet), other folders' from their
+    samples.csv."""
+    import pandas as pd
+
+    notes = Notes()
+    wanted = None if row_ids is None else {str(r) for r in row_ids}
+    frames = []
+    for path in map(Path, paths or ("outputs",)):
+        if path.is_dir() and tree.is_store(path):
+            frames.append(index.load_samples(path, wanted, notes))
+            continue
+        if path.is_file():
+            df = read_csv(path, ("row_id", "seconds"), notes=notes)
+        elif path.is_dir():
+            df = read_samples(list(run_dirs(path, Notes())), notes)
+        else:
+            raise FileNotFoundError(f"no results at {path}")
+        if wanted is not None and "row_id" in df:
+            df = df[df["row_id"].astype("string").isin(wanted).to_numpy(bool)]
+        frames.append(df.reindex(columns=["row_id", "phase", "i", "seconds"]))
+    notes.say()
+    df = concat([f for f in frames if len(f)])
+    if df.empty:
+        return pd.DataFrame(columns=["row_id", "phase", "i", "seconds"])
+    if len(frames) == 1 and path.is_dir() and tree.is_store(path):  # the index kept each sample once
+        return df
+    twice = df.duplicated(subset=["row_id", "phase", "i"], keep="first")  # a run dir copied, or two trees
+    return (df[~twice] if twice.any() else df).reset_index(drop=True)
+
+
+def _load(paths, experiment: str | None, samples: bool, columns: Sequence[str] | None = None):
+    """load(), of ``columns`` alone where given (load_rows)."""
     import pandas as pd
 
     notes = Notes()
@@ -58,7 +100,7 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
             raise FileNotFoundError(f"{path}: {files.not_a_folder(path)}")
         elif samples:  # the tree's own notes are said when its rows are loaded
             frames.append(read_samples(list(run_dirs(path, Notes())), notes))
-        elif tree.is_store(path) and (indexed := _through_index(path, experiment, notes)) is not None:
+        elif tree.is_store(path) and (indexed := _through_index(path, experiment, notes, columns)) is not None:
             whole.append(indexed)
             frames.append(indexed)
         else:
@@ -80,6 +122,9 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
     if experiment is not None and "experiment" in df and not trees_only:
         mine = (df["experiment"].astype("string") == experiment).fillna(False).astype(bool)
         df = df if mine.all() else df[mine]
+    if columns is not None:
+        kept = {*columns, "row_id", "experiment", "run_dir"}
+        df = df[[c for c in df.columns if c in kept]]
     df = df.reset_index(drop=True)
     df = fix_dtypes(df)
     df.attrs["notes"] = notes.lines()
@@ -89,11 +134,12 @@ def load(*paths: str | os.PathLike, experiment: str | None = None, samples: bool
 INDEX_UNREADABLE = "read {n} tree{s} without its index, which could not be used ({why})"
 
 
-def _through_index(top: Path, experiment: str | None, notes: Notes):
-    """The tree's rows through its index, or None where the index cannot be read or written
-    (no permission, a dead mount): then the run dirs are read themselves, and that is said."""
+def _through_index(top: Path, experiment: str | None, notes: Notes, columns: Sequence[str] | None = None):
+    """The tree's rows through its index (only ``columns``, where given), or None where the index
+    cannot be read or written (no permission, a dead mount): then the run dirs are read
+    themselves, and that is said."""
     try:
-        return index.load_tree(top, experiment, notes)
+        return index.load_tree(top, experiment, notes, columns)
     except OSError as err:
         notes.add(INDEX_UNREADABLE.replace("{why}", files.os_line(err)), top)
         return None
@@ -107,23 +153,8 @@ def _no_folder(path: Path) -> str:
 
 
 def read_samples(dirs: Sequence[Path], notes: Notes):
-    """The samples.csv of many run dirs, parsed together (rows.read_many: a thousand files in
-    one pass, not one pandas parse each). One that is missing or a symlink is not read; one that
-    is not a regular file neither, and ``notes`` says so."""
-    import pandas as pd
-
-    paths = []
-    for path in (d / SAMPLES for d in dirs):
-        kind = files.kind_of(path)
-        if kind == "missing" or path.is_symlink():
-            continue
-        if kind != "a regular file":
-            notes.add(tree.NOT_PLAIN, path)
-            continue
-        paths.append(path)
-    if not paths:
-        return pd.DataFrame()
-    df = read_many(paths, [str(p) for p in paths], "_file", notes, columns_required=("row_id", "seconds"))
+    """The samples.csv of many run dirs, parsed together (index.read_samples)."""
+    df = index.read_samples(dirs, [str(d) for d in dirs], "_file", notes)
     return df.drop(columns="_file", errors="ignore")
 
 

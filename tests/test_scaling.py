@@ -228,3 +228,35 @@ def test_report_grows_linearly_with_rows_and_runs(tmp_path):
         seconds.append(min(timed))  # the less disturbed of two
     growth = bench.exponent(sizes, seconds)
     assert growth < LINEAR, f"the report grows as rows^{growth:.2f} ({sizes} rows: {seconds} s of CPU)"
+
+
+def test_readers_of_a_tree_shaped_like_users_grow_linearly_and_its_index_stays_smaller(tmp_path):
+    """benchmarks/store.py's user-shaped tree (run dirs of 1, 5 and 10 rows, each with its raw
+    samples; a nightly history) of 5 then 20 subjects, its index built: one experiment's rows, the
+    samples of its rows, compare of the tree and history are linear in CPU time (the same readers
+    the benchmark times as whole processes), and `.perflab/` stays smaller than the CSVs."""
+    from perflab.analysis.replicates import samples_by_row
+    from perflab.compare import compare
+    from perflab.history import load_series
+
+    root, made, sizes = tmp_path / "outputs", 0, [65, 260]
+    readers = {
+        "one experiment": lambda: load(root, experiment="matmul"),
+        "its samples": lambda: samples_by_row([root], row_ids=load(root, experiment="matmul")["row_id"]),
+        "compare": lambda: compare(root),
+        "history": lambda: load_series([str(root)]),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in readers}
+    for run_dirs in sizes:
+        made += bench.user_tree(root, run_dirs - made * 13, samples=20, start=made, step_at=2)
+        load(root)  # the index built (and imports made): the readers' own work is timed
+        for name, reader in readers.items():
+            if run_dirs == sizes[0]:
+                reader()  # imports and first calls are no size's
+            seconds[name].append(min(bench.timed(reader, clock=time.process_time)[0] for _ in range(2)))
+        csvs = bench.size_of(root, ("results.csv", "samples.csv"))
+        assert bench.size_of(root / ".perflab") < csvs, "the index is no larger than the CSVs it indexes"
+    assert len(samples_by_row([root])) == made * 30, "every row's samples, from the index"
+    for name, taken in seconds.items():
+        growth = bench.exponent(sizes, taken)
+        assert growth < LINEAR, f"{name} grows as run dirs^{growth:.2f} ({sizes} run dirs: {taken} s of CPU)"

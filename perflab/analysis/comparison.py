@@ -114,7 +114,7 @@ def compare(
     if baseline:
         _check_baseline(df, baseline)
     if samples is None:
-        samples = samples_by_row(paths) if rows is None else {}
+        samples = samples_by_row(paths, row_ids=df["row_id"]) if rows is None else {}
     tables, notes = [], []
     for name, part in df.groupby(df["experiment"].astype("string"), sort=True):
         table, more = _one_experiment(str(name), summary_rows(str(name), part), by, baseline, metric, samples)
@@ -478,7 +478,10 @@ def ab(
         left_busy = {side: int(x.sum()) for side, x in unjudgeable.items()}
         a, b = a[~unjudgeable["base"]], b[~unjudgeable["new"]]
     said = {"BASE": Notes(), "NEW": Notes()}  # samples left out when read, by row id
-    samples = {**samples_by_row([base], said["BASE"]), **samples_by_row([new], said["NEW"])}
+    samples = {  # only the rows compared: a tree's index reads no other samples
+        **samples_by_row([base], said["BASE"], row_ids=a["row_id"]),
+        **samples_by_row([new], said["NEW"], row_ids=b["row_id"]),
+    }
     entries, notes, pooled = [], [], []
     apart = {config_column(k) for k in differ}  # set apart on purpose: not what matches a point
     of_a, of_b = a["experiment"].astype("string"), b["experiment"].astype("string")  # once, not per experiment

@@ -429,6 +429,11 @@ def timings(rows: pd.DataFrame, title: str = "Median time per call") -> Any:
 
 CHANGE_COLORS = {"regression": "tab:red", "improvement": "tab:green", "suspicious": "tab:orange"}
 MAX_TRENDS = 8  # series in one figure; more would hide each other
+# A long history's figure keeps its size (the report's, in KB) whatever the subjects: past this
+# many a series draws the median of each run of them (a step stays a step; its change point is
+# marked where it is), and the axis names at most MAX_TICKS of them.
+MAX_POINTS = 300
+MAX_TICKS = 40
 
 
 def trend(series: list[Any], changes: list[Any]) -> Any:
@@ -444,11 +449,16 @@ def trend(series: list[Any], changes: list[Any]) -> Any:
             for sub in s.subjects:
                 if sub.name not in names:
                     names.append(sub.name)
+        at = {name: i for i, name in enumerate(names)}
         for s in (s for s in shown if s.metric == metric):
-            x = [names.index(sub.name) for sub in s.subjects]
-            ax.plot(x, [sub.value for sub in s.subjects], marker="o", label=s.label)
+            x = np.array([at[sub.name] for sub in s.subjects], dtype=float)
+            y = np.array([sub.value for sub in s.subjects], dtype=float)
+            if len(x) > MAX_POINTS:  # the median of each run of subjects
+                runs = np.array_split(np.arange(len(x)), MAX_POINTS)
+                x, y = np.array([x[r].mean() for r in runs]), np.array([np.median(y[r]) for r in runs])
+            ax.plot(x, y, marker="o" if len(s.subjects) <= MAX_POINTS else None, label=s.label)
             for c in (c for c in changes if c.series is s):
-                where = (names.index(s.subjects[c.at - 1].name) + names.index(s.subjects[c.at].name)) / 2
+                where = (at[s.subjects[c.at - 1].name] + at[s.subjects[c.at].name]) / 2
                 color = CHANGE_COLORS.get(c.label, "tab:gray")
                 ax.axvline(where, color=color, linestyle="--", zorder=3)
                 ax.annotate(
@@ -462,7 +472,8 @@ def trend(series: list[Any], changes: list[Any]) -> Any:
                 )
         shown_unit = unit_of(metric)
         ax.set_ylabel(f"{metric} ({shown_unit})" if shown_unit else metric)
-        ax.set_xticks(range(len(names)), [n[:14] for n in names], rotation=30, ha="right", fontsize=8)
+        ticks = range(0, len(names), -(-len(names) // MAX_TICKS))
+        ax.set_xticks(list(ticks), [names[i][:14] for i in ticks], rotation=30, ha="right", fontsize=8)
         ax.set_xlabel("subject (results.subject: the code under test, in order)")
         ax.set_title(f"Trend of {metric} over the code under test", pad=16)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))

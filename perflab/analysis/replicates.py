@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -105,26 +105,31 @@ def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
 UNUSABLE_SAMPLES = "left out {n} unusable sample{s} (NaN, not a number, or <= 0 s) of the rows"
 
 
-def samples_by_row(paths: Sequence[str | Path], notes: Notes | None = None) -> dict[str, np.ndarray]:
-    """Every row's raw sample seconds (not its warm-up) under ``paths``, by row id; a sample
-    that is no time (NaN, not a number, <= 0) is left out and said: in ``notes`` by row id
-    (kind ``UNUSABLE_SAMPLES``), else as a warning."""
-    from perflab.results import load
+def samples_by_row(
+    paths: Sequence[str | Path], notes: Notes | None = None, row_ids: Iterable[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Every row's raw sample seconds (not its warm-up) under ``paths``, by row id (``row_ids``:
+    only those rows': a results tree's index reads no other); a sample that is no time (NaN,
+    not a number, <= 0) is left out and said: in ``notes`` by row id (kind ``UNUSABLE_SAMPLES``),
+    else as a warning."""
+    from perflab.results import load_samples
 
     try:
-        s = load(*paths, samples=True)
+        s = load_samples(*paths, row_ids=row_ids)
     except FileNotFoundError:
         return {}
     if s.empty:
         return {}
-    s = s[s["phase"].astype("string") == "sample"]
+    s = s[s["phase"].eq("sample").fillna(False).to_numpy(bool)]  # on the index's categories: no text a sample
     own = notes if notes is not None else Notes()
     out = {}
-    for k, g in s.groupby("row_id", observed=True):
-        seconds = pd.to_numeric(g["seconds"], errors="coerce").to_numpy(float)
-        kept = usable(seconds)
-        if len(kept) < len(seconds):
-            own.add(UNUSABLE_SAMPLES, k, count=len(seconds) - len(kept))
+    codes, ids = pd.factorize(s["row_id"], sort=True)  # each row's samples in one split, not a group each
+    seconds = pd.to_numeric(s["seconds"], errors="coerce").to_numpy(float)[np.argsort(codes, kind="stable")]
+    counts = np.bincount(codes[codes >= 0], minlength=len(ids))
+    for k, values in zip(ids, np.split(seconds[(codes < 0).sum() :], np.cumsum(counts)[:-1])):
+        kept = usable(values)
+        if len(kept) < len(values):
+            own.add(UNUSABLE_SAMPLES, k, count=len(values) - len(kept))
         out[str(k)] = kept
     if notes is None:
         own.say()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from perflab.errors import OneLineParser
 from perflab.report.html import MATPLOTLIB_LINE
@@ -37,8 +37,8 @@ class ReportError(ValueError):
     """A path or output the report cannot use: one line."""
 
 
-def load_samples(paths: Sequence[str | Path]) -> dict:
-    """Each row's raw sample seconds (not its warm-up), by row_id."""
+def load_samples(paths: Sequence[str | Path], row_ids: Iterable[str] | None = None) -> dict:
+    """Each row's raw sample seconds (not its warm-up), by row_id (``row_ids``: only those rows')."""
     from perflab.compare import samples_by_row
     from perflab.store.rows import RESULTS, SAMPLES
 
@@ -48,7 +48,7 @@ def load_samples(paths: Sequence[str | Path]) -> dict:
             places.append(p)
         elif p.name == RESULTS and (p.parent / SAMPLES).is_file():
             places.append(p.parent / SAMPLES)  # a run's rows given as its CSV file: its samples beside it
-    return samples_by_row(places) if places else {}
+    return samples_by_row(places, row_ids=row_ids) if places else {}
 
 
 def build(*paths: str | Path) -> str:
@@ -66,7 +66,7 @@ def build(*paths: str | Path) -> str:
         raise ReportError(str(err)) from None
     if df.empty:
         raise ReportError(f"no result rows under {', '.join(map(str, paths))}")
-    return Report(df, [str(p) for p in paths], load_samples(paths)).render()
+    return Report(df, [str(p) for p in paths], load_samples(paths, df["row_id"])).render()
 
 
 def check_output(out: Path) -> None:

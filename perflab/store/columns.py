@@ -149,6 +149,10 @@ FLOATS = tuple(c.name for c in COLUMNS.values() if c.kind == "float")
 INTS = tuple(c.name for c in COLUMNS.values() if c.kind == "int")
 FLAGS = tuple(c.name for c in COLUMNS.values() if c.kind == "flag")
 CATEGORIES = tuple(c.name for c in COLUMNS.values() if c.kind == "category")
+# The raw samples as the index keeps them (samples.csv less what its row already says), by
+# column: how each is typed when written, so that no reader guesses (a sample's ``i``, its
+# place in its phase, is no results column).
+SAMPLES: dict[str, Kind] = {"row_id": "text", "phase": "text", "i": "int", "seconds": "float"}
 # Figures a comparison can judge by default (a user's own rates judge too: *_per_s).
 JUDGED = frozenset(c.name for c in COLUMNS.values() if c.better)
 # Judged by a tolerance, not by a test between processes (perflab.analysis.verdicts).

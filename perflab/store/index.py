@@ -1,11 +1,20 @@
-"""The index of a results tree: the rows of many run dirs in Parquet segments under
-``.perflab/index/``, with a manifest of which run dirs at which (mtime, size), so that loading
-a big tree reads only what changed; and, for a big tree, the warm cache of the rows a full load
-built (:mod:`perflab.store.warm`), so that a later load decodes only the run dirs since."""
+"""The index of a results tree: the rows and raw samples of many run dirs in Parquet segments
+under ``.perflab/index/``, so that loading a big tree reads only what changed, and only what a
+reader asks for (one experiment, some columns, the samples of some rows).
+
+A segment is ``<name>.parquet`` (rows, in the types load() gives: the writer's, declared in
+:mod:`perflab.store.columns`), ``samples/<name>.parquet`` (their raw samples, keyed by row id)
+and ``<name>.json``, its manifest: which run dirs at which stamps, and each file's size and
+footer digest (with Parquet's page checksums, a damaged segment is found and rebuilt from its
+run dirs, never read as numbers). Any Parquet reader (pyarrow.dataset, DuckDB) reads them; a run
+dir that changed since it was indexed has rows in two segments (its manifests say which is
+current)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -15,12 +24,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Iterable, Sequence
+from typing import Any, BinaryIO, Collection, Sequence
 
-from perflab.store import files, warm
-from perflab.store.rows import RESULTS, Notes, concat, fix_dtypes, read_many
+from perflab.store import columns as known
+from perflab.store import files
+from perflab.store.rows import RESULTS, SAMPLES, Notes, concat, fix_dtypes, read_many
 from perflab.store.rundir import RECORD, RunRecord
-from perflab.store.tree import meta, walk
+from perflab.store.tree import NOT_PLAIN, derived_dir, meta, walk
 
 log = logging.getLogger("perflab")
 
@@ -29,20 +39,22 @@ log = logging.getLogger("perflab")
 # bring them to half this, and more while the next older is no bigger than those merged (a
 # tree's big old segment is left alone while new runs come one by one)
 MAX_SEGMENTS = 8
-# of an index segment (3: rows in the types load() gives); a segment of another format (another
-# perflab version) is rebuilt
-FORMAT = 3
+# of an index segment (4: rows and samples, each file's size and footer digest); a segment of
+# another format (another perflab version) is rebuilt
+FORMAT = 4
 OTHER_FORMAT = "rebuilt {n} index segment{s} written by another perflab version"
 DAMAGED = "rebuilt {n} damaged index segment{s}"
 Span = tuple[str, str] | None  # the least and greatest row id of rows whose row ids are each there once
 Stamps = dict[str, list[int]]  # run dir (relative to the store) -> the stamp _sources gives it
 UNWRITTEN = "~unwritten"  # new rows no segment could be written for: ~unwritten-1, ... (sorts after any segment)
+SAMPLES_DIR = "samples"  # beside the rows' segments: a glob of *.parquet finds rows alone
 
 
 def _sources(root: Path, notes: Notes | None = None) -> Stamps:
-    """Run dir (relative to ``root``) -> stamp: [mtime_ns, size] of its results.csv and of its
-    run.json (0, 0 when it has none), so that a run that ends (run.json: running -> ok) is read
-    again. The same walk as run_dirs(), on its stats (10k run dirs in a fraction of a second)."""
+    """Run dir (relative to ``root``) -> stamp: [mtime_ns, size] of its results.csv, of its
+    run.json and of its samples.csv (0, 0 for one it lacks), so that a run that ends (run.json:
+    running -> ok) or whose samples came after its last row is read again. The same walk as
+    run_dirs(), on its stats (10k run dirs in a fraction of a second)."""
     top = os.fspath(root)
     prefix = os.path.join(top, "")  # the walk's paths start with it: cut, not os.path.relpath (10k calls)
     found: Stamps = {}
@@ -50,7 +62,12 @@ def _sources(root: Path, notes: Notes | None = None) -> Stamps:
         st, rec = stats.get(RESULTS), stats.get(RECORD)
         if st is None:
             continue
+        try:
+            sam: Any = os.stat(os.path.join(here, SAMPLES))
+        except OSError:
+            sam = None
         stamp = [st.st_mtime_ns, st.st_size, rec.st_mtime_ns if rec else 0, rec.st_size if rec else 0]
+        stamp += [sam.st_mtime_ns, sam.st_size] if sam else [0, 0]
         found[here[len(prefix) :] if here.startswith(prefix) else os.path.relpath(here, top)] = stamp
     return found
 
@@ -59,13 +76,15 @@ def _sources(root: Path, notes: Notes | None = None) -> Stamps:
 class Manifest:
     """What a segment's manifest says: the run dirs it holds rows of, at which stamps; what was
     skipped in them when they were read (every later load still says it); the span of its row
-    ids if each is there once (an older manifest says nothing: not known); its rows (an older
-    manifest: None, read from the segment when needed)."""
+    ids if each is there once; its rows; its files' [size, footer digest] (rows, samples); and
+    what was skipped in their samples.csv (said by a read of samples, not of rows)."""
 
     sources: Stamps
     notes: dict[str, dict[str, int]]
     span: Span = None
     rows: int | None = None
+    seals: dict[str, list] = field(default_factory=dict)  # "rows" / "samples" -> [bytes, footer's sha256]
+    sample_notes: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def _manifest(path: Path) -> Manifest | None:
@@ -74,12 +93,22 @@ def _manifest(path: Path) -> Manifest | None:
     data = json.loads(files.read_regular(path))
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("sources"), dict):
         return None
-    noted, ids, rows = data.get("notes"), data.get("row_ids"), data.get("rows")
+    noted, ids, rows, seals = data.get("notes"), data.get("row_ids"), data.get("rows"), data.get("files")
+    sample_notes = data.get("sample_notes")
     span: Span = None
     if isinstance(ids, list) and len(ids) == 2 and all(isinstance(x, str) for x in ids):
         span = (ids[0], ids[1])
+    if not isinstance(seals, dict) or not all(
+        isinstance(seals.get(k), list) and len(seals[k]) == 2 for k in ("rows", "samples")
+    ):
+        raise ValueError("no sizes and digests of its files")
     return Manifest(
-        data["sources"], noted if isinstance(noted, dict) else {}, span, rows if isinstance(rows, int) else None
+        data["sources"],
+        noted if isinstance(noted, dict) else {},
+        span,
+        rows if isinstance(rows, int) else None,
+        seals,
+        sample_notes if isinstance(sample_notes, dict) else {},
     )
 
 
@@ -102,55 +131,50 @@ def _manifests(index: Path) -> tuple[dict[str, Manifest], dict[str, str]]:
     return manifests, dropped
 
 
-def load_tree(root: Path, experiment: str | None = None, notes: Notes | None = None):
-    """Every row under the store ``root`` (optionally of one experiment), through the index,
-    each row id once (the first row of it kept, as load() keeps it).
+def load_tree(
+    root: Path, experiment: str | None = None, notes: Notes | None = None, columns: Collection[str] | None = None
+):
+    """Every row under the store ``root`` (optionally of one experiment, and only ``columns``
+    and ``run_dir``), through the index, each row id once (the first row of it kept, as load()
+    keeps it).
 
-    Run dirs whose results.csv (and run.json) have not changed since they were indexed come
-    from the warm cache, or else from the Parquet segments; new or changed ones are read from
-    CSV and added as a new segment. A segment that is damaged or of another format is rebuilt
-    from its run dirs and removed (``notes`` says so). If the index cannot be written (a
-    read-only tree), loading still works, only slower. Every row gets ``run_outcome``: what its
-    run's run.json says (``running``: killed, or not ended yet; empty: no run.json).
+    Run dirs whose results.csv, run.json and samples.csv have not changed since they were
+    indexed come from the Parquet segments (only the row groups of ``experiment``, only
+    ``columns``); new or changed ones are read from CSV and added as a new segment. A segment
+    that is damaged or of another format is rebuilt from its run dirs and removed (``notes``
+    says so). If the index cannot be written (a read-only tree), loading still works, only
+    slower. Every row gets ``run_outcome``: what its run's run.json says (``running``: killed,
+    or not ended yet; empty: no run.json).
     """
     notes = notes if notes is not None else Notes()
-    root = Path(root)
+    load = _begin(Path(root), experiment, columns, notes, rows=True)
+    df = load.in_full()
+    load.end(tidy=not experiment and columns is None)
+    return df if df.columns.empty else _placed(df, load.root)
+
+
+def load_samples(root: Path, row_ids: Collection[str] | None = None, notes: Notes | None = None):
+    """The raw samples (``row_id``, ``phase``, ``i``, ``seconds``) under the store ``root``,
+    through the index: of the rows ``row_ids`` (None: all), in the order their segments hold
+    them; no samples.csv is parsed but those of run dirs not indexed yet."""
+    notes = notes if notes is not None else Notes()
+    load = _begin(Path(root), None, None, notes, rows=False)
+    df = load.samples(row_ids)
+    load.end(tidy=False)
+    return df
+
+
+def _begin(root: Path, experiment: str | None, columns: Collection[str] | None, notes: Notes, rows: bool) -> _Load:
+    """A load's state: the tree walked and, beside the walk, its segments' manifests read (and,
+    for ``rows``, their rows)."""
     index = meta(root) / "index"
     with ThreadPoolExecutor(1) as walker:  # the walk (system calls) beside the decoding (Arrow's threads)
-        walking = walker.submit(_sources, root, notes)
+        walking = walker.submit(_sources, root, notes if rows else Notes())  # the walk's notes: the rows' to say
         manifests, dropped = _manifests(index)
-        built = bool(manifests)  # an index was there before this load (not a cold build)
-        cached = None if dropped else _warm(index, notes)
-        # without a cache, every segment is read beside the walk
-        pieces = {} if cached is not None else _pieces(index, manifests, experiment, dropped)
-        early = None
-        if cached is not None and experiment:  # its cached rows taken while the walk says if they hold
-            empty = cached.empty.get(experiment, ())
-            cached.prefetch([c for c in cached.frame.columns if c not in empty])
-            early = _one_experiment(cached.frame, experiment, empty)
+        keep = None if columns is None else set(columns) | {"_source", "experiment", "row_id"}
+        pieces = _pieces(index, manifests, experiment, dropped, keep) if rows else {}
         sources = walking.result()
-    load = _Load(root, index, experiment, manifests, pieces, dropped, sources, notes)
-    df = None
-    if cached is not None:
-        df = load.from_cache(cached)
-        if df is not None and experiment:  # the cache holds every experiment's rows
-            if df is cached.frame and early is not None:  # no rows since: taken during the walk
-                df = early
-            else:
-                df = _one_experiment(df, experiment, load.empty_since(cached, experiment))
-    if df is None:
-        df = load.in_full()
-        if not (experiment or dropped) and built and len(df) >= warm.MIN_ROWS and len(df.columns):
-            warm.write(index / warm.NAME, df, {s: sources[s] for s in load.indexed}, _span(df))  # the next load maps it
-        elif not experiment and cached is not None:  # a tree fallen below MIN_ROWS: its cache's disk back
-            _remove(index / warm.NAME)
-    load.say_skipped()
-    for segment, why in dropped.items():
-        notes.add(why, index / f"{segment}.parquet")
-        _remove_segment(index, segment)
-    if not experiment:
-        _tidy(index, load.manifests, load.indexed)
-    return df if df.columns.empty else _placed(df, root)
+    return _Load(root, index, experiment, keep, manifests, pieces, dropped, sources, notes, rows)
 
 
 @dataclass
@@ -162,14 +186,16 @@ class _Load:
     root: Path
     index: Path
     experiment: str | None
+    columns: set[str] | None  # the columns read (None: all)
     manifests: dict[str, Manifest]
     pieces: dict[str, list[Any]]  # each segment's Pieces; the new rows: their frame
     dropped: dict[str, str]
     sources: Stamps
     notes: Notes
+    rows: bool  # a read of rows (else of samples): whose skipped lines, files are said
     indexed: dict[str, str] = field(default_factory=dict)
     fresh: set[str] = field(default_factory=set)  # the run dirs read from CSV now (what was skipped said then)
-    tail: Any = None  # the rows the cache's were extended with
+    unwritten: dict[str, Any] = field(default_factory=dict)  # the samples of segments not written (a read-only tree)
 
     def find(self) -> None:
         """``indexed``: each run dir the walk found -> the newest segment holding it as it is now
@@ -185,22 +211,29 @@ class _Load:
         if fresh:
             self._add(fresh)
 
-    def say_skipped(self) -> None:
-        """What was skipped when each run dir loaded was read, said on every load of it."""
+    def end(self, tidy: bool) -> None:
+        """What was skipped said; the segments found damaged or of another format removed (their
+        run dirs were read again); with ``tidy``, the index kept small (_tidy)."""
         for source, segment in self.indexed.items():
             if source in self.fresh:
                 continue
-            for kind, count in self.manifests[segment].notes.get(source, {}).items():
-                self.notes.add(kind, _place(self.root, source, kind), count)
+            m = self.manifests[segment]
+            for kind, count in (m.notes if self.rows else m.sample_notes).get(source, {}).items():
+                self.notes.add(
+                    kind, _place(self.root, source, kind) if self.rows else _samples_at(self.root, source), count
+                )
+        for segment, why in self.dropped.items():
+            self.notes.add(why, self.index / f"{segment}.parquet")
+            _remove_segment(self.index, segment)
+        if tidy:
+            _tidy(self.index, self.manifests, self.indexed)
 
     def _add(self, fresh: list[str]) -> None:
-        """The rows of run dirs no segment holds, read from CSV and written as a new segment."""
-        now = Notes()
+        """The rows of run dirs no segment holds, read from CSV and written as a new segment
+        with their samples."""
+        now, said = Notes(), Notes()
         self.fresh.update(fresh)
         new = _read_sources(self.root, fresh, now)
-        for kind, places in now.kinds.items():
-            for place, count in places.items():
-                self.notes.add(kind, place, count)
         skipped = {  # each run dir's places looked up only when something was skipped (10k paths otherwise)
             s: {**now.of(_results_of(self.root, s)), **now.of(_place(self.root, s, RECORD_UNREADABLE))}
             if now.kinds
@@ -210,27 +243,37 @@ class _Load:
         if new.empty and not any(skipped.values()):  # no rows (a header alone): read again next time
             return
         new = as_indexed(new) if len(new) else _no_rows()  # no rows, but what was skipped: remembered
+        samples = _read_samples(self.root, fresh, said) if len(new) else _samples_table(None)
+        for kind, places in (now if self.rows else said).kinds.items():
+            for place, count in places.items():
+                self.notes.add(kind, place, count)
         m = Manifest({s: self.sources[s] for s in fresh}, {s: k for s, k in skipped.items() if k}, _span(new), len(new))
+        if said.kinds:
+            m.sample_notes = {s: k for s in fresh if (k := said.of(_samples_at(self.root, s)))}
         unwritten = f"{UNWRITTEN}-{sum(n.startswith(UNWRITTEN) for n in self.manifests)}"  # one name a batch
-        name = _write_segment(self.index, new, m) or unwritten
+        name = _write_segment(self.index, new, samples, m) or unwritten
+        if name == unwritten:
+            self.unwritten[name] = samples
         self.manifests[name] = m
         self.indexed.update(dict.fromkeys(fresh, name))
         if self.experiment:  # its rows (none where the runs name no experiment), its columns all the same
             new = new[(new["experiment"] == self.experiment).to_numpy()] if "experiment" in new else new.iloc[:0]
+        if self.columns is not None:
+            new = new[[c for c in new.columns if c in self.columns]]
         self.pieces[name] = [new] if m.rows else []  # as a frame: combine joins it as it is
 
-    def read(self, segments: set[str], but: Stamps | None = None) -> list[tuple[list[Piece], Span]] | None:
+    def read(self, segments: set[str]) -> list[tuple[list[Piece], Span]] | None:
         """The rows of these segments (those not in ``pieces`` read now), in the order written,
-        each filtered to the run dirs it holds now (but those of ``but``), with its span; None
-        if one is gone or damaged (then find() again reads its run dirs)."""
+        each filtered to the run dirs it holds now, with its span; None if one is gone or
+        damaged (then find() again reads its run dirs)."""
         todo = {s: self.manifests[s] for s in segments if s not in self.pieces}
-        read = _pieces(self.index, todo, self.experiment, self.dropped)
+        read = _pieces(self.index, todo, self.experiment, self.dropped, self.columns)
         self.pieces.update(read)
         for segment in todo.keys() - read.keys() - self.dropped.keys():  # gone: merged meanwhile
             del self.manifests[segment]
         if len(read) < len(todo):
             return None
-        wanted = _by_segment(self.indexed, but or {})
+        wanted = _by_segment(self.indexed)
         parts = []
         for segment in sorted(segments):  # in the order written (this load's unwritten last)
             part, keep = self.pieces[segment], wanted.get(segment, set())
@@ -240,7 +283,7 @@ class _Load:
         return parts
 
     def in_full(self):
-        """Every run dir's rows from the segments (and CSV): the load without a cache."""
+        """Every run dir's rows from the segments (and CSV)."""
         import pandas as pd
 
         self.find()
@@ -252,40 +295,38 @@ class _Load:
         # a part without rows repeats no row id
         return _once(combine(pieces), [span for part, span in read if any(_rows(p) for p in part)])
 
-    def empty_since(self, cached: warm.Cached, experiment: str) -> set[str]:
-        """The columns holding no value in the experiment's rows, the rows since the cache's too."""
-        empty = set(cached.empty.get(experiment, ()))
-        if self.tail is not None and "experiment" in self.tail:
-            mine = self.tail[(self.tail["experiment"] == experiment).to_numpy()]
-            empty -= {c for c in mine.columns if mine[c].notna().any()}
-        return empty
+    def samples(self, row_ids: Collection[str] | None):
+        """The samples of the current run dirs' rows (of ``row_ids``), segment by segment in the
+        order written; a segment gone or damaged: its run dirs read again."""
+        import pyarrow as pa
 
-    def from_cache(self, cached: warm.Cached):
-        """The cached rows, then those of run dirs indexed since (their segments read, the new
-        ones from CSV), the old rows not copied; None where the cache does not hold the rows a
-        full load would give (a run dir it holds changed or went; a column of another type; no
-        room): then the load goes in full."""
-        if any(self.sources.get(s) != stamp for s, stamp in cached.sources.items()):
-            return None  # a run dir it holds changed or went
         self.find()
-        if any(s not in self.indexed for s in cached.sources):
-            return None  # no segment holds it now: the index was rebuilt meanwhile
-        newer = {seg for s, seg in self.indexed.items() if s not in cached.sources}
-        room = cached.room()
-        unread = [self.manifests[s].rows for s in newer if s not in self.pieces]
-        if sum(room + 1 if rows is None else rows for rows in unread) > room:
-            return None  # more to decode than the cache has room for: a full load rebuilds it
-        read = self.read(newer, but=cached.sources)
-        if read is None:
-            return None
-        pieces = [p for part, _ in read for p in part]
-        if not pieces:
-            return cached.frame
-        tail = self.tail = combine(pieces)  # rows or not, it may add columns
-        df = cached.extended(tail)
-        if df is None:
-            return None
-        return _once(_categories_as_read(df), [cached.span, _span(tail)])
+        while True:
+            tables, spans = [], []
+            for segment, held in sorted(_by_segment(self.indexed).items()):
+                m = self.manifests[segment]
+                only = held if len(held) < len(m.sources) else None
+                spans.append(m.span)
+                try:
+                    if segment in self.unwritten:
+                        tables.append(_filtered(self.unwritten[segment], row_ids, only))
+                    else:
+                        tables.append(_read_samples_of(self.index, segment, m, row_ids, only))
+                except FileNotFoundError:  # merged meanwhile
+                    del self.manifests[segment]
+                    break
+                except Exception as err:  # damaged: pyarrow raises its own kinds
+                    log.debug("index samples %s unreadable (%s): reading its run dirs", segment, err)
+                    self.dropped[segment] = DAMAGED
+                    break
+            else:
+                table = pa.concat_tables(tables) if tables else _samples_table(None)
+                df = table.select(list(known.SAMPLES)).to_pandas()
+                if _apart(spans):  # no row id in two run dirs: no sample twice
+                    return df
+                twice = df.duplicated(subset=["row_id", "phase", "i"], keep="first")  # a run dir copied
+                return df[~twice.to_numpy()].reset_index(drop=True) if twice.any() else df
+            self.find()
 
 
 def _once(df, spans: list[Span]):
@@ -297,60 +338,162 @@ def _once(df, spans: list[Span]):
     return df[~twice.to_numpy()].reset_index(drop=True) if twice.any() else df
 
 
-def _one_experiment(df, experiment: str, empty: Iterable[str] = ()):
-    """The rows of one experiment, categories as combine gives them (those present, sorted).
-    The columns ``empty`` says hold no value in them are made, not read (most config keys are
-    another experiment's: 100 of 193 columns of a synthetic 1M-row tree)."""
-    import numpy as np
-    import pandas as pd
-
-    if "experiment" not in df:
-        return df.iloc[:0]
-    rows = np.flatnonzero((df["experiment"] == experiment).to_numpy())
-    none = set(empty)
-    out = {}
-    for col in df.columns:
-        values = df[col].array
-        if col in none and isinstance(values, np.ndarray | pd.arrays.NumpyExtensionArray):  # a float's NaN
-            taken = np.full(len(rows), np.nan, dtype=values.dtype)
-        elif col in none and isinstance(values, pd.arrays.IntegerArray | pd.arrays.FloatingArray):
-            taken = type(values)(np.zeros(len(rows), values.dtype.numpy_dtype), np.ones(len(rows), bool))
-        elif col in none:  # missing throughout: nothing of the column read
-            taken = values.take(np.full(len(rows), -1), allow_fill=True)
-        else:
-            taken = values.take(rows)
-        out[col] = _as_read(pd.Series(taken)) if col != "_source" and isinstance(taken, pd.Categorical) else taken
-    return pd.DataFrame(out, copy=False)
-
-
-WARM_DAMAGED = "rebuilt {n} damaged warm cache{s} of the index"
-
-
-def _warm(index: Path, notes: Notes) -> warm.Cached | None:
-    """The warm cache (None: none, or of another perflab or pandas; a damaged one is removed and
-    said, and rebuilt by this load)."""
-    path = index / warm.NAME
-    try:
-        return warm.read(path)
-    except (OSError, ValueError) as err:
-        log.debug("%s", err)
-        notes.add(WARM_DAMAGED, path)
-        _remove(path)
-        return None
-
-
-def _pieces(index: Path, manifests: dict, experiment: str | None, dropped: dict[str, str]) -> dict[str, list[Piece]]:
+def _pieces(
+    index: Path, manifests: dict, experiment: str | None, dropped: dict[str, str], columns: set[str] | None
+) -> dict[str, list[Piece]]:
     """Segment -> its rows as read (none: gone, or damaged: then ``dropped`` says so)."""
     pieces: dict[str, list[Piece]] = {}
-    for segment in manifests:
+    for segment, m in manifests.items():
         try:
-            pieces[segment] = _read_segment(index / f"{segment}.parquet", experiment)
+            with _open_sealed(index / f"{segment}.parquet", m.seals["rows"]) as f:
+                pieces[segment] = _read_segment(f, experiment, columns)
         except FileNotFoundError:  # removed by a concurrent compaction: read its run dirs
             pass
         except Exception as err:  # damaged: pyarrow raises its own kinds
             log.debug("index segment %s unreadable (%s): reading its run dirs", segment, err)
             dropped[segment] = DAMAGED
     return pieces
+
+
+def _open_sealed(path: Path, seal: list) -> BinaryIO:
+    """A segment's file, open: a regular file (opened without blocking: a FIFO there never
+    blocks the load), of the size and footer digest its manifest wrote (ValueError: damaged)."""
+    f = files.open_regular(path)
+    try:
+        if os.fstat(f.fileno()).st_size != seal[0] or _footer_digest(f) != seal[1]:
+            raise ValueError(f"{path}: not the file its manifest describes")
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _footer_digest(f: BinaryIO) -> str:
+    """The sha256 of a Parquet file's footer (its schema, row groups and their statistics: what
+    decides which rows are read), from its last bytes; the pages hold checksums of their own."""
+    size = f.seek(0, os.SEEK_END)
+    if size < 12:
+        raise ValueError("too short for Parquet")
+    f.seek(size - 8)
+    tail = f.read(8)
+    length = int.from_bytes(tail[:4], "little")
+    if tail[4:] != b"PAR1" or length + 12 > size:
+        raise ValueError("no Parquet footer")
+    f.seek(size - 8 - length)
+    digest = hashlib.sha256(f.read(length + 8)).hexdigest()
+    f.seek(0)
+    return digest
+
+
+def _seal(data: bytes) -> list:
+    """[size, footer digest] of a Parquet file's bytes, as its manifest keeps them."""
+    import io
+
+    return [len(data), _footer_digest(io.BytesIO(data))]
+
+
+def _checked() -> dict[str, bool]:
+    """Parquet's page checksums, verified as read, where this pyarrow has them (15 and later)."""
+    return {"page_checksum_verification": True} if _has_checksums() else {}
+
+
+@functools.cache
+def _has_checksums() -> bool:
+    import inspect
+
+    import pyarrow.parquet as pq
+
+    return "page_checksum_verification" in inspect.signature(pq.ParquetFile).parameters
+
+
+SAMPLES_BATCH = 1000  # run dirs whose samples.csv are parsed together: a frame of text that size at most
+
+
+def _read_samples(root: Path, sources: list[str], notes: Notes):
+    """The samples of these run dirs (their samples.csv), as the index keeps them (_samples_table),
+    parsed a batch of run dirs at a time: only the compact Arrow table grows with the tree."""
+    import pyarrow as pa
+
+    tables = [_samples_table(None)]
+    for at in range(0, len(sources), SAMPLES_BATCH):
+        batch = sources[at : at + SAMPLES_BATCH]
+        df = read_samples([Path(s) if Path(s).is_absolute() else root / s for s in batch], batch, "_source", notes)
+        if "row_id" in df:
+            tables.append(_samples_table(df))
+    return pa.concat_tables(tables)
+
+
+def read_samples(dirs: Sequence[Path], labels: Sequence[str], column: str, notes: Notes):
+    """The samples.csv of many run dirs, parsed together (rows.read_many), each row labelled
+    with its dir's label in ``column``. One that is missing or a symlink is not read; one that
+    is not a regular file neither, and ``notes`` says so."""
+    paths, kept = [], []
+    for d, label in zip(dirs, labels):
+        path = d / SAMPLES
+        kind = files.kind_of(path)
+        if kind == "missing" or path.is_symlink():
+            continue
+        if kind != "a regular file":
+            notes.add(NOT_PLAIN, path)
+            continue
+        paths.append(path)
+        kept.append(label)
+    return read_many(paths, kept, column, notes, columns_required=("row_id", "seconds"))
+
+
+def _samples_table(df):
+    """Samples as the index keeps them: their run dir (``_source``), ``row_id``, ``phase``,
+    ``i``, ``seconds``, typed as :data:`perflab.store.columns.SAMPLES` declares; text as a
+    dictionary (a row's id once, not once a sample: a tenth of the memory)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    arrow = {"text": pa.dictionary(pa.int32(), pa.string()), "int": pa.int64(), "float": pa.float64()}
+    schema = pa.schema([("_source", arrow["text"]), *((c, arrow[k]) for c, k in known.SAMPLES.items())])
+    if df is None:
+        return schema.empty_table()
+    out = {"_source": df["_source"].astype("string").astype("category")}
+    for c, kind in known.SAMPLES.items():
+        col = df[c] if c in df else pd.Series(None, index=df.index, dtype=object)
+        if kind == "text":
+            out[c] = col.astype("string").astype("category")
+        else:  # a damaged cell reads as missing, not as text
+            out[c] = pd.to_numeric(col, errors="coerce").astype("Int64" if kind == "int" else "float64")
+    return pa.Table.from_pandas(pd.DataFrame(out), schema=schema, preserve_index=False)
+
+
+def _filtered(table, row_ids: Collection[str] | None, sources: set[str] | None):
+    """The samples of ``table`` of these rows and run dirs (None: all)."""
+    import pyarrow.compute as pc
+
+    mask = None
+    for column, values in (("row_id", row_ids), ("_source", sources)):
+        if values is not None:
+            test = pc.is_in(table[column], value_set=_text_set(values))
+            mask = test if mask is None else pc.and_(mask, test)
+    return table if mask is None else table.filter(pc.fill_null(mask, False))
+
+
+def _text_set(values: Collection[str]):
+    import pyarrow as pa
+
+    return pa.array(sorted(set(values)), type=pa.string())
+
+
+def _read_samples_of(index: Path, segment: str, m: Manifest, row_ids, sources: set[str] | None):
+    """A segment's samples of these rows and run dirs, read through pyarrow.dataset: the rows
+    asked for are a filter pushed down to the row groups, from the file opened without blocking."""
+    import pyarrow.dataset as ds
+
+    options = ds.ParquetFragmentScanOptions(**_checked())
+    with _open_sealed(index / SAMPLES_DIR / f"{segment}.parquet", m.seals["samples"]) as f:
+        fragment = ds.ParquetFileFormat(default_fragment_scan_options=options).make_fragment(f)
+        wanted = None
+        for column, values in (("row_id", row_ids), ("_source", sources)):
+            if values is not None:
+                test = ds.field(column).isin(_text_set(values))
+                wanted = test if wanted is None else wanted & test
+        return fragment.to_table(filter=wanted)
 
 
 def _span(df) -> Span:
@@ -416,16 +559,19 @@ class Piece:
         return pa.Table.from_arrays(columns, schema=self.schema)
 
 
-def _read_segment(path: Path, experiment: str | None) -> list[Piece]:
-    """A segment's rows, a piece a row group, of one experiment (only the row groups whose
-    statistics say they may hold it are read). Rows are filtered on each category's values,
-    not on every row's text."""
+def _read_segment(source: Any, experiment: str | None, columns: set[str] | None = None) -> list[Piece]:
+    """A segment's rows (``source``: its open file), a piece a row group, of one experiment
+    (only the row groups whose statistics say they may hold it are read), of ``columns`` (None:
+    all). Rows are filtered on each category's values, not on every row's text."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with pq.ParquetFile(path) as segment:
+    with pq.ParquetFile(source, **_checked()) as segment:
         meta, schema = segment.metadata, segment.schema_arrow
         if "_source" not in schema.names:
             raise ValueError("no _source column")
+        if columns is not None:
+            schema = pa.schema([f for f in schema if f.name in columns], metadata=schema.metadata)
         ints = _ints(schema, _described(schema))
         pieces = []
         for i in range(meta.num_row_groups):
@@ -649,6 +795,10 @@ def _placed(df, root: Path):
     )
 
 
+def _samples_at(root: Path, source: str) -> Path:
+    return _results_of(root, source).with_name(SAMPLES)
+
+
 def _results_of(root: Path, source: str) -> Path:
     return (Path(source) if Path(source).is_absolute() else root / source) / RESULTS
 
@@ -724,18 +874,23 @@ def _rows_per_run(df, column: str, run_ids: dict[str, str]) -> dict[str, int]:
     return {str(k): int(v) for k, v in df.loc[own.fillna(False).astype(bool), column].value_counts().items()}
 
 
-def _write_segment(index: Path, df, manifest: Manifest) -> str | None:
-    """A new immutable segment of ``df`` and then its manifest (readers only trust segments
-    with one); its name, None where it could not be written."""
+def _write_segment(index: Path, df, samples, manifest: Manifest) -> str | None:
+    """A new immutable segment of ``df`` (rows) and ``samples`` (an Arrow table: _samples_table),
+    then its manifest with each file's size and footer digest (readers only trust segments with
+    one); its name, None where it could not be written."""
     # named in the order written (to the nanosecond): segments are read, and their rows given, in that order
     ns = time.time_ns()  # one reading: UTC to the second, then its nanoseconds
     name = f"seg-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(ns // 10**9))}-{ns % 10**9:09d}-{secrets.token_hex(4)}"
     m = manifest
-    data = {"format": FORMAT, "sources": m.sources, "notes": m.notes, "row_ids": m.span, "rows": m.rows}
     try:
-        index.mkdir(parents=True, exist_ok=True)
-        files.write_atomic(index / f"{name}.parquet", to_parquet(df))
-        files.write_atomic(index / f"{name}.json", json.dumps(data))
+        rows, kept = to_parquet(df), _parquet(samples)
+        m.seals = {"rows": _seal(rows), "samples": _seal(kept)}
+        data = {"format": FORMAT, "sources": m.sources, "notes": m.notes, "row_ids": m.span, "rows": m.rows}
+        data["sample_notes"] = m.sample_notes
+        derived_dir(index / SAMPLES_DIR)  # a file or FIFO where it belongs removed (said), never waited on
+        files.write_atomic(index / f"{name}.parquet", rows)
+        files.write_atomic(index / SAMPLES_DIR / f"{name}.parquet", kept)
+        files.write_atomic(index / f"{name}.json", json.dumps({**data, "files": m.seals}))
     except (OSError, ValueError, ImportError) as err:
         log.debug("results index not updated (%s); loading still works", err)
         return None
@@ -743,14 +898,15 @@ def _write_segment(index: Path, df, manifest: Manifest) -> str | None:
 
 
 def _remove_segment(index: Path, segment: str) -> None:
-    """A segment's files."""
-    for path in (index / f"{segment}.json", index / f"{segment}.parquet"):
+    """A segment's files (its manifest first: a reader trusts no segment without one)."""
+    for path in (index / f"{segment}.json", index / f"{segment}.parquet", index / SAMPLES_DIR / f"{segment}.parquet"):
         _remove(path)
 
 
 def _remove(path: Path) -> None:
-    """A file of the index, or whatever sits where it belongs (it is derived, and ours)."""
-    if path.is_dir() and not path.is_symlink():
+    """A file of the index, or whatever sits where it belongs (it is derived, and ours); a
+    symlink there is removed, never what it points to."""
+    if not path.is_symlink() and path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
     else:
         with contextlib.suppress(OSError):
@@ -767,6 +923,7 @@ def _tidy(index: Path, manifests: dict[str, Manifest], indexed: dict[str, str]) 
     the index cannot be written (each load would decode the segments for nothing)."""
     if not os.access(index, os.W_OK):
         return
+    _remove(index / "warm.arrow")  # an earlier version's cache (about the rows' size in memory): read by none
     holds = _by_segment(indexed)
     names = []
     for name in sorted(n for n in manifests if not n.startswith(UNWRITTEN)):
@@ -781,10 +938,12 @@ def _tidy(index: Path, manifests: dict[str, Manifest], indexed: dict[str, str]) 
     while take < len(names) and (len(names) - take + 1 > MAX_SEGMENTS // 2 or sizes[-take - 1] <= sum(sizes[-take:])):
         take += 1
     merged = names[-take:]
-    parts = []
+    parts, samples = [], []
     for segment in merged:
         try:
-            pieces = _read_segment(index / f"{segment}.parquet", None)
+            with _open_sealed(index / f"{segment}.parquet", manifests[segment].seals["rows"]) as f:
+                pieces = _read_segment(f, None)
+            samples.append(_read_samples_of(index, segment, manifests[segment], None, holds[segment]))
         except Exception as err:  # gone or damaged meanwhile: the next load sees to it
             log.debug("index segments not merged (%s)", err)
             return
@@ -796,8 +955,11 @@ def _tidy(index: Path, manifests: dict[str, Manifest], indexed: dict[str, str]) 
         {source: m.notes[source] for source, m in of.items() if source in m.notes},
         _span(df),
         len(df),
+        sample_notes={source: m.sample_notes[source] for source, m in of.items() if source in m.sample_notes},
     )
-    if _write_segment(index, df, kept):
+    import pyarrow as pa
+
+    if _write_segment(index, df, pa.concat_tables(samples), kept):
         for segment in merged:
             _remove_segment(index, segment)
 
@@ -854,12 +1016,9 @@ def to_parquet(df) -> bytes:
     text. Each stretch of rows of one experiment is a row group of its own (rows keep their
     order; run dirs of one experiment share a header, so rows come in few such stretches):
     ``load(experiment=...)`` reads only its own row groups, skipping the rest by their statistics."""
-    import io
-
     import numpy as np
     import pandas as pd
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     mixed = [
         col
@@ -877,11 +1036,26 @@ def to_parquet(df) -> bytes:
         starts += list(np.flatnonzero(codes[1:] != codes[:-1]) + 1)
     if len(starts) > MAX_ROW_GROUPS:
         starts = [0]
+    return _parquet(table, starts)
+
+
+SAMPLE_GROUP = 1 << 16  # samples a row group: its statistics let a read of some rows' samples skip the rest
+
+
+def _parquet(table, starts: Sequence[int] = (0,)) -> bytes:
+    """Parquet bytes of an Arrow table, a row group from each of ``starts`` (at most
+    SAMPLE_GROUP rows each), with page checksums where this pyarrow writes them."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     buf = io.BytesIO()
     # dictionaries for all but floats: a float column (a measurement) seldom repeats a value, and
     # trying a dictionary on it first costs more than the rest of the write
     coded = [f.name for f in table.schema if not pa.types.is_floating(f.type)]
-    with pq.ParquetWriter(buf, table.schema, use_dictionary=coded) as writer:
-        for start, end in zip(starts, [*starts[1:], len(df)]):
-            writer.write_table(table.slice(start, end - start))
+    checks = {"write_page_checksum": True} if _has_checksums() else {}
+    with pq.ParquetWriter(buf, table.schema, use_dictionary=coded, **checks) as writer:
+        for start, end in zip(starts, [*starts[1:], table.num_rows]):
+            writer.write_table(table.slice(start, end - start), row_group_size=SAMPLE_GROUP)
     return buf.getvalue()

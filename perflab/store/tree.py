@@ -8,7 +8,7 @@ rebuilds it; a missing ``done/`` is rebuilt by itself):
   done/<config hash>/<run id>   which points are done (:mod:`perflab.store.done_marks`)
   claims/<config hash>.json     a sweep point being measured now (:mod:`perflab.store.point_claims`)
   index/<segment>.parquet       the rows of many run dirs, loaded fast (:mod:`perflab.store.index`)
-  index/warm.arrow              the frame a full load built, mapped by the next (:mod:`perflab.store.warm`)
+  index/samples/<segment>.parquet   their raw samples, by row id
 
 Every file there is created whole (a unique name, or O_EXCL): nothing relies on many writers
 appending to one file, or on file locks, which cluster filesystems do not all honour.
