@@ -79,7 +79,8 @@ class Context:
     began: tuple[int, Machine] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.since = self.began = (os.getpid(), Machine().__enter__())
+        self.since = (os.getpid(), Machine().__enter__())
+        self.began = self.began or self.since  # the job's start where the runner opened it, else now
 
     @property
     def params(self) -> Any:

@@ -29,6 +29,7 @@ from perflab.measure import memory
 from perflab.measure.devices import Device, cpu_threads, resolve, use_threads
 from perflab.measure.environment import environment, model_contents, subject
 from perflab.measure.peaks import Peaks
+from perflab.measure.watch import Machine
 from perflab.store import done_marks, files
 from perflab.store.point_claims import Claim, TakenOver
 from perflab.store.rows import RESULTS
@@ -79,6 +80,7 @@ class GuardedJob:
     def open(self) -> Result | None:
         """The machine's identity in every row, the devices resolved, the experiment's context;
         a device that cannot be had (outside a sweep) or a launcher that cannot share it is refused."""
+        began = (os.getpid(), Machine().__enter__())  # the job's window: others' CPU share from here on
         quiet_library_logs()
         place, record = self.place, self.record
         # the contents a sweep's claim read (claim_point) are the ones its rows and done mark name
@@ -109,6 +111,7 @@ class GuardedJob:
             self.peaks,
             progress=self.experiment.progress,
             metric=self.experiment.metric,
+            began=began,
         )
         return None
 
