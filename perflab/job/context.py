@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import sys
@@ -26,7 +27,7 @@ from perflab.measure.bench import Part, Stats, Variant
 from perflab.measure.devices import Device
 from perflab.measure.energy import Energy
 from perflab.measure.peaks import Peaks
-from perflab.measure.watch import GpuState, Machine, Memory, busy_reason
+from perflab.measure.watch import GpuState, Machine, Memory, busy_reason, others_since_import
 from perflab.store.outcome import ROW_STATUSES
 from perflab.store.rows import number
 from perflab.store.rundir import RunWriter
@@ -321,12 +322,18 @@ class Context:
 
     def _filled(self, columns: dict[str, Any]) -> dict[str, Any]:
         """``columns`` with others' CPU share from the job so far (in this process) where their own
-        window was too short to count it (the kernel counts CPU time in 10 ms ticks)."""
+        window was too short to count it (the kernel counts CPU time in 10 ms ticks); from this
+        process's perflab so far where the job is that young too (a warm process)."""
         pid, job = self.began or (0, Machine())
-        if number(columns.get("others_cpu_pct")) is not None or pid != os.getpid():
+        if number(columns.get("others_cpu_pct")) is not None:
             return columns
-        job.__exit__(None, None, None)  # the counters now against the job's start: read again at the next row
-        return {**columns, "others_cpu_pct": 100 * job.others_share()}
+        share = math.nan
+        if pid == os.getpid():
+            job.__exit__(None, None, None)  # the counters now against the job's start: read again at the next row
+            share = job.others_share()
+        if math.isnan(share):  # the job too young to count: this process's perflab so far
+            share = others_since_import()
+        return {**columns, "others_cpu_pct": 100 * share}
 
     def need_memory(self, per_device: int, what: str, devices: Sequence[Device] | None = None) -> None:
         """Say, before allocating, how many bytes each device will hold: if they are not free
