@@ -182,9 +182,6 @@ class Machine:
         return busy_reason(self.columns(own_s), limit)
 
 
-_SINCE_IMPORT = (os.getpid(), Machine().__enter__())  # this process's perflab: a window long enough to count
-
-
 def others_since_import() -> float:
     """Other processes' share of all CPUs since this process imported perflab's watchers, 0..1
     (NaN in a process started from one that did, or before 25 ticks): the last resort for a row
@@ -398,3 +395,6 @@ def _load() -> float:
         return os.getloadavg()[0]
     except OSError:
         return math.nan
+
+
+_SINCE_IMPORT = (os.getpid(), Machine().__enter__())  # this process's perflab: a window long enough to count
