@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -104,8 +105,11 @@ def record_time() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-# What a job that wrote nothing leaves in its folder: Hydra's record of it, its log, its record.
+# What a job that wrote nothing leaves in its folder: Hydra's record of it, its log, its record;
+# and folders wholly its own: its worker processes' logs (Context.launch_workers: a node of a
+# multi-node run whose workers hold no rank 0 records nothing, and leaves nothing).
 MADE = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "perflab.log", RECORD)
+MADE_FOLDERS = ("workers",)
 
 
 def discard(run_dir: Path, also_record: bool = False) -> None:
@@ -117,4 +121,8 @@ def discard(run_dir: Path, also_record: bool = False) -> None:
         if nothing:
             (run_dir / RECORD).unlink(missing_ok=True)
     elif run_dir.is_dir() and nothing:
+        for name in MADE_FOLDERS:
+            made = run_dir / name
+            if made.is_dir() and not made.is_symlink():  # a link itself is the user's: never followed
+                shutil.rmtree(made, ignore_errors=True)
         files.remove_made(run_dir, MADE)
