@@ -4,7 +4,7 @@ the rows: the exponent of a log-log least-squares fit (1: linear; 2: quadratic).
 
   done check    "is this sweep point done?" (done_marks.find_done), per point        goal <= 50 ms
   load, cold    load() of the whole history the first time (builds the index)        goal <= 20 s at 1M
-  load, first   load() right after the cold one: decodes the index, writes warm.arrow (no goal; said)
+  load, first   load() right after the cold one: through the index just built (no goal; said)
   load, warm    load() of the whole history again (through the index)                goal <= 1 s at 1M
   load, one     load(experiment=...) of one experiment (Parquet row-group filter)    goal <= 0.3 s at 1M
   load, +1 run  load() after one more run dir appeared (reads only that one)         goal <= 0.5 s at 1M

@@ -18,7 +18,7 @@ import pytest
 from perflab import compare, history, results
 from perflab.analysis import floor, replicates, stats, verdicts
 from perflab.measure.peaks import Peaks
-from perflab.measure.watch import Machine, throttle_words
+from perflab.measure.watch import Machine, busy_reason, throttle_words
 from perflab.store.rundir import RunWriter
 
 from conftest import FAST, requires_cuda, run_subprocess
@@ -339,7 +339,7 @@ def test_a_short_measurement_among_busy_processes_says_so(tmp_path):
         for p in spinners:
             p.kill()
             p.wait()
-    assert "of their runnable time waiting for a CPU" in busy.busy(0.25), busy.columns()
+    assert "of their runnable time waiting for a CPU" in busy_reason(busy.columns(), 0.25), busy.columns()
     assert busy.columns()["waited_pct"] > 25
 
 

@@ -177,10 +177,6 @@ class Machine:
             "cpus": psutil.cpu_count(),
         }
 
-    def busy(self, limit: float, own_s: float | None = None) -> str:
-        """``busy_reason`` of this window's columns."""
-        return busy_reason(self.columns(own_s), limit)
-
 
 def others_since_import() -> float:
     """Other processes' share of all CPUs since this process imported perflab's watchers, 0..1
