@@ -10,13 +10,14 @@ import time
 import numpy as np
 import pytest
 
+import perflab
 from perflab import compare, results
 from perflab.analysis.comparison import busy_rows
 from perflab.measure import watch
 from perflab.measure.devices import allowed_cpus
 from perflab.store.rundir import RunWriter
 
-from conftest import FAST, timed_row
+from conftest import FAST, ROOT, timed_row
 
 BUSY = "the machine was busy: other processes used 60% of the CPUs meanwhile: ..."
 
@@ -136,6 +137,39 @@ def test_training_rows_say_the_machines_state_and_are_flagged_busy(cli):
     for column in ("others_cpu_pct", "waited_pct", "load_before", "load_after"):
         assert rows[column].notna().all(), column
     assert rows["busy"].all(), rows[["measurement", "others_cpu_pct", "waited_pct", "suspect"]]
+    assert rows["suspect"].str.contains("the machine was busy").all()
+
+
+# Every built-in the quick presets hold, and a user's model through infer: the machine's state
+# comes from one place in the job path (Context.record), so no experiment can leave it out.
+EVERY_QUICK = [
+    ("quick/matmul", []),
+    ("quick/lenet_scratch", ["data.train_size=256", "data.test_size=64", "trainer.epochs=1"]),
+    ("quick/resnet18_concise", ["data.train_size=64", "data.test_size=32", "trainer.epochs=1"]),
+    ("quick/compile", ["experiment.modes=[eager]"]),
+    ("quick/async_compute", []),
+    ("quick/auto_parallel", []),
+    ("quick/hardware", []),
+    ("quick/comm", []),
+    ("quick/infer", []),
+    ("quick/generate", []),
+    ("quick/infer", ["model._target_=userpkg.models.TinyTransformer", "data=tokens"]),  # a user's model
+]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("spinning")
+@pytest.mark.parametrize(("experiment", "overrides"), EVERY_QUICK, ids=lambda v: v if isinstance(v, str) else "")
+def test_every_built_in_beside_spinning_processes_has_every_row_flagged_busy(work, monkeypatch, experiment, overrides):
+    """Two processes spin on this 2-core machine: every row of every experiment says so, by the
+    same rule and the same columns, whatever the experiment measured or how."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "userpkg"))
+    rows = perflab.run(experiment, [*overrides, *FAST])
+    rows = rows[rows["outcome"].eq("ok")] if "outcome" in rows else rows
+    assert len(rows), experiment
+    for column in ("others_cpu_pct", "waited_pct", "load_before", "load_after"):
+        assert rows[column].notna().all(), (column, rows[["measurement", column]])
+    assert rows["busy"].astype(bool).all(), rows[["measurement", "others_cpu_pct", "waited_pct", "suspect"]]
     assert rows["suspect"].str.contains("the machine was busy").all()
 
 

@@ -27,7 +27,7 @@ from perflab.measure.bench import Part, Stats, Variant
 from perflab.measure.devices import Device
 from perflab.measure.energy import Energy
 from perflab.measure.peaks import Peaks
-from perflab.measure.watch import GpuState, Machine, Memory, busy_reason, others_since_import
+from perflab.measure.watch import GpuState, Machine, Memory, busy_reason, others_since_import, since_import
 from perflab.store.outcome import ROW_STATUSES
 from perflab.store.rows import number
 from perflab.store.rundir import RunWriter
@@ -312,13 +312,14 @@ class Context:
 
     def _window_since_last_row(self) -> dict[str, Any]:
         """The machine columns since the last row (or the job's start) in this process, and a new
-        window opened: a worker process (a DDP rank) starts its own with its first row."""
+        window opened; in a worker process (a DDP rank), its first row's are of the worker's life."""
         pid, window = self.since or (0, Machine())
         self.since = (os.getpid(), Machine().__enter__())
-        if pid != os.getpid():
-            return {}
-        window.__exit__(None, None, None)
-        return window.columns()
+        if pid == os.getpid():
+            window.__exit__(None, None, None)
+            return window.columns()
+        first = since_import()  # a worker's first row: its own life so far (a spawned process imports anew)
+        return first.columns() if first else {}
 
     def _filled(self, columns: dict[str, Any]) -> dict[str, Any]:
         """``columns`` with others' CPU share from the job so far (in this process) where their own

@@ -178,16 +178,29 @@ class Machine:
         }
 
 
-def others_since_import() -> float:
-    """Other processes' share of all CPUs since this process imported perflab's watchers, 0..1
-    (NaN in a process started from one that did, or before 25 ticks): the last resort for a row
-    whose own window, and its job's so far, are too short for the kernel's 10 ms ticks (a warm
-    process's job that measures within a quarter second of starting)."""
+def since_import() -> Machine | None:
+    """The machine since this process imported perflab's watchers, read now (None in a process
+    started from one that did, by fork): a worker's whole life so far, where a row has no window
+    of its own in it. At least 25 ticks long: a process whose first look comes sooner waits out
+    the rest of that quarter second, once, rather than leave others' share blank (the kernel
+    counts CPU time in 10 ms ticks)."""
     pid, window = _SINCE_IMPORT
     if pid != os.getpid():
-        return math.nan
+        return None
+    young = MIN_WINDOW_TICKS * TICK_S - (time.monotonic() - window._t0)
+    if young > 0:
+        time.sleep(young)
     window.__exit__(None, None, None)
-    return window.others_share()
+    return window
+
+
+def others_since_import() -> float:
+    """Other processes' share of all CPUs since this process imported perflab's watchers, 0..1
+    (NaN in a process forked from one that did): the last resort for a row whose own window, and
+    its job's so far, are too short for the kernel's ticks (a warm process's job that measures
+    within a quarter second of starting)."""
+    window = since_import()
+    return window.others_share() if window else math.nan
 
 
 MACHINE_COLUMNS = ("others_cpu_pct", "waited_pct", "cpu_pressure_pct", "load_before", "load_after", "cpus")
