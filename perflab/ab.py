@@ -6,14 +6,18 @@ each point is decided or the budget ends, then judge them as ``perflab compare``
                [--base-ref REF] [--new-ref REF] [--install CMD]
                [--budget MINUTES] [--min-processes N] [--max-processes N] [--out DIR]
                [--metric COLUMN] [--fail-if-slower PCT] [--alpha A] [--process-cv PCT] [--format md|csv|json|github]
+               [--apart]
 
 The sides share OVERRIDES (``+experiment=quick/matmul``, ``-m`` and a sweep's values too) and
 differ by their own overrides, environment variables, Python interpreter (another venv's
 ``python``, with perflab installed) and git ref of the project in the current directory (each
 side's processes start in a worktree at its ref, after ``--install``: ``perflab.job.worktrees``).
-Processes alternate A B, B A, A B ... (``perflab.job.processes``:
-each a fresh ``python -m perflab``, its rows carrying ``process`` 1, 2, ...), so a drift of the
-machine falls on both sides alike. The run looks at the points on a sparse schedule
+Where the sides differ only by overrides (no environment, interpreter or ref of their own, no
+``-m`` sweep), each round is one fresh process measuring both, alternated sample by sample
+(``perflab.job.together``; ``--apart`` turns it off): a neighbour that comes for a second slows
+both sides of the pair alike. Otherwise processes alternate A B, B A, A B ...
+(``perflab.job.processes``: each a fresh ``python -m perflab``, its rows carrying ``process``
+1, 2, ...), so a drift of the machine falls on both sides alike. The run looks at the points on a sparse schedule
 (``schedule``: after ``--min-processes`` a side, then 3, 4, 6, 8, 12, 16, 24, 32 ... and at
 ``--max-processes``): the points are judged (``perflab.analysis.replicates``, between-process
 variation, as pairs: process k of A and of B ran side by side, so a drift or a neighbour that
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import sys
 import time
@@ -117,6 +122,18 @@ def schedule(min_processes: int, max_processes: int) -> list[int]:
 
 
 Measure = Callable[[Side, int], int]  # (side, process) -> exit code of that process
+MeasureBoth = Callable[[int], int]  # (process) -> exit code of the process that measured both sides
+
+
+def apart_because(shared: Sequence[str], base: Side, new: Side) -> str:
+    """Why the sides cannot share a process each round ('' when they can): they differ by more
+    than overrides (an environment, an interpreter, a ref), or the command is a sweep."""
+    if any(a in ("-m", "--multirun") for a in shared):
+        return "a sweep (-m) runs its points in a process of their own"
+    for side in (base, new):
+        if side.env or side.python or side.cwd:
+            return f"{side.name} has its own environment, interpreter or ref"
+    return ""
 
 
 def run(
@@ -132,11 +149,14 @@ def run(
     process_cv: float | None = None,
     metric: str | None = None,
     measure: Measure | None = None,
+    together: bool = False,
+    measure_both: MeasureBoth | None = None,
     say: Callable[[str], None] = lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[pd.DataFrame, int]:
-    """The loop of the module docstring: (the last look's table, its exit code). ``clock``: where
-    the budget's seconds come from (a test's own)."""
+    """The loop of the module docstring: (the last look's table, its exit code). ``together``:
+    each round one process measures both sides, alternated sample by sample (``apart_because``
+    says where it cannot). ``clock``: where the budget's seconds come from (a test's own)."""
     from perflab import compare
     from perflab.job import processes
 
@@ -145,11 +165,21 @@ def run(
             side.args(shared), process=k, env=side.env, python=side.python, quiet=True, cwd=side.cwd
         )
 
-    measure = measure or fresh
+    def both(k: int) -> int:
+        sides = (base, new) if k % 2 else (new, base)  # which starts: an order effect falls on both sides
+        args = [json.dumps(side.args(shared)) for side in sides]
+        return processes.run_one(args, process=k, quiet=True, module="perflab.job.together")
+
+    measure, measure_both = measure or fresh, measure_both or both
     looks = schedule(min_processes, max_processes)
     start, table = clock(), pd.DataFrame()
     for k in range(1, max_processes + 1):
-        for side in (base, new) if k % 2 else (new, base):  # A B, B A, ...: an order effect falls on both sides
+        if together:
+            code = measure_both(k)
+            if code:
+                say(f"process {k} (both sides) ended with exit {code}: nothing judged")
+                return table, USAGE_EXIT if code == USAGE_EXIT else UNJUDGED_EXIT
+        for side in () if together else (base, new) if k % 2 else (new, base):  # A B, B A, ...
             code = measure(side, k)
             if code:
                 say(f"process {k} of {side.name} ended with exit {code}: nothing judged")
@@ -329,6 +359,12 @@ def _main(argv: Sequence[str] | None) -> int:
         "--process-cv", type=compare.percent, metavar="PCT", help=f"floor (default: measured, else {100 * FLOOR_CV:g})"
     )
     parser.add_argument("--format", choices=("md", "csv", "json", "github"), default="md")
+    parser.add_argument(
+        "--apart",
+        action="store_true",
+        help="a process for each side each round (default where the sides differ only by overrides: "
+        "both in one process, alternated sample by sample)",
+    )
     args = parser.parse_args(argv)
     if not args.overrides:
         parser.error("give what both sides run, e.g. +experiment=quick/matmul")
@@ -368,6 +404,16 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"{PROG}: error: {mistake}", file=sys.stderr)
         return USAGE_EXIT
     gate = DEFAULT_GATE_PCT if args.fail_if_slower is None else args.fail_if_slower
+    apart = "--apart" if args.apart else apart_because([*sweep, *args.overrides], *sides) or ("a ref" if shas else "")
+    print(
+        f"{PROG}: each round, "
+        + (
+            f"a process for each side ({apart})"
+            if apart
+            else "both sides in one process, alternated sample by sample (--apart: a process each)"
+        ),
+        file=sys.stderr,
+    )
     with contextlib.ExitStack() as stack:
         for side in sides:
             if side.name not in shas:
@@ -389,6 +435,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 alpha=args.alpha,
                 process_cv=None if args.process_cv is None else args.process_cv / 100,
                 metric=args.metric,
+                together=not apart,
             )
         except MetricError as err:  # --metric no row has: compare's line (other failures: could not judge)
             print(f"{PROG}: error: {err}", file=sys.stderr)

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import shlex
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -112,13 +113,17 @@ def _save_config(cfg, overrides: Sequence[str], run_dir: Path) -> None:
 
 @contextlib.contextmanager
 def _job_log(run_dir: Path) -> Iterator[None]:
-    """The job's messages to ``<run dir>/perflab.log``, and to stdout if nothing else shows them."""
+    """The job's messages to ``<run dir>/perflab.log``, and to stdout if nothing else shows them;
+    only this thread's (two jobs share a process in ``perflab ab``: perflab.job.together)."""
     handlers: list[logging.Handler] = [LogFile(run_dir / "perflab.log")]
     handlers[0].setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
     if not logging.getLogger().handlers:
         console = logging.StreamHandler(sys.stdout)
         console.setFormatter(logging.Formatter("%(message)s"))
         handlers.append(console)
+    thread = threading.get_ident()
+    for h in handlers:
+        h.addFilter(lambda record: record.thread == thread)
     level = log.level
     log.setLevel(logging.INFO)
     for h in handlers:

@@ -22,7 +22,7 @@ from perflab.analysis.table import progress_line
 from perflab.config.schema import PerflabConfig
 from perflab.job.logs import live
 from perflab.job.stop import raise_if_stopped
-from perflab.measure import bench
+from perflab.measure import bench, turns
 from perflab.measure.bench import Part, Stats, Variant
 from perflab.measure.devices import Device
 from perflab.measure.energy import Energy
@@ -308,6 +308,7 @@ class Context:
         row = self.writer.add(row, stats.samples if stats else (), stats.warmup if stats else ())
         line = (self.progress(row) if self.progress else None) or progress_line(row, self.metric)
         log.info("  %s", line)
+        turns.turn()  # where two jobs share this process (perflab ab), the other's part now
         return row
 
     def _window_since_last_row(self) -> dict[str, Any]:

@@ -59,11 +59,13 @@ def run_one(
     python: str | None = None,
     quiet: bool = False,
     cwd: str | os.PathLike[str] | None = None,
+    module: str = "perflab",
 ) -> int:
     """``python -m perflab ARGS`` in a fresh process as process ``process``, with ``env`` added to
     this environment (``python``: another interpreter, e.g. another venv's; ``cwd``: where it
-    starts, e.g. a worktree of the code under test). Its exit code."""
+    starts, e.g. a worktree of the code under test; ``module``: another of perflab's entries,
+    e.g. ``perflab.job.together``). Its exit code."""
     environ = {**os.environ, **(env or {}), ENV: str(process)}
     out = subprocess.DEVNULL if quiet else None
-    command = [python or sys.executable, "-m", "perflab", *args]
+    command = [python or sys.executable, "-m", module, *args]
     return subprocess.run(command, env=environ, stdout=out, cwd=cwd).returncode

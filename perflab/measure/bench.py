@@ -20,6 +20,7 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 import numpy as np
 import torch
 
+from perflab.measure import turns
 from perflab.measure.devices import Device, synchronize
 from perflab.measure.instructions import Counted
 from perflab.store.columns import FEW_FOR_SPREAD, PERCENTILES
@@ -280,6 +281,7 @@ def measure_rounds(
                     cpu[name].append((c1 - c0) / number)
                 samples[name].append(seconds / number)
                 spent[name] += seconds
+                turns.turn()  # where two jobs share this process (perflab ab), the other's sample now
             turn += 1
     threads = torch.get_num_threads()
     return {n: Stats(samples[n], kinds[n], warm[n], threads, number, noise_threshold, cpu[n]) for n in names}

@@ -1,0 +1,111 @@
+"""Two jobs in one process take turns: one measures a sample, then the other, never both at once.
+
+``perflab ab`` measures both sides of a comparison in one process where they differ only by
+overrides (``perflab.job.together``): the sides' samples alternate call by call, so a neighbour
+that comes for a second, a clock that drops or a process that landed on a slow core falls on
+both alike, and cancels in their ratio. ``turn()`` is the hand-over, called by the timing loop
+after each sample and by ``Context.record`` after each row, outside any clock; in a process of
+one job it does nothing.
+
+The torch settings a job makes for itself (its threads, its float32 matmul precision, its
+default dtype) are put back when its turn comes again: the other job may have set its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Sequence
+
+import torch
+
+
+def _settings() -> tuple[Any, ...]:
+    return torch.get_num_threads(), torch.get_float32_matmul_precision(), torch.get_default_dtype()
+
+
+def _restore(saved: tuple[Any, ...]) -> None:
+    threads, precision, dtype = saved
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    torch.set_float32_matmul_precision(precision)
+    torch.set_default_dtype(dtype)
+
+
+class Turns:
+    """A baton among ``n`` parties (threads), handed round in order; a party that has ended is
+    passed over. Party 0 holds it first; the others wait at ``start`` for their first turn."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.holder, self.ended = n, 0, [False] * n
+        self.cond = threading.Condition()
+        self.mine = threading.local()
+        self.saved: dict[int, tuple[Any, ...]] = {}
+
+    def start(self, party: int) -> None:
+        self.mine.party = party
+        with self.cond:
+            self.cond.wait_for(lambda: self.holder == party)
+
+    def turn(self) -> None:
+        party = getattr(self.mine, "party", None)
+        if party is None:  # a thread of neither job (a loader's, a watcher's): not its to hand over
+            return
+        with self.cond:
+            following = self._next(party)
+            if following == party:
+                return
+            self.saved[party] = _settings()
+            self.holder = following
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self.holder == party)
+        _restore(self.saved.pop(party))
+
+    def end(self, party: int) -> None:
+        with self.cond:
+            self.ended[party] = True
+            self.holder = self._next(party)
+            self.cond.notify_all()
+
+    def _next(self, party: int) -> int:
+        for step in range(1, self.n + 1):
+            other = (party + step) % self.n
+            if not self.ended[other]:
+                return other
+        return party
+
+
+_TURNS: Turns | None = None
+
+
+def turn() -> None:
+    """Hand the process to the next job, if it is shared (else nothing): outside every clock."""
+    if _TURNS is not None:
+        _TURNS.turn()
+
+
+def in_turns(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run each job in a thread of its own, one at a time, handing over at each ``turn()``; their
+    values (an exception a job raised is its value). Jobs run in this process's threads: its
+    signal handlers stay the main thread's."""
+    global _TURNS
+    turns = _TURNS = Turns(len(jobs))
+    values: list[Any] = [None] * len(jobs)
+
+    def party(i: int) -> None:
+        turns.start(i)
+        try:
+            values[i] = jobs[i]()
+        except BaseException as err:  # noqa: BLE001 - the job's own end, handed back to the caller
+            values[i] = err
+        finally:
+            turns.end(i)
+
+    threads = [threading.Thread(target=party, args=(i,), name=f"perflab-turn-{i}") for i in range(len(jobs))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        _TURNS = None
+    return values
