@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import math
 import sys
@@ -122,14 +123,16 @@ def schedule(min_processes: int, max_processes: int) -> list[int]:
 
 
 Measure = Callable[[Side, int], int]  # (side, process) -> exit code of that process
-MeasureBoth = Callable[[int], int]  # (process) -> exit code of the process that measured both sides
+MeasureBoth = Callable[
+    [int, list[list[str]]], int
+]  # (process, points) -> exit code of the process measuring both sides
 
 
 def apart_because(shared: Sequence[str], base: Side, new: Side) -> str:
     """Why the sides cannot share a process each round ('' when they can): they differ by more
     than overrides (an environment, an interpreter, a ref), or the command is a sweep."""
-    if any(a in ("-m", "--multirun") for a in shared):
-        return "a sweep (-m) runs its points in a process of their own"
+    if points(shared) is None:
+        return "a sweep only Hydra can expand (a glob)"
     for side in (base, new):
         if side.env or side.python or side.cwd:
             return f"{side.name} has its own environment, interpreter or ref"
@@ -165,17 +168,19 @@ def run(
             side.args(shared), process=k, env=side.env, python=side.python, quiet=True, cwd=side.cwd
         )
 
-    def both(k: int) -> int:
+    todo = (points(shared) or [list(shared)]) if together else []  # the points not decided yet
+
+    def both(k: int, todo: list[list[str]]) -> int:
         sides = (base, new) if k % 2 else (new, base)  # which starts: an order effect falls on both sides
-        args = [json.dumps(side.args(shared)) for side in sides]
-        return processes.run_one(args, process=k, quiet=True, module="perflab.job.together")
+        pairs = [[side.args(point) for side in sides] for point in todo]
+        return processes.run_one([json.dumps(pairs)], process=k, quiet=True, module="perflab.job.together")
 
     measure, measure_both = measure or fresh, measure_both or both
     looks = schedule(min_processes, max_processes)
     start, table = clock(), pd.DataFrame()
     for k in range(1, max_processes + 1):
         if together:
-            code = measure_both(k)
+            code = measure_both(k, todo)
             if code:
                 say(f"process {k} (both sides) ended with exit {code}: nothing judged")
                 return table, USAGE_EXIT if code == USAGE_EXIT else UNJUDGED_EXIT
@@ -206,6 +211,11 @@ def run(
         at = looks.index(k) + 1
         level = alpha_per_look(alpha, len(looks))
         say(f"{k} processes a side (look {at} of {len(looks)}, at alpha {level:.2g}): {compare.summary(table)}")
+        if together and len(todo) > 1:  # a decided point is measured no more
+            left = [point for point in todo if not decided(table, point)]
+            if left and len(left) < len(todo):
+                say(f"{len(todo) - len(left)} point(s) decided: measuring the {len(left)} left")
+                todo[:] = left
         if not undecided or k == max_processes:
             break
         after = looks[at]  # the next look
@@ -300,6 +310,54 @@ def side_mistake(side: Side, shared: Sequence[str], at_ref: bool = False) -> str
         if line is None and swept:  # its values, as a single run's are checked above
             line, _ = checked_before_hydra([f"+experiment={chosen[0]}", *first])
     return f"{side.name} side: {line}" if line else ""
+
+
+def points(overrides: Sequence[str]) -> list[list[str]] | None:
+    """A command's points, each its overrides with one value per swept key, in the order a
+    ``-m`` sweep runs them (the product of the swept keys' values, in the order given); one point
+    without ``-m``. None where Hydra alone can expand it (a ``glob`` of a config group's options)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = [a for a in overrides if a not in ("-m", "--multirun")]
+    if len(given) == len(overrides):
+        return [given]
+    try:
+        parsed = OverridesParser.create().parse_overrides(given)
+        choices = [
+            [f"{text.partition('=')[0]}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override() else [text]
+            for text, o in zip(given, parsed)
+        ]
+    except Exception:  # Hydra's own errors and expansions: its sweep runs them
+        return None
+    return [list(point) for point in itertools.product(*choices)]
+
+
+def decided(table: pd.DataFrame, point: Sequence[str]) -> bool:
+    """Whether every row of ``table`` that is this point's (its swept keys' values as the table's
+    ``cfg.`` columns hold them) has a verdict other than INCONCLUSIVE; False where none matches."""
+    if table.empty or "verdict" not in table:
+        return False
+    mine = pd.Series(True, index=table.index)
+    for text in point:
+        key, _, value = text.lstrip("+~").partition("=")
+        column = f"cfg.{key}"
+        if column in table:
+            mine &= table[column].map(_as_text) == _as_text(value)
+    rows = table[mine]
+    return (
+        not rows.empty
+        and bool(rows["verdict"].notna().all())
+        and not (rows["verdict"] == Verdict.INCONCLUSIVE.value).any()
+    )
+
+
+def _as_text(value: object) -> str:
+    """A config value as an override writes it (``true``, ``64``, ``0.5``), to match a table's cell."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip().lower()
 
 
 def first_point(overrides: Sequence[str]) -> list[str]:

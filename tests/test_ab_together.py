@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,8 +15,9 @@ from perflab import ab, results
 from perflab.config import registry
 from perflab.job import together
 from perflab.measure import turns
+from perflab.store.rundir import RunWriter
 
-from conftest import FAST
+from conftest import FAST, timed_row
 
 
 def test_jobs_in_turns_alternate_and_each_keeps_its_own_torch_settings():
@@ -67,7 +69,7 @@ def test_both_sides_in_one_process_take_their_samples_in_turn_into_their_own_tre
         ["+experiment=quick/matmul", f"experiment.size={size}", f"results.store={name}", "results.table=false", *FAST]
         for size, name in ((64, "base"), (96, "new"))
     ]
-    assert together.main([json.dumps(s) for s in sides]) == 0
+    assert together.main([json.dumps([sides])]) == 0
     # base's warm-up call and first sample, then new's, then a sample of each in turn
     assert order == ["64", "64", "96", "96", "64", "96", "64", "96"]
     for name in ("base", "new"):
@@ -80,26 +82,72 @@ def test_both_sides_in_one_process_take_their_samples_in_turn_into_their_own_tre
 def test_a_refused_side_is_a_usage_error_of_the_process(work):
     good = ["+experiment=quick/matmul", "results.store=base", *FAST]
     bad = ["+experiment=quick/matmul", "experiment.size=-1", "results.store=new", *FAST]
-    assert together.main([json.dumps(good), json.dumps(bad)]) == 2
+    assert together.main([json.dumps([[good, bad]])]) == 2
 
 
 def test_ab_measures_both_sides_in_one_process_only_where_they_differ_by_overrides_alone(tmp_path):
     base, new = ab.Side("base", tmp_path / "b", ["experiment.size=64"]), ab.Side("new", tmp_path / "n")
     assert ab.apart_because(["+experiment=quick/matmul"], base, new) == ""
-    assert "sweep" in ab.apart_because(["-m", "+experiment=quick/matmul", "experiment.size=64,96"], base, new)
+    assert ab.apart_because(["-m", "+experiment=quick/matmul", "experiment.size=64,96"], base, new) == ""
+    assert "glob" in ab.apart_because(["-m", "+experiment=quick/matmul", "model=glob(*)"], base, new)
     new.env = {"OMP_NUM_THREADS": "1"}
     assert ab.apart_because(["+experiment=quick/matmul"], base, new).startswith("new has its own environment")
 
 
+def test_a_sweeps_points_are_those_hydra_runs_in_its_order():
+    sweep = ["-m", "+experiment=quick/matmul", "experiment.size=64,96", "devices.threads=1", "seed=range(1,3)"]
+    assert ab.points(sweep) == [
+        ["+experiment=quick/matmul", "experiment.size=64", "devices.threads=1", "seed=1"],
+        ["+experiment=quick/matmul", "experiment.size=64", "devices.threads=1", "seed=2"],
+        ["+experiment=quick/matmul", "experiment.size=96", "devices.threads=1", "seed=1"],
+        ["+experiment=quick/matmul", "experiment.size=96", "devices.threads=1", "seed=2"],
+    ]
+    assert ab.points(["+experiment=quick/matmul", "experiment.size=64"]) == [
+        ["+experiment=quick/matmul", "experiment.size=64"]
+    ]
+
+
+def test_a_decided_point_is_measured_no_more(tmp_path):
+    """Two points: 64 is 30 % slower on the new side (decided FAIL at an early look), 96 the same on
+    both with 2 % swings between processes (undecided longer): the rounds after 64's look measure 96 alone."""
+    rng = np.random.default_rng(3)
+    measured: list[list[int]] = []
+
+    def both(k, todo):
+        sizes = [int(p[-1].partition("=")[2]) for p in todo]
+        measured.append(sizes)
+        for name, tree in (("base", tmp_path / "base"), ("new", tmp_path / "new")):
+            for size in sizes:
+                median = 1e-3 * (1.3 if name == "new" and size == 64 else 1.0) * (1 + rng.normal(0, 0.02))
+                times = median * (1 + rng.normal(0, 0.002, 20))
+                row = timed_row(
+                    times, run_id=f"{name}{k}{size}", experiment="matmul", measurement="cpu alone", process=k,
+                    tflops=1e-3 / float(np.median(times)), device_name="CPU (1 thread)", num_threads=1,
+                    **{"cfg.experiment.size": size},
+                )  # fmt: skip
+                RunWriter(tree / f"{name}{k}_{size}").add(row, samples=list(times))
+        return 0
+
+    base, new = ab.Side("base", tmp_path / "base"), ab.Side("new", tmp_path / "new", ["experiment.iterations=5"])
+    shared = ["-m", "+experiment=quick/matmul", "experiment.size=64,96"]
+    table, _ = ab.run(shared, base, new, together=True, measure_both=both, max_processes=12, say=lambda line: None)
+    alone = measured.index([96])  # the first round after 64 was decided
+    assert alone >= 2 and all(sizes == [64, 96] for sizes in measured[:alone])  # both, up to a look
+    assert all(sizes == [96] for sizes in measured[alone:])
+    verdicts = table.set_index("cfg.experiment.size")["verdict"]
+    assert verdicts[64] == "FAIL"
+
+
 @pytest.mark.slow
 def test_perflab_ab_judges_pairs_measured_in_one_process(work, cli):
-    """A/A, 3 rounds of one process each: both trees hold processes 1..3, and the point is judged."""
+    """An A/A sweep of two points, 2 rounds of one process each: both trees hold each point's
+    processes 1 and 2, and every point is judged."""
     ran = cli(
-        "ab", "+experiment=quick/matmul", "experiment.size=64", "devices.threads=1", *FAST,
-        "--min-processes", "3", "--max-processes", "3", "--out", str(work / "ab"), "--process-cv", "5", rc=None,
+        "ab", "-m", "+experiment=quick/matmul", "experiment.size=64,96", "devices.threads=1", *FAST,
+        "--min-processes", "2", "--max-processes", "2", "--out", str(work / "ab"), "--process-cv", "5", rc=None,
     )  # fmt: skip
     assert "both sides in one process, alternated sample by sample" in ran.err
     assert ran.rc in (0, 3), ran.err  # an A/A never FAILs
     for side in ("base", "new"):
         rows = results.load(work / "ab" / side)
-        assert sorted(rows["process"].unique()) == [1, 2, 3]
+        assert sorted(zip(rows["cfg.experiment.size"], rows["process"])) == [(64, 1), (64, 2), (96, 1), (96, 2)]
