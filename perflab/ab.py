@@ -24,9 +24,11 @@ variation, as pairs: process k of A and of B ran side by side, so a drift or a n
 slows both of a pair cancels in their log ratio); the run stops when none is INCONCLUSIVE, at
 ``--max-processes`` (``MAX_PROCESSES``), or when the rounds up to the next look would not fit
 in ``--budget`` (at the pace of the rounds so far). Every round measures every point (the
-points of one command are one sweep). A process whose rows are flagged busy (the machine too
-busy for a clean figure) is left out of the verdict and said: its point stays undecided until
-enough quiet processes judge it.
+points of one command are one sweep), but for a point a look decided, where both sides share a
+process. A process whose rows are flagged busy (the machine too busy for a clean figure) is left
+out of the verdict and said, where the sides measure apart: its point stays undecided until
+enough quiet processes judge it; where they share the process, the busy machine fell on both
+sides of the pair alike, and the pair is judged (its ``judged`` says so).
 
 The sequential design: Bonferroni over the scheduled looks: each look tests at alpha / looks
 (``alpha_per_look``), so the chance of a false FAIL over all looks stays at most alpha, however
@@ -201,7 +203,9 @@ def run(
             looks=len(looks),
             differ=[o.lstrip("+").partition("=")[0] for o in (*base.overrides, *new.overrides)],
             explained=base.explains(new),
-            busy="left_out",  # a busy machine's processes are measured again, never judged
+            # a busy machine's processes are measured again, never judged, unless both sides
+            # shared each process sample by sample: then the machine fell on both alike
+            busy="alike" if together else "left_out",
             paired=True,  # process k of A and of B ran side by side: a drift falls on both of a pair
         )
         undecided = int((table.get("verdict", pd.Series(dtype=str)) == Verdict.INCONCLUSIVE.value).sum())

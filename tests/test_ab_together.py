@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from perflab import ab, results
+from perflab import ab, compare, results
 from perflab.config import registry
 from perflab.job import together
 from perflab.measure import turns
@@ -151,3 +151,25 @@ def test_perflab_ab_judges_pairs_measured_in_one_process(work, cli):
     for side in ("base", "new"):
         rows = results.load(work / "ab" / side)
         assert sorted(zip(rows["cfg.experiment.size"], rows["process"])) == [(64, 1), (64, 2), (96, 1), (96, 2)]
+
+
+def test_busy_pairs_measured_in_one_process_are_judged_apart_ones_are_not(tmp_path):
+    """Every process busy, no CPU time: measured apart, nothing is judged (never a verdict on busy
+    evidence); measured in turns in one process, the pairs decide: A/A PASS, 30 % slower FAIL.
+    Process k of every side saw the same neighbour (its load swings 1-2.5x between processes)."""
+    rng = np.random.default_rng(5)
+    loads = 1 + rng.uniform(0, 1.5, 6)
+    for name, factor in (("base", 1.0), ("same", 1.0), ("slow", 1.3)):
+        for k, load in enumerate(loads, 1):
+            times = 1e-3 * factor * load * (1 + rng.normal(0, 0.003, 20))
+            row = timed_row(
+                times, run_id=f"{name}{k}", experiment="matmul", measurement="cpu alone", process=k,
+                tflops=1e-3 / float(np.median(times)), device_name="CPU (1 thread)", num_threads=1, busy=True,
+                suspect="the machine was busy: ...", **{"cfg.experiment.size": 64},
+            )  # fmt: skip
+            RunWriter(tmp_path / name / f"{name}{k}").add(row, samples=list(times))
+    for name, verdict in (("same", "PASS"), ("slow", "FAIL")):
+        apart = compare.ab(tmp_path / "base", tmp_path / name, busy="left_out", paired=True)
+        assert "verdict" not in apart or apart["verdict"].isna().all()
+        alike = compare.ab(tmp_path / "base", tmp_path / name, busy="alike", paired=True).iloc[0]
+        assert alike["verdict"] == verdict and "in turns in one process" in alike["judged"], alike.to_dict()

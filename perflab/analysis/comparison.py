@@ -467,7 +467,9 @@ def ab(
     where every row of the point carries the CPU time of its threads (``cpu_median_s``), that is
     judged instead, and the point's ``judged`` says so; else ``undecided``, the point is
     INCONCLUSIVE with the cause (compare), or ``left_out``, those rows are left out, said, and
-    the point judged by its other processes (``perflab ab``, which measures more of them);
+    the point judged by its other processes (``perflab ab``, which measures more of them), or
+    ``alike`` with ``paired``, judged as pairs all the same (``perflab ab``'s rounds of one
+    process measuring both sides in turns, sample by sample: the machine's state fell on both);
     ``paired``: the sides' processes of the same number ran side by side (``perflab ab``), judged
     as pairs (``replicates.change``). Points in one tree only are rows too, ``change`` saying which.
     ``df.attrs["notes"]`` holds the lines worth showing."""
@@ -531,6 +533,10 @@ def ab(
                 judged, busy_sides = CPU_TIME, []
                 sides = {"BASE": measured(pa.iloc[ia], judged, {}), "NEW": measured(pb.iloc[ib], judged, {})}
                 entry.update(metric=judged, judged=f"{CPU_TIME}: {m} was measured on a busy machine")
+            elif busy_sides and busy == "alike" and paired:
+                # both sides in one process each round, sample by sample: the machine fell on a pair alike
+                busy_sides = []
+                entry.update(judged=f"{m}: busy, as pairs measured in turns in one process")
             va, vb = (_geomean(x.figures) for x in sides.values())
             mismatch, unknown = _differences(va_.identity(ia), vb_.identity(ib))
             on_purpose = [d for d in mismatch if d.partition(":")[0] in explained]
