@@ -9,14 +9,15 @@ Two workloads, as #41 sets them:
   scratch folder, on ``PYTHONPATH``) through ``+experiment=quick/infer`` at perflab's default
   threads; the slowdown: ``+model.depth`` 4 against 5 blocks (25 %).
 
-Each run is ``perflab ab ... --budget MINUTES`` at the default 10 % gate; its verdict, processes a
+Each run is ``perflab ab ... --budget MINUTES`` at the default 10 % gate (both sides in one
+process each round, in turns; ``--apart``: a process a side); its verdict, processes a
 side, what was judged (wall or CPU time) and the load beside it go to ``--out``.
 
 Goals (#41): beside one spinning process, the same code never FAILs and PASSes >= 16 of 20; a
 25 % slowdown FAILs >= 16 of 20 and never PASSes; quiet, a 15 % slowdown FAILs >= 19 of 20.
 
     python benchmarks/busy_gate.py [--runs 20] [--budget 3] [--busy] [--workloads matmul,model]
-                                   [--slowdown 25] [--out benchmarks/results/busy_gate.csv]
+                                   [--slowdown 25] [--apart] [--out benchmarks/results/busy_gate.csv]
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def workload(name: str, slowdown_pct: float) -> tuple[list[str], list[str], list
     return shared, [f"+model.depth={base}"], [f"+model.depth={new}"]
 
 
-def one(name: str, slowdown_pct: float, budget: float, work: Path, env: dict[str, str]) -> dict[str, object]:
+def one(
+    name: str, slowdown_pct: float, budget: float, work: Path, env: dict[str, str], apart: bool
+) -> dict[str, object]:
     shared, base, new = workload(name, slowdown_pct)
     out = work / f"ab-{time.monotonic_ns()}"
     cmd = [
@@ -85,6 +88,8 @@ def one(name: str, slowdown_pct: float, budget: float, work: Path, env: dict[str
     cmd += [x for o in base for x in ("--base", o)] + [x for o in new for x in ("--new", o)]
     if name == "matmul":  # more matmuls a call is more time a call, not fewer TFLOP/s: judge the time
         cmd += ["--metric", "median_s"]
+    if apart:  # a process for each side each round (default: both in one, in turns)
+        cmd += ["--apart"]
     load = os.getloadavg()[0]
     start = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=env, timeout=budget * 60 + 300)
@@ -97,6 +102,7 @@ def one(name: str, slowdown_pct: float, budget: float, work: Path, env: dict[str
     return {
         "workload": name,
         "slowdown_pct": slowdown_pct,
+        "rounds": "apart" if apart else "together",
         "verdict": "+".join(verdicts),
         "exit": done.returncode,
         "processes": max((int(p.get("new_processes") or 0) for p in points), default=0),
@@ -115,6 +121,7 @@ def main() -> None:
     parser.add_argument("--busy", action="store_true", help="a process spins on a CPU the whole time")
     parser.add_argument("--workloads", default="matmul,model")
     parser.add_argument("--slowdown", type=float, default=25.0, help="percent more work on the new side")
+    parser.add_argument("--apart", action="store_true", help="perflab ab --apart: a process a side each round")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "busy_gate.csv")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="busy-gate-"))
@@ -125,7 +132,7 @@ def main() -> None:
         for name in args.workloads.split(","):
             for slowdown in (0.0, args.slowdown):
                 for k in range(args.runs):
-                    row = one(name, slowdown, args.budget, work, env)
+                    row = one(name, slowdown, args.budget, work, env, args.apart)
                     row.update(run=k + 1, busy=args.busy, budget_min=args.budget)
                     append(args.out, [row])
                     print(json.dumps(row), flush=True)
