@@ -1,7 +1,7 @@
 """How fast perflab answers before any work: a config mistake, --help and the experiment list,
 each in a fresh process, against ``import torch`` alone, the cases taking turns (a repeat runs
-each once, so a neighbour's load falls on all of them alike). Goal (issue 31): a refused config
-mistake within 0.15 of ``import torch``. ``--beside DIR`` times each perflab case of another
+each once, so a neighbour's load falls on all of them alike). Goal (issue 45, one composer): a
+refused config mistake within 0.3 of ``import torch``. ``--beside DIR`` times each perflab case of another
 checkout too (its ``perflab`` on PYTHONPATH, e.g. main before a change), interleaved the same.
 
     python benchmarks/frontdoor.py [--repeats 5] [--beside DIR] [--out benchmarks/results/frontdoor.csv]

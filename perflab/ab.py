@@ -301,7 +301,7 @@ def side_mistake(side: Side, shared: Sequence[str], at_ref: bool = False) -> str
     from perflab.errors import Refused
 
     args = side.args(shared)
-    line, _ = checked_before_hydra(args)
+    line = checked_before_hydra(args)
     chosen = [a.partition("=")[2] for a in args if a.startswith("+experiment=")]
     rest = [a for a in args if not a.startswith("+experiment=")]
     if line is None and len(chosen) == 1:  # what Hydra's own path would say, of a sweep's first point
@@ -312,7 +312,7 @@ def side_mistake(side: Side, shared: Sequence[str], at_ref: bool = False) -> str
         except Refused as err:
             line = str(err)
         if line is None and swept:  # its values, as a single run's are checked above
-            line, _ = checked_before_hydra([f"+experiment={chosen[0]}", *first])
+            line = checked_before_hydra([f"+experiment={chosen[0]}", *first])
     return f"{side.name} side: {line}" if line else ""
 
 

@@ -8,15 +8,14 @@ lists the experiments; neither that, ``--help`` nor a config mistake imports tor
 
 from __future__ import annotations
 
-import contextlib
+import argparse
 import importlib
 import logging
 import os
 import re
 import sys
-import traceback
 from pathlib import Path
-from typing import Any, Iterator, NoReturn, Sequence
+from typing import Sequence
 
 from perflab.config import registry
 from perflab.config.composition import (
@@ -78,17 +77,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     store = next((a.partition("=")[2] for a in args if a.lstrip("+").startswith("results.store=")), None)
     if store is not None and not store.strip():  # Hydra would make ${results.store}/runs: /runs, before our checks
         return usage_error("results.store=: allowed: a directory path (empty would put runs/ at the filesystem's root)")
-    flags = _hydra_flags(args)
-    if flags is not None:
-        return usage_error(flags)
     from perflab.job import processes
 
     replicated = processes.conduct(args)  # bench.processes=K: the command in K fresh processes
     if replicated is not None:
         return replicated
-    early, mode = checked_before_hydra(args)  # (a process of K refuses in its own words, as any run)
-    if early is not None:
-        return usage_error(early)
+    refused = checked_before_hydra(args)  # (a process of K refuses in its own words, as any run)
+    if refused is not None:
+        return usage_error(refused)
     session = Session()
     token = CURRENT.set(session)
     saved_argv = sys.argv
@@ -105,21 +101,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         register()
         app = hydra.main(config_path=str(registry.config_dir()), config_name="config", version_base="1.3")(_task)
         try:
-            with _mode_known(mode):
-                app()
+            app()
         except composing_errors() as err:
             if not users_mistake(err):
                 raise  # ours or a plugin's: a bug, not a user mistake
             sweep.discard_if_empty(session.sweep_dir)  # refused before any point ran
             line = explain(err, searchpath(args))
             return usage_error(_absent_section(args) or _sweep_without_m(err) or _placed_by(line, args))
-        except ValueError as err:
-            if not _raised_by_hydra(err):
-                raise
-            return usage_error(_sweep_without_m(err) or str(err))  # a misuse of Hydra's own flags
         except OSError as err:
-            if not _raised_by_hydra(err, anywhere=True):
-                raise
+            if session.running:
+                raise  # a job's own: a bug, not a folder Hydra could not make
             line = output_error(err, args)  # Hydra could not make (or write into) the run / sweep dir
             _discard_made(session, args)
             swept = session.sweep_dir
@@ -143,77 +134,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         terminate()
 
 
-NOT_COMPOSED = object()  # checked_before_hydra's mode where it composed nothing
-
-
-def checked_before_hydra(args: Sequence[str]) -> tuple[str | None, Any]:
-    """A single run's bad value or key, found by composing its config once (Hydra's compose API)
-    and checking it as the job would (:func:`perflab.job.execute.check`'s order): its line, or
-    None; and the config's ``hydra.mode`` where it composed one (else ``NOT_COMPOSED``), which
-    hydra.main's first composition reads only to learn (``_mode_known``). hydra.main composes
-    twice and starts a job before the job refuses, most of a refusal's time. Only a plain
-    ``+experiment=NAME key=value ...`` is checked here (no flag, no sweep, no hydra or launcher
-    key); a config that does not compose is left to Hydra, which says why. A mistake in plain
-    values is found first without Hydra (:mod:`perflab.config.early`, the same checks)."""
+def checked_before_hydra(args: Sequence[str]) -> str | None:
+    """A single run's bad value or key, found by composing its config once with Hydra's compose
+    API and checking it as the job would (:func:`perflab.job.execute.check`'s order): its line,
+    or None. Only a plain ``+experiment=NAME key=value ...`` is checked here (no flag, no sweep,
+    no hydra or launcher key); a config that does not compose is left to hydra.main, which
+    says why, as is a sweep (its points are checked before any runs: ``job.sweep``)."""
     if any(a.startswith("-") for a in args):
-        return None, NOT_COMPOSED
+        return None
     chosen = [a.partition("=")[2] for a in args if a.startswith("+experiment=")]
     overrides = [a for a in args if not a.startswith("+experiment=")]
-    if len(chosen) != 1:
-        return None, NOT_COMPOSED
-    from perflab.config import early
-
-    line = early.refusal(chosen[0], overrides)  # plain values: found without Hydra (its import is most of the time)
-    if line is not None:
-        return line, NOT_COMPOSED
-    if sweeping(overrides):
-        return None, NOT_COMPOSED
+    if len(chosen) != 1 or sweeping(overrides):
+        return None
     if any(a.lstrip("+~").startswith(("hydra.", "hydra/", "launcher")) for a in overrides):
-        return None, NOT_COMPOSED
+        return None
     if any("${hydra:" in a for a in overrides):
-        return None, NOT_COMPOSED  # resolved only inside hydra.main (HydraConfig)
+        return None  # resolved only inside hydra.main (HydraConfig)
     return checked_by_composing(chosen[0], overrides)
 
 
-def checked_by_composing(experiment: str, overrides: Sequence[str]) -> tuple[str | None, Any]:
+def checked_by_composing(experiment: str, overrides: Sequence[str]) -> str | None:
     """:func:`checked_before_hydra`'s answer from the config Hydra composes (its compose API)."""
-    from perflab.config.composition import compose_with_mode
+    from perflab.config.composition import compose
     from perflab.config.install import check_torch_pair
     from perflab.config.schema import resolve_all
     from perflab.errors import Refused
     from perflab.job.execute import check_overrides, check_values
 
     try:
-        cfg, _, _, mode = compose_with_mode(experiment, overrides)
+        cfg = compose(experiment, overrides)[0]
     except Refused:
-        return None, NOT_COMPOSED  # Hydra's own path says it, in its words
+        return None  # hydra.main's own path says it, in its words
     try:
         check_overrides(overrides)  # the job's order: this refusal is said over a resolving one
         resolve_all(cfg)
         check_torch_pair()
         check_values(cfg)
     except ConfigError as err:
-        return (None if "HydraConfig" in str(err) else err.line()), mode  # a preset's ${hydra:...}: Hydra's
-    return None, mode
-
-
-@contextlib.contextmanager
-def _mode_known(mode: Any) -> Iterator[None]:
-    """hydra.main composes a run's config twice: once only to read ``hydra.mode``
-    (``Hydra.get_mode``), once to run it. Where the front door composed it already (a plain
-    run: no flag, no sweep, no hydra key, so the same files give the same mode), its mode is
-    that first answer, and a valid run starts one composition (~0.09 s) sooner."""
-    from hydra._internal.hydra import Hydra
-
-    if mode is NOT_COMPOSED or not hasattr(Hydra, "get_mode"):
-        yield
-        return
-    asked = Hydra.get_mode
-    Hydra.get_mode = lambda *args, **kwargs: mode  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        Hydra.get_mode = asked  # type: ignore[method-assign]
+        return None if "HydraConfig" in str(err) else err.line()  # a preset's ${hydra:...}: Hydra's
+    return None
 
 
 def help_text(args: Sequence[str]) -> int:
@@ -222,7 +181,6 @@ def help_text(args: Sequence[str]) -> int:
     seconds of work; this is the same content in a fraction of that.)"""
     from omegaconf import OmegaConf
 
-    from perflab.config import early
     from perflab.config.composition import compose
 
     experiment = next((a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("experiment=")), None)
@@ -234,10 +192,9 @@ def help_text(args: Sequence[str]) -> int:
         for g in ("model", "data", "strategy", "launcher")
     }
     overrides = [a for a in overrides_only(searchpath(args)) if not a.lstrip("+").startswith("experiment=")]
-    plain = early.composed(experiment, overrides)  # plain values: the same config, without Hydra
-    swept = [] if plain is not None else sweeping(overrides)
+    swept = sweeping(overrides)
     try:
-        cfg = plain[0] if plain is not None else compose(experiment, [o for o in overrides if o not in swept])[0]
+        cfg = compose(experiment, [o for o in overrides if o not in swept])[0]
     except ValueError as err:
         return usage_error(str(err))
     groups = {g: c for g, c in groups.items() if g == "launcher" or cfg.get(g) is not None}  # what it has
@@ -318,7 +275,11 @@ def _task(cfg) -> str:
     session = CURRENT.get()
     if session is not None and place.sweep_dir is not None:
         session.sweep_dir = place.sweep_dir
+    if session is not None:
+        session.running = True  # until the job returns: an OSError it lets out is no folder of Hydra's
     result = execute(cfg, place)
+    if session is not None:
+        session.running = False
     if result.outcome == "refused":
         print(f"perflab: error: {result.error}", file=sys.stderr)
     if session is not None:
@@ -366,11 +327,23 @@ SUBCOMMANDS = {
     "chapter": "perflab.chapter",
     "ab": "perflab.ab",
 }
-# Hydra's own flags that take the next word as their value.
-FLAGS_WITH_VALUE = (
-    *("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--cfg", "-c"),
-    *("--package", "-p", "--info", "-i", "--experimental-rerun"),
+# Hydra's own flags (Hydra 1.3's ``--hydra-help``; hydra.main parses them to run): those that
+# take no value, those that take the next word (--info may), the values some allow, and the
+# ones of which Hydra runs one.
+SWITCHES = (
+    *(("--help", "-h"), ("--hydra-help",), ("--version",), ("--resolve",)),
+    *(("--run", "-r"), ("--multirun", "-m"), ("--shell-completion", "-sc")),
 )
+VALUED = (
+    *(("--config-path", "-cp"), ("--config-name", "-cn"), ("--config-dir", "-cd"), ("--cfg", "-c")),
+    *(("--package", "-p"), ("--info", "-i"), ("--experimental-rerun",)),
+)
+CHOICES = {
+    "--cfg": ("job", "hydra", "all"),
+    "--info": ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath"),
+}
+ONE_OF = ("run", "multirun", "cfg", "info", "shell_completion")
+FLAGS_WITH_VALUE = tuple(name for names in VALUED for name in names)
 
 
 def chosen_experiments_work(args: Sequence[str]) -> None:
@@ -408,7 +381,7 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
     """The line for what people type first and Hydra answers in its own words: a bare word (an
     experiment's name, a command), a mistyped flag, ``+experiments=``, a misspelt preset, a
     second experiment."""
-    flag = unknown_flag(args)
+    flag = flag_mistake(args)
     if flag is not None:
         return flag
     skip = False
@@ -460,14 +433,13 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
     return None
 
 
-def unknown_flag(args: Sequence[str]) -> str | None:
-    """A flag that is neither perflab's nor Hydra's (``--versio``, ``-mm``): argparse would take a
-    prefix of a flag for it (``--versio``: Hydra's version, exit 0) or merge short ones."""
+def flag_mistake(args: Sequence[str]) -> str | None:
+    """A flag that is neither perflab's nor Hydra's (``--versio``, ``-mm``: argparse would take a
+    prefix of a flag, or merge short ones), a flag's bad value (``--cfg nope``) or flags Hydra
+    runs one of (``-m --cfg job``): one line, before Hydra's parser prints its usage block."""
     if {a for a in args if a.startswith("-")} <= {"--help", "-h"}:
-        return None  # no flag, or --help alone: Hydra's parser (most of a refusal's imports) is not needed
-    from hydra._internal.utils import get_args_parser
-
-    known = sorted(get_args_parser()._option_string_actions)
+        return None
+    known = [name for names in (*SWITCHES, *VALUED) for name in names]
     skip = False
     for arg in args:
         if skip:
@@ -480,7 +452,25 @@ def unknown_flag(args: Sequence[str]) -> str | None:
             continue
         hint = did_you_mean(name, known)
         return f"{arg}: not a flag of perflab{hint}; allowed: {', '.join(MAIN_FLAGS)} (perflab --help)"
+    try:
+        flags = hydra_flags().parse_known_args(list(args))[0]
+    except argparse.ArgumentError as err:
+        return f"{err} (see perflab --hydra-help)"
+    if sum(bool(getattr(flags, one)) for one in ONE_OF) > 1:
+        return "Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified"
     return None
+
+
+def hydra_flags() -> argparse.ArgumentParser:
+    """Hydra's command-line flags (Hydra 1.3's ``--hydra-help``), as a parser that raises on a
+    mistake instead of printing its usage and exiting; hydra.main parses them again to run."""
+    parser = argparse.ArgumentParser(prog="perflab", add_help=False, allow_abbrev=False, exit_on_error=False)
+    for names in SWITCHES:
+        parser.add_argument(*names, action="store_true")
+    for names in VALUED:
+        optional = {"nargs": "?", "const": "all"} if names[0] == "--info" else {}
+        parser.add_argument(*names, choices=CHOICES.get(names[0]), **optional)  # type: ignore[arg-type]
+    return parser
 
 
 # The flags people use (every one of Hydra's is taken: perflab --hydra-help lists them).
@@ -530,28 +520,6 @@ def usage_error(line: str) -> int:
     return 2
 
 
-def _hydra_flags(args: Sequence[str]) -> str | None:
-    """A mistake in Hydra's own flags (``--cfg nope``, ``--bogus``) as one line, without the usage
-    block argparse prints; None if the flags parse."""
-    if not any(a.startswith("-") for a in args):
-        return None  # overrides alone: Hydra's parser takes any word, and importing it is most of a refusal's time
-    from hydra._internal.utils import get_args_parser
-
-    parser = get_args_parser()
-    said: list[str] = []
-
-    def error(message: str) -> NoReturn:
-        said.append(message)
-        raise SystemExit(2)
-
-    parser.error = error  # type: ignore[method-assign]
-    try:
-        parser.parse_args(list(args))
-    except SystemExit:
-        return f"{said[0]} (see perflab --hydra-help)" if said else None
-    return None
-
-
 def _absent_section(args: Sequence[str]) -> str | None:
     """See :func:`perflab.config.composition.absent_section`; the experiment and overrides from the command line."""
     from perflab.config.composition import absent_section
@@ -561,14 +529,3 @@ def _absent_section(args: Sequence[str]) -> str | None:
         return None
     overrides = [a for a in args if "=" in a and not a.lstrip("+").startswith(("experiment=", "hydra"))]
     return absent_section(experiment, overrides)
-
-
-def _raised_by_hydra(err: BaseException, anywhere: bool = False) -> bool:
-    """Raised in Hydra's code (last frame), or ``anywhere``: while Hydra's code was running
-    (its own os.makedirs making the run dir) but not inside our job."""
-    frames = traceback.extract_tb(err.__traceback__)
-    hydra = [f"{os.sep}hydra{os.sep}" in f.filename for f in frames]
-    if not anywhere:
-        return bool(frames) and hydra[-1]
-    ours = [f"{os.sep}perflab{os.sep}job{os.sep}execute.py" in f.filename for f in frames]
-    return any(hydra) and not any(ours)

@@ -71,6 +71,7 @@ from perflab.analysis.verdicts import (
     meaning,
 )
 from perflab.config import registry
+from perflab.config.schema import ResultsConfig
 from perflab.errors import ConfigError, OneLineParser
 from perflab.results import load
 from perflab.store import files
@@ -112,27 +113,11 @@ def verdict_of(table: pd.DataFrame) -> int:
 # --- output -------------------------------------------------------------------------------------
 
 
-def to_markdown(df: pd.DataFrame) -> str:
-    """The table a person reads: no column that is empty in every row, and a suspect row's
-    first reason by its head ("the machine was busy ..."; ``--format csv`` has them whole)."""
+def to_markdown(df: pd.DataFrame, every: bool = False) -> str:
+    """The table a person reads (:func:`perflab.analysis.table.markdown`; ``every``: all its columns)."""
+    from perflab.analysis import table
 
-    def cell(v: object, column: str) -> str:
-        if isinstance(v, float):
-            return "" if math.isnan(v) else f"{v:.4g}"
-        if column == "suspect" and isinstance(v, str) and v:
-            head = v.split(":")[0].split("; ")[0]
-            return head + (" ..." if len(head) < len(v) else "")
-        return "" if v is None or v is pd.NA else str(v)
-
-    visible = [c for c in df.columns if not c.startswith("_")]
-    cells = [[cell(v, c) for v, c in zip(row, visible)] for row in df[visible].itertuples(index=False)]
-    kept = [i for i in range(len(visible)) if any(row[i] for row in cells)] if cells else list(range(len(visible)))
-    lines = [
-        "| " + " | ".join(visible[i].removeprefix("cfg.") for i in kept) + " |",
-        "|" + "|".join("---" for _ in kept) + "|",
-    ]
-    lines += ["| " + " | ".join(row[i] for i in kept) + " |" for row in cells]
-    return "\n".join(lines)
+    return table.markdown(df, every)
 
 
 def percent(text: str) -> float:
@@ -248,7 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="+", help="one results tree (or run/sweep dir, or CSV), or BASE NEW")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        default=[ResultsConfig.store],
+        help=f"one results tree (or run/sweep dir, or CSV), or BASE NEW (default: {ResultsConfig.store})",
+    )
     parser.add_argument("--by", nargs="+", help="config keys to compare over (default: the ones that vary)")
     parser.add_argument("--baseline", help="KEY=VALUE the others are compared with, e.g. devices.count=1")
     parser.add_argument("--metric", help="column to compare (default: each experiment's own)")
@@ -275,6 +265,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--keep-floor", action="store_true", help=argparse.SUPPRESS)  # 0.4.0: keeps nothing
     parser.add_argument("--plot", type=Path, help="write PNG plots into this folder")
     parser.add_argument("--format", choices=("md", "csv", "json", "github"), default="md")
+    parser.add_argument("--all-columns", action="store_true", help="md: every column (csv and json have them all)")
     args = parser.parse_args(argv)
     if len(args.paths) > 2:
         parser.error("give one results tree, or two (BASE NEW)")
@@ -325,7 +316,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"{PROG}: error: {err.line()}", file=sys.stderr)
         return USAGE_EXIT
     code = verdict_of(table) if two else PASS_EXIT
-    show(table, args.format, two=two, code=code, gate=args.fail_if_slower)
+    show(table, args.format, two=two, code=code, gate=args.fail_if_slower, every=args.all_columns)
     if args.plot:
         from perflab.analysis import plots
 
@@ -344,15 +335,16 @@ def _main(argv: Sequence[str] | None) -> int:
     return code
 
 
-def show(table: pd.DataFrame, fmt: str, *, two: bool, code: int, gate: float | None) -> None:
-    """The table in ``fmt`` (md, csv, json, github) on stdout, notes after md and csv."""
+def show(table: pd.DataFrame, fmt: str, *, two: bool, code: int, gate: float | None, every: bool = False) -> None:
+    """The table in ``fmt`` (md, csv, json, github) on stdout, notes after md and csv; md shows
+    the reader's columns, or ``every`` one."""
     if fmt == "json":
         print(to_json(table, two_trees=two, code=code, gate=gate is not None))
     elif fmt == "github":
         print(to_github(table))
     else:
         visible = table.drop(columns=[c for c in table.columns if c.startswith("_")])
-        print(to_markdown(table) if fmt == "md" else visible.to_csv(index=False), end="\n")
+        print(to_markdown(table, every) if fmt == "md" else visible.to_csv(index=False), end="\n")
         for note in table.attrs.get("notes", []):
             print(f"note: {note}")
 

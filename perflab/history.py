@@ -62,6 +62,7 @@ import pandas as pd
 from perflab.analysis import replicates
 from perflab.analysis.stats import ALPHA, fdr
 from perflab.analysis.verdicts import DEFAULT_STEP_PCT, USAGE_EXIT, Change, could_not_judge, history_exit_code
+from perflab.config.schema import ResultsConfig
 from perflab.errors import OneLineParser
 from perflab.store.columns import higher_is_better
 
@@ -461,7 +462,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="+", help="results trees, run or sweep dirs, CSV files")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        default=[ResultsConfig.store],
+        help=f"results trees, run or sweep dirs, CSV files (default: {ResultsConfig.store})",
+    )
     parser.add_argument("--experiment", help="only this experiment")
     parser.add_argument("--metric", help="column to follow (default: each experiment's own)")
     parser.add_argument("--threshold", type=float, default=DEFAULT_STEP_PCT, metavar="PCT", help="regression size")

@@ -8,10 +8,9 @@ import warnings
 from typing import Any, Callable
 
 FACE = "perflab.experiment"  # where an experiment's author imports from now
-DROPPED_IN = "0.4.0"
 
 
-def forward(old: str, new: str, dropped_in: str = DROPPED_IN) -> Callable[[str], Any]:
+def forward(old: str, new: str, dropped_in: str) -> Callable[[str], Any]:
     """A module ``__getattr__`` for the old module ``old``: each name comes from the face when
     the face has it, else from its new home ``new``; the warning says the release that drops it."""
 

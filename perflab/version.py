@@ -1,3 +1,3 @@
 """perflab's own version, below everything that records it (pyproject.toml reads it from here)."""
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"

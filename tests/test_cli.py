@@ -236,8 +236,9 @@ def test_user_mistakes_are_one_line_and_exit_2(cli, work, args, line):
 
 
 def test_a_plain_runs_mistake_is_refused_from_one_composition_as_the_job_would(work):
-    """The front door's early check (before hydra.main composes twice): the job's own line for a
-    bad value or key; nothing for a valid run, a sweep or what only Hydra can resolve."""
+    """The front door's check (one composition by Hydra's compose API, before hydra.main): the
+    job's own line for a bad value or key; nothing for a valid run, a sweep or what only Hydra
+    can resolve."""
     from perflab.app import checked_before_hydra
 
     for args, line in [
@@ -247,37 +248,13 @@ def test_a_plain_runs_mistake_is_refused_from_one_composition_as_the_job_would(w
         (["+experiment=quick/train", "data.num_classes=1"], "data.num_classes=1: allowed: an integer >= 2 "
          "(a classifier)"),
     ]:  # fmt: skip
-        assert checked_before_hydra(args)[0] == line
+        assert checked_before_hydra(args) == line
     for args in (
         ["+experiment=quick/matmul", "bench.repeats=3"],
         ["+experiment=quick/matmul", "results.store=${hydra:runtime.cwd}/out"],
         ["+experiment=quick/matmul", "experiment.size=16,32"],
     ):
-        assert checked_before_hydra(args)[0] is None, args
-
-
-def test_a_valid_plain_run_is_composed_twice_as_hydra_alone_did(cli, work, monkeypatch):
-    """The front door's check composes a plain run once; hydra.main then composes it only to run
-    it, told the mode the check read (``Hydra.get_mode`` composes once more just to read it), so
-    a valid run pays no third composition. Counted at Hydra's config loader, which every
-    composition goes through; Hydra's own get_mode is back afterwards."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.hydra import Hydra
-
-    own_get_mode, loads = Hydra.get_mode, []
-    load_configuration = ConfigLoaderImpl.load_configuration
-
-    def counted(self, *args, **kwargs):
-        loads.append(kwargs.get("run_mode"))
-        return load_configuration(self, *args, **kwargs)
-
-    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
-    cli("+experiment=quick/matmul", *FAST, "experiment.size=8", "results.table=false")
-    assert len(loads) == 2, loads
-    assert len(run_dirs(work)) == 1 and Hydra.get_mode is own_get_mode
-    loads.clear()
-    cli("-m", "+experiment=quick/matmul", *FAST, "experiment.size=8,16", "results.table=false")  # Hydra's own
-    assert len(loads) >= 3, loads  # its mode, the sweep, each point: as before
+        assert checked_before_hydra(args) is None, args
 
 
 def test_help_lists_only_the_groups_the_experiment_has(cli):

@@ -347,11 +347,13 @@ def test_a_latency_percentile_is_judged_from_the_raw_samples_not_inconclusive(tm
 
 def test_the_markdown_table_keeps_what_a_person_reads():
     """``perflab compare TREE``: no column that is empty in every row (27 columns of which most
-    were empty on a tree of a few experiments), and a suspect row by its first reason's head."""
+    were empty on a tree of a few experiments), a suspect row by its first reason's head, and
+    each number in its column's format."""
     table = pd.DataFrame(
         {
             "experiment": ["matmul", "hardware"],
             "measurement": ["cpu alone", "cpu host memory copy"],
+            "metric": ["median_s", "median_s"],
             "median_s": [1e-3, 2e-3],
             "test_acc": [float("nan"), float("nan")],
             "cfg.trainer.batch_size": [None, None],
@@ -360,6 +362,61 @@ def test_the_markdown_table_keeps_what_a_person_reads():
         }
     )
     lines = compare.to_markdown(table).splitlines()
-    assert lines[0] == "| experiment | measurement | median_s | suspect |"
-    assert lines[2] == "| matmul | cpu alone | 0.001 | the machine was busy ... |"
-    assert lines[3] == "| hardware | cpu host memory copy | 0.002 |  |"
+    assert lines[0] == "| experiment | measurement | metric | median_s | suspect |"
+    assert lines[2] == "| matmul | cpu alone | median_s | 1 ms | the machine was busy ... |"
+    assert lines[3] == "| hardware | cpu host memory copy | median_s | 2 ms |  |"
+
+
+def test_a_number_reads_the_same_in_the_sweeps_table_and_compares():
+    """One format per column (issue 45): the sweep's 46,676 images/s is compare's base and new
+    too (it printed 4.668e+04); the columns a reader needs by default, every one on request."""
+    from perflab.analysis import table as terminal
+
+    row = {"items_per_s": 46676.3, "items_unit": "images", "tflops": 1.561e-06}
+    assert terminal.rate(row, "items_per_s") == "46,676 images/s"
+    assert terminal.rate(row, "tflops") == "1.56 MFLOP/s"
+    ab = pd.DataFrame(
+        {
+            "experiment": ["train"],
+            "measurement": ["train"],
+            "metric": ["items_per_s"],
+            "items_unit": ["images"],
+            "base": [46676.3],
+            "new": [40000.0],
+            "change_pct": [-14.3],
+            "ci_low": [0.8],
+            "ci_high": [0.9],
+            "verdict": ["FAIL"],
+            "why": ["slower"],
+            "p_value": [0.001],
+            "cfg.trainer.batch_size": [256],
+            "speedup": [0.857],
+            "significance": ["significant"],
+        }
+    )
+    header, _, line = compare.to_markdown(ab).splitlines()
+    assert header == (
+        "| experiment | measurement | trainer.batch_size | metric | base | new | change_pct | ci_low | ci_high "
+        "| verdict | why |"
+    )
+    assert line == (
+        "| train | train | 256 | items_per_s | 46,676 images/s | 40,000 images/s | -14.3 | 0.8 | 0.9 | FAIL | slower |"
+    )
+    every = compare.to_markdown(ab, every=True).splitlines()[0]
+    assert "p_value" in every and "items_unit" in every and "significance" in every
+
+
+def test_the_reading_commands_read_outputs_unless_a_tree_is_named(tmp_path, monkeypatch, capsys):
+    from perflab import history, report
+
+    fake_run(tmp_path / "outputs", "a", 1, 256, 100.0)
+    fake_run(tmp_path / "outputs", "b", 2, 256, 180.0)
+    monkeypatch.chdir(tmp_path)
+    assert compare.main([]) == 0
+    alone = capsys.readouterr().out
+    assert compare.main(["outputs"]) == 0
+    assert alone == capsys.readouterr().out and "| train |" in alone
+    assert history.main([]) == history.main(["outputs"])
+    capsys.readouterr()
+    assert report.main(["-o", "one.html"]) == 0 and report.main(["outputs", "-o", "two.html"]) == 0
+    assert (tmp_path / "one.html").stat().st_size > 0 and (tmp_path / "two.html").stat().st_size > 0

@@ -1,6 +1,7 @@
 """Terminal output: one line per row as it is recorded, the job's table at the end, the sweep's
-table of points. One unit per quantity: seconds as s/ms/us/ns, TFLOP/s, GB/s, <items>/s (a
-tiny rate in a smaller prefix: MFLOP/s, MB/s).
+table of points, compare's markdown table. One format per column, its column's
+(:func:`shown`, ``columns.Column.format``): seconds as s/ms/us/ns, TFLOP/s, GB/s (a tiny rate
+in a smaller prefix: MFLOP/s, MB/s), 46,676 <items>/s.
 Notes and errors are never cut: they wrap, under the table, each printed once."""
 
 from __future__ import annotations
@@ -47,7 +48,29 @@ def in_unit(v: float, unit: str) -> str:
 
 def per_s(v: float, unit: str) -> str:
     """A count per second in its unit: 181,063 images/s, never 1.811e+05 (tables and headlines alike)."""
-    return f"{v:,.0f} {unit}" if v >= 1e4 else f"{v:.4g} {unit}"
+    return f"{plain(v)} {unit}"
+
+
+def plain(v: float) -> str:
+    """A number of no particular format: 4 significant digits, and a large one whole with its
+    thousands separated (46,676, never 4.668e+04)."""
+    return f"{v:,.0f}" if 1e4 <= abs(v) < 1e15 else f"{v:.4g}"
+
+
+def shown(value: Any, column: str, items: str = "items") -> str:
+    """A cell of ``column`` as every table writes it, by the column's format ("" when empty;
+    item rates in the rows' own items: tokens/s)."""
+    v = number(value)
+    if v is None:
+        return ""
+    format = columns.format_of(column)
+    if format == "time":
+        return human_time(v)
+    if format == "rate":
+        return in_unit(v, columns.unit_of(column, items))
+    if format == "count":
+        return per_s(v, columns.unit_of(column, items) or column.removesuffix("_per_s") + "/s")
+    return plain(v)
 
 
 RATE_ORDER = ("tflops", "gbps", "bus_gbps", "items_per_s")  # a row's headline rate, by preference
@@ -57,12 +80,8 @@ def rate(r: Row, metric: str = "") -> str:
     """A row's headline rate: its experiment's metric if it is a rate, else TFLOP/s, GB/s,
     <items>/s, in that order of preference."""
     for col in ([metric] if metric in columns.RATES else []) + list(RATE_ORDER):
-        v = number(r.get(col))
-        if v is not None:
-            shown = columns.unit_of(col, str(r.get("items_unit") or "items"))
-            if col != "items_per_s":
-                return in_unit(v, shown)
-            return per_s(v, shown)
+        if number(r.get(col)) is not None:
+            return shown(r.get(col), col, str(r.get("items_unit") or "items"))
     return ""
 
 
@@ -73,7 +92,7 @@ def figure(r: Row, metric: str) -> str:
     value = number(r.get(metric))
     if value is None:
         return ""
-    return human_time(value) if metric.endswith("_s") else f"{value:.4g} {metric}"
+    return human_time(value) if metric.endswith("_s") else f"{plain(value)} {metric}"
 
 
 def spread(r: Row, few: int = columns.FEW_FOR_SPREAD) -> str:
@@ -161,3 +180,65 @@ def points_table(points: Sequence[Mapping[str, str]]) -> str:
         return ""
     header = list(points[0])
     return _columns([header] + [[str(p.get(h, "")) for h in header] for p in points])
+
+
+# compare's table as a reader reads it: the point (its keys: cfg.*), what is judged, the verdict
+# and why; every other column is behind ``--all-columns`` (and in --format csv and json).
+READER_COLUMNS = (
+    *("experiment", "measurement", "device", "subject", "metric", "runs", "iqr_pct", "speedup_vs_baseline"),
+    *("speedup", "efficiency", "base", "new", "change_pct", "ci_low", "ci_high", "verdict", "why", "suspect"),
+)
+# One tree's judgements, which a verdict says (why) where there is one.
+WITHOUT_VERDICT = ("speedup", "significance")
+
+
+def markdown(df: Any, every: bool = False) -> str:
+    """compare's table as markdown: the reader's columns (``every``: all), none that is empty in
+    every row, each number in its column's format (base and new in their row's metric's), and
+    a suspect row's first reason by its head ("the machine was busy ..."; csv has them whole)."""
+    metrics = set(df["metric"].dropna().astype(str)) if "metric" in df else set()
+    visible = [
+        c
+        for c in df.columns
+        if not c.startswith("_")
+        and (every or c in READER_COLUMNS or c.startswith("cfg.") or c in metrics or c in WITHOUT_VERDICT)
+        and (every or c not in WITHOUT_VERDICT or "verdict" not in df)
+    ]
+    if not every:  # the point, then what is judged, then the verdict
+        visible.sort(key=lambda c: _place(c, metrics))
+    read = df[list(dict.fromkeys([*visible, *(c for c in ("metric", "items_unit") if c in df)]))]
+    rows = read.astype(object).where(read.notna(), None).to_dict("records")  # an empty cell: None
+    cells = [[_cell(r, c) for c in visible] for r in rows]
+    kept = [i for i in range(len(visible)) if any(row[i] for row in cells)] if cells else list(range(len(visible)))
+    lines = [
+        "| " + " | ".join(visible[i].removeprefix("cfg.") for i in kept) + " |",
+        "|" + "|".join("---" for _ in kept) + "|",
+    ]
+    lines += ["| " + " | ".join(row[i] for i in kept) + " |" for row in cells]
+    return "\n".join(lines)
+
+
+def _place(column: str, metrics: set[str]) -> float:
+    """Where a reader's column stands: its keys after the point's names, a metric's own
+    column (one tree) after ``metric``, a baseline's judgement last."""
+    if column.startswith("cfg."):
+        return READER_COLUMNS.index("subject") + 0.5
+    if column in metrics:
+        return READER_COLUMNS.index("metric") + 0.5
+    return READER_COLUMNS.index(column) if column in READER_COLUMNS else len(READER_COLUMNS)
+
+
+def _cell(r: Row, column: str) -> str:
+    v = r.get(column)
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        if column == "suspect" and v:
+            head = v.split(":")[0].split("; ")[0]
+            return head + (" ..." if len(head) < len(v) else "")
+        return v
+    if number(v) is None or str(v) in ("True", "False"):
+        return str(v)
+    items = str(r.get("items_unit") or "items")
+    metric = r.get("metric")
+    return shown(v, str(metric) if column in ("base", "new") and metric else column, items)

@@ -58,13 +58,6 @@ def _find_our_hydra_plugins() -> None:
 def compose(experiment: str, overrides: Sequence[str] = ()):
     """The job config for ``+experiment=NAME`` plus ``overrides``, and its run dir; every
     mistake (in a value, a key, a preset, a config dir, an experiment's module) is a Refused."""
-    cfg, run_dir, choice, _ = compose_with_mode(experiment, overrides)
-    return cfg, run_dir, choice
-
-
-def compose_with_mode(experiment: str, overrides: Sequence[str] = ()):
-    """``compose``'s, and the config's ``hydra.mode`` (None unless a config sets it): what
-    hydra.main composes the config once more to read (``perflab.app``'s front door says it)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf, open_dict
@@ -83,7 +76,6 @@ def compose_with_mode(experiment: str, overrides: Sequence[str] = ()):
             cfg = hydra_compose("config", overrides=[f"+experiment={experiment}", *overrides], return_hydra_config=True)
         run_dir = Path(str(cfg.hydra.run.dir))
         choice = cfg.hydra.runtime.choices.get("experiment")
-        mode = cfg.hydra.mode
     except composing_errors() as err:
         if not users_mistake(err):
             raise
@@ -91,7 +83,7 @@ def compose_with_mode(experiment: str, overrides: Sequence[str] = ()):
     with open_dict(cfg):
         del cfg["hydra"]
     OmegaConf.set_readonly(cfg, False)
-    return cfg, run_dir, choice, mode
+    return cfg, run_dir, choice
 
 
 def composing_errors() -> tuple[type[BaseException], ...]:

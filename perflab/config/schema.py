@@ -398,16 +398,13 @@ SECTIONS: dict[str, type] = {
 }
 
 
-def validate(cfg: DictConfig | dict[str, Any], experiment_config: type | None = None) -> PerflabConfig:
-    """Build the typed config, raising a ConfigError whose key is the full dotted path.
+def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabConfig:
+    """Build the typed config from Hydra's composed one, raising a ConfigError whose key is
+    the full dotted path.
 
-    ``cfg`` is Hydra's composed config, or the same config as plain data (a ``dict`` of the
-    values set, typed as OmegaConf would have typed them: :mod:`perflab.config.early` finds a
-    command line's mistake so, without Hydra): one set of checks in one order for both.
     Keys that no schema knows (``+bench.repeat=3``) are refused with a did-you-mean, since
     Hydra's ``+`` would otherwise add them and they would be silently ignored.
     """
-    plain = isinstance(cfg, dict)
     sections: dict[str, Any] = {}
     known = {f.name: f for f in fields(PerflabConfig)}
     removed = next((name for name in known if name not in cfg and name not in OPTIONAL_SECTIONS), None)
@@ -416,20 +413,20 @@ def validate(cfg: DictConfig | dict[str, Any], experiment_config: type | None = 
         raise ConfigError(removed, f"(removed by ~{removed})", allowed, problem="this key cannot be removed")
     _refuse_unknown(cfg, known, "")
     for name in known:
-        node = cfg.get(name) if plain else _section_node(cfg, name)
+        node = _section_node(cfg, name)
         if not isinstance(node, Mapping):
             sections[name] = node
             continue
         if name == "experiment" and experiment_config:
             schema: Any = experiment_config
         else:
-            schema = SECTIONS[name] if plain else _omegaconf_type(node)  # plain data has no model section
+            schema = _omegaconf_type(node)
         args: dict[str, Any] = {}
         if schema is ModelConfig:
             node, args = _factory_args(cast("DictConfig", node), cast("DictConfig", cfg))
         if is_dataclass(schema):
             _refuse_unknown(node, {f.name: f for f in fields(schema)}, f"{name}.")
-        sections[name] = _plain_object(schema, node, name) if plain else _to_object(schema, node, name, cfg)
+        sections[name] = _to_object(schema, node, name, cfg)
         if args:
             sections[name].args = {**sections[name].args, **args}
     settings = PerflabConfig(**sections)
@@ -467,21 +464,6 @@ def _to_object(schema: Any, node: Any, name: str, cfg: Any) -> Any:
         raise unresolved(cfg, err) from None
     except OmegaConfBaseException:  # a value of the wrong type: composing's errors say it
         raise
-    except Exception as err:  # a bug in its __post_init__ (a user's Config): named, not a traceback
-        raise broken(schema, name, err) from None
-
-
-def _plain_object(schema: Any, node: Mapping[str, Any], name: str) -> Any:
-    """A section given as plain data, as its dataclass: what :func:`_to_object` does, in its
-    order (a field set nowhere first, then ``__post_init__``)."""
-    for f in fields(schema):
-        value = node.get(f.name, f.default)
-        if (value is dataclasses.MISSING and f.default_factory is dataclasses.MISSING) or value == MISSING:
-            raise missing(schema, f.name, f"{name}.{f.name}")
-    try:
-        return schema(**node)
-    except ConfigError as err:
-        raise err.under(name) from None
     except Exception as err:  # a bug in its __post_init__ (a user's Config): named, not a traceback
         raise broken(schema, name, err) from None
 

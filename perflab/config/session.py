@@ -23,6 +23,7 @@ class Session:
     unsaved: dict[str, Any] = field(default_factory=dict)  # job dir name -> a RunRecord no disk would take
     uids: list[str] = field(default_factory=list)  # the ends of the run / sweep folder names made
     points: list[list[str]] = field(default_factory=list)  # a sweep's points, as their overrides
+    running: bool = False  # a job of this process started and has not returned
 
     def exit_code(self) -> int:
         if self.sweep_exit is not None:

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from perflab.config.schema import ResultsConfig
 from perflab.errors import OneLineParser
 from perflab.report.html import MATPLOTLIB_LINE
 from perflab.report.page import Report
@@ -100,7 +101,13 @@ def write(html_text: str, out: Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="perflab report", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="results trees, run or sweep dirs, or CSV files")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        default=[ResultsConfig.store],
+        metavar="PATH",
+        help=f"results trees, run or sweep dirs, or CSV files (default: {ResultsConfig.store})",
+    )
     parser.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="default: report.html")
     args = parser.parse_args(argv)
     try:

@@ -12,6 +12,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 Kind = Literal["text", "float", "int", "flag", "category", "time", ""]
+# How a number of the column is written, by every table, line and page (perflab.analysis.table.shown):
+# "time": seconds in s/ms/us/ns (12.3 ms); "rate": in its unit, a tiny one in a smaller prefix
+# (25.1 MFLOP/s); "count": a whole count with its unit, thousands separated (46,676 images/s);
+# "": a plain number (4 significant digits, 46,676 from ten thousand on).
+Format = Literal["time", "rate", "count", ""]
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,7 @@ class Column:
     rate: bool = False  # work per median second: each raw sample implies a value too
     lead: bool = False  # one of the leading columns, in this table's order
     exact: bool = False  # deterministic: the same code counts the same, whatever the load (judged by a tolerance)
+    format: Format = ""  # how its numbers are written (see Format)
 
 
 def _c(
@@ -33,8 +39,13 @@ def _c(
     rate: bool = False,
     lead: bool = False,
     exact: bool = False,
+    format: str | None = None,
 ) -> Column:
-    return Column(name, kind, unit, better, rate, lead, exact)  # type: ignore[arg-type]
+    """A column; its format, unless given, follows its unit: seconds a time, items/s a count,
+    another unit per second a rate, else a plain number."""
+    if format is None:
+        format = "time" if unit == "s" else "count" if unit.startswith("items/s") else "rate" if "/s" in unit else ""
+    return Column(name, kind, unit, better, rate, lead, exact, format)  # type: ignore[arg-type]
 
 
 COLUMNS: dict[str, Column] = {
@@ -162,6 +173,12 @@ EXACT = frozenset(c.name for c in COLUMNS.values() if c.exact)
 def higher_is_better(metric: str) -> bool:
     column = COLUMNS.get(metric)
     return column.better == "higher" if column and column.better else metric.endswith("_per_s")
+
+
+def format_of(column: str) -> Format:
+    """How the column's numbers are written ("": a plain number; a user's ``*_per_s``: a count)."""
+    found = COLUMNS.get(column)
+    return found.format if found else "count" if column.endswith("_per_s") else ""
 
 
 def unit_of(metric: str, items: str = "items") -> str:
