@@ -361,11 +361,13 @@ class Report:
     def render(self) -> str:
         found = sorted((Preset(n, self.rows_of(n), self) for n in self.names()), key=lambda s: s.order)
         sections = [self.section(s) for s in found]  # before the warnings: they collect its notes
+        trend = trend_section(self.df, self.samples)  # a history's series lead: a tree of many subjects is one history
         env = self.environment()
         warnings, counts = self.warnings()
         toc = "".join(
             f'<li><a href="#{section_id(s.name)}">{esc(s.heading)}</a> <small>{esc(s.name)}</small></li>' for s in found
         )
+        toc = ('<li><a href="#trends">Trends over the code under test</a></li>' if trend else "") + toc
         toc += '<li><a href="#environment">Environment</a></li>'
         toc += f'<li><a href="#warnings">Warnings ({sum(counts.values())})</a></li>'
         glance = ", ".join(f"{n} {k}" for k, n in counts.items())
@@ -384,7 +386,7 @@ class Report:
             guard=asset("guard.js"),
             top="".join(top),
             toc=toc,
-            sections="\n".join([summary(self.df, self.samples), *sections, trend_section(self.df, self.samples)]),
+            sections="\n".join([trend, summary(self.df, self.samples), *sections]),
             environment=env,
             warnings=warnings,
             script=asset("check.js"),
