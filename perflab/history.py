@@ -272,8 +272,12 @@ def order_subjects(subjects: list[Subject], rev_list: Callable[[], list[str] | N
     if position is not None:
         return sorted(subjects, key=lambda s: (position[s.name], s.name.endswith("+dirty"), s.time))
     if all(s.commit_time for s in subjects):
-        return sorted(subjects, key=lambda s: (pd.Timestamp(s.commit_time), s.time))
+        return sorted(subjects, key=lambda s: (_timestamp(s.commit_time), s.time))
     return sorted(subjects, key=lambda s: s.time)
+
+
+# a commit's time, parsed once for every series it is a subject of (each of a history's points)
+_timestamp = functools.lru_cache(maxsize=1 << 16)(pd.Timestamp)
 
 
 def _rev_list() -> list[str] | None:
