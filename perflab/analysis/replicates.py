@@ -160,7 +160,7 @@ def by_length(arrays: Sequence[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray
     out = []
     for n in np.unique(lengths).tolist():
         at = np.flatnonzero(lengths == n)
-        out.append((at, np.stack([arrays[i] for i in at]) if n else np.empty((len(at), 0))))
+        out.append((at, np.stack([arrays[i] for i in at.tolist()]) if n else np.empty((len(at), 0))))
     return out
 
 
