@@ -273,8 +273,12 @@ def order_subjects(subjects: list[Subject], rev_list: Callable[[], list[str] | N
     if position is not None:
         return sorted(subjects, key=lambda s: (position[s.name], s.name.endswith("+dirty"), s.time))
     if all(s.commit_time for s in subjects):
-        return sorted(subjects, key=lambda s: (pd.Timestamp(s.commit_time), s.time))
+        return sorted(subjects, key=lambda s: (_timestamp(s.commit_time), s.time))
     return sorted(subjects, key=lambda s: s.time)
+
+
+# a commit's time, parsed once for every series it is a subject of (each of a history's points)
+_timestamp = functools.lru_cache(maxsize=1 << 16)(pd.Timestamp)
 
 
 def _rev_list() -> list[str] | None:
@@ -418,19 +422,33 @@ def to_text(series: list[Series], changes: list[ChangePoint]) -> str:
     return "\n".join(lines)
 
 
+MAX_TREND_FIGURES = 4  # of plots.MAX_TRENDS series each; more series are counted, not drawn
+MAX_SERIES_LINES = 100  # the report's table of series; the rest counted (perflab history lists them all)
+
+
 def report_section(rows: pd.DataFrame, samples: Mapping[str, Any] | None = None) -> str:
     """The report's trend section (HTML): each series of two or more subjects, its metric
-    against the subject with its changes marked; "" when the rows hold no history."""
+    against the subject with its changes and suspect subjects marked (those with a change
+    first), and a line per series; bounded whatever the history (figures and lines capped, the
+    rest counted); "" when the rows hold no history."""
     from perflab.analysis import plots
 
     series = [s for s in build_series(rows, samples or {}) if len(s.subjects) >= 2]
     if not series:
         return ""
     changes = judge(series)
+    changed = {id(c.series) for c in changes}
+    series = sorted(series, key=lambda s: id(s) not in changed)  # stable: otherwise in build_series' order
+    drawn = series[: plots.MAX_TRENDS * MAX_TREND_FIGURES]
     try:
-        figure = plots.svg(plots.trend(series, changes))
+        figure = "".join(
+            plots.svg(plots.trend(drawn[i : i + plots.MAX_TRENDS], changes))
+            for i in range(0, len(drawn), plots.MAX_TRENDS)
+        )
     except ImportError:
         figure = f'<p class="noplot">{html.escape(plots.MISSING_MATPLOTLIB)}</p>'
+    if len(series) > len(drawn):
+        figure += f'<p class="note">and {len(series) - len(drawn)} more series not drawn (perflab history).</p>'
     items = "".join(
         f"<li>{html.escape(c.label)}: {html.escape(c.series.label)}, "
         f"{html.escape(c.series.subjects[c.at - 1].name)} &rarr; {html.escape(c.series.subjects[c.at].name)}: "
@@ -441,9 +459,36 @@ def report_section(rows: pd.DataFrame, samples: Mapping[str, Any] | None = None)
         '<section id="trends"><h2>Trends over the code under test</h2>'
         f"<p>{len(series)} series of the same point on the same machine over {max(len(s.subjects) for s in series)} "
         "subjects (results.subject); change points from PELT, each judged as a step "
-        "(perflab history).</p>"
-        f"{figure}<ul>{items or '<li>no change point</li>'}</ul></section>"
+        "(perflab history); a cross: a subject whose every row was flagged suspect.</p>"
+        f"{figure}<ul>{items or '<li>no change point</li>'}</ul>{_series_table(series, changes)}</section>"
     )
+
+
+def _series_table(series: list[Series], changes: list[ChangePoint]) -> str:
+    """A line per series (as ``perflab history`` prints them): its subjects, how many are
+    suspect, its first and last values, its change points; capped at ``MAX_SERIES_LINES``."""
+    found: dict[int, list[str]] = {}
+    for c in changes:
+        found.setdefault(id(c.series), []).append(f"{c.label} {c.change_pct:+.1f} % at {c.series.subjects[c.at].name}")
+    lines = []
+    for s in series[:MAX_SERIES_LINES]:
+        first, last = s.subjects[0], s.subjects[-1]
+        cells = [
+            s.label,
+            s.metric,
+            str(len(s.subjects)),
+            str(sum(bool(x.suspect) for x in s.subjects) or ""),
+            f"{first.value:.4g} ({first.name})",
+            f"{last.value:.4g} ({last.name})",
+            "; ".join(found.get(id(s), [])),
+        ]
+        lines.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(
+        f"<th>{h}</th>" for h in ("series", "metric", "subjects", "suspect", "first", "last", "change points")
+    )
+    more = len(series) - len(lines)
+    tail = f'<p class="note">and {more} more series (perflab history lists them all).</p>' if more > 0 else ""
+    return f'<table class="series"><thead><tr>{head}</tr></thead><tbody>{"".join(lines)}</tbody></table>{tail}'
 
 
 PROG = "perflab history"

@@ -420,3 +420,54 @@ def test_the_reading_commands_read_outputs_unless_a_tree_is_named(tmp_path, monk
     capsys.readouterr()
     assert report.main(["-o", "one.html"]) == 0 and report.main(["outputs", "-o", "two.html"]) == 0
     assert (tmp_path / "one.html").stat().st_size > 0 and (tmp_path / "two.html").stat().st_size > 0
+
+
+def test_statistics_of_many_arrays_at_once_are_each_arrays_own():
+    """iqr_pcts and the within-process spread take arrays of one length in one numpy call: each
+    figure is still the one numpy gives that array alone (NaN below a few values)."""
+    from perflab.analysis import replicates
+    from perflab.store.columns import FEW_FOR_SPREAD
+
+    rng = np.random.default_rng(4)
+    arrays = [rng.lognormal(0, 0.1, n) for n in (100, 7, 100, 2, 0, 100, 7)]
+    want = [
+        100 * float(np.subtract(*np.percentile(x, [75, 25]))) / float(np.median(x))
+        if len(x) >= FEW_FOR_SPREAD
+        else np.nan
+        for x in arrays
+    ]
+    np.testing.assert_array_equal(replicates.iqr_pcts(arrays), want)
+    within = [float(np.subtract(*np.percentile(np.log(x), [75, 25]))) / 1.349 for x in arrays if len(x) >= 3]
+    assert replicates._log_sd_within(arrays) == float(np.median(within))
+
+
+def test_a_point_of_one_row_is_measured_as_any_point():
+    """measured_each's short way for a group of one row (frames=False) gives what its loop gives
+    (frames=True): the value, the usable samples, what was left out and why, the process."""
+    from perflab.analysis import replicates
+    from perflab.store.rows import Notes
+
+    rows = pd.DataFrame(
+        {
+            "row_id": ["a", "b", "c", "d"],
+            "run_id": ["r1", "r2", "r3", "r4"],
+            "process": pd.array([1, 2, 1, 1], dtype="Int64"),
+            "median_s": [1e-3, np.nan, 2e-3, 3e-3],
+        }
+    )
+    samples = {"a": np.array([1e-3, np.nan, 1.1e-3]), "b": np.array([1e-3]), "c": np.array([-1.0, -2.0])}
+    said = Notes()
+    said.add(replicates.UNUSABLE_SAMPLES, "a", count=2)
+    groups = [np.array([i]) for i in range(4)]
+    for metric in ("median_s",):
+        short = replicates.measured_each(rows, groups, metric, samples, said, frames=False)
+        long = replicates.measured_each(rows, groups, metric, samples, said, frames=True)
+        for s, x in zip(short, long):
+            assert (s.value == x.value) or (np.isnan(s.value) and np.isnan(x.value))
+            np.testing.assert_array_equal(s.samples, x.samples)
+            np.testing.assert_array_equal(s.figures, x.figures)
+            assert s.left_out == x.left_out and s.ids == x.ids
+            assert [list(p) for p in s.processes] == [list(p) for p in x.processes]
+    assert short[0].left_out == ["3 samples that give no positive median_s (NaN, not a number, <= 0)"]
+    assert short[1].left_out and np.isnan(short[1].value)
+    assert short[2].left_out == ["1 row whose samples give no positive median_s"]

@@ -6,10 +6,11 @@ on a series with no change PELT prunes nothing, so a series of n subjects costs 
 calls: 6 s for 1,000 subjects. Here the same recursion asks, for each end, the costs of all its
 admissible starts at once, from a wavelet matrix over the values' ranks: the L1 cost of a
 segment of m values is its sum less the sums of its ceil(m/2) and floor(m/2) smallest values,
-each read in log2(n) steps. Values are summed as integers (about the series' median, in the
-finest unit whose sums cannot overflow: ~2^-50 of the largest value for a thousand subjects),
-so equal values give equal costs exactly; where two segmentations cost the same, the one whose
-last segment starts first is taken (ruptures' float sums let rounding choose).
+each read in log2(n) steps (both in one descent: they differ by the median alone). Values are
+summed as integers (about the series' median, in the finest unit whose sums cannot overflow:
+~2^-50 of the largest value for a thousand subjects), so equal values give equal costs exactly;
+where two segmentations cost the same, the one whose last segment starts first is taken
+(ruptures' float sums let rounding choose).
 """
 
 from __future__ import annotations
@@ -42,28 +43,32 @@ class L1Costs:
             rank, q = rank[order], q[order]
         self.leaves = q
 
-    def smallest(self, starts: np.ndarray, ends: np.ndarray, k: np.ndarray) -> np.ndarray:
-        """The sum of the ``k`` smallest values of each segment ``starts:ends`` (integer units)."""
-        lo, hi, k = starts.copy(), ends.copy(), k.copy()
+    def lower_half(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each segment ``starts:ends`` (none empty), in one descent of the levels: the sum of
+        its m // 2 smallest values and its (m // 2 + 1)-th smallest (its upper median), in
+        integer units. The L1 cost needs both halves' sums, which differ by that value alone."""
+        lo, hi = starts.copy(), ends.copy()
+        k = (ends - starts) // 2 + 1  # the rank sought: what lies below it is the lower half
         total = np.zeros(len(lo), np.int64)
         for zeros, zero_sums, n_zeros in self.levels:
             zl, zh = zeros[lo], zeros[hi]
             inside = zh - zl
-            right = k > inside  # the segment's zeros here are all among its k smallest
+            right = k > inside  # the segment's zeros here are all below the rank sought
             total += np.where(right, zero_sums[hi] - zero_sums[lo], 0)
-            k = np.where(right, k - inside, k)
-            lo = np.where(right, n_zeros + lo - zl, zl)
-            hi = np.where(right, n_zeros + hi - zh, zh)
-        last = self.leaves[np.minimum(lo, len(self.leaves) - 1)]
-        return total + np.where(k > 0, last, 0)
+            k -= np.where(right, inside, 0)
+            lo = np.where(right, lo + (n_zeros - zl), zl)
+            hi = np.where(right, hi + (n_zeros - zh), zh)
+        return total, self.leaves[np.minimum(lo, len(self.leaves) - 1)]
 
     def __call__(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """The cost of each segment ``starts[i]:ends[i]`` (0 where it is empty)."""
+        """The cost of each segment ``starts[i]:ends[i]`` (0 where it is empty): its sum less
+        the sums of its ceil(m/2) and floor(m/2) smallest values."""
         starts, ends = np.broadcast_arrays(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
         starts, ends = starts.ravel(), np.maximum(ends, starts).ravel()
         m = ends - starts
         whole = self.prefix[ends] - self.prefix[starts]
-        cost = whole - self.smallest(starts, ends, m - m // 2) - self.smallest(starts, ends, m // 2)
+        below, middle = self.lower_half(starts, ends)
+        cost = np.where(m > 0, whole - 2 * below - np.where(m % 2 == 1, middle, 0), 0)
         return cost / self.scale
 
 
@@ -89,15 +94,23 @@ def pelt_l1(signal: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
         ends = np.arange(first, min(first + max(1, min(BLOCK, PAIRS // max(1, len(admissible)))), n + 1))
         first = int(ends[-1]) + 1
         new = ends - min_size
-        starts = np.union1d(admissible, new[(new == 0) | (new >= min_size)])
+        opens = (new == 0) | (new >= min_size)  # a start where a partition of what precedes it ends
+        starts = np.union1d(admissible, new[opens])
         block = costs(starts[:, None], ends[None, :]).reshape(len(starts), len(ends))
+        # the admissible starts as a mask over ``starts`` (ascending, as the list was kept)
+        alive = np.isin(starts, admissible, assume_unique=True)
+        at_new = np.searchsorted(starts, new)
+        best_of = best[starts]  # each start's best total: set before the block (a start precedes its ends)
         for j, end in enumerate(ends.tolist()):
-            if new[j] == 0 or new[j] >= min_size:  # a start where a partition of what precedes it ends
-                admissible = np.append(admissible, new[j])
-            totals = best[admissible] + (block[np.searchsorted(starts, admissible), j] + penalty)
+            if opens[j]:
+                alive[at_new[j]] = True
+                best_of[at_new[j]] = best[new[j]]
+            where = np.flatnonzero(alive)
+            totals = best_of[where] + (block[where, j] + penalty)
             i = int(np.argmin(totals))
-            best[end], start_of[end] = totals[i], admissible[i]
-            admissible = admissible[totals <= best[end] + penalty]
+            best[end], start_of[end] = totals[i], starts[where[i]]
+            alive[where[~(totals <= best[end] + penalty)]] = False  # as ruptures keeps a start
+        admissible = starts[alive]
     ends_found, at = [], n
     while at > 0:
         ends_found.append(at)

@@ -17,7 +17,7 @@ from perflab.analysis import verdicts
 from perflab.analysis.frames import config_column, device_family, identity_columns, plain_text
 from perflab.analysis.replicates import (
     has_metric,
-    iqr_pct,
+    iqr_pcts,
     measured,
     measured_each,
     metric_for,
@@ -214,8 +214,15 @@ def _one_experiment(
     }
     units_of = {c: df[c].groupby(codes).first().reindex(range(len(members))) for c in UNIT_COLUMNS if c in df}
     row_ids = df["row_id"].astype(str).tolist() if samples else []
+    no_samples = np.array([])
+    spreads = iqr_pcts(  # of the times, as the job's table: every point's in one pass
+        [
+            _pooled([samples[r] for r in (row_ids[j] for j in at) if r in samples]) if samples else no_samples
+            for at in members
+        ]
+    )
     entries = []
-    for i, (values, point, at) in enumerate(zip(labels, found, members)):
+    for i, (values, point) in enumerate(zip(labels, found)):
         entry: dict[str, Any] = {"experiment": name, **dict(zip(group, values)), "metric": metric}
         entry[metric] = point.value
         entry["runs"] = int(runs[i])
@@ -229,10 +236,8 @@ def _one_experiment(
                 where = ", ".join(f"{k.removeprefix('cfg.')}={v}" for k, v in zip(group, values))
                 notes.append(f"{name} {where}: {metric} varies {cv:.0%} between runs ({entry['runs']} runs)")
         entry["_samples"] = point.samples
-        seconds = [samples[r] for r in (row_ids[j] for j in at) if r in samples] if samples else []
-        spread = iqr_pct(np.concatenate(seconds) if seconds else np.array([]))  # of the times, as the job's table
-        if not math.isnan(spread):
-            entry["iqr_pct"] = spread
+        if not math.isnan(spreads[i]):
+            entry["iqr_pct"] = float(spreads[i])
         entry.update({c: float(v[i]) for c, v in beside_of.items()})  # what the experiment wants seen beside speed
         for column, first in units_of.items():  # each point keeps its rows' units: a table may mix images and tokens
             if pd.notna(first.iloc[i]):
@@ -256,6 +261,11 @@ def _one_experiment(
             out.loc[i, "suspect"] = "; ".join(x for x in (str(out.at[i, "suspect"] or ""), why) if x)
             notes.append(f"{name} {out.at[i, 'measurement']} at {count.removeprefix('cfg.')}={out.at[i, count]}: {why}")
     return out.drop(columns=["_busy", "_threads"], errors="ignore"), notes
+
+
+def _pooled(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays as one (a point of one row: its own, not a copy)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.array([])
 
 
 def _distinct(codes: np.ndarray, column: pd.Series, groups: int) -> np.ndarray:

@@ -438,7 +438,8 @@ MAX_TICKS = 40
 
 def trend(series: list[Any], changes: list[Any]) -> Any:
     """Each series' metric against the subject (the code under test, in order), its change points
-    marked between the two subjects that bracket them, coloured by label; one panel per metric."""
+    marked between the two subjects that bracket them, coloured by label, its suspect subjects
+    (every row flagged) as crosses; one panel per metric."""
     plt = _plt()
     shown = series[:MAX_TRENDS]
     metrics = list(dict.fromkeys(s.metric for s in shown))
@@ -456,7 +457,21 @@ def trend(series: list[Any], changes: list[Any]) -> Any:
             if len(x) > MAX_POINTS:  # the median of each run of subjects
                 runs = np.array_split(np.arange(len(x)), MAX_POINTS)
                 x, y = np.array([x[r].mean() for r in runs]), np.array([np.median(y[r]) for r in runs])
-            ax.plot(x, y, marker="o" if len(s.subjects) <= MAX_POINTS else None, label=s.label)
+            (line,) = ax.plot(x, y, marker="o" if len(s.subjects) <= MAX_POINTS else None, label=s.label)
+            flagged = [i for i, sub in enumerate(s.subjects) if sub.suspect]
+            if flagged:  # each suspect subject as itself (at most MAX_POINTS of them: evenly spread)
+                flagged = [
+                    flagged[i] for i in np.linspace(0, len(flagged) - 1, min(len(flagged), MAX_POINTS)).astype(int)
+                ]
+                ax.plot(
+                    [at[s.subjects[i].name] for i in flagged],
+                    [s.subjects[i].value for i in flagged],
+                    linestyle="none",
+                    marker="x",
+                    color=line.get_color(),
+                    label=f"{s.label}: suspect (flagged)",
+                    zorder=4,
+                )
             for c in (c for c in changes if c.series is s):
                 where = (at[s.subjects[c.at - 1].name] + at[s.subjects[c.at].name]) / 2
                 color = CHANGE_COLORS.get(c.label, "tab:gray")

@@ -124,25 +124,44 @@ def samples_by_row(
     own = notes if notes is not None else Notes()
     out = {}
     codes, ids = pd.factorize(s["row_id"], sort=True)  # each row's samples in one split, not a group each
-    seconds = pd.to_numeric(s["seconds"], errors="coerce").to_numpy(float)[np.argsort(codes, kind="stable")]
-    counts = np.bincount(codes[codes >= 0], minlength=len(ids))
-    for k, values in zip(ids, np.split(seconds[(codes < 0).sum() :], np.cumsum(counts)[:-1])):
-        kept = usable(values)
-        if len(kept) < len(values):
-            own.add(UNUSABLE_SAMPLES, k, count=len(values) - len(kept))
+    seconds = pd.to_numeric(s["seconds"], errors="coerce").to_numpy(float)
+    good = np.isfinite(seconds) & (seconds > 0)  # stats.usable, of every sample at once
+    unusable = np.bincount(codes[(codes >= 0) & ~good], minlength=len(ids))
+    codes, seconds = codes[(codes >= 0) & good], seconds[(codes >= 0) & good]
+    seconds = seconds[np.argsort(codes, kind="stable")]
+    counts = np.bincount(codes, minlength=len(ids))
+    for k, kept, lost in zip(ids, np.split(seconds, np.cumsum(counts)[:-1]), unusable.tolist()):
+        if lost:
+            own.add(UNUSABLE_SAMPLES, k, count=lost)
         out[str(k)] = kept
     if notes is None:
         own.say()
     return out
 
 
-def iqr_pct(values: np.ndarray) -> float:
-    """IQR / median in percent (the spread the job's table and bench.noise_threshold use); NaN
-    below ``FEW_FOR_SPREAD`` values, as the job's table shows "?"."""
-    if len(values) < FEW_FOR_SPREAD:
-        return math.nan
-    q1, q3 = np.percentile(values, [25, 75])
-    return 100 * float(q3 - q1) / float(np.median(values))
+def iqr_pcts(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """IQR / median in percent of each array (the spread the job's table and
+    bench.noise_threshold use); NaN below ``FEW_FOR_SPREAD`` values, as the job's table shows
+    "?". The arrays of one length in one numpy call (a call each was most of a compare of a
+    tree of 1,000 points)."""
+    out = np.full(len(arrays), math.nan)
+    for at, values in by_length(arrays):
+        if values.shape[1] >= FEW_FOR_SPREAD:
+            q1, q3 = np.percentile(values, [25, 75], axis=1)
+            out[at] = 100 * (q3 - q1) / np.median(values, axis=1)
+    return out
+
+
+def by_length(arrays: Sequence[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(positions, values as rows of a matrix) of the arrays of each length: numpy's statistics
+    of a matrix's rows are those of each row alone, in one call (processes of a point mostly
+    keep the same number of samples)."""
+    lengths = np.fromiter((len(x) for x in arrays), np.intp, len(arrays))
+    out = []
+    for n in np.unique(lengths).tolist():
+        at = np.flatnonzero(lengths == n)
+        out.append((at, np.stack([arrays[i] for i in at.tolist()]) if n else np.empty((len(at), 0))))
+    return out
 
 
 @dataclass
@@ -203,7 +222,13 @@ def measured_each(
     numbers = rows["process"].astype("string").fillna("").to_numpy() if "process" in rows else None
     empty = rows.iloc[:0]  # once: a slice a group took most of a history of 1,000 subjects
     out = []
+    known = _Columns(
+        metric, timed, values_of, usable_of & ~lost_of, lost_of, every, clean_of, ids, numbers, unusable, empty
+    )
     for at in groups:
+        if len(at) == 1 and not frames:  # a row a point (a subject of a history): nothing to pool
+            out.append(_one_row(int(at[0]), known))
+            continue
         values, lost = values_of[at], lost_of[at]
         good = usable_of[at] & ~lost
         kept_at = at[good]
@@ -241,6 +266,42 @@ def measured_each(
         value = float(statistics.median(values[good].tolist())) if good.any() else math.nan
         out.append(Measured(kept, value, clean, left, per_process, figures, numbered))
     return out
+
+
+def _one_row(i: int, m: _Columns) -> Measured:
+    """``measured_each``'s Measured of a group of the one row ``i`` (frames=False), as its loop
+    makes it, without its numpy calls on arrays of one (most of a history of 46k subjects)."""
+    left = []
+    if m.lost[i]:
+        left.append(f"1 row whose samples give no positive {m.metric}")
+    elif not m.good[i]:
+        why = "NaN, not a number or <= 0" if m.timed else "NaN or not a number"
+        left.append(f"1 row whose {m.metric} is {why}")
+    if not m.good[i]:
+        return Measured(m.empty, math.nan, np.array([]), left, [], np.array([]), [])
+    clean = m.clean[i]
+    n = (m.unusable.get(m.ids[i], 0) if m.unusable else 0) + len(m.every[i]) - len(clean)
+    if n:
+        left.append(f"{n} sample{'s' if n != 1 else ''} that give no positive {m.metric} (NaN, not a number, <= 0)")
+    numbered = [str(m.numbers[i])] if m.numbers is not None else []
+    return Measured(m.empty, float(m.values[i]), clean, left, [clean], m.values[i : i + 1], numbered)
+
+
+@dataclass
+class _Columns:
+    """What ``measured_each`` knows of every row, for ``_one_row``."""
+
+    metric: str
+    timed: bool
+    values: np.ndarray
+    good: np.ndarray
+    lost: np.ndarray
+    every: list[np.ndarray]
+    clean: list[np.ndarray]
+    ids: list[str]
+    numbers: np.ndarray | None
+    unusable: dict
+    empty: pd.DataFrame
 
 
 def _firsts(codes: np.ndarray, groups: int) -> list[int]:
@@ -285,8 +346,13 @@ class Spread:
 
 
 def _log_sd_within(processes: Sequence[np.ndarray]) -> float:
-    found = [float(np.subtract(*np.percentile(np.log(x), [75, 25]))) / 1.349 for x in processes if len(x) >= 3]
-    return float(np.median(found)) if found else math.nan
+    """The median over processes of 3 samples or more of their log IQR / 1.349."""
+    found = []
+    for _, values in by_length(processes):
+        if values.shape[1] >= 3:
+            q3, q1 = np.percentile(np.log(values), [75, 25], axis=1)
+            found.append((q3 - q1) / 1.349)
+    return float(np.median(np.concatenate(found))) if found else math.nan
 
 
 def _pairs(base: Measured, new: Measured) -> np.ndarray | None:

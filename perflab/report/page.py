@@ -80,14 +80,15 @@ class Preset:
             report.notes.append((name, "report hook failed", f"{type(err).__name__}: {err}"))
         self.metric = self.experiment.metric if self.experiment else "median_s"
         self.runs = frames.runs_at(rows)  # labelled once, for the headline and the rows table
-        self._records: list[dict[str, Any]] | None = None
+        self._records: dict[int, dict[str, Any]] = {}
 
-    @property
-    def records(self) -> list[dict[str, Any]]:
-        """The rows as records, converted once for every reader of the section."""
-        if self._records is None:
-            self._records = records(self.rows)
-        return self._records
+    def records(self, at: Sequence[int]) -> list[dict[str, Any]]:
+        """The rows at positions ``at`` as records, each converted once for every reader of the
+        section, and only those read (a section shows a few hundred of a history's rows)."""
+        todo = [i for i in dict.fromkeys(at) if i not in self._records]
+        if todo:
+            self._records.update(zip(todo, records(self.rows.iloc[todo])))
+        return [self._records[i] for i in at]
 
     @property
     def heading(self) -> str:
@@ -172,7 +173,7 @@ class Report:
         if s.experiment is not None:
             for label, at in labelled[:MAX_HEADLINE_RUNS]:
                 try:
-                    own = [dict(s.records[i]) for i in at]  # the hook's copies: the rows table shares the records
+                    own = [dict(r) for r in s.records(at)]  # the hook's copies: the rows table shares the records
                     each.append((label, s.experiment.headline(own)))
                 except Exception as err:  # an experiment's headline must not cost the report
                     self.notes.append((s.name, "headline failed", f"{type(err).__name__}: {err}"))
@@ -207,7 +208,8 @@ class Report:
         show_run = len(labelled) > 1
         header = ["measurement", "status", "n", "median", "IQR", "rate", "flags", "notes"]
         header = (["run"] if show_run else []) + header
-        listed = [(label, s.records[i]) for label, at in labelled for i in at[:MAX_TABLE_ROWS]][:MAX_TABLE_ROWS]
+        shown = [(label, i) for label, at in labelled for i in at[:MAX_TABLE_ROWS]][:MAX_TABLE_ROWS]
+        listed = list(zip([label for label, _ in shown], s.records([i for _, i in shown])))
         said = [
             "; ".join(dict.fromkeys(text(r.get(c)) for c in ("error", "suspect", "note") if text(r.get(c))))
             for _, r in listed
@@ -361,11 +363,13 @@ class Report:
     def render(self) -> str:
         found = sorted((Preset(n, self.rows_of(n), self) for n in self.names()), key=lambda s: s.order)
         sections = [self.section(s) for s in found]  # before the warnings: they collect its notes
+        trend = trend_section(self.df, self.samples)  # a history's series lead: a tree of many subjects is one history
         env = self.environment()
         warnings, counts = self.warnings()
         toc = "".join(
             f'<li><a href="#{section_id(s.name)}">{esc(s.heading)}</a> <small>{esc(s.name)}</small></li>' for s in found
         )
+        toc = ('<li><a href="#trends">Trends over the code under test</a></li>' if trend else "") + toc
         toc += '<li><a href="#environment">Environment</a></li>'
         toc += f'<li><a href="#warnings">Warnings ({sum(counts.values())})</a></li>'
         glance = ", ".join(f"{n} {k}" for k, n in counts.items())
@@ -384,7 +388,7 @@ class Report:
             guard=asset("guard.js"),
             top="".join(top),
             toc=toc,
-            sections="\n".join([summary(self.df, self.samples), *sections, trend_section(self.df, self.samples)]),
+            sections="\n".join([trend, summary(self.df, self.samples), *sections]),
             environment=env,
             warnings=warnings,
             script=asset("check.js"),

@@ -308,9 +308,10 @@ class _Load:
                 spans.append(m.span)
                 try:
                     if segment in self.unwritten:
-                        tables.append(_filtered(self.unwritten[segment], row_ids, only))
+                        table = _filtered(self.unwritten[segment], row_ids, only)
                     else:
-                        tables.append(_read_samples_of(self.index, segment, m, row_ids, only))
+                        table = _read_samples_of(self.index, segment, m, row_ids, only)
+                    tables.append(table.select(list(known.SAMPLES)))
                 except FileNotFoundError:  # merged meanwhile
                     del self.manifests[segment]
                     break
@@ -319,8 +320,8 @@ class _Load:
                     self.dropped[segment] = DAMAGED
                     break
             else:
-                table = pa.concat_tables(tables) if tables else _samples_table(None)
-                df = table.select(list(known.SAMPLES)).to_pandas()
+                table = pa.concat_tables(tables) if tables else _samples_table(None).select(list(known.SAMPLES))
+                df = table.to_pandas()
                 if _apart(spans):  # no row id in two run dirs: no sample twice
                     return df
                 twice = df.duplicated(subset=["row_id", "phase", "i"], keep="first")  # a run dir copied
@@ -484,7 +485,8 @@ def _read_samples_of(index: Path, segment: str, m: Manifest, row_ids, sources: s
             if values is not None:
                 test = ds.field(column).isin(_text_set(values))
                 wanted = test if wanted is None else wanted & test
-        return fragment.to_table(filter=wanted)
+        read = [*known.SAMPLES, *(["_source"] if sources is not None else [])]  # a run dir's name: to filter by
+        return fragment.to_table(columns=read, filter=wanted)
 
 
 def _span(df) -> Span:
