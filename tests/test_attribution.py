@@ -18,11 +18,36 @@ def side(rng, ops: dict[str, float], processes: int = 6, cv: float = 0.03, tag: 
         times = {name: t * rng.lognormal(0, cv) for name, t in ops.items()}
         wall = sum(times.values()) * 1.05
         for name, t in times.items():
-            lines.append(dict(row_id=f"{tag}{k}#1", run_id=f"{tag}{k}", process=str(k), operator=name, kind="op",
-                              device="cpu", calls=1.0, self_s=t, share=t / wall, profiled_s=wall, median_s=wall / 1.2))
-        lines.append(dict(row_id=f"{tag}{k}#1", run_id=f"{tag}{k}", process=str(k), operator="forward", kind="range",
-                          device="cpu", calls=1.0, self_s=sum(times.values()), share=0.95, profiled_s=wall,
-                          median_s=wall / 1.2))
+            lines.append(
+                dict(
+                    row_id=f"{tag}{k}#1",
+                    run_id=f"{tag}{k}",
+                    process=str(k),
+                    operator=name,
+                    kind="op",
+                    device="cpu",
+                    calls=1.0,
+                    self_s=t,
+                    share=t / wall,
+                    profiled_s=wall,
+                    median_s=wall / 1.2,
+                )
+            )
+        lines.append(
+            dict(
+                row_id=f"{tag}{k}#1",
+                run_id=f"{tag}{k}",
+                process=str(k),
+                operator="forward",
+                kind="range",
+                device="cpu",
+                calls=1.0,
+                self_s=sum(times.values()),
+                share=0.95,
+                profiled_s=wall,
+                median_s=wall / 1.2,
+            )
+        )
     return pd.DataFrame(lines)
 
 
@@ -73,7 +98,8 @@ def test_one_process_a_side_is_judged_against_the_floor():
     base, new = side(rng, OPS, processes=1, cv=0.01), side(rng, slowed, processes=1, cv=0.01, tag="b")
     found = attribution.attribute(base, new)
     assert found.moved.empty, "one process a side: a 25 % change is within what a 10 % floor leaves"
-    assert attribution.attribute(base, new, floor=0.02)  # --process-cv 2, as quiet as they are.moved["operator"].tolist() == ["aten::gelu"]
+    quiet = attribution.attribute(base, new, floor=0.02)  # --process-cv 2: as quiet as they are
+    assert quiet.moved["operator"].tolist() == ["aten::gelu"]
 
 
 def test_points_to_explain():
@@ -97,13 +123,23 @@ def tree(root, slowed: bool, rng, processes: int = 4) -> None:
         samples = list(wall * rng.lognormal(0, 0.01, 8))
         name = f"{root.name}{k}"
         row = RunWriter(root / name).add(
-            {"run_id": name, "process": k, "experiment": "matmul", "measurement": "cpu alone", "status": "ok",
-             "n": 8, "median_s": float(np.median(samples)), "device_name": "CPU (2 threads)", "num_threads": 2,
-             "cfg.experiment.size": 256},
+            {
+                "run_id": name,
+                "process": k,
+                "experiment": "matmul",
+                "measurement": "cpu alone",
+                "status": "ok",
+                "n": 8,
+                "median_s": float(np.median(samples)),
+                "device_name": "CPU (2 threads)",
+                "num_threads": 2,
+                "cfg.experiment.size": 256,
+            },
             samples=samples,
         )
-        lines = pd.DataFrame({"operator": list(times), "kind": "op", "device": "cpu", "calls": 1.0,
-                              "self_s": list(times.values())})
+        lines = pd.DataFrame(
+            {"operator": list(times), "kind": "op", "device": "cpu", "calls": 1.0, "self_s": list(times.values())}
+        )
         operators.write(root / name, row, lines.assign(share=lines["self_s"] / wall, profiled_s=wall * 1.1))
 
 
@@ -130,7 +166,8 @@ def test_compare_why_names_the_moved_operator_in_every_format(tmp_path, capsys):
     (entry,) = json.loads(capsys.readouterr().out)["customSmallerIsBetter"]
     assert "moved: aten::gelu" in entry["extra"]
     compare.main([str(tmp_path / "base"), str(tmp_path / "same"), "--why"])
-    assert not [x for x in capsys.readouterr().out.splitlines() if x.startswith("why ")], "A/A: no point FAILs, none is explained"
+    said = [x for x in capsys.readouterr().out.splitlines() if x.startswith("why ")]
+    assert not said, "A/A: no point FAILs, none is explained"
     assert compare.main([str(tmp_path / "base"), "--why"]) == 2, "--why judges two trees"
 
 
@@ -154,6 +191,7 @@ def test_live_profiled_runs_name_the_slowed_gelu(work, monkeypatch, one_thread):
     (its calls, exactly) and no matmul."""
     import perflab
     from perflab.analysis import comparison
+
     from conftest import FAST
 
     over = ["model._target_=slowed.Slowed", "+model.width=32", "data.shape=[32]", "experiment.batches=[2048]"]

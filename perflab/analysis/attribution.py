@@ -212,9 +212,9 @@ def explain(
     out = table.copy()
     if out.empty or "verdict" not in out or "_base_ids" not in out:
         return out
-    sides = [[base] if isinstance(base, (str, Path)) else list(base), [new] if isinstance(new, (str, Path)) else list(new)]
-    ops_a, ops_b = (load_operators(*paths) for paths in sides)
-    lines, moved = [], []
+    ops_a, ops_b = (load_operators(*([x] if isinstance(x, (str, Path)) else x)) for x in (base, new))
+    lines: list[str | None] = []
+    moved: list[Attribution | None] = []
     for _, point in out.iterrows():
         if not wanted(point, every):
             lines.append(None)
