@@ -106,6 +106,7 @@ def test_points_to_explain():
     assert attribution.wanted({"verdict": "FAIL"})
     assert attribution.wanted({"verdict": "PASS", "significant": True, "speedup": 1.3})
     assert not attribution.wanted({"verdict": "PASS", "significant": False, "speedup": 1.3})
+    assert not attribution.wanted({"verdict": "PASS", "significant": True, "speedup": 1.3}, faster=False)
     assert attribution.wanted({"verdict": "PASS"}, every=True)
     assert not attribution.wanted({"verdict": None}, every=True)
 
@@ -113,34 +114,38 @@ def test_points_to_explain():
 def tree(root, slowed: bool, rng, processes: int = 4) -> None:
     """A results tree of one point in ``processes`` runs, each with its operators.csv, numbers by hand:
     ``slowed``, its GELU twice as long (a 2 ms call of 3 ms)."""
+    for k in range(1, processes + 1):
+        one_process(root, f"{root.name}{k}", k, slowed, rng)
+
+
+def one_process(root, name: str, k: int, slowed: bool, rng) -> None:
+    """One run (process ``k``) of the point, its operators.csv beside its row."""
     from perflab.measure import operators
     from perflab.store.rundir import RunWriter
 
     ops = {**OPS, "aten::gelu": 2e-3 if slowed else 1e-3}
-    for k in range(1, processes + 1):
-        times = {name: t * rng.lognormal(0, 0.02) for name, t in ops.items()}
-        wall = sum(times.values())
-        samples = list(wall * rng.lognormal(0, 0.01, 8))
-        name = f"{root.name}{k}"
-        row = RunWriter(root / name).add(
-            {
-                "run_id": name,
-                "process": k,
-                "experiment": "matmul",
-                "measurement": "cpu alone",
-                "status": "ok",
-                "n": 8,
-                "median_s": float(np.median(samples)),
-                "device_name": "CPU (2 threads)",
-                "num_threads": 2,
-                "cfg.experiment.size": 256,
-            },
-            samples=samples,
-        )
-        lines = pd.DataFrame(
-            {"operator": list(times), "kind": "op", "device": "cpu", "calls": 1.0, "self_s": list(times.values())}
-        )
-        operators.write(root / name, row, lines.assign(share=lines["self_s"] / wall, profiled_s=wall * 1.1))
+    times = {op: t * rng.lognormal(0, 0.02) for op, t in ops.items()}
+    wall = sum(times.values())
+    samples = list(wall * rng.lognormal(0, 0.01, 8))
+    row = RunWriter(root / name).add(
+        {
+            "run_id": name,
+            "process": k,
+            "experiment": "matmul",
+            "measurement": "cpu alone",
+            "status": "ok",
+            "n": 8,
+            "median_s": float(np.median(samples)),
+            "device_name": "CPU (2 threads)",
+            "num_threads": 2,
+            "cfg.experiment.size": 256,
+        },
+        samples=samples,
+    )
+    lines = pd.DataFrame(
+        {"operator": list(times), "kind": "op", "device": "cpu", "calls": 1.0, "self_s": list(times.values())}
+    )
+    operators.write(root / name, row, lines.assign(share=lines["self_s"] / wall, profiled_s=wall * 1.1))
 
 
 def test_compare_why_names_the_moved_operator_in_every_format(tmp_path, capsys):
@@ -205,3 +210,32 @@ def test_live_profiled_runs_name_the_slowed_gelu(work, monkeypatch, one_thread):
     gelu = found.moved.set_index("operator").loc["aten::gelu"]
     assert gelu["calls"] == "1 -> 4" and gelu["verdict"] in ("slower", "more calls")
     assert not found.moved["operator"].str.contains("addmm").any(), "the matmuls did not move"
+
+
+def test_ab_measures_a_failed_point_again_under_the_profiler_and_explains_it(tmp_path):
+    from perflab import compare, why
+    from perflab.ab import Side
+
+    rng = np.random.default_rng(7)
+    sides = [Side("base", tmp_path / "base"), Side("new", tmp_path / "new")]
+    for side in sides:  # the timed run: no operators
+        for k in range(1, 5):
+            one_process(side.tree, f"{side.name}{k}", k, side.name == "new", rng)
+            (side.tree / f"{side.name}{k}" / "operators.csv").unlink()
+    table = compare.ab(sides[0].tree, sides[1].tree, paired=True)
+    assert why.wanted(table, faster=False) and table["verdict"].tolist() == ["FAIL"]
+    asked = []
+
+    def measure(side, k):  # a profiled process, as bench.profile=true writes it
+        asked.append((side.name, k, side.overrides))
+        one_process(side.tree, f"why-{side.name}{k}", k, side.name == "new", rng)
+        return 0
+
+    said = []
+    out = why.explain(table, sides, ["+experiment=quick/matmul"], measure, alpha=0.05, process_cv=None, say=said.append)
+    assert [(n, k) for n, k, _ in asked] == [("base", 1), ("new", 1), ("new", 2), ("base", 2), ("base", 3), ("new", 3)]
+    assert all(o == ["bench.profile=true"] for _, _, o in asked)
+    assert (tmp_path / "why" / "base").is_dir(), "the profiled processes have trees of their own"
+    assert out["why_moved"].iloc[0].startswith("aten::gelu +"), out["why_moved"].iloc[0]
+    (line,) = said
+    assert "3 profiled processes a side" in line and "x a timed one" in line

@@ -185,13 +185,13 @@ def _geomean(values: pd.Series) -> float:
 # --- a comparison's points ----------------------------------------------------------------------
 
 
-def wanted(point: dict[str, Any] | pd.Series, every: bool = False) -> bool:
-    """A point to explain: FAIL, or significantly faster (``every``: any point judged)."""
+def wanted(point: dict[str, Any] | pd.Series, *, faster: bool = True, every: bool = False) -> bool:
+    """A point to explain: FAIL, or significantly faster (``faster``), or any point judged (``every``)."""
     verdict = point.get("verdict")
     if not isinstance(verdict, str):
         return False
-    faster = bool(point.get("significant")) and (point.get("speedup") or 0) > 1
-    return every or verdict == Verdict.FAIL.value or faster
+    improved = faster and bool(point.get("significant")) and (point.get("speedup") or 0) > 1
+    return every or verdict == Verdict.FAIL.value or improved
 
 
 def explain(
@@ -216,7 +216,7 @@ def explain(
     lines: list[str | None] = []
     moved: list[Attribution | None] = []
     for _, point in out.iterrows():
-        if not wanted(point, every):
+        if not wanted(point, every=every):
             lines.append(None)
             moved.append(None)
             continue
