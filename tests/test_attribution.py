@@ -239,3 +239,18 @@ def test_ab_measures_a_failed_point_again_under_the_profiler_and_explains_it(tmp
     assert out["why_moved"].iloc[0].startswith("aten::gelu +"), out["why_moved"].iloc[0]
     (line,) = said
     assert "3 profiled processes a side" in line and "x a timed one" in line
+
+
+def test_the_report_shows_where_the_time_went_and_what_moved(tmp_path):
+    from perflab import report
+
+    rng = np.random.default_rng(8)
+    for name, slowed in (("base", False), ("slow", True)):
+        tree(tmp_path / name, slowed, rng)
+    page = report.build(tmp_path / "base", tmp_path / "slow")
+    assert '<section id="operators"><h2>Where the time went</h2>' in page
+    assert "aten::gelu" in page and "self µs / call" in page
+    assert "aten::gelu +" in page.split('<section id="operators">')[1], "the FAIL's moved operators under it"
+    assert 'data-plot="operators"' in page and 'aria-label="Operators that moved: ' in page, "a titled bar"
+    one = report.build(tmp_path / "base")
+    assert "Where the time went" in one and "Operators that moved" not in one, "one tree: no verdict to explain"
