@@ -63,3 +63,23 @@ def test_kernels_on_a_gpu():
     found = operators.profiled(lambda: x @ x, [Device("cuda", 0)])
     kernels = found.table[found.table["kind"] == "kernel"]
     assert len(kernels) and (kernels["device"] == "cuda").all() and not math.isnan(kernels["self_s"].sum())
+
+
+def test_a_compiled_region_and_a_custom_op_by_the_names_the_profiler_sees():
+    lib = torch.library.Library("perflab_test_ops", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CPU")
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.perflab_test_ops.twice(x).sin()
+        torch._dynamo.graph_break()
+        return y.cos()
+
+    g = torch.compile(f, backend="eager")
+    x = torch.randn(64)
+    g(x)
+    t = operators.profiled(lambda: g(x), []).table.set_index("operator")
+    assert t.loc["perflab_test_ops::twice", "kind"] == "op", "a custom op by its qualified name"
+    regions = t[t.index.str.startswith(operators.COMPILED_REGION)]
+    assert len(regions) >= 2 and (regions["kind"] == "range").all(), "a graph break: two compiled regions"
+    assert not t.index.str.startswith("ProfilerStep").any()

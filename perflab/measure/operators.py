@@ -7,7 +7,8 @@ with the profiler's own ``key_averages``: one line per operator the profiler see
 - ``kind``: ``op`` (an aten or custom op, a compiled graph's call: its self time on the host),
   ``kernel`` (a GPU kernel: its time on the device; only where CUDA was profiled, never made up
   on a CPU) or ``range`` (a ``record_function`` range: perflab's phases, a user's own, a
-  ``torch.compile``d region; its total time, children included, so it is no addend of the ops);
+  ``torch.compile``d region, ``Torch-Compiled Region: i/j``; its total time, children included,
+  so it is no addend of the ops);
 - ``calls`` and ``self_s`` per measured call, and ``share``: that time over the profiled pass's
   wall time per call (``profiled_s``). ``median_s`` beside it is the timed pass's, so that
   ``profiled_s / median_s`` says what the profiler cost.
@@ -33,6 +34,7 @@ FILE = "operators.csv"
 ACTIVE_CALLS = 3  # profiled calls after one warm-up call under the profiler (bench.profile's trace too)
 KINDS = ("op", "kernel", "range")
 COLUMNS = ("operator", "kind", "device", "calls", "self_s", "share", "profiled_s")
+COMPILED_REGION = "Torch-Compiled Region"  # a torch.compile'd frame's call (i/j: frame, recompile): a range
 KEYS = ("row_id", "run_id", "process", "experiment", "measurement", "median_s")  # from the row
 
 
@@ -96,9 +98,9 @@ def reduce(events: Sequence[Any], calls: int, seconds: float, cuda: bool) -> pd.
             continue
         if on_device:
             kind, device, self_us = "kernel", "cuda", e.self_device_time_total
-        elif e.is_user_annotation or e.key.startswith("ProfilerStep#"):
-            if e.key.startswith("ProfilerStep#"):
-                continue  # the schedule's own step marks
+        elif e.key.startswith("ProfilerStep"):
+            continue  # the schedule's own step marks
+        elif e.is_user_annotation or e.key.startswith(COMPILED_REGION):
             kind, device, self_us = "range", "cpu", e.cpu_time_total
         else:
             kind, device, self_us = "op", "cpu", e.self_cpu_time_total
