@@ -254,3 +254,32 @@ def test_the_report_shows_where_the_time_went_and_what_moved(tmp_path):
     assert 'data-plot="operators"' in page and 'aria-label="Operators that moved: ' in page, "a titled bar"
     one = report.build(tmp_path / "base")
     assert "Where the time went" in one and "Operators that moved" not in one, "one tree: no verdict to explain"
+
+
+@pytest.mark.parametrize("flag, explained", [([], True), (["--no-why"], False)])
+def test_perflab_ab_explains_a_fail_unless_told_not_to(work, monkeypatch, capsys, flag, explained):
+    from perflab import ab, compare, why
+
+    rng = np.random.default_rng(9)
+
+    def timed(shared, base, new, **options):  # the timed processes: no profiler, no operators
+        for side in (base, new):
+            for k in range(1, 5):
+                one_process(side.tree, f"{side.name}{k}", k, side.name == "new", rng)
+                (side.tree / f"{side.name}{k}" / "operators.csv").unlink()
+        table = compare.ab(base.tree, new.tree, paired=True)
+        return table, compare.verdict_of(table)
+
+    def profiled(side, k):
+        assert "bench.profile=true" in side.overrides
+        one_process(side.tree, f"p-{side.name}{k}", k, side.name == "new", rng)
+        return 0
+
+    monkeypatch.setattr(ab, "run", timed)
+    monkeypatch.setattr(why, "fresh", lambda shared: profiled)
+    code = ab.main(["+experiment=quick/matmul", "--new-env", "X=1", "--out", str(work / "out"), *flag])
+    ran = capsys.readouterr()
+    assert code == 1
+    assert any(x.startswith("why matmul") and "aten::gelu +" in x for x in ran.out.splitlines()) is explained
+    assert ("the why pass: 3 profiled processes a side" in ran.err) is explained
+    assert (work / "out" / "why").is_dir() is explained

@@ -69,7 +69,8 @@ class Attribution:
 
     def records(self) -> dict[str, Any]:
         """For JSON: the moved operators and the rest, plain values."""
-        moved = self.moved.replace({np.nan: None}).to_dict("records")
+        finite = self.moved.astype(object).where(self.moved.map(_finite_or_text), None)  # JSON has no NaN or inf
+        moved = finite.to_dict("records")
         return {
             "moved": moved,
             "change_s": _plain(self.change_s),
@@ -77,6 +78,10 @@ class Attribution:
             "unexplained_pct": _plain(self.unexplained_pct),
             "profile_cost_x": _plain(self.cost_x),
         }
+
+
+def _finite_or_text(v: object) -> bool:
+    return not isinstance(v, float) or math.isfinite(v)
 
 
 def _plain(x: float) -> float | None:
