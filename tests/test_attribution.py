@@ -200,9 +200,9 @@ def test_live_profiled_runs_name_the_slowed_gelu(work, monkeypatch, one_thread):
     from conftest import FAST
 
     over = ["model._target_=slowed.Slowed", "+model.width=32", "data.shape=[32]", "experiment.batches=[2048]"]
-    for side, slowed in (("base", ""), ("new", "gelu")):
-        monkeypatch.setenv("WHY_SLOWED", slowed)
-        for _ in range(3):
+    for _ in range(3):  # A B A B ...: a machine whose load drifts slows both sides alike
+        for side, slowed in (("base", ""), ("new", "gelu")):
+            monkeypatch.setenv("WHY_SLOWED", slowed)
             perflab.run("quick/infer", [*over, *FAST, "bench.profile=true", f"results.store={work / side}"])
     table = comparison.ab(work / "base", work / "new", experiment="infer")
     table = attribution.explain(table[table["measurement"] != "load"], work / "base", work / "new", every=True)
