@@ -420,6 +420,12 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument(
         "--process-cv", type=compare.percent, metavar="PCT", help=f"floor (default: measured, else {100 * FLOOR_CV:g})"
     )
+    parser.add_argument(
+        "--why",
+        action=argparse.BooleanOptionalAction,
+        help="after the verdict, measure the sides again under the profiler and name the operators that moved: "
+        "by default where a point FAILed; --why: where one was significantly faster too; --no-why: never",
+    )
     parser.add_argument("--format", choices=("md", "csv", "json", "github"), default="md")
     parser.add_argument(
         "--apart",
@@ -502,6 +508,19 @@ def _main(argv: Sequence[str] | None) -> int:
         except MetricError as err:  # --metric no row has: compare's line (other failures: could not judge)
             print(f"{PROG}: error: {err}", file=sys.stderr)
             return USAGE_EXIT
+        from perflab import why
+
+        if args.why is not False and not table.empty and why.wanted(table, bool(args.why)):
+            table = why.explain(
+                table,
+                sides,
+                [*sweep[:1], *args.overrides],
+                faster=bool(args.why),
+                alpha=args.alpha,
+                process_cv=None if args.process_cv is None else args.process_cv / 100,
+                explained=sides[0].explains(sides[1]),
+                say=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
+            )
     if table.empty:
         for note in table.attrs.get("notes", []):  # why nothing was judged (every process busy ...)
             print(f"{PROG}: {note}", file=sys.stderr)

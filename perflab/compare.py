@@ -153,6 +153,10 @@ def to_json(table: pd.DataFrame, *, two_trees: bool, code: int | None = None, ga
     notes = table.attrs.get("notes", [])
     if not two_trees:
         return json.dumps({"rows": records, "notes": notes}, indent=1, allow_nan=False)
+    if "_moved" in table:  # --why: each explained point's operators, structured
+        for record, found in zip(records, table["_moved"]):
+            if found is not None:
+                record.update(found.records())
     judged = [r for r in records if "verdict" in r]
     gate_pct, alpha = table.attrs.get("gate_pct", DEFAULT_GATE_PCT), table.attrs.get("alpha", ALPHA)
     exit_ = verdict_of(table) if code is None else code
@@ -213,6 +217,8 @@ def to_github(table: pd.DataFrame) -> str:
         if "verdict" in table and isinstance(r.get("verdict"), str):
             entry["verdict"] = r["verdict"]  # the field a gate reads (jq '.[][] | .verdict')
             entry["extra"] = f"{r['verdict']}: {r.get('why', '')}"
+            if isinstance(r.get("why_moved"), str):  # --why: what moved, in the tooltip too
+                entry["extra"] += f"; moved: {r['why_moved']}"
         out["customBiggerIsBetter" if higher_is_better(metric) else "customSmallerIsBetter"].append(entry)
     return json.dumps(out, indent=1)
 
@@ -263,6 +269,12 @@ def _main(argv: Sequence[str] | None) -> int:
         "--allow-mixed", action="store_true", help="BASE NEW: judge points whose machine identity differs"
     )
     parser.add_argument("--keep-floor", action="store_true", help=argparse.SUPPRESS)  # 0.4.0: keeps nothing
+    parser.add_argument(
+        "--why",
+        action="store_true",
+        help="BASE NEW: name the operators, kernels and phases that moved in each FAIL (or faster) point, "
+        "each with its own verdict (rows measured with bench.profile=true)",
+    )
     parser.add_argument("--plot", type=Path, help="write PNG plots into this folder")
     parser.add_argument("--format", choices=("md", "csv", "json", "github"), default="md")
     parser.add_argument("--all-columns", action="store_true", help="md: every column (csv and json have them all)")
@@ -293,8 +305,14 @@ def _main(argv: Sequence[str] | None) -> int:
                 allow_mixed=args.allow_mixed,
                 process_cv=None if args.process_cv is None else args.process_cv / 100,
             )
+            if args.why:
+                from perflab.analysis import attribution
+
+                floor = None if args.process_cv is None else args.process_cv / 100
+                table = attribution.explain(table, args.paths[0], args.paths[1], alpha=args.alpha, floor=floor)
         else:
             for flag, given in (
+                ("--why", args.why),
                 ("--fail-if-slower", args.fail_if_slower is not None),
                 ("--allow-mixed", args.allow_mixed),
                 ("--process-cv", args.process_cv is not None),
@@ -344,9 +362,25 @@ def show(table: pd.DataFrame, fmt: str, *, two: bool, code: int, gate: float | N
         print(to_github(table))
     else:
         visible = table.drop(columns=[c for c in table.columns if c.startswith("_")])
-        print(to_markdown(table, every) if fmt == "md" else visible.to_csv(index=False), end="\n")
+        shown = table.drop(columns=["why_moved"]) if fmt == "md" and "why_moved" in table else table
+        print(to_markdown(shown, every) if fmt == "md" else visible.to_csv(index=False), end="\n")
         for note in table.attrs.get("notes", []):
             print(f"note: {note}")
+        if fmt == "md":
+            for line in why_lines(table):
+                print(line)
+
+
+def why_lines(table: pd.DataFrame) -> list[str]:
+    """``why <point>: <what moved>`` for each point explained (``--why``), with what profiling cost."""
+    if "why_moved" not in table:
+        return []
+    out = []
+    for _, r in table[table["why_moved"].notna()].iterrows():
+        found = r.get("_moved")
+        cost = f" (profiled pass {found.cost_x:.2g}x the timed one)" if found is not None else ""
+        out.append(f"why {r.get('_name')} {r.get('verdict')}: {r['why_moved']}{cost}")
+    return out
 
 
 def verdict_lines(

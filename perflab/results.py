@@ -84,6 +84,23 @@ def load_samples(*paths: str | os.PathLike, row_ids: Iterable[str] | None = None
     return (df[~twice] if twice.any() else df).reset_index(drop=True)
 
 
+def load_operators(*paths: str | os.PathLike):
+    """Where each measurement's time went (``bench.profile=true``): the ``operators.csv`` of
+    every run dir under ``paths`` in one DataFrame, a line per (row, operator): the row's
+    ``row_id``, ``run_id``, ``process``, ``experiment``, ``measurement`` and timed ``median_s``,
+    then ``operator``, ``kind`` (op, kernel, range), ``device``, ``calls`` and ``self_s`` per
+    measured call, ``share`` of the profiled call (``profiled_s``). See perflab.measure.operators."""
+    from perflab.measure import operators
+
+    dirs: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if not path.is_dir():
+            raise FileNotFoundError(f"{path}: {_no_folder(path)}")
+        dirs += list(run_dirs(path))
+    return operators.read(list(dict.fromkeys(dirs)))
+
+
 def _load(paths, experiment: str | None, samples: bool, columns: Sequence[str] | None = None):
     """load(), of ``columns`` alone where given (load_rows)."""
     import pandas as pd

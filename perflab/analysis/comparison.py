@@ -567,6 +567,8 @@ def ab(
                 _new=sides["NEW"],
                 _higher=higher_is_better(judged),
                 _samples=sides["NEW"].samples,
+                _base_ids=pa["row_id"].iloc[ia].astype(str).tolist(),  # the point's rows: its operators (attribution)
+                _new_ids=pb["row_id"].iloc[ib].astype(str).tolist(),
             )
             flagged = {"base": va_.suspects(ia), "new": vb_.suspects(ib)}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)

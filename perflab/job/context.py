@@ -208,13 +208,18 @@ class Context:
             }
             self.watched[name] = watched
             row["suspect"] = "; ".join(x for x in (s.suspect, row.get("suspect", "")) if x)
+            found = None
             if self.settings.bench.profile:
-                row["trace"] = self._profile(name, part.fn, devices[name])
+                row["trace"], found = self._profile(name, part.fn, devices[name])
             if self.settings.bench.instructions and part.count is not None:
                 from perflab.measure import instructions
 
                 row.update(instructions.count(part.count))
-            self.record(name, s, devices=devices[name], **row)
+            written = self.record(name, s, devices=devices[name], **row)
+            if found is not None:  # its operators, keyed by the row just written
+                from perflab.measure import operators
+
+                operators.write(self.run_dir, written, found.table)
         return stats
 
     def _derived(self, part: Part, s: Stats, devices: list[Device]) -> dict[str, Any]:
@@ -258,10 +263,11 @@ class Context:
             return out
         return flops.utilization(tflops, names, dtype, measured)
 
-    def _profile(self, name: str, fn: Callable[[], object], devices: list[Device]) -> str:
+    def _profile(self, name: str, fn: Callable[[], object], devices: list[Device]) -> tuple[str, Any]:
+        """The trace's path and the same pass per operator (``perflab.measure.operators``)."""
         from perflab.measure import profile
 
-        return profile.trace(self.run_dir, name, fn, devices)
+        return profile.traced(self.run_dir, name, fn, devices)
 
     def record(
         self,

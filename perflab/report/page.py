@@ -23,6 +23,7 @@ from perflab.analysis.table import flags, human_time, rate, spread
 from perflab.config import contract, registry
 from perflab.history import report_section as trend_section  # the trend over subjects, where there is a history
 from perflab.report.html import MATPLOTLIB_LINE, Figures, bullet_list, esc, section_id, table_html
+from perflab.report.operators import section as operators_section
 from perflab.report.reproducibility import summary  # the book's claims judged, before the sections
 from perflab.store.outcome import FAILED
 from perflab.store.rows import number
@@ -388,7 +389,14 @@ class Report:
             guard=asset("guard.js"),
             top="".join(top),
             toc=toc,
-            sections="\n".join([trend, summary(self.df, self.samples), *sections]),
+            sections="\n".join(
+                [
+                    trend,
+                    summary(self.df, self.samples),
+                    *sections,
+                    operators_section(self.sources, self.figures),  # where the time went, what moved
+                ]
+            ),
             environment=env,
             warnings=warnings,
             script=asset("check.js"),

@@ -1,0 +1,139 @@
+"""Where a measurement's time goes: a profiled pass, reduced to one table per measurement.
+
+After the timed samples (``bench.profile=true``), ``profiled`` calls the measured function
+under ``torch.profiler`` in a pass of its own (never inside the clock) and reduces the events
+with the profiler's own ``key_averages``: one line per operator the profiler sees, with
+
+- ``kind``: ``op`` (an aten or custom op, a compiled graph's call: its self time on the host),
+  ``kernel`` (a GPU kernel: its time on the device; only where CUDA was profiled, never made up
+  on a CPU) or ``range`` (a ``record_function`` range: perflab's phases, a user's own, a
+  ``torch.compile``d region, ``Torch-Compiled Region: i/j``; its total time, children included,
+  so it is no addend of the ops);
+- ``calls`` and ``self_s`` per measured call, and ``share``: that time over the profiled pass's
+  wall time per call (``profiled_s``). ``median_s`` beside it is the timed pass's, so that
+  ``profiled_s / median_s`` says what the profiler cost.
+
+The table goes to ``operators.csv`` in the run dir, one line per (row, operator), keyed by the
+row's ``row_id`` (and ``run_id``, ``process``, ``measurement``): ``perflab.results.load_operators``
+reads it back, ``perflab.analysis.attribution`` judges two sides' tables operator by operator.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import pandas as pd
+
+from perflab.measure.devices import Device, synchronize
+
+FILE = "operators.csv"
+ACTIVE_CALLS = 3  # profiled calls after one warm-up call under the profiler (bench.profile's trace too)
+KINDS = ("op", "kernel", "range")
+COLUMNS = ("operator", "kind", "device", "calls", "self_s", "share", "profiled_s")
+COMPILED_REGION = "Torch-Compiled Region"  # a torch.compile'd frame's call (i/j: frame, recompile): a range
+KEYS = ("row_id", "run_id", "process", "experiment", "measurement", "median_s")  # from the row
+
+
+@dataclass
+class Profiled:
+    """One profiled pass: its table (``COLUMNS``) and the wall time of a profiled call."""
+
+    table: pd.DataFrame
+    seconds: float  # per call, under the profiler
+
+
+def profiled(
+    fn: Callable[[], object],
+    devices: Sequence[Device],
+    *,
+    calls: int = ACTIVE_CALLS,
+    trace: Path | None = None,
+) -> Profiled:
+    """One warm-up call and ``calls`` calls of ``fn`` under torch.profiler (CUDA activity too
+    where a device is a GPU), each call's wall time taken around it with the devices synced;
+    ``trace``: where the Chrome trace goes (``bench.profile``'s file), written when the active
+    calls end and outside their clock."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    cuda = any(d.type == "cuda" for d in devices)
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    spent: list[float] = []
+    events: list[Any] = []
+
+    def ready(p: Any) -> None:  # the cycle's events exist here only (a scheduled profile's own rule)
+        if trace:
+            p.export_chrome_trace(str(trace))
+        events.extend(p.key_averages())
+
+    with warnings.catch_warnings():  # "clears events at the end of each cycle": we use one cycle
+        warnings.simplefilter("ignore", UserWarning)
+        with profile(
+            activities=activities, schedule=schedule(wait=0, warmup=1, active=calls), on_trace_ready=ready
+        ) as prof:
+            for i in range(1 + calls):
+                synchronize(devices)
+                t0 = time.perf_counter()
+                fn()
+                synchronize(devices)
+                if i:
+                    spent.append(time.perf_counter() - t0)
+                prof.step()
+    seconds = sum(spent) / len(spent)  # the mean, as key_averages' totals over the calls are
+    return Profiled(reduce(events, calls, seconds, cuda), seconds)
+
+
+def reduce(events: Sequence[Any], calls: int, seconds: float, cuda: bool) -> pd.DataFrame:
+    """``key_averages``' events as ``COLUMNS`` per measured call (times in seconds; the profiler
+    counts microseconds). A GPU kernel is a ``kernel`` on ``cuda`` only where CUDA was profiled."""
+    from torch.autograd import DeviceType
+
+    lines = []
+    for e in events:
+        on_device = e.device_type == DeviceType.CUDA
+        if on_device and not cuda:
+            continue
+        if on_device:
+            kind, device, self_us = "kernel", "cuda", e.self_device_time_total
+        elif e.key.startswith("ProfilerStep"):
+            continue  # the schedule's own step marks
+        elif e.is_user_annotation or e.key.startswith(COMPILED_REGION):
+            kind, device, self_us = "range", "cpu", e.cpu_time_total
+        else:
+            kind, device, self_us = "op", "cpu", e.self_cpu_time_total
+        lines.append((e.key, kind, device, e.count / calls, self_us / 1e6 / calls))
+    table = pd.DataFrame(lines, columns=list(COLUMNS[:5]))
+    table = table.groupby(["operator", "kind", "device"], as_index=False, sort=False).sum()
+    table["share"] = table["self_s"] / seconds if seconds > 0 else float("nan")
+    table["profiled_s"] = seconds
+    return table
+
+
+def write(run_dir: Path, row: Mapping[str, Any], table: pd.DataFrame) -> Path:
+    """Append one measurement's table to the run dir's ``operators.csv``, keyed by its row."""
+    from perflab.store import files
+
+    keyed = table.assign(**{k: row.get(k) for k in KEYS})[[*KEYS, *COLUMNS]]
+    path = run_dir / FILE
+    files.append_text(path, keyed.to_csv(index=False, header=False), header=",".join(keyed.columns) + "\n")
+    return path
+
+
+def read(paths: Sequence[Path]) -> pd.DataFrame:
+    """Every ``operators.csv`` of these run dirs, one frame (``KEYS`` + ``COLUMNS`` + ``run_dir``);
+    a torn line is skipped."""
+    frames = []
+    for d in paths:
+        f = Path(d) / FILE
+        if f.is_file():
+            df = pd.read_csv(f, on_bad_lines="skip", dtype={"row_id": str, "run_id": str, "process": "string"})
+            frames.append(df.assign(run_dir=str(d)))
+    if not frames:
+        return pd.DataFrame(columns=[*KEYS, *COLUMNS, "run_dir"])
+    out = pd.concat(frames, ignore_index=True)
+    for c in ("calls", "self_s", "share", "profiled_s", "median_s"):
+        out[c] = pd.to_numeric(out[c], errors="coerce")
+    return out.drop_duplicates(["row_id", "operator", "kind", "device"])

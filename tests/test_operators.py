@@ -1,0 +1,85 @@
+"""Per-operator figures (bench.profile=true): a profiled pass reduced with the profiler's own
+key_averages, written beside the rows, read back by results.load_operators."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import perflab
+from perflab.measure import operators
+from perflab.results import load_operators
+
+from conftest import FAST
+
+
+def _block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    with torch.profiler.record_function("my_block"):
+        return torch.nn.functional.gelu(x @ w)
+
+
+def test_a_profiled_pass_names_each_op_its_calls_and_its_share():
+    x, w = torch.randn(64, 128), torch.randn(128, 128)
+    found = operators.profiled(lambda: _block(x, w), [])
+    t = found.table.set_index("operator")
+    assert t.loc["aten::gelu", "kind"] == "op" and t.loc["aten::gelu", "calls"] == 1
+    assert t.loc["aten::mm", "self_s"] > 0
+    assert t.loc["my_block", "kind"] == "range", "a record_function range is a range, its children in its time"
+    assert t.loc["my_block", "self_s"] >= t.loc["aten::mm", "self_s"]
+    assert not (t["kind"] == "kernel").any(), "no kernel is made up on a CPU"
+    ops = t[t["kind"] == "op"]
+    assert 0 < ops["share"].sum() <= 1.5, "the ops' self times add up to about the profiled call"
+    assert (t["profiled_s"] == found.seconds).all() and found.seconds > 0
+
+
+def test_the_job_keeps_operators_beside_the_rows(work):
+    df = perflab.run("quick/matmul", [*FAST, "bench.profile=true"])
+    ops = load_operators(work / df.attrs["run_dir"])
+    assert set(ops["row_id"]) == set(df["row_id"]), "every measurement's operators, keyed by its row"
+    mm = ops[ops["operator"] == "aten::mm"]
+    assert len(mm) == len(df) and (mm["self_s"] > 0).all()
+    assert set(ops["kind"]) <= set(operators.KINDS)
+    assert (ops["median_s"] > 0).all() and (ops["profiled_s"] > 0).all()
+    assert ops.equals(load_operators(work / "outputs")) or len(load_operators(work / "outputs")) == len(ops)
+
+
+def test_no_operators_without_profile(work):
+    df = perflab.run("quick/matmul", FAST)
+    assert load_operators(work / df.attrs["run_dir"]).empty
+
+
+def test_load_operators_refuses_a_missing_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        load_operators(tmp_path / "nothing")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="kernels are profiled on a GPU only")
+def test_kernels_on_a_gpu():
+    from perflab.measure.devices import Device
+
+    x = torch.randn(256, 256, device="cuda")
+    found = operators.profiled(lambda: x @ x, [Device("cuda", 0)])
+    kernels = found.table[found.table["kind"] == "kernel"]
+    assert len(kernels) and (kernels["device"] == "cuda").all() and not math.isnan(kernels["self_s"].sum())
+
+
+def test_a_compiled_region_and_a_custom_op_by_the_names_the_profiler_sees():
+    lib = torch.library.Library("perflab_test_ops", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CPU")
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.perflab_test_ops.twice(x).sin()
+        torch._dynamo.graph_break()
+        return y.cos()
+
+    g = torch.compile(f, backend="eager")
+    x = torch.randn(64)
+    g(x)
+    t = operators.profiled(lambda: g(x), []).table.set_index("operator")
+    assert t.loc["perflab_test_ops::twice", "kind"] == "op", "a custom op by its qualified name"
+    regions = t[t.index.str.startswith(operators.COMPILED_REGION)]
+    assert len(regions) >= 2 and (regions["kind"] == "range").all(), "a graph break: two compiled regions"
+    assert not t.index.str.startswith("ProfilerStep").any()
