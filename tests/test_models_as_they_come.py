@@ -297,3 +297,15 @@ def test_a_recurrent_models_rows_say_state(work):
     over = ["experiment.prompt_len=4", "experiment.new_tokens=3", "results.table=false", *FAST]
     df = perflab.run("quick/generate", [*mamba, *over])
     assert set(df[df["measurement"].isin(["generate", "decode"])]["cache"]) == {"state"}
+
+
+def test_flops_are_counted_where_a_module_is_handed_its_parameters_without_gradients():
+    """weight_norm's parametrization (Wav2Vec2's, HuBERT's, WavLM's positional convolution) crashed
+    torch's module tracker under inference_mode: their inference rows had no FLOPs."""
+    from perflab.measure import flops
+
+    conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 8, 3), dim=2)
+    x = torch.randn(2, 4, 16)
+    with_grad = flops.count(lambda: conv(x))
+    with torch.inference_mode():
+        assert flops.count(lambda: conv(x)) == with_grad == 2 * 2 * 8 * 14 * 4 * 3
