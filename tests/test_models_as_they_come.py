@@ -309,3 +309,20 @@ def test_flops_are_counted_where_a_module_is_handed_its_parameters_without_gradi
     with_grad = flops.count(lambda: conv(x))
     with torch.inference_mode():
         assert flops.count(lambda: conv(x)) == with_grad == 2 * 2 * 8 * 14 * 4 * 3
+
+
+def lazy_mlp(num_classes: int = 10) -> nn.Module:
+    """A user's model whose first layer is sized by its first input (nn.LazyLinear)."""
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(16), nn.ReLU(), nn.Linear(16, num_classes))
+
+
+@pytest.mark.parametrize("experiment", ["quick/infer", "quick/train"])
+def test_a_model_with_lazy_modules_is_shaped_by_its_input_before_anything_counts_it(work, experiment):
+    """infer counted its parameters before any forward: ValueError on an uninitialized parameter."""
+    over = ["model._target_=test_models_as_they_come.lazy_mlp", "data.shape=[1,8,8]", "experiment.batches=[2]"]
+    over = over if experiment == "quick/infer" else [*over[:2], *TINY]
+    df = perflab.run(experiment, [*over, "results.table=false", *FAST])
+    assert (df["status"] == "ok").all(), df[["measurement", "error"]]
+    if experiment == "quick/infer":
+        load = df[df["measurement"] == "load"].iloc[0]
+        assert load["params"] == 64 * 16 + 16 + 16 * 10 + 10

@@ -386,9 +386,33 @@ def build(cfg: ModelConfig, data: Any) -> nn.Module:
 
     if hf_models.is_hf(net):  # its output an object: called through the one place that unwraps it
         net = hf_models.Unwrapped(net)
+    _materialize(cfg, net, data)
     if cfg.init != "default":
         net.apply(_book_normal if cfg.init == "book_normal" else _xavier)
     return net
+
+
+def _materialize(cfg: ModelConfig, net: nn.Module, data: Any) -> None:
+    """Shape a model's lazy parameters (``nn.LazyLinear``'s, sized by their first input) with one
+    forward of two of the data's inputs (eval mode, no gradients), so that whatever reads them
+    next (a parameter count, a copy, an optimizer, an init) finds them made. One line where
+    that input does not fit."""
+    if not any(nn.parameter.is_lazy(p) for p in net.parameters()):
+        return
+    x = data.example(2)
+    training = net.training
+    try:
+        with torch.no_grad():
+            net.eval()(x)
+    except Exception as err:
+        raise ConfigError(
+            "model",
+            cfg.label,
+            f"a model that takes {data.describe()}",
+            problem=f"its lazy modules are shaped by a first input, and it fails on {tuple(x.shape)}: "
+            f"{type(err).__name__}: {first_line(err)}",
+        ) from None
+    net.train(training)
 
 
 # Train-mode outputs with auxiliary heads (torchvision's GoogLeNet and Inception-v3): the weight
