@@ -151,15 +151,6 @@ def test_an_encoder_decoder_trains_and_its_row_says_the_objective(work, folders)
 
 
 @pytest.mark.xdist_group("held_out_models")  # one worker saves the models once
-def test_a_masked_lm_encoder_is_refused_next_token_data_in_one_line(work, folders):
-    """Its bidirectional attention sees the target: test accuracy 0.68 where a causal model got 0.03."""
-    with pytest.raises(Refused) as refused:
-        perflab.run("quick/train", ["model=hf", f"model.name={folders / 'bert-mlm'}", *TOKENS, *FAST])
-    line = str(refused.value)
-    assert "BertForMaskedLM is a masked-LM encoder" in line and "+experiment=infer" in line and "\n" not in line
-
-
-@pytest.mark.xdist_group("held_out_models")  # one worker saves the models once
 def test_a_sequence_classifier_on_token_data_is_one_line(work, folders):
     with pytest.raises(Refused) as refused:
         perflab.run("quick/train", ["model=hf", f"model.name={folders / 'bert-classifier'}", *TOKENS, *FAST])

@@ -220,17 +220,6 @@ def test_speech_and_two_tower_models_infer_on_inputs_their_config_shapes(work, s
     assert infer.headline(df.to_dict("records"))[0].endswith(f"; input {AUDIO_AND_TOWERS[name][1]}")
 
 
-@pytest.mark.parametrize("name", list(AUDIO_AND_TOWERS))
-@pytest.mark.xdist_group("speech_and_towers")  # one worker saves the models once
-def test_training_them_is_one_line_naming_their_kind(work, speech_and_towers, name):
-    model = ["model=hf", f"model.name={speech_and_towers / name}"]
-    with pytest.raises(Refused) as refused:
-        perflab.run("quick/train", [*model, *TINY, *FAST])
-    line = str(refused.value)
-    assert f"it takes {AUDIO_AND_TOWERS[name][2]}, which perflab does not train on yet" in line
-    assert "allowed: +experiment=infer" in line and "\n" not in line
-
-
 @pytest.mark.xdist_group("speech_and_towers")  # one worker saves the models once
 def test_whisper_generates_from_audio_features_within_its_decoders_positions(work, speech_and_towers):
     """Its prompt is its features, whole; its decoder holds 32 positions, one its start token's."""

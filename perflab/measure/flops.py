@@ -99,7 +99,7 @@ def count(fn: Callable[[], object]) -> float:
     _count_cpu_attention()
     counter = FlopCounterMode(display=False)
     if hasattr(counter, "mod_tracker"):  # totals only: no per-module attribution to track
-        counter.mod_tracker = _TotalsOnly()
+        counter.mod_tracker = _TotalsOnly()  # type: ignore[assignment]
     with counter:
         fn()
     return float(counter.get_total_flops())
