@@ -49,6 +49,22 @@ def test_a_non_hf_model_trains_on_classes_or_next_tokens():
     assert objectives.of(net, Spec((8,), 50, tokens=True)).name == "next-token cross-entropy"
 
 
+def test_segmentation_scores_every_pixel_and_adds_torchvisions_aux_head_at_half_weight():
+    """torchvision's FCN answers {"out": (B, C, H, W), "aux": ...}; each pixel of an image of class
+    c is of class c; the aux head's loss added at 0.5, as torchvision's reference recipe does."""
+    out, aux = torch.randn(3, 4, 5, 6), torch.randn(3, 4, 5, 6)
+    y = torch.tensor([0, 2, 3])
+    loss, right = objectives.SEGMENTS.loss(lambda x: {"out": out, "aux": aux}, torch.empty(3), y)
+
+    def per_image(scores: torch.Tensor) -> torch.Tensor:
+        pixels = torch.nn.functional.cross_entropy(scores, y[:, None, None].expand(3, 5, 6), reduction="none")
+        return pixels.mean((1, 2)).sum()
+
+    assert loss.item() == pytest.approx((per_image(out) + 0.5 * per_image(aux)).item(), rel=1e-6)
+    assert right == (out.mean((2, 3)).argmax(1) == y).sum()
+    assert objectives.SEGMENTS.right(lambda x: out, torch.empty(3), y) == right
+
+
 transformers = pytest.importorskip("transformers")
 
 AUDIO = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=32)
