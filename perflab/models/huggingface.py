@@ -414,6 +414,13 @@ def kind(inner: Any) -> str:
     return {**named, "input_values": "waveforms"}.get(main, main)
 
 
+def task(inner: Any) -> str:
+    """The task of an HF model's head, from its class name, in words: ``object detection``
+    (``YolosForObjectDetection``), ``CTC``, ``masked LM``; "" for a bare model (``CLIPModel``)."""
+    head = type(inner).__name__.partition("For")[2]
+    return " ".join(w if w.isupper() else w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z]*", head))
+
+
 def _two_towers(cfg: Any) -> bool:
     return hasattr(cfg, "text_config") and hasattr(cfg, "vision_config")
 

@@ -24,7 +24,6 @@ and the right count is of the same things, so train loss and accuracy mean what 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
@@ -286,10 +285,9 @@ def of(net: nn.Module, spec: Any) -> Objective:
     if what in ("waveforms", "audio features"):
         problem = f"{name} takes {what} but has no head perflab trains (a CTC head, or a decoder)"
         raise ConfigError("model", name, TRAINS, problem=problem)
-    task = name.partition("For")[2]  # ObjectDetection, DepthEstimation ...: a head with a loss of its own kind
-    if what == "images" and task and task not in ("ImageClassification", "ImageClassificationWithTeacher"):
-        words = re.sub(r"(?<!^)(?=[A-Z])", " ", task).lower()
-        problem = f"{name} is a model of {words}, which perflab does not train yet"
+    head = hf.task(inner)  # object detection, depth estimation ...: a loss of its own kind
+    if what == "images" and head and not head.startswith("image classification"):
+        problem = f"{name} is a model of {head}, which perflab does not train yet"
         raise ConfigError("model", name, TRAINS, problem=problem)
     if spec.tokens and hf.masked_lm(net):
         mask = getattr(inner.config, "mask_token_id", None)
