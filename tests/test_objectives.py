@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_models_as_they_come import AUDIO_AND_TOWERS
 
 import perflab
 from perflab.errors import Refused
@@ -75,32 +76,8 @@ MODELS = {
     "wav2vec2-ctc": lambda t: t.Wav2Vec2ForCTC(t.Wav2Vec2Config(**AUDIO)),
     "hubert-ctc": lambda t: t.HubertForCTC(t.HubertConfig(**AUDIO)),
     "wav2vec2-base": lambda t: t.Wav2Vec2Model(t.Wav2Vec2Config(**AUDIO)),
-    "whisper": lambda t: t.WhisperForConditionalGeneration(
-        t.WhisperConfig(
-            d_model=32,
-            encoder_layers=1,
-            decoder_layers=1,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=64,
-            decoder_ffn_dim=64,
-            num_mel_bins=16,
-            max_source_positions=50,
-            max_target_positions=32,
-            vocab_size=100,
-            decoder_start_token_id=1,
-            pad_token_id=0,
-            eos_token_id=2,
-            bos_token_id=1,
-        )
-    ),
-    "clip": lambda t: t.CLIPModel(
-        t.CLIPConfig(
-            text_config=dict(**TEXT, vocab_size=99, max_position_embeddings=16, bos_token_id=0, eos_token_id=2),
-            vision_config=dict(**TEXT, image_size=32, patch_size=8),
-            projection_dim=16,
-        )
-    ),
+    "whisper": AUDIO_AND_TOWERS["whisper"][0],  # their own tiny Whisper and CLIP, saved again here
+    "clip": AUDIO_AND_TOWERS["clip"][0],
     "bert-mlm": lambda t: t.BertForMaskedLM(t.BertConfig(**TEXT, vocab_size=100, max_position_embeddings=64)),
 }
 
