@@ -36,6 +36,7 @@ from torch.nn import functional as F
 
 from perflab.config.schema import ModelConfig
 from perflab.errors import ConfigError, did_you_mean, first_line, paragraph
+from perflab.train.objectives import AUX_WEIGHTS, main_and_aux  # noqa: F401  (perflab.models.main_and_aux too)
 
 
 def lenet(num_classes: int = 10) -> nn.Module:
@@ -418,22 +419,6 @@ def _materialize(cfg: ModelConfig, net: nn.Module, data: Any) -> None:
             f"{type(err).__name__}: {first_line(err)}",
         ) from None
     net.train(training)
-
-
-# Train-mode outputs with auxiliary heads (torchvision's GoogLeNet and Inception-v3): the weight
-# of each aux head's loss in the model's own recipe (GoogLeNet's paper: 0.3; Inception-v3's: 0.4).
-AUX_WEIGHTS = {"GoogLeNetOutputs": 0.3, "InceptionOutputs": 0.4}
-
-
-def main_and_aux(out: Any) -> tuple[Any, list[tuple[float, torch.Tensor]]]:
-    """A model's output as its main scores and its aux heads' (weight, scores): a train-mode
-    ``GoogLeNetOutputs(logits, aux_logits2, aux_logits1)`` trains its logits, the aux heads'
-    losses added at their weight; any other output is the main one, with no aux heads."""
-    weight = AUX_WEIGHTS.get(type(out).__name__)
-    if weight is None:
-        return out, []
-    main, *aux = out  # a named tuple, the logits first
-    return main, [(weight, a) for a in aux if isinstance(a, torch.Tensor)]
 
 
 def check(cfg: ModelConfig, data: Any, batch: int = 2, train: bool = False) -> nn.Module:

@@ -3,7 +3,7 @@ split's labels become, the loss, what counts as right, and the name the row's ``
 column carries.
 
 - ``cross-entropy over classes``: an image (or any) classifier; aux heads' losses added at
-  their recipe's weight (perflab.models.main_and_aux).
+  their recipe's weight (:func:`main_and_aux`).
 - ``next-token cross-entropy``: a causal LM, an encoder-decoder, on data=tokens.
 - ``masked-token cross-entropy (15 % masked)``: a masked-LM encoder (BERT's kin) on data=tokens: 15 % of its
   tokens masked, scored on those alone (its attention sees every token, so next-token data
@@ -30,7 +30,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from perflab import models
 from perflab.errors import ConfigError
 
 IGNORE = -100  # a target scored by nothing (F.cross_entropy's ignore_index, HF's labels' padding)
@@ -45,6 +44,22 @@ def correct(scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     tokens x 256 ids), the same for a classifier."""
     hit = scores.gather(-1, y.clamp(min=0).unsqueeze(-1)).squeeze(-1) >= scores.amax(-1)
     return (hit & (y != IGNORE)).sum()
+
+
+# Train-mode outputs with auxiliary heads (torchvision's GoogLeNet and Inception-v3): the weight
+# of each aux head's loss in the model's own recipe (GoogLeNet's paper: 0.3; Inception-v3's: 0.4).
+AUX_WEIGHTS = {"GoogLeNetOutputs": 0.3, "InceptionOutputs": 0.4}
+
+
+def main_and_aux(out: Any) -> tuple[Any, list[tuple[float, torch.Tensor]]]:
+    """A model's output as its main scores and its aux heads' (weight, scores): a train-mode
+    ``GoogLeNetOutputs(logits, aux_logits2, aux_logits1)`` trains its logits, the aux heads'
+    losses added at their weight; any other output is the main one, with no aux heads."""
+    weight = AUX_WEIGHTS.get(type(out).__name__)
+    if weight is None:
+        return out, []
+    main, *aux = out  # a named tuple, the logits first
+    return main, [(weight, a) for a in aux if isinstance(a, torch.Tensor)]
 
 
 class Objective:
@@ -64,7 +79,7 @@ class Objective:
 
     def loss(self, model: Any, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The summed loss and how many it got right, as device tensors (nothing read back)."""
-        out, aux = models.main_and_aux(model(x))
+        out, aux = main_and_aux(model(x))
         loss = F.cross_entropy(out.flatten(0, -2).float(), y.flatten(), reduction="sum")
         for weight, scores in aux:  # GoogLeNet's, Inception-v3's aux heads: added as their recipe does
             loss = loss + weight * F.cross_entropy(scores.flatten(0, -2).float(), y.flatten(), reduction="sum")
