@@ -170,7 +170,9 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
         if not (hasattr(inner, "can_generate") and inner.can_generate()):
             seq2seq = getattr(inner.config, "is_encoder_decoder", False)  # a random T5 is a classifier unless asked
             hint = "; model.task=seq2seq-lm builds one that does" if seq2seq else ""
-            raise ConfigError("model", label, PROTOCOL, problem=f"{type(inner).__name__} does not generate{hint}")
+            what = f"a model of {hf.kind(inner)}" + (f" for {hf.task(inner)}" if hf.task(inner) else "")
+            problem = f"{type(inner).__name__} does not generate{hint}; it is {what}"
+            raise ConfigError("model", label, PROTOCOL, problem=problem)
         if streams_late(devices[0].type):
             raise ConfigError(
                 "devices.spec",

@@ -635,9 +635,11 @@ def _test_size_of(row: Mapping[str, Any]) -> int:
 
 
 def _classes(row: Mapping[str, Any]) -> int:
+    """What chance is 1 in: the classes the run scored (the row's, taken from the model where
+    data.num_classes was null), else as configured, else the default."""
     from perflab.store.rows import number
 
-    found = number(row.get("cfg.data.num_classes"))
+    found = number(row.get("classes")) or number(row.get("cfg.data.num_classes"))
     if found is None:
         from perflab.train.data import CLASSES
 

@@ -97,9 +97,28 @@ def count(fn: Callable[[], object]) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
     _count_cpu_attention()
-    with FlopCounterMode(display=False) as counter:
+    counter = FlopCounterMode(display=False)
+    if hasattr(counter, "mod_tracker"):  # totals only: no per-module attribution to track
+        counter.mod_tracker = _TotalsOnly()  # type: ignore[assignment]
+    with counter:
         fn()
     return float(counter.get_total_flops())
+
+
+class _TotalsOnly:
+    """FlopCounterMode's module tracker, for totals alone (every FLOP counts under "Global").
+    torch's ModuleTracker hooks the gradient of each module's inputs that require one, which
+    fails where gradients are off and a module is handed parameters: weight_norm's
+    parametrization, in the positional convolution of Wav2Vec2, HuBERT and WavLM, left their
+    inference rows without FLOPs ("'ParametrizedConv1d' object has no attribute 'weight'")."""
+
+    parents = frozenset({"Global"})
+
+    def __enter__(self) -> _TotalsOnly:
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        return None
 
 
 @functools.cache

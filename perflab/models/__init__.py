@@ -36,6 +36,7 @@ from torch.nn import functional as F
 
 from perflab.config.schema import ModelConfig
 from perflab.errors import ConfigError, did_you_mean, first_line, paragraph
+from perflab.train.objectives import AUX_WEIGHTS, main_and_aux  # noqa: F401  (perflab.models.main_and_aux too)
 
 
 def lenet(num_classes: int = 10) -> nn.Module:
@@ -105,18 +106,22 @@ def mlp(num_classes: int = 2) -> nn.Module:
 
 
 def torchvision(arch: str, num_classes: int = 1000, in_channels: int = 3, **kwargs: Any) -> nn.Module:
-    """torchvision's classification model ``arch`` (no weights), its first convolution fitted
-    to ``in_channels`` where the data has other than 3."""
+    """torchvision's classification or semantic segmentation model ``arch`` (no weights, its
+    backbone's neither), its first convolution fitted to ``in_channels`` where the data has
+    other than 3."""
     import torchvision as tv
 
-    known = tv.models.list_models(module=tv.models)
+    segmentation = tv.models.list_models(module=tv.models.segmentation)
+    known = tv.models.list_models(module=tv.models) + segmentation
     if arch not in known:
         raise ConfigError(
             "model.arch",
             arch,
-            "a classification model of torchvision.models (torchvision.models.list_models())",
+            "a classification or segmentation model of torchvision.models (torchvision.models.list_models())",
             problem=f"not one of torchvision's{did_you_mean(arch, known)}",
         )
+    if arch in segmentation:
+        kwargs = {"weights_backbone": None, **kwargs}  # else its backbone's ImageNet weights are downloaded
     net = tv.models.get_model(arch, weights=None, num_classes=num_classes, **kwargs)
     if in_channels != 3:
         _refit_first_conv(net, in_channels)
@@ -187,7 +192,8 @@ def expects(cfg: ModelConfig) -> dict[str, Any]:
             weights = list(tv.models.get_model_weights(cfg.arch))
         except (KeyError, ValueError):
             return {}
-        crop = weights[0].transforms.keywords.get("crop_size") if weights else None  # type: ignore[attr-defined]
+        said = weights[0].transforms.keywords if weights else {}  # type: ignore[attr-defined]
+        crop = said.get("crop_size") or said.get("resize_size")  # a segmentation model's: its resize
         return {"shape": [3, crop, crop]} if crop else {}
     return {}
 
@@ -386,53 +392,63 @@ def build(cfg: ModelConfig, data: Any) -> nn.Module:
 
     if hf_models.is_hf(net):  # its output an object: called through the one place that unwraps it
         net = hf_models.Unwrapped(net)
+    _materialize(cfg, net, data)
     if cfg.init != "default":
         net.apply(_book_normal if cfg.init == "book_normal" else _xavier)
     return net
 
 
-# Train-mode outputs with auxiliary heads (torchvision's GoogLeNet and Inception-v3): the weight
-# of each aux head's loss in the model's own recipe (GoogLeNet's paper: 0.3; Inception-v3's: 0.4).
-AUX_WEIGHTS = {"GoogLeNetOutputs": 0.3, "InceptionOutputs": 0.4}
-
-
-def main_and_aux(out: Any) -> tuple[Any, list[tuple[float, torch.Tensor]]]:
-    """A model's output as its main scores and its aux heads' (weight, scores): a train-mode
-    ``GoogLeNetOutputs(logits, aux_logits2, aux_logits1)`` trains its logits, the aux heads'
-    losses added at their weight; any other output is the main one, with no aux heads."""
-    weight = AUX_WEIGHTS.get(type(out).__name__)
-    if weight is None:
-        return out, []
-    main, *aux = out  # a named tuple, the logits first
-    return main, [(weight, a) for a in aux if isinstance(a, torch.Tensor)]
+def _materialize(cfg: ModelConfig, net: nn.Module, data: Any) -> None:
+    """Shape a model's lazy parameters (``nn.LazyLinear``'s, sized by their first input) with one
+    forward of two of the data's inputs (eval mode, no gradients), so that whatever reads them
+    next (a parameter count, a copy, an optimizer, an init) finds them made. One line where
+    that input does not fit."""
+    if not any(nn.parameter.is_lazy(p) for p in net.parameters()):
+        return
+    x = data.example(2)
+    training = net.training
+    try:
+        with torch.no_grad():
+            net.eval()(x)
+    except Exception as err:
+        raise ConfigError(
+            "model",
+            cfg.label,
+            f"a model that takes {data.describe()}",
+            problem=f"its lazy modules are shaped by a first input, and it fails on {tuple(x.shape)}: "
+            f"{type(err).__name__}: {first_line(err)}",
+        ) from None
+    net.train(training)
 
 
 def check(cfg: ModelConfig, data: Any, batch: int = 2, train: bool = False) -> nn.Module:
     """Build the model and run it once on a small batch of the data's shape (eval mode, no
-    gradients, on the CPU; ``train``: in train mode too, where aux heads answer): a model that
-    does not take the data, or whose output does not fit it, is one line with both shapes,
-    before anything is timed. Returns the model."""
+    gradients, on the CPU; ``train``: in train mode too, where aux heads answer, through the
+    objective it trains on: perflab.train.objectives): a model that does not take the data, or
+    whose output does not fit it, is one line with both shapes, before anything is timed.
+    Returns the model."""
     from perflab.models import huggingface as hf_models
+    from perflab.train import objectives
 
     net = build(cfg, data)
     misfit = hf_models.misfit(net, data)
     if misfit is not None:
         key, value, allowed, problem = misfit
         raise ConfigError(key, value, allowed, problem=f"{problem} ({cfg.label})")
-    encoder = hf_models.masked_lm(net) if train and data.tokens else None
-    if encoder:  # its loss and accuracy would mean nothing: refused, not trained
-        raise ConfigError(
-            "model",
-            cfg.label,
-            "a causal LM (or an encoder-decoder) for data=tokens; a masked-LM encoder runs in +experiment=infer",
-            problem=f"{encoder} is a masked-LM encoder: its attention sees every token, so trained on "
-            "next-token data it sees the token it predicts",
-        )
-    x = data.example(batch)
+    objective = (
+        objectives.of(net, data) if train else objectives.SEGMENTS if objectives.segments(net) else objectives.CLASSES
+    )
+    x, y = objective.example(data, batch)
     for mode in ("", " in train mode") if train else ("",):  # eval mode first, as inference runs
         try:
             with torch.no_grad():
-                out = net.train(bool(mode))(x)
+                net.train(bool(mode))
+                if objective.plain:
+                    out = net(x)
+                elif mode:  # scores not of the data's shape (a CTC head's frames): its loss is formed
+                    objective.loss(net, x, y)
+                else:
+                    objective.right(net, x, y)
         except Exception as err:
             own = expects(cfg).get("shape")  # timm's, torchvision's: the input size it was made for
             shape = f" (data.shape={list(own)} for this one)" if own and list(own) != list(data.shape) else ""
@@ -442,7 +458,8 @@ def check(cfg: ModelConfig, data: Any, batch: int = 2, train: bool = False) -> n
                 f"a model that takes {data.describe()}, or data of the shape it takes{shape}",
                 problem=f"it fails on the data's input {tuple(x.shape)}{mode}: {type(err).__name__}: {first_line(err)}",
             ) from None
-        _fits(cfg, data, x, out, mode)
+        if objective.plain:
+            _fits(cfg, data, x, out, mode)
     return net.train()
 
 

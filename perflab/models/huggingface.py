@@ -59,7 +59,11 @@ class Unwrapped(nn.Module):
     right behind its ``decoder_start_token_id``, what BART does by itself and T5 refuses to
     guess ("You must specify exactly one of input_ids or inputs_embeds"); one that encodes
     audio features (Whisper) decodes its start token. A two-tower model (CLIP) gets ``x`` as
-    its images and text of its config (:func:`text_ids`)."""
+    its images and text of its config (:func:`text_ids`).
+
+    A training objective's own inputs (``labels``, a two-tower model's ``input_ids`` and
+    ``return_loss``: perflab.train.objectives) go in by name beside ``x``, and the model's whole
+    output comes back: its loss and every score it made."""
 
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
@@ -78,7 +82,10 @@ class Unwrapped(nn.Module):
     def config(self) -> Any:
         return self.inner.config  # type: ignore[union-attr]
 
-    def forward(self, x: torch.Tensor) -> Any:
+    def forward(self, x: torch.Tensor, **given: Any) -> Any:
+        if given:
+            main = "pixel_values" if self.two_towers else getattr(self.inner, "main_input_name", "input_ids")
+            return self.inner(**{main: x}, **given, **self.kwargs)
         if self.two_towers:  # the images in x, the text made beside them
             ids = text_ids(self.config, len(x), x.device)
             return unwrap(self.inner(input_ids=ids, pixel_values=x, **self.kwargs))
@@ -400,11 +407,34 @@ def kind(inner: Any) -> str:
     ``audio features``, ``waveforms``, ``images and text`` (two towers, CLIP's), else the name
     of an input perflab cannot make yet."""
     cfg = inner.config
-    if hasattr(cfg, "text_config") and hasattr(cfg, "vision_config"):
+    if _two_towers(cfg):
         return "images and text"
     main = getattr(inner, "main_input_name", "input_ids")
     named = {"input_ids": "token ids", "pixel_values": "images", "input_features": "audio features"}
     return {**named, "input_values": "waveforms"}.get(main, main)
+
+
+def task(inner: Any) -> str:
+    """The task of an HF model's head, from its class name, in words: ``object detection``
+    (``YolosForObjectDetection``), ``CTC``, ``masked LM``; "" for a bare model (``CLIPModel``)."""
+    head = type(inner).__name__.partition("For")[2]
+    return " ".join(w if w.isupper() else w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z]*", head))
+
+
+def _two_towers(cfg: Any) -> bool:
+    return hasattr(cfg, "text_config") and hasattr(cfg, "vision_config")
+
+
+def _config_kind(cfg: Any) -> str:
+    """What a model of this config takes, from the config alone (before a model is built, when
+    its class is not known): :func:`kind`'s words, by the keys each kind's config has."""
+    if _two_towers(cfg):
+        return "images and text"
+    if _audio_features(cfg) is not None:
+        return "audio features"
+    if getattr(cfg, "conv_dim", None) and getattr(cfg, "feat_extract_norm", None):  # Wav2Vec2's feature encoder
+        return "waveforms"
+    return "token ids or images"
 
 
 def _audio_features(cfg: Any) -> tuple[int, int] | None:
@@ -417,9 +447,14 @@ def _audio_features(cfg: Any) -> tuple[int, int] | None:
     return None
 
 
+CAPTION = 77  # CLIP's text length: its positions, what its processor pads to
+
+
 def text_length(cfg: Any) -> int:
-    """A two-tower model's text length: its text config's positions (CLIP's processor pads to them)."""
-    return max_positions(cfg.text_config) or 16
+    """A two-tower model's text length: its text config's positions (CLIP's processor pads to
+    them), at most CLIP's 77 (a BERT or XLM-R text tower holds 512, the latter's last two
+    positions taken by its padding offset)."""
+    return min(max_positions(cfg.text_config) or 16, CAPTION)
 
 
 def text_ids(cfg: Any, batch: int, device: Any) -> torch.Tensor:
@@ -434,13 +469,17 @@ def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     x ``image_size`` with ``num_labels`` scores, audio features or a waveform, or a two-tower
     model's images (its text made beside them: ``text_ids``). None for a model that is not HF;
     a kind of input perflab cannot make is one line naming it."""
-    from perflab.train.data import Spec
 
     inner: Any = getattr(net, "inner", net)
     if not is_hf(inner):
         return None
-    cfg: Any = inner.config
-    what = kind(inner)
+    return _spec(inner.config, kind(inner), seq_len, type(inner).__name__)
+
+
+def _spec(cfg: Any, what: str, seq_len: int, name: str) -> Any:
+    """The inputs a model of this config and kind takes (:func:`input_spec`)."""
+    from perflab.train.data import Spec
+
     if what == "images and text":
         vision = cfg.vision_config
         size = _image_size(vision) or IMAGE_SIZE
@@ -451,11 +490,11 @@ def input_spec(net: nn.Module, seq_len: int = 128) -> Any:
     if what == "audio features":
         features = _audio_features(cfg)
         if features is None:
-            raise ConfigError("model", type(inner).__name__, SUPPORTED, problem="its config says no feature size")
+            raise ConfigError("model", name, SUPPORTED, problem="its config says no feature size")
         return Spec(features, getattr(cfg, "vocab_size", None) or 2)
-    if what not in ("token ids", "images"):
-        problem = f"{type(inner).__name__} takes {what}, a kind of input perflab cannot make yet"
-        raise ConfigError("model", type(inner).__name__, SUPPORTED, problem=problem)
+    if what not in ("token ids", "images", "token ids or images"):
+        problem = f"{name} takes {what}, a kind of input perflab cannot make yet"
+        raise ConfigError("model", name, SUPPORTED, problem=problem)
     return _tokens_or_images(cfg, seq_len)
 
 
@@ -477,18 +516,22 @@ def _tokens_or_images(cfg: Any, seq_len: int) -> Any:
 def expects(name: str | None = None, config: Any = None) -> dict[str, Any]:
     """What the model's config says of its data, before the model is built (perflab.train.data.fitted
     fills the keys the user left null from it): an image model's ``shape`` and ``num_classes``, a
-    language model's ``vocab_size`` and ``positions``. Nothing where the config cannot be read
-    (building the model says why, in one line)."""
+    language model's ``vocab_size`` and ``positions``, a speech or two-tower model's ``shape``
+    (its waveform, features or images; the classes of its synthetic transcripts or captions are
+    the data's). Nothing where the config cannot be read (building the model says why, in one line)."""
     try:
         given = {k: v for k, v in (config or {}).items() if v is not None} if isinstance(config, dict) else config
         cfg = _config_of(str(name))[0] if name else _config_from(given) if given else None
+        what = _config_kind(cfg) if cfg is not None else ""
+        spec = _spec(cfg, what, 1, type(cfg).__name__) if cfg is not None else None
     except (ConfigError, ImportError):
         return {}
-    spec = _tokens_or_images(cfg, 1) if cfg is not None else None
     if spec is None:
         return {}
     if spec.tokens:
         return {"vocab_size": spec.classes, "positions": max_positions(cfg)}
+    if what != "token ids or images":
+        return {"shape": list(spec.shape)}
     return {"shape": list(spec.shape), "num_classes": spec.classes}
 
 
@@ -506,13 +549,19 @@ def masked_lm(net: nn.Module) -> str | None:
 
 def misfit(net: nn.Module, spec: Any) -> tuple[str, Any, str, str] | None:
     """Why the data cannot feed this HF model (key, value, allowed, problem), or None: its
-    vocabulary, its positions, its image size and labels come from its config, not the data."""
+    vocabulary, its positions, its image size and labels come from its config, not the data; a
+    speech or two-tower model's input shape too (its targets are the data's classes, made into
+    transcripts or captions: perflab.train.objectives)."""
     inner: Any = getattr(net, "inner", net)
     what = kind(inner) if is_hf(inner) else "token ids"
-    if what not in ("token ids", "images"):
-        allowed = "+experiment=infer for it; training and compile take models of token ids or images"
-        return "model", type(inner).__name__, allowed, f"it takes {what}, which perflab does not train on yet"
     want = input_spec(net, spec.shape[0] if spec.tokens else 128)
+    if what in ("waveforms", "audio features", "images and text"):
+        if spec.tokens:
+            return "data", spec.describe(), "data=synthetic (its shape follows the model)", f"the model takes {what}"
+        any_length = what == "waveforms" and len(spec.shape) == 1
+        if tuple(spec.shape) != tuple(want.shape) and not any_length:
+            return "data.shape", list(spec.shape), str(list(want.shape)), f"the model's config decides its {what}"
+        return None
     if want is None:
         return None
     if want.tokens != spec.tokens:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -33,8 +33,8 @@ from perflab.measure import bench, flops, watch
 from perflab.measure import precision as precisions
 from perflab.measure.devices import Device
 from perflab.measure.watch import Machine, Memory
-from perflab.train import checkpoint, data, optim
-from perflab.train.strategies import STRATEGIES, Knobs, correct
+from perflab.train import checkpoint, data, objectives, optim
+from perflab.train.strategies import STRATEGIES, Knobs
 
 log = logging.getLogger("perflab")
 DATA_PASS_BATCHES = 20  # batches per sample of the data-only pass
@@ -109,6 +109,13 @@ class Trainer:
         self.main = self.devices[0].torch
         d = models.fitted_data(s.model, s.data)  # the keys left null: the model's, else perflab's
         splits = data.load(d, s.seed)
+        self.spec = data.spec(d)
+        torch.manual_seed(s.seed)
+        model = models.build(s.model, self.spec)
+        self.objective = objectives.of(model, self.spec)  # what it trains to do: the targets, the loss
+        splits.train = objectives.prepared(splits.train, self.objective, s.seed, 0)
+        splits.test = objectives.prepared(splits.test, self.objective, s.seed, 1)
+        self.spec = replace(self.spec, also=self.objective.also)
 
         def batches(ds: Any, size: int, **how: Any) -> data.Batches:
             return data.Batches(
@@ -131,17 +138,16 @@ class Trainer:
                 self.t.batch_size,
                 f"a global batch <= the training set ({data.size(splits.train)})",
             )
-        self.spec = data.spec(d)
-        torch.manual_seed(s.seed)
-        model = models.build(s.model, self.spec)
-        self.flops_per_item, flops_note = flops.estimated("FLOPs", lambda: training_flops_per_item(model, self.spec))
+        self.flops_per_item, flops_note = flops.estimated(
+            "FLOPs", lambda: training_flops_per_item(model, self.spec, self.objective)
+        )
         self.intensity, bytes_note = flops.estimated("arithmetic intensity", lambda: self.estimate_intensity(model))
         self.knobs = Knobs(
             self.t.precision, s.model.channels_last, self.t.compile, self.t.compile_mode, self.t.compile_backend
         )
 
         self.strategy = STRATEGIES[s.strategy.name](
-            model, self.devices, optim.factory(self.t, self.plan.lr), self.knobs
+            model, self.devices, optim.factory(self.t, self.plan.lr), self.knobs, self.objective
         )
         resolved = OmegaConf.to_container(OmegaConf.structured(s), resolve=True)
         self.folder = Path(self.t.checkpoint_dir).resolve() / checkpoint.key(resolved)  # type: ignore[arg-type]
@@ -161,7 +167,8 @@ class Trainer:
             "flops_per_item": self.flops_per_item,
             "intensity": self.intensity,
             "input": self.spec.describe(),
-            "objective": "next-token cross-entropy" if self.spec.tokens else "cross-entropy over classes",
+            "objective": self.objective.name,
+            "classes": self.spec.classes,  # what chance is 1 in (the vocabulary for tokens)
             "items_unit": self.spec.unit,
             "batch_unit": self.spec.batch_unit,
             "checkpoint": str(self.folder / f"{ctx.run_id}.pt"),
@@ -246,6 +253,7 @@ class Trainer:
         s.train(True)
         losses = torch.zeros(steps, device=self.main)  # each step's summed loss, read after the epoch
         correct = torch.zeros((), device=self.main, dtype=torch.long)
+        scored = torch.zeros((), device=self.main, dtype=torch.long)  # the targets the objective scored
         seen, wait, lr = 0, 0.0, self.plan.lr
         memory = Memory(self.devices)
         s.phases = optim.Phases(self.main) if s.splits_step else optim.NoPhases()
@@ -266,7 +274,8 @@ class Trainer:
                     loss, right = s.step(x, y)
                 losses[i] = loss
                 correct += right
-                seen += y.numel()  # one item per label: an image's, or each token's
+                scored += self.objective.count(y)
+                seen += len(y) * self.spec.items_per_sample  # what throughput counts: images, tokens ...
             s.sync()
             train_s = time.perf_counter() - t0
         bad = ~torch.isfinite(losses)  # the first NaN/inf step of the run, or -1
@@ -274,15 +283,16 @@ class Trainer:
         split = s.phases.totals()
         done = s.phases.complete
         s.phases = optim.NoPhases()
-        test_right, test_seen, eval_s = self.evaluate()
+        test_right, test_scored, eval_s = self.evaluate()
         result = self.reduce(
             epoch,
             losses.sum(),
             correct,
+            scored,
             first_bad,
             seen,
             test_right,
-            test_seen,
+            test_scored,
             train_s,
             eval_s,
             lr,
@@ -309,28 +319,30 @@ class Trainer:
         return out
 
     @torch.no_grad()
-    def evaluate(self) -> tuple[torch.Tensor, int, float]:
+    def evaluate(self) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """How many of the test set's targets the model gets right, of how many scored."""
         s = self.strategy
         s.train(False)
         right = torch.zeros((), device=self.main, dtype=torch.long)
-        seen = 0
+        scored = torch.zeros((), device=self.main, dtype=torch.long)
         t0 = time.perf_counter()
         with precisions.applied(self.knobs.precision, self.main.type):
             for x, y in self.test_batches.epoch(0):
-                right += correct(s.eval_model(s.inputs(x)), y)
-                seen += y.numel()
+                right += self.objective.right(s.eval_model, s.inputs(x), y)
+                scored += self.objective.count(y)
         s.sync()
-        return right, seen, time.perf_counter() - t0
+        return right, scored, time.perf_counter() - t0
 
     def reduce(
         self,
         epoch: int,
         loss_sum: torch.Tensor,
         correct: torch.Tensor,
+        scored: torch.Tensor,
         first_bad: torch.Tensor,
         seen: int,
         test_right: torch.Tensor,
-        test_seen: int,
+        test_scored: torch.Tensor,
         train_s: float,
         eval_s: float,
         lr: float,
@@ -339,16 +351,18 @@ class Trainer:
         machine: Machine,
     ) -> Epoch:
         """The epoch's one read-back: sums over ranks of what accumulated on the device, and
-        the slowest rank's times (an epoch ends when its slowest rank does)."""
+        the slowest rank's times (an epoch ends when its slowest rank does). Loss and accuracy
+        are over the targets scored; throughput over the items seen."""
         big = float(2**62)
         bad = torch.where(first_bad >= 0, first_bad.double(), torch.tensor(big, device=self.main, dtype=torch.float64))
         sums = torch.cat(
             [
-                torch.stack([loss_sum.double(), correct.double(), test_right.double()]),
-                torch.tensor([seen, test_seen, rss_mb, machine.own_s], device=self.main, dtype=torch.float64),
+                torch.stack([loss_sum.double(), correct.double(), scored.double()]),
+                torch.stack([test_right.double(), test_scored.double()]),
+                torch.tensor([seen, rss_mb, machine.own_s], device=self.main, dtype=torch.float64),
             ]
         )
-        loss, right, test_ok, items, test_n, rss, own_cpu = self.strategy.all_reduce(sums).tolist()
+        loss, right, n, test_ok, test_n, items, rss, own_cpu = self.strategy.all_reduce(sums).tolist()
         highs = torch.tensor([train_s, eval_s, wait], device=self.main, dtype=torch.float64)
         train_s, eval_s, wait = self.strategy.all_reduce(highs, op="max").tolist()
         first = -self.strategy.all_reduce(-bad.reshape(1), op="max").item()
@@ -357,8 +371,8 @@ class Trainer:
             train_s,
             eval_s,
             items,
-            loss / items,
-            right / items,
+            loss / n if n else math.nan,
+            right / n if n else math.nan,
             test_ok / test_n if test_n else math.nan,
             lr,
             wait,
@@ -511,7 +525,9 @@ def step_split(epochs: list[Epoch]) -> dict[str, Any]:
     return {k: sum(p[k] for p in split) / len(split) for k in split[0]} if split else {}
 
 
-def training_flops_per_item(model: torch.nn.Module, spec: data.Spec) -> float:
+def training_flops_per_item(
+    model: torch.nn.Module, spec: data.Spec, objective: objectives.Objective = objectives.CLASSES
+) -> float:
     """Forward + backward FLOPs per item (an image, a token ...), counted on a shape-only
     (meta) copy of the model with a batch of two of the data's real shape and dtype (BatchNorm
     in training mode needs more than one value per channel), so that nothing runs and no
@@ -522,14 +538,10 @@ def training_flops_per_item(model: torch.nn.Module, spec: data.Spec) -> float:
 
     def counted(device: str) -> float:
         net = copy.deepcopy(model).to(device).train()
-        x = spec.example(2, device)
+        x, y = (t.to(device) for t in objective.example(spec, 2))
 
         def step() -> None:
-            out, aux = models.main_and_aux(net(x))
-            total = (out if isinstance(out, torch.Tensor) else out[0]).float().sum()
-            for _, scores in aux:
-                total = total + scores.float().sum()
-            total.backward()
+            objective.loss(net, x, y)[0].backward()
 
         return flops.count(step) / (2 * spec.items_per_sample)
 
