@@ -145,8 +145,7 @@ def training_ab(ctx: Context, d: Any, steps: int, batch: int, cpu_note: str) -> 
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.analysis.table import human_time
-    from perflab.experiment import number
+    from perflab.experiment import human_time, number
 
     by = {str(r.get("measurement")): r for r in rows if r.get("status") == "ok"}
     lines: list[str] = []

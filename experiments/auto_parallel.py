@@ -28,7 +28,7 @@ class Config(ExperimentConfig):
 
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     """``experiment.cpu_workers`` the machine can run: before anything runs."""
-    from perflab.measure.alone_together import check_cpu_split
+    from perflab.experiment import check_cpu_split
 
     p: Any = settings.experiment
     check_cpu_split(settings, devices, p.cpu_workers)
@@ -37,8 +37,7 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
 def run(ctx: Context) -> None:
     import torch
 
-    from perflab.experiment import on_device
-    from perflab.measure.alone_together import alone_then_together, split_cpu_if_fallback
+    from perflab.experiment import alone_then_together, on_device, split_cpu_if_fallback
 
     p = ctx.params
     split_cpu_if_fallback(ctx, p.cpu_workers)

@@ -45,7 +45,7 @@ class Config(ExperimentConfig):
 
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     """Workers the machine can run, of one kind, NCCL only on GPUs: before anything runs."""
-    from perflab.measure.alone_together import check_cpu_split
+    from perflab.experiment import check_cpu_split
 
     p: Any = settings.experiment
     check_cpu_split(settings, devices, p.cpu_workers)
@@ -56,7 +56,7 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
 
 
 def run(ctx: Context) -> None:
-    from perflab.measure.alone_together import split_cpu_if_fallback
+    from perflab.experiment import split_cpu_if_fallback
 
     p = ctx.params
     for case in costmodel.book_cases():

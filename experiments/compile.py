@@ -329,8 +329,7 @@ def serialize(ctx: Context, model: Any, x: Any, d: Any, atol: float) -> None:
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from perflab.analysis.table import human_time
-    from perflab.experiment import number
+    from perflab.experiment import human_time, number
 
     lines: list[str] = []
     for r in rows:

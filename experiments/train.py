@@ -150,7 +150,7 @@ def _ddp_worker(ctx: Context) -> None:
 
 def progress(row: Mapping[str, Any]) -> str | None:
     """Each epoch's line; other rows get the generic one."""
-    from perflab.analysis.table import per_s
+    from perflab.experiment import per_s
 
     if row.get("measurement") != "epoch" or row.get("status") != "ok":
         return None

@@ -3,7 +3,7 @@ or lives in the user's package (``from perflab.experiment import ExperimentConfi
 
 The config and report parts import no torch (an experiment module is imported to check a
 config, before any torch); ``Context``, ``Part``, ``Benchmark``, ``Device``, ``on_device`` and
-the alone-then-together measurement (``alone_then_together``, ``concurrency_headline``) come
+the alone-then-together measurement (``alone_then_together`` and its kin) come
 from the measuring layer, which does, and are imported on first use.
 """
 
@@ -13,6 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from perflab.analysis.claims import INVALID, NOT_APPLICABLE, UNDERPOWERED, VALID, Claim, Tree
+from perflab.analysis.table import human_time, per_s
 from perflab.config.contract import Figure, Samples, Section, Setup, Table
 from perflab.config.schema import (
     BACKENDS,
@@ -33,7 +34,12 @@ from perflab.store.rows import number
 
 if TYPE_CHECKING:
     from perflab.job.context import Context
-    from perflab.measure.alone_together import alone_then_together, concurrency_headline
+    from perflab.measure.alone_together import (
+        alone_then_together,
+        check_cpu_split,
+        concurrency_headline,
+        split_cpu_if_fallback,
+    )
     from perflab.measure.bench import Benchmark, Part
     from perflab.measure.devices import Device, on_device
 
@@ -43,7 +49,9 @@ _WITH_TORCH = {
     "Context": "perflab.job.context",
     "Part": "perflab.measure.bench",
     "alone_then_together": "perflab.measure.alone_together",
+    "check_cpu_split": "perflab.measure.alone_together",
     "concurrency_headline": "perflab.measure.alone_together",
+    "split_cpu_if_fallback": "perflab.measure.alone_together",
     "Device": "perflab.measure.devices",
     "on_device": "perflab.measure.devices",
 }
@@ -74,13 +82,17 @@ __all__ = [
     "Table",
     "Tree",
     "alone_then_together",
+    "check_cpu_split",
     "concurrency_headline",
+    "human_time",
     "number",
     "on_device",
     "one_of",
+    "per_s",
     "positive",
     "require",
     "some_of",
+    "split_cpu_if_fallback",
 ]
 
 
