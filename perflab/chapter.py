@@ -120,7 +120,7 @@ class Chapter:
     def mismatch(self) -> str:
         """Why these points cannot be run as this plan says ("" when they can): a point of an
         experiment that does not take part here, or has no share; an outcome of no point."""
-        taking = book.in_chapter()
+        taking = in_chapter()
         for i, p in enumerate(self.points):
             if p.module not in taking or p.module not in self.seconds:
                 return f"points[{i}]: module {p.module!r} is no experiment of the chapter here"
@@ -144,6 +144,12 @@ class Unreadable(Exception):
 # --- the plan ---------------------------------------------------------------------------------
 
 
+def in_chapter() -> dict[str, book.Part]:
+    """The experiments that take part (sizes and a share of the budget, :mod:`perflab.book`), by name."""
+    found = {name: e.book for name, e in registry.discover().items()}
+    return {name: p for name, p in found.items() if p.in_chapter}
+
+
 def plan(machine: Machine, seconds: float, pace: Pace | None = None) -> tuple[list[Point], dict[str, float]]:
     """Every taking-part experiment's points for ``seconds`` in all, split by their shares, at
     the ``pace`` the same jobs had on this machine before (:func:`sized`). The
@@ -151,7 +157,7 @@ def plan(machine: Machine, seconds: float, pace: Pace | None = None) -> tuple[li
     them), then the largest groups of points compared with one another: a pair that has started
     cannot be resized, so the small jobs come last, where running late can still shrink them.
     (The report orders the sections by the book, whatever order they ran in.)"""
-    taking = book.in_chapter()
+    taking = in_chapter()
     total = sum(p.share for p in taking.values())
     given = {name: seconds * p.share / total for name, p in taking.items()}
     points = [p for name in taking for p in sized(name, machine, given[name], pace or {})]
@@ -173,7 +179,7 @@ def sized(module: str, machine: Machine, seconds: float, pace: dict[str, float])
     the same job had on this machine before (``pace[point.key]``: its time over the hook's
     estimate then; 1 for a job not run here yet). Where that pace says the hook's model is off,
     the hook is asked again for the seconds that, at that pace, fill ``seconds``."""
-    hook = book.part(module).chapter
+    hook = registry.get(module).book.chapter
     assert hook is not None, f"{module} takes no part in the chapter"
     points = [with_module(p, module) for p in hook(machine, seconds)]
     model = sum(p.estimate_s for p in points)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from perflab.analysis.claims import INVALID, NOT_APPLICABLE, UNDERPOWERED, VALID, Claim, Tree
 from perflab.analysis.table import human_time, per_s
 from perflab.config.contract import Figure, Samples, Section, Setup, Table
 from perflab.config.schema import (
@@ -33,6 +32,7 @@ from perflab.measure.instructions import Counted
 from perflab.store.rows import number
 
 if TYPE_CHECKING:
+    from perflab.analysis.claims import INVALID, NOT_APPLICABLE, UNDERPOWERED, VALID, Claim, Tree
     from perflab.job.context import Context
     from perflab.measure.alone_together import (
         alone_then_together,
@@ -43,8 +43,14 @@ if TYPE_CHECKING:
     from perflab.measure.bench import Benchmark, Part
     from perflab.measure.devices import Device, on_device
 
-# Imported on first use: these bring torch.
+# Imported on first use: these bring torch (the claims' names, numpy).
 _WITH_TORCH = {
+    "INVALID": "perflab.analysis.claims",
+    "NOT_APPLICABLE": "perflab.analysis.claims",
+    "UNDERPOWERED": "perflab.analysis.claims",
+    "VALID": "perflab.analysis.claims",
+    "Claim": "perflab.analysis.claims",
+    "Tree": "perflab.analysis.claims",
     "Benchmark": "perflab.measure.bench",
     "Context": "perflab.job.context",
     "Part": "perflab.measure.bench",

@@ -131,14 +131,14 @@ def test_no_shared_module_names_an_experiment():
 def test_the_book_holds_the_chapter_and_the_experiments_only_measure():
     """Each book experiment's module measures; its book part (perflab.book) holds the chapter's
     sizes and claims, and its report section and work line stand for the module's."""
-    from perflab import book
+    from perflab import book, chapter
 
     for name in book.PARTS:
         e, part = registry.get(name), book.module(name)
         assert not [n for n in ("CHAPTER_SHARE", "chapter", "claims", "report") if hasattr(e.module, n)], name
-        assert book.part(name).in_chapter and part is not None and e.hooks.report is part.report, name
+        assert e.book.in_chapter and part is not None and e.hooks.report is part.report, name
     assert registry.get("train").hooks.work is book.module("train").work
-    assert book.module("infer") is None and set(book.in_chapter()) == set(book.PARTS)
+    assert book.module("infer") is None and set(chapter.in_chapter()) == set(book.PARTS)
 
 
 def test_the_template_experiment_imports_only_the_authors_face():
@@ -438,11 +438,11 @@ def claims(rows, tree):
 def test_a_users_experiment_with_the_chapter_hooks_of_before_takes_part_with_a_warning(install):
     """CHAPTER_SHARE, chapter and claims left the contract for perflab.book: a module defining
     them is read as before this release, with a DeprecationWarning that says so."""
-    from perflab import book
+    from perflab import chapter
 
     install("edgepkg", {"oldhooks": "edgepkg.oldhooks"}, {"edgepkg/__init__.py": "", "edgepkg/oldhooks.py": OLD_HOOKS})
     with pytest.warns(DeprecationWarning, match="CHAPTER_SHARE, chapter, claims: these hooks left the experiment"):
-        part = book.part("oldhooks")
+        part = registry.get("oldhooks").book
     assert part.share == 0.1 and part.in_chapter and part.claims is not None
     with pytest.warns(DeprecationWarning):
-        assert "oldhooks" in book.in_chapter()
+        assert "oldhooks" in chapter.in_chapter()

@@ -73,7 +73,6 @@ def judge(rows: pd.DataFrame, samples: Mapping[str, np.ndarray] | None = None) -
     Each preset's rows go to the claims the book makes of its experiment (``perflab.book``); a
     hook that fails costs its own claims, with a line in the log, never the others' or the report.
     """
-    from perflab import book
     from perflab.analysis.frames import own_columns
     from perflab.config import registry
 
@@ -88,7 +87,7 @@ def judge(rows: pd.DataFrame, samples: Mapping[str, np.ndarray] | None = None) -
         if measured_by is None:
             continue
         try:
-            hook = book.part(measured_by.name).claims
+            hook = measured_by.book.claims
             made = hook(own, tree) if hook else []
         except Exception as err:  # a bug in one experiment's claims must not hide the rest
             log.warning("claims of %s: %s: %s", experiment, type(err).__name__, err)

@@ -50,16 +50,13 @@ def module(experiment: str) -> ModuleType | None:
     return importlib.import_module(f"{__name__}.{experiment}") if experiment in PARTS else None
 
 
-def part(experiment: str) -> Part:
-    """The book's part of a registered experiment. A user's experiment module that defines
-    ``CHAPTER_SHARE``, ``chapter`` or ``claims`` itself is read as before, with a DeprecationWarning:
-    those hooks left the contract in 0.4.0 and are read this release only."""
-    from perflab.config import registry
-
-    e = registry.get(experiment)
-    found = module(experiment) if e.declared.builtin else None
+def part(experiment: str, builtin: bool, own: ModuleType) -> Part:
+    """The book's part of a registered experiment (``own``: its module). A user's experiment module
+    that defines ``CHAPTER_SHARE``, ``chapter`` or ``claims`` itself is read as before, with a
+    DeprecationWarning: those hooks left the contract in 0.4.0 and are read this release only."""
+    found = module(experiment) if builtin else None
     if found is None:
-        found = e.module
+        found = own
         old = [n for n in ("CHAPTER_SHARE", "chapter", "claims") if getattr(found, n, None) is not None]
         if old:
             warnings.warn(
@@ -76,9 +73,7 @@ def part(experiment: str) -> Part:
     )
 
 
-def in_chapter() -> dict[str, Part]:
-    """The experiments that take part in ``perflab chapter`` (sizes and a share of the budget), by name."""
-    from perflab.config import registry
-
-    found = {name: part(name) for name in registry.discover()}
-    return {name: p for name, p in found.items() if p.in_chapter}
+def shown(experiment: str, builtin: bool) -> dict[str, Any]:
+    """The hooks the book's part stands for in perflab's own experiment (report, work), by name."""
+    found = module(experiment) if builtin else None
+    return {n: getattr(found, n) for n in SHOWN if hasattr(found, n)}

@@ -154,9 +154,15 @@ class Experiment:
             return hooks
         from perflab import book
 
-        part = book.module(self.name)
-        shown = {n: getattr(part, n) for n in book.SHOWN if hasattr(part, n)}
+        shown = book.shown(self.name, True)
         return dataclasses.replace(hooks, **shown) if shown else hooks
+
+    @property
+    def book(self) -> Any:
+        """The book's part of it (``perflab.book.Part``): its claims and its sizes in ``perflab chapter``."""
+        from perflab import book
+
+        return book.part(self.name, self.declared.builtin, self.module)
 
     @property
     def metric(self) -> str:
