@@ -7,9 +7,9 @@ sized to a time budget, each of the book's claims judged, in one report.
    included (:func:`perflab.measure.sizing.calibrate`), and each experiment's own probes (a
    training step) while the smallest plan is made. A budget that even the smallest sizes do not
    fit is refused here, naming the budget that does, before anything is measured.
-2. Plan: every experiment that takes part (a ``chapter`` hook and a ``CHAPTER_SHARE``) gets its
-   share of the budget and returns its points, sized, each with why these sizes
-   (:mod:`perflab.measure.sizing`); the ones that measure the machine's peaks go first, the rest in the
+2. Plan: every experiment the book sizes (:mod:`perflab.book`: its ``chapter`` and its
+   ``CHAPTER_SHARE``) gets its share of the budget and returns its points, sized, each with why
+   these sizes (:mod:`perflab.measure.sizing`); the ones that measure the machine's peaks go first, the rest in the
    book's order.
 3. Run the points one by one as the points of one sweep dir, through perflab's one job path
    (:func:`perflab.api.run` -> :func:`perflab.job.execute.execute`): a point done before is reused, a
@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator, Sequence
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from perflab import book
 from perflab.analysis.claims import section_key
 from perflab.config import registry
 from perflab.errors import ConfigError, OneLineParser
@@ -119,7 +120,7 @@ class Chapter:
     def mismatch(self) -> str:
         """Why these points cannot be run as this plan says ("" when they can): a point of an
         experiment that does not take part here, or has no share; an outcome of no point."""
-        taking = taking_part()
+        taking = in_chapter()
         for i, p in enumerate(self.points):
             if p.module not in taking or p.module not in self.seconds:
                 return f"points[{i}]: module {p.module!r} is no experiment of the chapter here"
@@ -143,10 +144,10 @@ class Unreadable(Exception):
 # --- the plan ---------------------------------------------------------------------------------
 
 
-def taking_part() -> dict[str, registry.Experiment]:
-    """The experiments that take part (a chapter hook and a share of the budget), by name."""
-    found = {name: registry.get(name) for name in registry.names()}
-    return {name: e for name, e in found.items() if e.hooks.chapter and e.hooks.CHAPTER_SHARE > 0}
+def in_chapter() -> dict[str, book.Part]:
+    """The experiments that take part (sizes and a share of the budget, :mod:`perflab.book`), by name."""
+    found = {name: e.book for name, e in registry.discover().items()}
+    return {name: p for name, p in found.items() if p.in_chapter}
 
 
 def plan(machine: Machine, seconds: float, pace: Pace | None = None) -> tuple[list[Point], dict[str, float]]:
@@ -156,11 +157,11 @@ def plan(machine: Machine, seconds: float, pace: Pace | None = None) -> tuple[li
     them), then the largest groups of points compared with one another: a pair that has started
     cannot be resized, so the small jobs come last, where running late can still shrink them.
     (The report orders the sections by the book, whatever order they ran in.)"""
-    taking = taking_part()
-    total = sum(e.hooks.CHAPTER_SHARE for e in taking.values())
-    given = {name: seconds * e.hooks.CHAPTER_SHARE / total for name, e in taking.items()}
+    taking = in_chapter()
+    total = sum(p.share for p in taking.values())
+    given = {name: seconds * p.share / total for name, p in taking.items()}
     points = [p for name in taking for p in sized(name, machine, given[name], pace or {})]
-    first = {name for name, e in taking.items() if e.writes_peaks}
+    first = {name for name in taking if registry.get(name).writes_peaks}
     size: dict[str, float] = {}
     for p in points:
         size[p.group or p.module] = size.get(p.group or p.module, 0.0) + p.estimate_s
@@ -178,7 +179,8 @@ def sized(module: str, machine: Machine, seconds: float, pace: dict[str, float])
     the same job had on this machine before (``pace[point.key]``: its time over the hook's
     estimate then; 1 for a job not run here yet). Where that pace says the hook's model is off,
     the hook is asked again for the seconds that, at that pace, fill ``seconds``."""
-    hook = registry.get(module).chapter
+    hook = registry.get(module).book.chapter
+    assert hook is not None, f"{module} takes no part in the chapter"
     points = [with_module(p, module) for p in hook(machine, seconds)]
     model = sum(p.estimate_s for p in points)
     expected = sum(p.estimate_s * pace.get(p.key, 1.0) for p in points)

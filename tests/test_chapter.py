@@ -336,7 +336,7 @@ def test_one_job_up_to_twice_its_estimate_moves_the_eta_by_less_than_half(late_b
 
 
 def test_the_first_compile_is_estimated_shorter_where_inductors_cache_holds_graphs(tmp_path, monkeypatch):
-    from perflab.experiments import compile as compile_exp
+    from perflab.book import compile as compile_exp
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     (cold,) = compile_exp.chapter(machine(), 60.0)

@@ -110,7 +110,7 @@ def test_a_line_fit_judges_the_ring_model():
 
 
 def test_concurrency_near_the_device_count_and_impossible_figures():
-    from perflab.experiments import auto_parallel
+    from perflab.book import auto_parallel
 
     def run(together_s: float, suspect: str = ""):
         rows = [
@@ -133,7 +133,7 @@ def test_concurrency_near_the_device_count_and_impossible_figures():
 
 
 def test_compile_claims_judge_each_compiled_mode_against_eager():
-    from perflab.experiments import compile as compile_experiment
+    from perflab.book import compile as compile_experiment
 
     common = {"model": "mlp", "cfg.experiment.batch": 1}
     df, t = tree(
@@ -147,7 +147,7 @@ def test_compile_claims_judge_each_compiled_mode_against_eager():
 
 
 def test_asynchrony_is_not_applicable_on_a_cpu_and_says_why():
-    from perflab.experiments import async_compute
+    from perflab.book import async_compute
 
     df, t = tree(
         row("numpy (CPU)", spread(2e-3)),
@@ -160,7 +160,7 @@ def test_asynchrony_is_not_applicable_on_a_cpu_and_says_why():
 
 
 def test_training_claims_pair_each_device_count_with_one():
-    from perflab.experiments import train
+    from perflab.book import train
 
     def summary(n: int, acc: float, batch: int, lr: float, run: str, devices: str) -> dict:
         setup = {"cfg.model.name": "lenet", "cfg.trainer.batch_size": 256, "cfg.data.test_size": 5000}
@@ -195,7 +195,7 @@ def test_training_claims_pair_each_device_count_with_one():
 
 
 def test_hardware_claims_judge_the_peak_against_the_datasheet():
-    from perflab.experiments import hardware
+    from perflab.book import hardware
 
     basis = f"2 cores x 2.60 GHz ...; clock: cpu MHz ({flops.TURBO_UNKNOWN})"
     common = {"devices": "cpu", "device_name": "CPU (2 threads)", "cfg.experiment.cpu_matmul_size": 1024}
@@ -211,7 +211,7 @@ def test_hardware_claims_judge_the_peak_against_the_datasheet():
 
 
 def test_a_matmul_above_the_measured_peak_is_never_valid():
-    from perflab.experiments import matmul
+    from perflab.book import matmul
 
     common = {"cfg.experiment.size": 1024, "cfg.experiment.dtype": "float32", "device_name": "CPU (2 threads)"}
     df, t = tree(row("cpu alone", tflops=0.37, pct_of_peak=112.0, **common))
@@ -224,7 +224,7 @@ def test_a_matmul_above_the_measured_peak_is_never_valid():
 
 
 def test_comm_claims_fit_the_ring_and_reproduce_the_book():
-    from perflab.experiments import comm
+    from perflab.book import comm
     from perflab.measure import costmodel
 
     cases = [row(f"model: {c.name}", model_s=c.model_s, book_s=c.book_s) for c in costmodel.book_cases()]
@@ -236,7 +236,7 @@ def test_comm_claims_fit_the_ring_and_reproduce_the_book():
 
 
 def test_judge_reads_each_experiments_hook_and_orders_by_section(monkeypatch):
-    from perflab.experiments import comm, matmul
+    from perflab.book import comm, matmul
 
     common = {"cfg.experiment.size": 1024, "cfg.experiment.dtype": "float32", "device_name": "CPU (2 threads)"}
     rows = [

@@ -9,6 +9,7 @@ import torch
 
 import perflab
 from perflab import models
+from perflab.book import compile as book_compile
 from perflab.config.schema import validate
 from perflab.experiments import compile as compile_exp
 from perflab.job.context import Context
@@ -90,7 +91,7 @@ def test_modes_are_measured_in_rounds_with_speedup_flops_and_knobs(work):
             "experiment.atol=0.1",
         ],
     )
-    section = compile_exp.report(df, {})  # its report hook reads the model group's rows
+    section = book_compile.report(df, {})  # its report hook reads the model group's rows
     assert [(s.what, s.here) for s in section.setup] == [("network", "lenet on (B, 1, 28, 28) float32, batch 4")]
     assert section.figures[0].plot(section.figures[0].rows) is not None, section.figures[0].why_none
     df = df.set_index("measurement")

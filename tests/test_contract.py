@@ -27,7 +27,8 @@ from conftest import FAST, ROOT
 
 # Every module of perflab but the training workload's library (perflab/train/), whose
 # measurements are called "train" and "compile": those words there name no experiment.
-SHARED = [path for path in (ROOT / "perflab").rglob("*.py") if "train" not in path.relative_to(ROOT).parts[1:-1]]
+# perflab's shared code; the book (perflab/book) is about perflab's own experiments, by name
+SHARED = [p for p in (ROOT / "perflab").rglob("*.py") if not {"train", "book"} & set(p.relative_to(ROOT).parts[1:-1])]
 
 
 def forget() -> None:
@@ -125,6 +126,28 @@ def test_no_shared_module_names_an_experiment():
     for path in (ROOT / "perflab" / "report").glob("*.*[!y]"):  # the page, its CSS and scripts
         words = set(re.findall(r"\w+", path.read_text()))
         assert not words & names, f"{path.name} names {words & names}"
+
+
+def test_the_book_holds_the_chapter_and_the_experiments_only_measure():
+    """Each book experiment's module measures; its book part (perflab.book) holds the chapter's
+    sizes and claims, and its report section and work line stand for the module's."""
+    from perflab import book, chapter
+
+    for name in book.PARTS:
+        e, part = registry.get(name), book.module(name)
+        assert not [n for n in ("CHAPTER_SHARE", "chapter", "claims", "report") if hasattr(e.module, n)], name
+        assert e.book.in_chapter and part is not None and e.hooks.report is part.report, name
+    assert registry.get("train").hooks.work is book.module("train").work
+    assert book.module("infer") is None and set(chapter.in_chapter()) == set(book.PARTS)
+
+
+def test_the_template_experiment_imports_only_the_authors_face():
+    """experiments/matmul.py is what a user copies: every perflab name it uses is perflab.experiment's."""
+    tree = ast.parse((ROOT / "experiments" / "matmul.py").read_text())
+    found = {
+        n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("perflab")
+    }
+    assert found == {"perflab.experiment"}
 
 
 # --- the door -------------------------------------------------------------------------------------
@@ -376,3 +399,38 @@ def test_a_users_experiment_without_a_report_hook_gets_a_figure_of_its_measureme
     perflab.run("softmaxer", [*FAST, "experiment.rows=8", "results.table=false"])
     assert compare.main([str(work / "outputs"), "--plot", str(work / "plots")]) == 0
     assert f"plot: {work / 'plots' / 'timings.png'}" in capsys.readouterr().out
+
+
+OLD_HOOKS = """
+from dataclasses import dataclass
+from perflab.experiment import ExperimentConfig
+from perflab.measure.sizing import Point
+
+@dataclass
+class Config(ExperimentConfig):
+    rows: int = 4
+
+def run(ctx):
+    pass
+
+CHAPTER_SHARE = 0.1
+
+def chapter(machine, seconds):
+    return [Point("13.9", "oldhooks", [], seconds, "why")]
+
+def claims(rows, tree):
+    return []
+"""
+
+
+def test_a_users_experiment_with_the_chapter_hooks_of_before_takes_part_with_a_warning(install):
+    """CHAPTER_SHARE, chapter and claims left the contract for perflab.book: a module defining
+    them is read as before this release, with a DeprecationWarning that says so."""
+    from perflab import chapter
+
+    install("edgepkg", {"oldhooks": "edgepkg.oldhooks"}, {"edgepkg/__init__.py": "", "edgepkg/oldhooks.py": OLD_HOOKS})
+    with pytest.warns(DeprecationWarning, match="CHAPTER_SHARE, chapter, claims: these hooks left the experiment"):
+        part = registry.get("oldhooks").book
+    assert part.share == 0.1 and part.in_chapter and part.claims is not None
+    with pytest.warns(DeprecationWarning):
+        assert "oldhooks" in chapter.in_chapter()

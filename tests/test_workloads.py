@@ -163,7 +163,7 @@ def test_the_report_counts_what_the_rows_count_tokens_and_sequences_never_images
     import pandas as pd
 
     from perflab.analysis import frames
-    from perflab.experiments import train
+    from perflab.book import train
 
     def sweep(units: list[tuple[str, str | None]]) -> pd.DataFrame:
         n = len(units)

@@ -70,7 +70,7 @@ class Tree:
 def judge(rows: pd.DataFrame, samples: Mapping[str, np.ndarray] | None = None) -> list[Claim]:
     """Every claim the experiments of ``rows`` make about them, in the book's order.
 
-    Each preset's rows go to its experiment's ``claims`` hook (``registry.Experiment.claims``); a
+    Each preset's rows go to the claims the book makes of its experiment (``perflab.book``); a
     hook that fails costs its own claims, with a line in the log, never the others' or the report.
     """
     from perflab.analysis.frames import own_columns
@@ -83,11 +83,12 @@ def judge(rows: pd.DataFrame, samples: Mapping[str, np.ndarray] | None = None) -
     names = rows["experiment"].astype("string").fillna("")
     for experiment in dict.fromkeys(str(n) for n in names if n):
         own = own_columns(rows[names == experiment])  # its own keys: a hook boxes every cell
-        module = registry.of_rows(own)
-        if module is None:
+        measured_by = registry.of_rows(own)
+        if measured_by is None:
             continue
         try:
-            made = module.claims(own, tree)
+            hook = measured_by.book.claims
+            made = hook(own, tree) if hook else []
         except Exception as err:  # a bug in one experiment's claims must not hide the rest
             log.warning("claims of %s: %s: %s", experiment, type(err).__name__, err)
             continue

@@ -106,13 +106,12 @@ class Hooks:
     BESIDE        columns compare shows beside the metric (training: test_acc)
     report(rows, samples) -> Section   its section of the report, as data (rows: one preset's,
                   every run; samples: raw sample seconds by row_id, for error bars)
-    claims(rows, tree) -> claims       checkable statements with verdicts (analysis.claims, analysis.checks)
     work(rows) -> line        how much work a timed call did, beside the reference's, where its report
                   hook's setup lines do not say it (first under the job's table)
     COUNTS_INSTRUCTIONS  its parts say their calls as source text (``Part.count``), so
                   ``bench.instructions=true`` counts their instructions (CPU; else refused)
-    CHAPTER_SHARE, chapter(machine, seconds) -> points   its share of ``perflab chapter``'s budget and
-                  its points sized to the seconds it gets (perflab.measure.sizing)
+
+    The book's claims and ``perflab chapter``'s sizes are no hooks: :mod:`perflab.book` holds them.
     """
 
     Config: type[ExperimentConfig]
@@ -126,11 +125,8 @@ class Hooks:
     SUMMARY_ROWS: tuple[str, ...] = ()
     BESIDE: tuple[str, ...] = ()
     report: Optional[Callable[[DataFrame, Samples], Section]] = None
-    claims: Optional[Callable[[DataFrame, Any], Sequence[Any]]] = None
     work: Optional[Callable[[Sequence[Row]], str]] = None
     COUNTS_INSTRUCTIONS: bool = False
-    CHAPTER_SHARE: float = 0.0
-    chapter: Optional[Callable[[Any, float], Sequence[Any]]] = None
 
 
 NAMES = tuple(f.name for f in dataclasses.fields(Hooks))

@@ -18,6 +18,7 @@ are called through one door, :meth:`Experiment.after`, where a failure costs one
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import importlib.metadata
@@ -146,7 +147,22 @@ class Experiment:
 
     @property
     def hooks(self) -> contract.Hooks:
-        return contract.hooks_of(self.module)  # read now, not at registration: tests patch a module
+        """Its module's hooks; for perflab's own, the book's report and work line stand for the
+        module's (perflab.book). Read now, not at registration: tests patch a module."""
+        hooks = contract.hooks_of(self.module)
+        if not self.declared.builtin:
+            return hooks
+        from perflab import book
+
+        shown = book.shown(self.name, True)
+        return dataclasses.replace(hooks, **shown) if shown else hooks
+
+    @property
+    def book(self) -> Any:
+        """The book's part of it (``perflab.book.Part``): its claims and its sizes in ``perflab chapter``."""
+        from perflab import book
+
+        return book.part(self.name, self.declared.builtin, self.module)
 
     @property
     def metric(self) -> str:
@@ -267,16 +283,6 @@ class Experiment:
             why = "timings: no ok row with a median time"
             found = contract.Section(figures=[contract.Figure("timings", plots.timings, rows, why_none=why)])
         return found
-
-    def claims(self, rows: DataFrame, tree: Any) -> list[Any]:
-        """Its checkable statements with verdicts (none without a claims hook)."""
-        fn = self.hooks.claims
-        return list(fn(rows, tree)) if fn else []
-
-    def chapter(self, machine: Any, seconds: float) -> list[Any]:
-        """Its points in ``perflab chapter``, sized to ``seconds`` (none without a chapter hook)."""
-        fn = self.hooks.chapter
-        return list(fn(machine, seconds)) if fn and self.hooks.CHAPTER_SHARE > 0 else []
 
     @property
     def summary(self) -> str:

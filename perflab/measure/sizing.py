@@ -3,7 +3,7 @@ points an experiment asks for in the seconds it is given.
 
 :func:`calibrate` measures the machine *as it is* — other processes' load included, so a busy
 machine gets smaller sizes — in a few seconds: a float32 matmul, a memory copy and a tiny op
-on one device. An experiment that takes part in the chapter defines
+on one device. The book's part of an experiment that takes part (:mod:`perflab.book`) defines
 
   CHAPTER_SHARE                      its share of the budget (relative to the others')
   chapter(machine, seconds) -> [Point]   its points, sized to about ``seconds`` in all
