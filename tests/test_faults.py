@@ -296,6 +296,7 @@ def test_a_derived_part_of_the_wrong_kind_is_rebuilt_and_said(cli, work, part):
 # --- a claim lost while its holder was paused -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_holder_paused_past_its_claim_records_nothing_when_it_resumes(cli, work):
     """A real SIGSTOP while the point is being measured: the paused sweep's claim goes stale, a
     second sweep (in this process: only the holder need be one to pause) takes the point over

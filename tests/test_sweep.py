@@ -125,6 +125,7 @@ def test_a_new_subject_is_measured_again_not_taken_as_done(cli, work):
     assert outcomes(sweeps(work)[-1]) == ["done"]
 
 
+@pytest.mark.slow
 def test_bench_processes_measures_each_point_in_fresh_processes_that_compare_counts(cli, work):
     from perflab import compare
 

@@ -376,6 +376,7 @@ def test_a_sweep_over_precision_compile_and_layout_runs_end_to_end(cli, work):
     assert len(rows[rows["measurement"] == "compile"]) == 4
 
 
+@pytest.mark.slow
 def test_a_killed_ddp_job_leaves_no_workers_behind(work):
     """kill -9 once both workers train (rank 0's first checkpoint: both are past the point where
     they ask to die with the job; one still starting would only exit when it got there). A job
