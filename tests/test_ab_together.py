@@ -57,6 +57,12 @@ def test_a_job_that_raises_ends_its_turns_and_the_other_goes_on():
     assert isinstance(failed, RuntimeError) and name == "perflab-turn-1"
 
 
+def test_jobs_in_turns_never_keep_the_process_alive_after_its_main_thread():
+    """A Ctrl-C in the main thread (joining them) ends a process of two jobs at once: its jobs run
+    in daemon threads, never waited on past the main thread's end."""
+    assert turns.in_turns([lambda: threading.current_thread().daemon] * 2) == [True, True]
+
+
 def test_both_sides_in_one_process_take_their_samples_in_turn_into_their_own_trees(work, monkeypatch):
     order: list[str] = []
 

@@ -100,7 +100,10 @@ def in_turns(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
         finally:
             turns.end(i)
 
-    threads = [threading.Thread(target=party, args=(i,), name=f"perflab-turn-{i}") for i in range(len(jobs))]
+    # daemons: a Ctrl-C or an exit of the main thread ends the process, never waits on a job's end
+    threads = [
+        threading.Thread(target=party, args=(i,), name=f"perflab-turn-{i}", daemon=True) for i in range(len(jobs))
+    ]
     try:
         for t in threads:
             t.start()
