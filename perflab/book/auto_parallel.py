@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
 def report(rows: DataFrame, samples: Samples) -> Section:
     """13.3: the book's work per device beside ours; each device alone, then all together."""
-    from perflab.analysis import plots
-    from perflab.analysis.frames import per_run, with_samples
+    from perflab.analysis.frames import per_run
 
     def work(r: Sequence[Mapping[str, Any]]) -> str:
         alone = {str(x.get("devices")) for x in r if str(x.get("measurement", "")).endswith(" alone")}
@@ -34,15 +33,22 @@ def report(rows: DataFrame, samples: Samples) -> Section:
         reference=REFERENCE,
         notes=[SETUP_ONLY],
         setup=[Setup("work per device", "50 matmuls of 4000 x 4000 on each of 2 GPUs", per_run(rows, work))],
-        figures=[
-            Figure(
-                "alone_together",
-                plots.alone_together,
-                with_samples(rows, samples, "tflops" if "tflops" in rows else "median_s"),
-                caption="Error bars: interquartile range of the raw samples.",
-                why_none="alone vs together: no ok alone/together rows",
-            )
-        ],
+        figures=[alone_together(rows, samples)],
+    )
+
+
+def alone_together(rows: DataFrame, samples: Samples) -> Figure:
+    """Each device alone, then all together, in TFLOP/s where the rows have it (13.3's figure,
+    of the auto_parallel and the matmul experiments alike)."""
+    from perflab.analysis import plots
+    from perflab.analysis.frames import with_samples
+
+    return Figure(
+        "alone_together",
+        plots.alone_together,
+        with_samples(rows, samples, "tflops" if "tflops" in rows else "median_s"),
+        caption="Error bars: interquartile range of the raw samples.",
+        why_none="alone vs together: no ok alone/together rows",
     )
 
 

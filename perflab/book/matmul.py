@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from perflab.config.contract import Figure, Samples, Section
+from perflab.config.contract import Samples, Section
 
 if TYPE_CHECKING:
     from pandas import DataFrame
@@ -17,21 +17,12 @@ if TYPE_CHECKING:
 
 def report(rows: DataFrame, samples: Samples) -> Section:
     """Beside 13.3: the same alone-vs-together question on plain matmuls, in TFLOP/s."""
-    from perflab.analysis import plots
-    from perflab.analysis.frames import with_samples
+    from perflab.book.auto_parallel import alone_together
 
     return Section(
         number="13.3",
         title="Automatic parallelism: matmul throughput",
-        figures=[
-            Figure(
-                "alone_together",
-                plots.alone_together,
-                with_samples(rows, samples, "tflops" if "tflops" in rows else "median_s"),
-                caption="Error bars: interquartile range of the raw samples.",
-                why_none="alone vs together: no ok alone/together rows",
-            )
-        ],
+        figures=[alone_together(rows, samples)],
         notes=["Its points are drawn on the roofline of the hardware section (13.4) when the tree holds its rows."],
     )
 
