@@ -130,19 +130,6 @@ MeasureBoth = Callable[
 ]  # (process, points) -> exit code of the process measuring both sides
 
 
-def apart(shared: Sequence[str]) -> Measure:
-    """A side's process ``k`` of its own: a fresh ``python -m perflab`` with the side's overrides,
-    environment, interpreter and ref (``perflab.job.processes``)."""
-    from perflab.job import processes
-
-    def one(side: Side, k: int) -> int:
-        return processes.run_one(
-            side.args(shared), process=k, env=side.env, python=side.python, quiet=True, cwd=side.cwd
-        )
-
-    return one
-
-
 def apart_because(shared: Sequence[str], base: Side, new: Side) -> str:
     """Why the sides cannot share a process each round ('' when they can): they differ by more
     than overrides (an environment, an interpreter, a ref), or the command is a sweep."""
@@ -178,6 +165,11 @@ def run(
     from perflab import compare
     from perflab.job import processes
 
+    def fresh(side: Side, k: int) -> int:
+        return processes.run_one(
+            side.args(shared), process=k, env=side.env, python=side.python, quiet=True, cwd=side.cwd
+        )
+
     todo = (points(shared) or [list(shared)]) if together else []  # the points not decided yet
 
     def both(k: int, todo: list[list[str]]) -> int:
@@ -185,7 +177,7 @@ def run(
         pairs = [[side.args(point) for side in sides] for point in todo]
         return processes.run_one([json.dumps(pairs)], process=k, quiet=True, module="perflab.job.together")
 
-    measure, measure_both = measure or apart(shared), measure_both or both
+    measure, measure_both = measure or fresh, measure_both or both
     looks = schedule(min_processes, max_processes)
     start, table = clock(), pd.DataFrame()
     for k in range(1, max_processes + 1):

@@ -25,6 +25,18 @@ if TYPE_CHECKING:
 PROCESSES = 3  # a side: the fewest whose between-process spread is measured (replicates.MEASURED_FROM)
 
 
+def fresh(shared: Sequence[str]) -> Measure:
+    """A side's process ``k`` as ``perflab ab`` runs its timed ones (``perflab.job.processes``)."""
+    from perflab.job import processes
+
+    def one(side: Side, k: int) -> int:
+        return processes.run_one(
+            side.args(shared), process=k, env=side.env, python=side.python, quiet=True, cwd=side.cwd
+        )
+
+    return one
+
+
 def wanted(table: pd.DataFrame, faster: bool) -> bool:
     """Whether the table has a point to explain: a FAIL (``faster``: or a point significantly faster)."""
     return any(attribution.wanted(r, faster=faster) for r in table.to_dict("records"))
@@ -50,9 +62,7 @@ def explain(
     profiled = [
         replace(s, tree=s.tree.parent / "why" / s.name, overrides=[*s.overrides, "bench.profile=true"]) for s in sides
     ]
-    from perflab.ab import apart
-
-    measure = measure or apart(shared)
+    measure = measure or fresh(shared)
     start = clock()
     for k in range(1, PROCESSES + 1):
         for side in profiled if k % 2 else profiled[::-1]:

@@ -258,7 +258,7 @@ def test_the_report_shows_where_the_time_went_and_what_moved(tmp_path):
 
 @pytest.mark.parametrize("flag, explained", [([], True), (["--no-why"], False)])
 def test_perflab_ab_explains_a_fail_unless_told_not_to(work, monkeypatch, capsys, flag, explained):
-    from perflab import ab, compare
+    from perflab import ab, compare, why
 
     rng = np.random.default_rng(9)
 
@@ -276,7 +276,7 @@ def test_perflab_ab_explains_a_fail_unless_told_not_to(work, monkeypatch, capsys
         return 0
 
     monkeypatch.setattr(ab, "run", timed)
-    monkeypatch.setattr(ab, "apart", lambda shared: profiled)
+    monkeypatch.setattr(why, "fresh", lambda shared: profiled)
     code = ab.main(["+experiment=quick/matmul", "--new-env", "X=1", "--out", str(work / "out"), *flag])
     ran = capsys.readouterr()
     assert code == 1
