@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -283,3 +285,52 @@ def test_perflab_ab_explains_a_fail_unless_told_not_to(work, monkeypatch, capsys
     assert any(x.startswith("why matmul") and "aten::gelu +" in x for x in ran.out.splitlines()) is explained
     assert ("the why pass: 3 profiled processes a side" in ran.err) is explained
     assert (work / "out" / "why").is_dir() is explained
+
+
+def test_a_profiled_pass_sees_the_training_phases_as_ranges():
+    """optim.Ranges: the step's phase marks open and close profiler ranges under perflab's
+    names, each phase once a step, the optimizer's closed by its own mark."""
+    import torch
+    from torch.profiler import profile
+
+    from perflab.train import optim
+
+    phases = optim.Ranges()
+    with profile() as prof:
+        for _ in range(2):
+            phases.start()
+            torch.ones(8) * 2
+            phases.mark("forward")
+            torch.ones(8) + 1
+            phases.mark("backward")
+            phases.mark("optimizer")
+    counts = {e.key: e.count for e in prof.key_averages() if e.key.startswith("train: ")}
+    assert counts == {"train: forward": 2, "train: backward": 2, "train: optimizer": 2}
+    assert phases.open is None
+
+
+@pytest.mark.slow
+def test_training_under_bench_profile_keeps_its_trace_and_operators_per_step(cli):
+    """A real quick/train run with bench.profile=true: the train row has its trace, and
+    operators.csv holds, keyed by that row, the step's aten ops and its phases as ranges, per
+    step, beside the timed step (so compare --why can explain a training point)."""
+    from perflab import results
+
+    cli(
+        "+experiment=quick/train",
+        "data.train_size=256",
+        "trainer.batch_size=64",
+        "data.test_size=64",
+        "trainer.epochs=2",
+        "bench.profile=true",
+    )
+    rows = results.load("outputs")
+    (train,) = rows[rows["measurement"] == "train"].to_dict("records")
+    ops = results.load_operators("outputs")
+    mine = ops[ops["row_id"] == train["row_id"]]
+    ranges = set(mine.loc[mine["kind"] == "range", "operator"])
+    assert {"train: forward", "train: backward", "train: optimizer"} <= ranges
+    assert mine["operator"].str.startswith("aten::").any()
+    step_s = float(mine["median_s"].iloc[0])
+    assert 0 < step_s < float(train["median_s"]), "the timed step, not the epoch"
+    assert list(Path("outputs").glob(f"**/{train['trace']}")), train["trace"]

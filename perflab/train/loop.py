@@ -242,10 +242,32 @@ class Trainer:
             self.save_checkpoint(e + 1)
             if result.first_bad_step is not None:
                 return  # diverged: the epoch's error row says where; no summary of a broken run
+        profiled = self.profiled_steps() if self.ctx.settings.bench.profile else None
         if self.rank == 0:
             if self.knobs.compile:
                 self.record_compile()
-            self.record_summary(epochs)
+            self.record_summary(epochs, profiled)
+
+    def profiled_steps(self) -> tuple[str, Any]:
+        """``bench.profile``: steps under torch.profiler after the timed epochs, never inside
+        them, on one batch, the phases as ranges (``optim.Ranges``); every rank runs them (a DDP
+        step's collectives need all), rank 0 keeps the trace. (trace path, operators.Profiled)."""
+        from perflab.measure import operators, profile
+
+        s = self.strategy
+        x, y = next(iter(self.train_batches.epoch(self.t.epochs)))
+        s.train(True)
+        s.phases = optim.Ranges() if s.splits_step else optim.NoPhases()
+
+        def step() -> None:
+            s.step(x, y)
+
+        try:
+            if self.rank == 0:
+                return profile.traced(self.ctx.run_dir, "train", step, self.devices)
+            return "", operators.profiled(step, self.devices)
+        finally:
+            s.phases = optim.NoPhases()
 
     def run_epoch(self, epoch: int) -> Epoch:
         s = self.strategy
@@ -471,8 +493,9 @@ class Trainer:
             **self.fixed,
         )
 
-    def record_summary(self, epochs: list[Epoch]) -> None:
-        """One row for the whole run: epoch-time stats with its first epoch as warm-up."""
+    def record_summary(self, epochs: list[Epoch], profiled: tuple[str, Any] | None = None) -> None:
+        """One row for the whole run: epoch-time stats with its first epoch as warm-up; with
+        ``profiled`` (``profiled_steps``) its trace and its operators per step."""
         times = [e.train_s for e in epochs]
         warm, timed = (times[:1], times[1:]) if len(times) > 1 else ([], times)
         stats = bench.stats_of(timed, warm, noise_threshold=self.ctx.settings.bench.noise_threshold)
@@ -480,7 +503,7 @@ class Trainer:
         rate = last.items / stats.median
         note = self.notes if warm else "; ".join(x for x in (self.notes, "one epoch: its time includes warm-up") if x)
         timed_epochs = epochs[1:] or epochs
-        self.ctx.record(
+        written = self.ctx.record(
             "train",
             stats,
             devices=self.ctx.devices,
@@ -498,8 +521,14 @@ class Trainer:
             **step_split(timed_epochs),
             suspect=stats.suspect,
             note=note,
+            **({"trace": profiled[0]} if profiled and profiled[0] else {}),
             **self.fixed,
         )
+        if profiled is not None:  # per step, beside the timed step (an epoch's median over its steps)
+            from perflab.measure import operators
+
+            step_s = stats.median / len(self.train_batches)
+            operators.write(self.ctx.run_dir, {**written, "median_s": step_s}, profiled[1].table)
 
     def achieved(self, items_per_s: float) -> dict[str, Any]:
         """``tflops`` (and ``mfu`` / ``pct_of_peak`` where a peak is known) at this rate; none

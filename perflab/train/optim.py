@@ -144,3 +144,36 @@ class NoPhases(Phases):
 
     def mark(self, phase: str) -> None:
         pass
+
+
+class Ranges(NoPhases):
+    """The phases as profiler ranges (``record_function``, named ``RANGE``), for a profiled pass
+    only: the profiler then sees each step's forward, backward and optimizer under perflab's
+    names (``perflab.measure.operators``: kind ``range``). The timed pass never opens one."""
+
+    RANGE = "train: {}"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: tuple[int, Any] | None = None
+
+    def start(self) -> None:
+        self._close()
+        self._enter(0)
+
+    def mark(self, phase: str) -> None:
+        i = PHASES.index(phase)
+        if self.open is not None and self.open[0] == i:
+            self._close()
+            if i + 1 < len(PHASES):
+                self._enter(i + 1)
+
+    def _enter(self, i: int) -> None:
+        r = torch.profiler.record_function(self.RANGE.format(PHASES[i]))
+        r.__enter__()
+        self.open = (i, r)
+
+    def _close(self) -> None:
+        if self.open is not None:
+            self.open[1].__exit__(None, None, None)
+            self.open = None
