@@ -113,6 +113,15 @@ class Side:
     def args(self, shared: Sequence[str]) -> list[str]:
         return [*shared, *self.overrides, f"results.store={self.tree}", "results.table=false"]
 
+    def run(self, shared: Sequence[str], process: int) -> int:
+        """This side's process ``process`` of its own: a fresh ``python -m perflab`` with its
+        overrides, environment, interpreter and ref (``perflab.job.processes``); its exit code."""
+        from perflab.job import processes
+
+        return processes.run_one(
+            self.args(shared), process=process, env=self.env, python=self.python, quiet=True, cwd=self.cwd
+        )
+
 
 MAX_PROCESSES = 40  # a side, at most (--max-processes): about 5 minutes of quick/matmul's processes
 LOOKS_AT = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)  # processes a side after which a run may look
@@ -165,11 +174,6 @@ def run(
     from perflab import compare
     from perflab.job import processes
 
-    def fresh(side: Side, k: int) -> int:
-        return processes.run_one(
-            side.args(shared), process=k, env=side.env, python=side.python, quiet=True, cwd=side.cwd
-        )
-
     todo = (points(shared) or [list(shared)]) if together else []  # the points not decided yet
 
     def both(k: int, todo: list[list[str]]) -> int:
@@ -177,7 +181,7 @@ def run(
         pairs = [[side.args(point) for side in sides] for point in todo]
         return processes.run_one([json.dumps(pairs)], process=k, quiet=True, module="perflab.job.together")
 
-    measure, measure_both = measure or fresh, measure_both or both
+    measure, measure_both = measure or (lambda side, k: side.run(shared, k)), measure_both or both
     looks = schedule(min_processes, max_processes)
     start, table = clock(), pd.DataFrame()
     for k in range(1, max_processes + 1):

@@ -26,15 +26,8 @@ PROCESSES = 3  # a side: the fewest whose between-process spread is measured (re
 
 
 def fresh(shared: Sequence[str]) -> Measure:
-    """A side's process ``k`` as ``perflab ab`` runs its timed ones (``perflab.job.processes``)."""
-    from perflab.job import processes
-
-    def one(side: Side, k: int) -> int:
-        return processes.run_one(
-            side.args(shared), process=k, env=side.env, python=side.python, quiet=True, cwd=side.cwd
-        )
-
-    return one
+    """A side's process ``k`` as ``perflab ab`` runs its timed ones (``Side.run``)."""
+    return lambda side, k: side.run(shared, k)
 
 
 def wanted(table: pd.DataFrame, faster: bool) -> bool:
