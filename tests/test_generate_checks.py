@@ -19,7 +19,7 @@ QUIET = ["results.table=false", *FAST]
 BUSY_COLUMNS = ["others_cpu_pct", "waited_pct", "cpu_pressure_pct", "load_before", "load_after", "cpus"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # its group's worker builds it once (module: again after another module's test)
 def llama(tmp_path_factory):
     """A tiny Llama with 64 positions, saved as a user would bring it."""
     cfg = transformers.LlamaConfig(

@@ -102,7 +102,7 @@ BY_NAME = {  # torchvision's and timm's, by name: (model overrides, objective)
 TRAIN = ["data.train_size=8", "data.test_size=4", "trainer.batch_size=4", "trainer.epochs=1", "results.table=false"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # its group's worker builds it once (module: again after another module's test)
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("held-out-kinds")
     transformers.set_seed(0)

@@ -83,7 +83,7 @@ TOKENS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # its group's worker builds it once (module: again after another module's test)
 def folders(tmp_path_factory):
     """Each model saved once, as a user's save_pretrained leaves it."""
     root = tmp_path_factory.mktemp("held-out")

@@ -194,7 +194,7 @@ AUDIO_AND_TOWERS = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # its group's worker builds it once (module: again after another module's test)
 def speech_and_towers(tmp_path_factory):
     """Whisper, Wav2Vec2 and CLIP saved once, tiny, as a user's save_pretrained leaves them."""
     transformers = pytest.importorskip("transformers")

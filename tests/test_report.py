@@ -32,7 +32,9 @@ from perflab.store.rundir import RunWriter
 
 from conftest import FAST
 
-# One worker builds the results tree below, once, and runs every test of this module.
+# One worker builds the results tree below, once, and runs every test of this module: its
+# fixtures are the session's, not the module's (a worker that runs another module's test between
+# two of these would tear a module fixture down and build the tree again).
 pytestmark = pytest.mark.xdist_group("report_tree")
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -52,7 +54,7 @@ CHROMIUM_FLAGS = [
 SECTIONS = ["compile", "async_compute", "auto_parallel", "matmul", "hardware", "train", "comm"]  # the book's order
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tree(tmp_path_factory) -> Path:
     """A small real results tree (about 15 s on 2 CPU cores)."""
     root = tmp_path_factory.mktemp("tree")
@@ -85,7 +87,7 @@ class Written:
     printed: str
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def written(tree, tmp_path_factory) -> Written:
     """``python -m perflab.report TREE`` (in-process) in a fresh directory: the default -o."""
     where = tmp_path_factory.mktemp("report")
@@ -116,7 +118,7 @@ def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
     return proc
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browsed(written, tmp_path_factory) -> Browsed:
     if CHROMIUM is None:
         pytest.skip("needs Chromium")

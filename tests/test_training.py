@@ -103,8 +103,8 @@ def test_every_strategy_trains_and_learns(strategy_runs, name):
     assert loader["items_per_s"] > 0 and loader["items_unit"] == "images"
 
 
-@pytest.fixture(scope="module")
-def few_step_runs(tmp_path_factory):
+@pytest.fixture(scope="session")  # not module: a worker that runs another module's test between
+def few_step_runs(tmp_path_factory):  # two of this group's would tear a module fixture down and train again
     """Each strategy trains 8 steps (FEW_STEPS) of the same LeNet on the same data and global batch."""
     with pytest.MonkeyPatch.context() as mp:  # the worker's later tests keep their own cwd
         mp.chdir(tmp_path_factory.mktemp("few_steps"))
