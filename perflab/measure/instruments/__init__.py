@@ -27,27 +27,31 @@ class Instruments:
 
     def __init__(self, devices: Sequence[Any] = ()) -> None:
         self.each = [cls(devices) for cls in INSTRUMENTS]
-        # called after every sample: only the instruments that look there
-        self.after_sample = [i.sampled for i in self.each if type(i).sampled is not Instrument.sampled]
+        # each hook, of the instruments that have it (when parts alternate, a run is one sample)
+        self.after_sample = [i.sampled for i in self._having("sampled")]
+        self._around, self._run, self._loop = self._having("around"), self._having("run"), self._having("loop")
+
+    def _having(self, hook: str) -> list[Instrument]:
+        return [i for i in self.each if getattr(type(i), hook) is not getattr(Instrument, hook)]
 
     @contextlib.contextmanager
     def around(self) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
-            for i in self.each:
+            for i in self._around:
                 stack.enter_context(i.around())
             yield
 
     @contextlib.contextmanager
     def run(self, name: str) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
-            for i in self.each:
+            for i in self._run:
                 stack.enter_context(i.run(name))
             yield
 
     @contextlib.contextmanager
     def loop(self, name: str) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
-            for i in self.each:
+            for i in self._loop:
                 stack.enter_context(i.loop(name))
             yield
 
