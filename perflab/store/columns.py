@@ -128,7 +128,7 @@ COLUMNS: dict[str, Column] = {
         _c("joules_per_call", "float", "J", "lower"),
         _c("joules_per_item", "float", "J/item", "lower"),
         _c("energy_note", "text"),
-        # Memory (MB), typed as read: the peak RSS, and on CUDA the peaks per device.
+        # Memory (MB; each cell read as pandas reads it, as before): the peak RSS, CUDA's per device.
         *(_c(name) for name in ("rss_before_mb", "rss_peak_mb", "cuda_allocated_peak_mb", "cuda_reserved_peak_mb")),
         _c("cuda_peaks_mb"),
         # The machine (instruments.machine): others' CPU share, our threads' wait, PSI (%), load.

@@ -10,7 +10,7 @@ say) is a module here, its columns in ``perflab.store.columns``, and a line in `
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Sequence
+from typing import Any, ContextManager, Iterator, Sequence
 
 from perflab.measure.instruments.base import Instrument
 from perflab.measure.instruments.energy import Energy
@@ -28,31 +28,26 @@ class Instruments:
     def __init__(self, devices: Sequence[Any] = ()) -> None:
         self.each = [cls(devices) for cls in INSTRUMENTS]
         # each hook, of the instruments that have it (when parts alternate, a run is one sample)
-        self.after_sample = [i.sampled for i in self._having("sampled")]
-        self._around, self._run, self._loop = self._having("around"), self._having("run"), self._having("loop")
+        self.having = {
+            hook: [i for i in self.each if getattr(type(i), hook) is not getattr(Instrument, hook)]
+            for hook in ("around", "run", "loop", "sampled")
+        }
+        self.after_sample = [i.sampled for i in self.having["sampled"]]
 
-    def _having(self, hook: str) -> list[Instrument]:
-        return [i for i in self.each if getattr(type(i), hook) is not getattr(Instrument, hook)]
+    def around(self) -> ContextManager[None]:
+        return self._entered("around")
 
-    @contextlib.contextmanager
-    def around(self) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            for i in self._around:
-                stack.enter_context(i.around())
-            yield
+    def run(self, name: str) -> ContextManager[None]:
+        return self._entered("run", name)
 
-    @contextlib.contextmanager
-    def run(self, name: str) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            for i in self._run:
-                stack.enter_context(i.run(name))
-            yield
+    def loop(self, name: str) -> ContextManager[None]:
+        return self._entered("loop", name)
 
     @contextlib.contextmanager
-    def loop(self, name: str) -> Iterator[None]:
+    def _entered(self, hook: str, *args: str) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
-            for i in self._loop:
-                stack.enter_context(i.loop(name))
+            for i in self.having[hook]:
+                stack.enter_context(getattr(i, hook)(*args))
             yield
 
     def row(self, name: str, calls: int, items_per_call: float | None = None) -> dict[str, Any]:
