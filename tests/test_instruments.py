@@ -94,6 +94,13 @@ def test_what_ab_judges_sample_by_sample_comes_from_the_table():
     ],
 )
 def test_a_moved_name_keeps_working_a_release(old, name, new):
-    with pytest.warns(DeprecationWarning, match=f"moved to {new}"):
+    with pytest.warns(DeprecationWarning, match=rf"use 'from {new} import {name}' \({old} goes in perflab 0\.6\.0\)"):
         found = getattr(importlib.import_module(old), name)
     assert found is getattr(importlib.import_module(new), name)
+
+
+def test_a_name_the_old_module_never_had_is_no_attribute_of_it():
+    import perflab.measure.watch as watch
+
+    with pytest.raises(AttributeError, match="'perflab.measure.watch' has no attribute 'nosuch'"):
+        watch.nosuch  # noqa: B018

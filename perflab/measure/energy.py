@@ -1,19 +1,6 @@
-"""Moved to ``perflab.measure.instruments.energy`` (0.5.0); the old names keep working, with a
-DeprecationWarning, until 0.6.0."""
+"""Moved to ``perflab.measure.instruments.energy`` (0.5.0). This old import keeps working until
+perflab 0.6.0, with a DeprecationWarning."""
 
-from __future__ import annotations
+from perflab.moved import forward
 
-import warnings
-from typing import Any
-
-from perflab.measure.instruments import energy as _energy
-
-
-def __getattr__(name: str) -> Any:
-    found = getattr(_energy, name)  # AttributeError for a name it never had
-    warnings.warn(
-        f"perflab.measure.energy.{name} moved to perflab.measure.instruments.energy.{name}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return found
+__getattr__ = forward(__name__, "perflab.measure.instruments.energy", dropped_in="0.6.0")
