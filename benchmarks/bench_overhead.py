@@ -32,8 +32,7 @@ from _results import append
 from perflab.job.context import Status
 from perflab.measure import bench
 from perflab.measure.devices import Device
-from perflab.measure.energy import Energy
-from perflab.measure.watch import GpuState, Memory
+from perflab.measure.instruments import Instruments
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = Device("cpu", "cpu", None, 1)
@@ -62,23 +61,19 @@ def calls() -> dict[str, Callable[[], object]]:
 
 
 def watchers(per_sample: bool) -> dict[str, Any]:
-    """``around`` and ``around_run`` as Context.measure_rounds builds them; ``per_sample``: the
-    peak RSS and energy read around every sample, as before issue 30."""
-    memory, energy, gpu, status = Memory([CPU]), Energy([CPU]), GpuState([CPU]), Status("x")
-
-    @contextlib.contextmanager
-    def readers(name: str) -> Iterator[None]:
-        with memory.sample(name), energy.sample(name):
-            yield
+    """``around`` and ``around_run`` as Context.measure_rounds builds them from the registered
+    instruments; ``per_sample``: their runs' readers around every sample, as before issue 30."""
+    instruments, status = Instruments([CPU]), Status("x")
+    after_sample = [*instruments.after_sample, status.sampled]
 
     @contextlib.contextmanager
     def around(name: str) -> Iterator[None]:
-        with readers(name) if per_sample else contextlib.nullcontext():
+        with instruments.run(name) if per_sample else contextlib.nullcontext():
             yield
-        gpu.sample()
-        status.sampled()
+        for after in after_sample:
+            after()
 
-    return {"around": around, "around_run": None if per_sample else readers}
+    return {"around": around, "around_run": None if per_sample else instruments.run}
 
 
 def paths(fn: Callable[[], object], n: int, clock: Callable[[], float]) -> dict[str, Callable[[], list[float]]]:

@@ -1,6 +1,6 @@
 """What gathering the environment and machine identity costs a job's start.
 
-Each of ``--runs`` fresh processes imports torch and perflab.measure.watch (psutil) first (every job
+Each of ``--runs`` fresh processes imports torch and perflab.measure.instruments (psutil) first (every job
 has, before it gathers the environment; not ours to count), then times the first call of
 ``perflab.measure.environment.environment()`` plus the subject (``subject(None)``: the working
 directory's git commit), and the same for the environment module as it was on ``main``
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMED = """
 import json, sys, time, importlib.util
 import torch
-import perflab.measure.watch  # a job has imported it (and psutil) before it gathers the environment
+import perflab.measure.instruments  # a job has imported it (and psutil) before it gathers the environment
 spec = importlib.util.spec_from_file_location("env_under_test", sys.argv[1])
 env = importlib.util.module_from_spec(spec); spec.loader.exec_module(env)
 t0 = time.perf_counter()

@@ -36,8 +36,7 @@ from inference import GPT2, PROMPT, generate_kwargs
 
 from perflab.experiments.generate import Generator
 from perflab.measure.devices import Device
-from perflab.measure.energy import Energy
-from perflab.measure.watch import GpuState, Memory
+from perflab.measure.instruments import Energy, GpuState, Memory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +55,7 @@ def paths(lm: Any, new: int) -> dict[str, Sample]:
     def around() -> Any:
         with memory.sample("x"), energy.sample("x"):
             yield
-        gpu.sample()
+        gpu.sampled()
 
     return {
         "torch": (lambda: lm.generate(ids, max_new_tokens=new, min_new_tokens=new, **kwargs), contextlib.nullcontext),

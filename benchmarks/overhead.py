@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import perflab
-from perflab.measure import watch
+from perflab.measure.instruments import Machine, Memory
 
 TRAIN = ["data.train_size=8192", "data.test_size=256", "trainer.epochs=3", "data.on_device=true", "results.table=false"]
 
@@ -31,7 +31,7 @@ def watchers_off():
     def no_sample(self, name=""):
         yield
 
-    class NoMachine(watch.Machine):
+    class NoMachine(Machine):
         def __enter__(self):
             self.wall_s = self.busy_s = self.own_s = self.load_before = self.load_after = 0.0
             return self
@@ -39,15 +39,15 @@ def watchers_off():
         def __exit__(self, *exc):
             return None
 
-    saved = watch.Memory.sample, watch.Machine
-    watch.Memory.sample = no_sample
+    saved = Memory.sample, Machine
+    Memory.sample = no_sample
     import perflab.train.loop as loop
 
     loop.Machine = NoMachine
     try:
         yield
     finally:
-        watch.Memory.sample = saved[0]
+        Memory.sample = saved[0]
         loop.Machine = saved[1]
 
 

@@ -126,7 +126,7 @@ def load(ctx: Context, device: Device) -> tuple[Any, dict[str, Any]]:
 
     from perflab import models
     from perflab.measure.devices import synchronize
-    from perflab.measure.watch import Memory
+    from perflab.measure.instruments import Memory
     from perflab.train import data
 
     s = ctx.settings

@@ -13,8 +13,8 @@ import pytest
 import perflab
 from perflab import compare, results
 from perflab.analysis.comparison import busy_rows
-from perflab.measure import watch
 from perflab.measure.devices import allowed_cpus
+from perflab.measure.instruments import machine
 from perflab.store.rundir import RunWriter
 
 from conftest import FAST, ROOT, timed_row
@@ -97,22 +97,22 @@ def test_host_measurements_carry_the_cpu_time_of_their_threads_where_none_spins(
 
 def test_one_rule_says_busy_from_a_rows_columns_with_advice_that_fits_it():
     two = {"others_cpu_pct": 60.0, "waited_pct": 40.0, "num_threads": 2, "cpus": 2}
-    reason = watch.busy_reason(two, 0.25)
+    reason = machine.busy_reason(two, 0.25)
     assert reason.startswith("the machine was busy: other processes used 60% of the 2 CPUs meanwhile, leaving 0.8")
     assert "its threads spent 40% of their runnable time waiting" in reason and "OMP_NUM_THREADS=1" in reason
     # One thread beside one spinning process on two CPUs has a CPU of its own: nothing to flag ...
-    assert watch.busy_reason({"others_cpu_pct": 50.0, "waited_pct": 1.0, "num_threads": 1, "cpus": 2}, 0.25) == ""
+    assert machine.busy_reason({"others_cpu_pct": 50.0, "waited_pct": 1.0, "num_threads": 1, "cpus": 2}, 0.25) == ""
     # ... beside two it has not, and advice already followed (one thread) is no advice.
-    one = watch.busy_reason({"others_cpu_pct": 66.0, "waited_pct": 30.0, "num_threads": 1, "cpus": 2}, 0.25)
+    one = machine.busy_reason({"others_cpu_pct": 66.0, "waited_pct": 30.0, "num_threads": 1, "cpus": 2}, 0.25)
     assert one and "OMP_NUM_THREADS" not in one and "perflab ab" in one
-    assert watch.busy_reason({"others_cpu_pct": 30.0}, 0.25).startswith("the machine was busy")  # no thread count
-    assert watch.busy_reason({"others_cpu_pct": 10.0, "waited_pct": float("nan")}, 0.25) == ""
-    assert watch.busy_reason({"others_cpu_pct": "", "waited_pct": None}, 0.25) == ""  # an old row's empty cells
+    assert machine.busy_reason({"others_cpu_pct": 30.0}, 0.25).startswith("the machine was busy")  # no thread count
+    assert machine.busy_reason({"others_cpu_pct": 10.0, "waited_pct": float("nan")}, 0.25) == ""
+    assert machine.busy_reason({"others_cpu_pct": "", "waited_pct": None}, 0.25) == ""  # an old row's empty cells
     epochs = [
         {"others_cpu_pct": 10.0, "load_before": 1.0, "load_after": 2.0},
         {"others_cpu_pct": 50.0, "load_after": 3.0},
     ]
-    merged = watch.worst(epochs)
+    merged = machine.worst(epochs)
     assert (merged["others_cpu_pct"], merged["load_before"], merged["load_after"]) == (50.0, 1.0, 3.0)
 
 

@@ -15,7 +15,7 @@ import torch
 
 import perflab
 from perflab.experiments.generate import Generator
-from perflab.measure import watch
+from perflab.measure.instruments import memory
 
 from conftest import FAST
 
@@ -71,6 +71,6 @@ def test_a_timed_generate_call_runs_alone_under_the_users_settings(work, monkeyp
     assert len(timed) >= 6, "warm-up and timed calls of prefill and generate"
     assert {s[1:] for s in timed} == {(1, True, False)}, "one intra-op thread, inference_mode, no grad"
     # where the kernel keeps no resettable peak RSS (not Linux), a sampler thread is the documented fallback
-    allowed = set() if watch._reset_kernel_peak() else {"perflab-rss"}
+    allowed = set() if memory._reset_kernel_peak() else {"perflab-rss"}
     assert all(set(names) <= allowed for names, *_ in timed), [names for names, *_ in timed]
     assert set(inside) == {before} and settings() == before, "gc, torch's flags, OMP/MKL/malloc env as the user's"

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from perflab.measure.devices import Device
-from perflab.measure.energy import Energy
+from perflab.measure.instruments.energy import Energy
 
 CPU = Device("cpu", "cpu")
 
@@ -52,7 +52,7 @@ def test_a_measured_row_carries_its_energy_or_its_reason(work):
 @pytest.mark.parametrize("timer", ["wall_sync", "torch_utils_benchmark"])
 def test_a_row_timed_where_no_counter_was_read_says_why(work, tmp_path, monkeypatch, timer):
     import perflab
-    from perflab.measure import energy
+    from perflab.measure.instruments import energy
 
     fake_rapl(tmp_path, 5.0)  # counters that can be read: the machine is not why
     monkeypatch.setattr(energy, "POWERCAP", tmp_path)

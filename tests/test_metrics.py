@@ -11,7 +11,8 @@ import pytest
 
 import perflab
 from perflab.config import registry
-from perflab.measure.watch import Machine, Memory, host_peak
+from perflab.measure.instruments import Machine, Memory
+from perflab.measure.instruments.memory import host_peak
 
 from conftest import FAST
 
@@ -132,7 +133,7 @@ def test_the_roofline_places_a_matmul_under_the_roofs_the_hardware_job_measured(
 def test_threads_that_wait_for_a_cpu_are_said_on_screen_with_the_fix(cli, monkeypatch):
     from itertools import count
 
-    from perflab.measure import watch
+    from perflab.measure.instruments import machine
 
     calls = count()  # every window: 14 ns run, 86 ns waited in the run queue
 
@@ -140,7 +141,7 @@ def test_threads_that_wait_for_a_cpu_are_said_on_screen_with_the_fix(cli, monkey
         k = next(calls)
         return {1: (14 * k, 86 * k)}
 
-    monkeypatch.setattr(watch, "run_queue", run_queue)
+    monkeypatch.setattr(machine, "run_queue", run_queue)
     out = " ".join(cli("+experiment=quick/matmul", *FAST).out.split())  # the note is wrapped to the terminal
     assert "its threads spent 86% of their runnable time waiting for a CPU" in out
     assert "run with fewer threads, as many as the cores that are free: OMP_NUM_THREADS=1 perflab" in out

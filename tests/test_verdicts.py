@@ -17,8 +17,9 @@ import pytest
 
 from perflab import compare, history, results
 from perflab.analysis import floor, replicates, stats, verdicts
+from perflab.measure.instruments.gpu import throttle_words
+from perflab.measure.instruments.machine import Machine, busy_reason
 from perflab.measure.peaks import Peaks
-from perflab.measure.watch import Machine, busy_reason, throttle_words
 from perflab.store.rundir import RunWriter
 
 from conftest import FAST, requires_cuda, run_subprocess

@@ -15,7 +15,7 @@ import pandas as pd
 
 from perflab.config import schema
 from perflab.config.schema import MODELS_MODULE, MOVED_MODELS_MODULE
-from perflab.store.columns import PERCENTILES, RATES
+from perflab.store.columns import PER_SAMPLE, RATES
 from perflab.store.rows import number
 
 # How a config key reads beside its value; any other key reads "<its last part> <value>"
@@ -281,8 +281,9 @@ def cells(rows: pd.DataFrame, *columns: str) -> list[dict[str, Any]]:
     return [dict(zip(present, values)) for values in zip(*(rows[c].tolist() for c in present))]
 
 
-# Statistics of a row's seconds whose raw samples are the seconds themselves.
-PER_SAMPLE_TIMES = frozenset({"median_s", "mean_s", "min_s", *PERCENTILES})
+# Statistics of a row's seconds whose raw samples are the seconds themselves (the table's
+# ``per_sample`` columns; this name for its importers).
+PER_SAMPLE_TIMES = PER_SAMPLE
 
 
 def sample_values(samples: Mapping[str, np.ndarray], row: Mapping[str, Any], metric: str) -> np.ndarray:

@@ -25,9 +25,9 @@ from perflab.job.stop import raise_if_stopped
 from perflab.measure import bench, turns
 from perflab.measure.bench import Part, Stats, Variant
 from perflab.measure.devices import Device
-from perflab.measure.energy import Energy
+from perflab.measure.instruments import Instruments
+from perflab.measure.instruments.machine import Machine, busy_reason, others_since_import, since_import
 from perflab.measure.peaks import Peaks
-from perflab.measure.watch import GpuState, Machine, Memory, busy_reason, others_since_import, since_import
 from perflab.store.outcome import ROW_STATUSES
 from perflab.store.rows import number
 from perflab.store.rundir import RunWriter
@@ -72,7 +72,7 @@ class Context:
     progress: Callable[[Mapping[str, Any]], str | None] | None = None  # the experiment's own line
     metric: str = ""  # the experiment's headline metric, for the progress lines
     recorded_elsewhere: bool = False  # a node of a multi-node run whose workers hold no rank 0
-    # per measured part: the machine's and GPUs' columns over its calls
+    # per measured part: the shared instruments' columns (the machine's, the GPUs') over its calls
     watched: dict[str, dict[str, Any]] = field(default_factory=dict)
     # the machine since the last row, and since the job began, each in the process that opened
     # it: the windows of a row whose measurement brought none of its own, or one too short (``record``)
@@ -165,24 +165,18 @@ class Context:
         b = self.settings.bench
         devices = {name: self.devices if p.devices is None else list(p.devices) for name, p in parts.items()}
         everything = list({d.name: d for ds in devices.values() for d in ds}.values())
-        memory = Memory(everything)
-        energy = Energy(everything)
-        gpu = GpuState(everything)
+        instruments = Instruments(everything)  # perflab.measure.instruments.INSTRUMENTS, on these devices
         status = Status(", ".join(parts))
+        after_sample = [*instruments.after_sample, status.sampled]
 
         @contextlib.contextmanager
         def around(name: str) -> Iterator[None]:  # every sample: nothing that reads a file (bench.measure_rounds)
             with watch(name) if watch else contextlib.nullcontext():
                 yield
-            gpu.sample()
-            status.sampled()
+            for after in after_sample:
+                after()
 
-        @contextlib.contextmanager
-        def around_run(name: str) -> Iterator[None]:  # a run of one part's samples: a peak, a sum
-            with memory.sample(name), energy.sample(name):
-                yield
-
-        with Machine() as machine, status:
+        with instruments.around(), status:
             stats = bench.measure_rounds(
                 {n: Variant(p.fn, devices[n], p.sync) for n, p in parts.items()},
                 warmup=b.warmup,
@@ -191,19 +185,18 @@ class Context:
                 timer=b.timer,
                 noise_threshold=b.noise_threshold,
                 around=around,
-                around_run=around_run,
-                around_loop=memory.sample,  # its peak RSS; energy per call it cannot know (energy.NOT_SAMPLED)
+                around_run=instruments.run,  # a run of one part's samples: a peak, a sum
+                around_loop=instruments.loop,  # torch.utils.benchmark's own loop: its peak only
             )
         related = relate(stats) if relate else {}
-        watched = self._filled({**machine.columns(), **gpu.columns()})
+        watched = self._filled(instruments.shared())  # the machine's state over the measurement
         for name, part in parts.items():
             s = stats[name]
             row = {
                 **part.extra,
                 **self._derived(part, s, devices[name]),
                 **related.get(name, {}),
-                **memory.columns(name),
-                **energy.columns(name, s.n * s.calls_per_sample, part.items),
+                **instruments.row(name, s.n * s.calls_per_sample, part.items),
                 **watched,
             }
             self.watched[name] = watched

@@ -28,8 +28,8 @@ from perflab.job.stop import Stopped, on_stop_signals, raise_if_stopped, stop_of
 from perflab.measure import memory
 from perflab.measure.devices import Device, cpu_threads, resolve, use_threads
 from perflab.measure.environment import environment, model_contents, subject
+from perflab.measure.instruments.machine import Machine
 from perflab.measure.peaks import Peaks
-from perflab.measure.watch import Machine
 from perflab.store import done_marks, files
 from perflab.store.point_claims import Claim, TakenOver
 from perflab.store.rows import RESULTS

@@ -125,7 +125,7 @@ def calibrate() -> Machine:
     from perflab.config.schema import DevicesConfig
     from perflab.measure.devices import Inventory, synchronize
     from perflab.measure.devices import resolve as resolve_devices
-    from perflab.measure.watch import Machine as Load
+    from perflab.measure.instruments.machine import Machine as Load
 
     start = time.perf_counter()
     _show("a float32 matmul, a memory copy and a tiny op")

@@ -26,6 +26,7 @@ class Column:
     unit: str = ""
     better: Literal["higher", "lower", ""] = ""  # "": not a figure to judge
     rate: bool = False  # work per median second: each raw sample implies a value too
+    per_sample: bool = False  # a statistic of the raw samples' seconds: A/B judges it sample by sample
     lead: bool = False  # one of the leading columns, in this table's order
     exact: bool = False  # deterministic: the same code counts the same, whatever the load (judged by a tolerance)
     format: Format = ""  # how its numbers are written (see Format)
@@ -40,12 +41,13 @@ def _c(
     lead: bool = False,
     exact: bool = False,
     format: str | None = None,
+    per_sample: bool = False,
 ) -> Column:
     """A column; its format, unless given, follows its unit: seconds a time, items/s a count,
     another unit per second a rate, else a plain number."""
     if format is None:
         format = "time" if unit == "s" else "count" if unit.startswith("items/s") else "rate" if "/s" in unit else ""
-    return Column(name, kind, unit, better, rate, lead, exact, format)  # type: ignore[arg-type]
+    return Column(name, kind, unit, better, rate, per_sample, lead, exact, format)  # type: ignore[arg-type]
 
 
 COLUMNS: dict[str, Column] = {
@@ -68,7 +70,7 @@ COLUMNS: dict[str, Column] = {
         _c("suspect", "text", lead=True),
         _c(
             "busy", "flag", lead=True
-        ),  # the machine was too busy for a clean figure (watch.busy_reason; suspect says why)
+        ),  # the machine was too busy for a clean figure (instruments.machine.busy_reason; suspect says why)
         _c("note", "text", lead=True),
         _c("devices", "text", lead=True),
         _c("device_name", "text", lead=True),
@@ -76,15 +78,15 @@ COLUMNS: dict[str, Column] = {
         _c("beside", "text", lead=True),
         # The measured figures.
         _c("n", "int", lead=True),
-        _c("median_s", "float", "s", "lower", lead=True),
-        _c("mean_s", "float", "s", "lower", lead=True),
+        _c("median_s", "float", "s", "lower", lead=True, per_sample=True),
+        _c("mean_s", "float", "s", "lower", lead=True, per_sample=True),
         _c("std_s", "float", "s", lead=True),
-        _c("min_s", "float", "s", "lower", lead=True),
+        _c("min_s", "float", "s", "lower", lead=True, per_sample=True),
         _c("max_s", "float", "s", lead=True),
         _c("iqr_s", "float", "s", lead=True),
-        _c("p50_s", "float", "s", "lower", lead=True),
-        _c("p90_s", "float", "s", "lower", lead=True),
-        _c("p99_s", "float", "s", "lower", lead=True),
+        _c("p50_s", "float", "s", "lower", lead=True, per_sample=True),
+        _c("p90_s", "float", "s", "lower", lead=True, per_sample=True),
+        _c("p99_s", "float", "s", "lower", lead=True, per_sample=True),
         # CPU seconds of the process's threads per call (median of the samples'), beside the wall
         # time, host work whose threads do not spin (one, or OMP_WAIT_POLICY=passive): judged
         # instead of it where the machine was busy (compare, ab)
@@ -121,9 +123,19 @@ COLUMNS: dict[str, Column] = {
         _c("optimizer", "text"),
         _c("load_s", "float", "s", "lower"),  # +experiment=infer / generate: the model built and moved
         _c("kv_cache_mb", "float", "MB", "lower"),  # +experiment=generate: the KV cache after prompt + new - 1 tokens
-        _c("joules_per_call", "float", "J", "lower"),  # RAPL / NVML over the samples (perflab.measure.energy)
+        # What the instruments read around the samples (perflab.measure.instruments: each names
+        # its columns here). Energy: RAPL / NVML over the samples, or why a row has none.
+        _c("joules_per_call", "float", "J", "lower"),
         _c("joules_per_item", "float", "J/item", "lower"),
-        _c("energy_note", "text"),  # why a row has no joules
+        _c("energy_note", "text"),
+        # Memory (MB; each cell read as pandas reads it, as before): the peak RSS, CUDA's per device.
+        *(_c(name) for name in ("rss_before_mb", "rss_peak_mb", "cuda_allocated_peak_mb", "cuda_reserved_peak_mb")),
+        _c("cuda_peaks_mb"),
+        # The machine (instruments.machine): others' CPU share, our threads' wait, PSI (%), load.
+        *(_c(name) for name in ("others_cpu_pct", "waited_pct", "cpu_pressure_pct", "load_before", "load_after")),
+        _c("cpus"),
+        # The GPUs (instruments.gpu, NVML): lowest clocks (MHz), highest temperature (C) and power (W).
+        *(_c(name) for name in ("gpu_sm_clock_mhz", "gpu_mem_clock_mhz", "gpu_temp_c", "gpu_power_w")),
         _c("epoch", "int"),
         _c("epochs", "int"),
         _c("phase", "category"),
@@ -154,6 +166,9 @@ PERCENTILES = {"p50_s": 50, "p90_s": 90, "p99_s": 99}
 FEW_FOR_SPREAD = 5
 LEADING = tuple(c.name for c in COLUMNS.values() if c.lead)
 RATES = frozenset(c.name for c in COLUMNS.values() if c.rate)
+# Statistics of a row's seconds whose raw samples are the seconds themselves (compare and ab test
+# whether their distribution moved, sample by sample).
+PER_SAMPLE = frozenset(c.name for c in COLUMNS.values() if c.per_sample)
 # Read back as such whatever a file's cell holds (a damaged cell reads as missing).
 TEXT = tuple(c.name for c in COLUMNS.values() if c.kind == "text")
 FLOATS = tuple(c.name for c in COLUMNS.values() if c.kind == "float")

@@ -29,10 +29,11 @@ from perflab.config.schema import TrainerConfig
 from perflab.errors import ConfigError
 from perflab.job import logs
 from perflab.job.context import Context
-from perflab.measure import bench, flops, watch
+from perflab.measure import bench, flops
 from perflab.measure import precision as precisions
 from perflab.measure.devices import Device
-from perflab.measure.watch import Machine, Memory
+from perflab.measure.instruments import Machine, Memory
+from perflab.measure.instruments.machine import worst
 from perflab.train import checkpoint, data, objectives, optim
 from perflab.train.strategies import STRATEGIES, Knobs
 
@@ -91,7 +92,7 @@ class Epoch:
     data_wait_s: float
     first_bad_step: int | None  # the first step whose loss was NaN/inf
     rss_peak_mb: float
-    machine: dict[str, Any]  # the epoch's machine columns (watch.Machine), others' CPU net of every rank's
+    machine: dict[str, Any]  # the epoch's machine columns (instruments.Machine), others' CPU net of every rank's
     cpu_s: float  # CPU seconds of the timed pass: this process and its children, summed over ranks
     phases: dict[str, float] = field(default_factory=dict)  # forward/backward/optimizer s per step (rank 0's)
 
@@ -517,7 +518,7 @@ class Trainer:
             **self.achieved(rate),
             data_wait_frac=sum(e.data_wait_s for e in timed_epochs) / sum(e.train_s for e in timed_epochs),
             rss_peak_mb=max(e.rss_peak_mb for e in epochs),
-            **watch.worst([e.machine for e in timed_epochs]),
+            **worst([e.machine for e in timed_epochs]),
             **step_split(timed_epochs),
             suspect=stats.suspect,
             note=note,
