@@ -143,10 +143,10 @@ def sequential_aa(rng: np.random.Generator, cv: float, looks: list[int], paid: i
     a, b = rng.normal(0, cv, looks[-1]), rng.normal(0, cv, looks[-1])
     for k in looks:
         point = verdicts.ComparedPoint("aa", "median_s", side_of(a[:k]), side_of(b[:k]), higher=False)
-        (judged,) = verdicts.judge([point], gate, ALPHA, False, None, paid)
-        if judged.decision.verdict != "INCONCLUSIVE":
+        ((_, decision),) = verdicts.judge([point], gate, ALPHA, False, None, paid)
+        if decision.verdict != "INCONCLUSIVE":
             break
-    return judged.decision.verdict.value
+    return decision.verdict.value
 
 
 def test_a_simulated_false_fail_rate_over_the_looks_stays_at_alpha():

@@ -595,12 +595,13 @@ def ab(
         if differing:  # said once per experiment, not once per point
             some = ", ".join(differing[:3]) + (f" and {len(differing) - 3} more" if len(differing) > 3 else "")
             notes.append(f"{name} ({some}): {MODEL_CONTENTS_DIFFER}")
-    judged_all = verdicts.judge([p for _, p in pooled], gate_pct, alpha, allow_mixed, process_cv, looks, paired)
-    shared, whys = verdicts.said_once([j.decision for j in judged_all])
+    results = verdicts.judge([p for _, p in pooled], gate_pct, alpha, allow_mixed, process_cv, looks, paired)
+    shared, whys = verdicts.said_once([decision for _, decision in results])
     notes += shared
-    for (entry, _), j, why in zip(pooled, judged_all, whys):
-        entry.update(j.stats.columns(j.point.metric) if j.stats else {})
-        entry.update(verdict=j.decision.verdict.value, why=why)
+    for (entry, compared), (stats, decision), why in zip(pooled, results, whys):
+        entry.update(
+            {**(stats.columns(compared.metric) if stats else {}), "verdict": decision.verdict.value, "why": why}
+        )
     if busy == "left_out" and any(left_busy.values()):
         notes.append(
             "left out rows measured on a busy machine, to be measured again: "

@@ -57,6 +57,7 @@ DEFAULT_STEP_PCT = 5.0  # history: a change smaller than this is suspicious at m
 # An exact metric (instruction counts: columns.EXACT) is judged against this, whatever the gate:
 # the same code counts within 0.4 % (64² torch.mm under callgrind), so more is more work.
 EXACT_TOLERANCE_PCT = 1.0
+_TOLERANCE = f"the {EXACT_TOLERANCE_PCT:g} % tolerance of an exact count"
 
 
 class Verdict(str, Enum):
@@ -136,10 +137,8 @@ def meaning(gate_pct: float, alpha: float, given: bool) -> str:
 
 @dataclass(frozen=True)
 class Gate:
-    """What a verdict is held to, from the command line: the slowdown a FAIL must exceed
-    (``--fail-if-slower``; history's ``--threshold``: the step a change must make), the false
-    discovery rate over every point or change (``--alpha``), and whether points whose machine
-    identities differ are judged all the same (``--allow-mixed``)."""
+    """What a verdict is held to: the change a FAIL (history: a step) must exceed, in percent, the
+    false discovery rate over all points (``--alpha``), and ``--allow-mixed``."""
 
     pct: float
     alpha: float
@@ -148,8 +147,8 @@ class Gate:
 
 @dataclass(frozen=True)
 class ComparedPoint:
-    """One point of NEW against the same point of BASE, as it is judged: what it is, its two
-    sides (``replicates.Measured``) and what its rows say of how they were measured."""
+    """One point of NEW against the same point of BASE: what it is, its two sides and what its
+    rows say of how they were measured."""
 
     experiment: str
     metric: str  # the column judged (``cpu_median_s`` where a busy machine's wall times were not)
@@ -170,71 +169,57 @@ class ComparedPoint:
 
 @dataclass(frozen=True)
 class Counted:
-    """An exact metric's change (``columns.EXACT``: no distribution to test): how many percent
-    more NEW counts than BASE, and how much the counts themselves vary (repeats, processes)."""
+    """An exact metric's change (no distribution to test): percent more NEW counts than BASE, and
+    how much the counts vary (between repeats or processes; ``between_pct``: processes only)."""
 
     more_pct: float
     noise_pct: float
+    between_pct: float
+    base_processes: int
+    new_processes: int
+
+    def words(self, metric: str) -> str:
+        return f"{abs(self.more_pct):.3g} % {'more' if self.more_pct > 0 else 'fewer'} {metric}"
 
 
 @dataclass(frozen=True)
 class PointStats:
-    """What the processes say of a point, in the metric's better direction (``speedup`` above
-    1: NEW is better): its change (``replicates.Change``, or ``Counted`` for an exact metric),
-    its significance over every point judged with it, and the floor and level it was judged at."""
+    """What the processes say of a point, in the metric's better direction (``speedup`` above 1:
+    NEW is better), its significance over every point judged with it, and the floor and level
+    (alpha / (points x looks)) it was judged at."""
 
     speedup: float
     ci_low: float
     ci_high: float
-    p_value: float
     p_adjusted: float
     significant: bool
-    detectable_pct: float
-    cv_between_pct: float
-    base_processes: int
-    new_processes: int
     change: Change | Counted
-    floor: Floor | None = None  # the between-process variation assumed with one process a side
-    level: float = math.nan  # the level a lone changed point must meet: alpha / (points x looks)
+    floor: Floor | None = None
+    level: float = math.nan
+
+    @property
+    def detectable_pct(self) -> float:
+        return EXACT_TOLERANCE_PCT if isinstance(self.change, Counted) else self.change.detectable_pct
 
     def columns(self, metric: str) -> dict[str, Any]:
         """The table's columns of these statistics (compare's and ab's), in its order."""
-        ratio = {"speedup": self.speedup, "change_pct": 100 * (self.speedup - 1)}
-        processes = {"base_processes": self.base_processes, "new_processes": self.new_processes}
-        tests = {"ci_low": self.ci_low, "ci_high": self.ci_high, "p_value": self.p_value}
-        c = self.change
+        c, p_adj, yes = self.change, self.p_adjusted, self.significant
+        out = {"speedup": self.speedup, "change_pct": 100 * (self.speedup - 1)}
+        processes = {"base_processes": c.base_processes, "new_processes": c.new_processes}
         if isinstance(c, Counted):
-            tol = f"the {EXACT_TOLERANCE_PCT:g} % tolerance of an exact count"
-            words = f"{abs(c.more_pct):.3g} % {'more' if c.more_pct > 0 else 'fewer'} {metric}"
-            return {
-                **ratio,
-                **processes,
-                **tests,
-                "p_adjusted": self.p_adjusted,
-                "detectable_pct": self.detectable_pct,
-                "cv_between_pct": self.cv_between_pct,
-                "significant": self.significant,
-                "significance": f"{words}: {'beyond' if self.significant else 'within'} {tol}",
-            }
-        p_adj = self.p_adjusted
+            out |= processes | dict.fromkeys(("ci_low", "ci_high", "p_value", "p_adjusted"), math.nan)
+            out |= {"detectable_pct": EXACT_TOLERANCE_PCT, "cv_between_pct": c.between_pct, "significant": yes}
+            return out | {"significance": f"{c.words(metric)}: {'beyond' if yes else 'within'} {_TOLERANCE}"}
+        out |= {"ci_low": self.ci_low, "ci_high": self.ci_high, "p_value": c.p_value, **processes}
+        out |= {"cv_between_pct": 100 * c.spread.between if c.spread.measured else math.nan, "paired": c.paired}
+        out |= {"cv_within_pct": 100 * c.spread.within, "detectable_pct": c.detectable_pct, "p_adjusted": p_adj}
         if math.isnan(p_adj):
-            significance = "nothing to test"
-        elif self.significant:
-            significance = f"significant: {_size(self.speedup)} than the base (adjusted p={p_adj:.2g})"
+            said = "nothing to test"
+        elif yes:
+            said = f"significant: {_size(self.speedup)} than the base (adjusted p={p_adj:.2g})"
         else:
-            significance = f"no significant difference (adjusted p={p_adj:.2g})"
-        return {
-            **ratio,
-            **tests,
-            **processes,
-            "cv_between_pct": self.cv_between_pct,
-            "paired": c.paired,
-            "cv_within_pct": 100 * c.spread.within,
-            "detectable_pct": self.detectable_pct,
-            "p_adjusted": p_adj,
-            "significant": self.significant,
-            "significance": significance,
-        }
+            said = f"no significant difference (adjusted p={p_adj:.2g})"
+        return out | {"significant": yes, "significance": said}
 
 
 @dataclass(frozen=True)
@@ -247,13 +232,6 @@ class Decision:
     @property
     def why(self) -> str:
         return "; ".join(self.reasons)
-
-
-@dataclass(frozen=True)
-class Judged:
-    point: ComparedPoint
-    stats: PointStats | None  # None: not tested (INCOMPARABLE, or a side with nothing usable)
-    decision: Decision
 
 
 def significant(p_adjusted: float, alpha: float) -> bool:
@@ -269,20 +247,19 @@ def judge(
     floor: float | None = None,
     looks: int = 1,
     paired: bool = False,
-) -> list[Judged]:
-    """Each point's statistics and verdict (``decide``), in the points' order. Significance is
-    adjusted over every tested point (Benjamini-Hochberg), after a Bonferroni correction over
-    ``looks`` (perflab ab looks again as processes are added); detectability is at the level a
-    lone changed point must meet, alpha / (points x looks). ``floor``: the between-process
-    variation assumed where a side has one process (given: ``--process-cv``); else what the same
-    experiment's points with two or more processes a side measured here, else
-    ``replicates.FLOOR_CV`` (``perflab.analysis.floor``): the trees and the command line decide,
-    nothing kept elsewhere."""
+) -> list[tuple[PointStats | None, Decision]]:
+    """Each point's statistics (None: not tested, INCOMPARABLE) and ``decide``'s verdict, in
+    order. Significance is adjusted over every tested point (Benjamini-Hochberg), after a
+    Bonferroni correction over ``looks`` (perflab ab looks again as processes are added);
+    detectability is at the level a lone changed point must meet, alpha / (points x looks).
+    ``floor``: the between-process variation assumed where a side has one process (given:
+    ``--process-cv``); else what the same experiment's points with two or more processes a side
+    measured here, else ``replicates.FLOOR_CV`` (``perflab.analysis.floor``): the trees and the
+    command line decide, nothing kept elsewhere."""
     from perflab.analysis import floor as floors
     from perflab.analysis import replicates
     from perflab.analysis.stats import fdr
 
-    gate = Gate(gate_pct, alpha, allow_mixed)
     tested = [i for i, p in enumerate(points) if (allow_mixed or not p.identity) and not empty(p)]
     stats: dict[int, PointStats] = {i: _counted(points[i]) for i in tested if points[i].exact}
     sampled = [i for i in tested if not points[i].exact]
@@ -291,30 +268,16 @@ def judge(
     for i in sampled:
         measured.setdefault(points[i].experiment, []).append(replicates.between(points[i].base, points[i].new))
     of_trees = {name: floors.measured(found) for name, found in measured.items()}
-    found = {}
-    for i in sampled:
-        f = floors.given(floor) if floor is not None else of_trees[points[i].experiment]
-        found[i] = (f, replicates.change(points[i].base, points[i].new, level=level, floor=f.cv, paired=paired))
-    adjusted = fdr([min(1.0, found[i][1].p_value * max(1, looks)) for i in sampled])
-    for i, p_adj in zip(sampled, adjusted):
-        f, c = found[i]
-        higher = points[i].higher
-        stats[i] = PointStats(
-            speedup=c.ratio if higher else 1 / c.ratio,
-            ci_low=c.ci_low if higher else 1 / c.ci_high,
-            ci_high=c.ci_high if higher else 1 / c.ci_low,
-            p_value=c.p_value,
-            p_adjusted=p_adj,
-            significant=significant(p_adj, alpha),
-            detectable_pct=c.detectable_pct,
-            cv_between_pct=100 * c.spread.between if c.spread.measured else math.nan,
-            base_processes=c.base_processes,
-            new_processes=c.new_processes,
-            change=c,
-            floor=f,
-            level=level,
-        )
-    return [Judged(p, stats.get(i), decide(p, stats.get(i), gate)) for i, p in enumerate(points)]
+    found = {i: floors.given(floor) if floor is not None else of_trees[points[i].experiment] for i in sampled}
+    changes = {i: replicates.change(points[i].base, points[i].new, level=level, floor=found[i].cv, paired=paired)
+               for i in sampled}  # fmt: skip
+    for i, p_adj in zip(sampled, fdr([min(1.0, changes[i].p_value * max(1, looks)) for i in sampled])):
+        c, up = changes[i], points[i].higher
+        ci = (c.ci_low, c.ci_high) if up else (1 / c.ci_high, 1 / c.ci_low)
+        speedup = c.ratio if up else 1 / c.ratio
+        stats[i] = PointStats(speedup, *ci, p_adj, significant(p_adj, alpha), c, found[i], level)
+    gate = Gate(gate_pct, alpha, allow_mixed)
+    return [(stats.get(i), decide(p, stats.get(i), gate)) for i, p in enumerate(points)]
 
 
 def empty(point: ComparedPoint) -> bool:
@@ -336,19 +299,8 @@ def _counted(point: ComparedPoint) -> PointStats:
     ]
     between = [100 * float(np.ptp(s.figures)) / float(np.median(s.figures)) for s in (base, new) if s.n_processes > 1]
     more = 100 * (b / a - 1)
-    return PointStats(
-        speedup=a / b,
-        ci_low=math.nan,
-        ci_high=math.nan,
-        p_value=math.nan,
-        p_adjusted=math.nan,
-        significant=abs(more) > EXACT_TOLERANCE_PCT,
-        detectable_pct=EXACT_TOLERANCE_PCT,
-        cv_between_pct=max(between) if between else math.nan,
-        base_processes=base.n_processes,
-        new_processes=new.n_processes,
-        change=Counted(more, max([*within, *between, 0.0])),
-    )
+    c = Counted(more, max([*within, *between, 0.0]), max(between, default=math.nan), base.n_processes, new.n_processes)
+    return PointStats(a / b, math.nan, math.nan, math.nan, abs(more) > EXACT_TOLERANCE_PCT, c)
 
 
 def decide(point: ComparedPoint, stats: PointStats | None, gate: Gate) -> Decision:
@@ -413,8 +365,7 @@ def decide(point: ComparedPoint, stats: PointStats | None, gate: Gate) -> Decisi
 def _decide_counted(metric: str, c: Counted) -> Decision:
     """An exact metric against ``EXACT_TOLERANCE_PCT``: FAIL beyond it more, PASS within or
     fewer, INCONCLUSIVE where the counts themselves vary by more."""
-    tol = f"the {EXACT_TOLERANCE_PCT:g} % tolerance of an exact count"
-    words = f"{abs(c.more_pct):.3g} % {'more' if c.more_pct > 0 else 'fewer'} {metric}"
+    tol, words = _TOLERANCE, c.words(metric)
     if c.noise_pct > EXACT_TOLERANCE_PCT:
         why = f"{words}, but the counts vary by {c.noise_pct:.2g} % (between repeats or processes): more than {tol}"
         return Decision(Verdict.INCONCLUSIVE, (why,))
