@@ -21,15 +21,13 @@ code on the same software counts the same whatever the load, so there is nothing
 resample. It is judged against ``EXACT_TOLERANCE_PCT``: FAIL beyond it more, PASS within or
 fewer, INCONCLUSIVE where the counts themselves vary by more (between repeats or processes).
 
-history, per change point of a series (``label_step``: the same significance and gate):
-``regression``, ``improvement``, ``suspicious``.
+``judge`` computes every ``ComparedPoint``'s ``PointStats`` together (the FDR couples them);
+``decide``, pure, turns a point's statistics and the ``Gate`` into its ``Decision``.
 
-A point is a typed record (``ComparedPoint``: what it is and its two sides); ``judge`` computes
-every point's statistics together (``PointStats``: the FDR couples them) and ``decide``, pure,
-turns one point's statistics and the ``Gate`` into its ``Decision``: the verdict and its reasons.
-
-history, per series: a series long enough to judge whose subjects are mostly flagged suspect
-(fewer clean ones than a change needs) cannot be called unchanged: could not judge (3).
+history, per change point of a series, by the same significance and gate (``label_step``):
+``regression``, ``improvement``, ``suspicious``. Per series: a series long enough to judge
+whose subjects are mostly flagged suspect (fewer clean ones than a change needs) cannot be
+called unchanged: could not judge (3).
 
 Exit codes (compare and history alike): 0 pass, 1 fail (a FAIL, a regression), 2 a usage
 error, 3 could not judge (nothing matched, any point INCONCLUSIVE or INCOMPARABLE, too
@@ -43,6 +41,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterable
+
+from perflab.store.columns import EXACT
 
 if TYPE_CHECKING:
     from perflab.analysis.floor import Floor
@@ -160,12 +160,6 @@ class ComparedPoint:
     suspect: str = ""  # why its rows were flagged suspect
     left_out: str = ""  # what was left out of its sides, in words
 
-    @property
-    def exact(self) -> bool:
-        from perflab.store.columns import EXACT
-
-        return self.metric in EXACT
-
 
 @dataclass(frozen=True)
 class Counted:
@@ -196,10 +190,6 @@ class PointStats:
     change: Change | Counted
     floor: Floor | None = None
     level: float = math.nan
-
-    @property
-    def detectable_pct(self) -> float:
-        return EXACT_TOLERANCE_PCT if isinstance(self.change, Counted) else self.change.detectable_pct
 
     def columns(self, metric: str) -> dict[str, Any]:
         """The table's columns of these statistics (compare's and ab's), in its order."""
@@ -261,8 +251,8 @@ def judge(
     from perflab.analysis.stats import fdr
 
     tested = [i for i, p in enumerate(points) if (allow_mixed or not p.identity) and not empty(p)]
-    stats: dict[int, PointStats] = {i: _counted(points[i]) for i in tested if points[i].exact}
-    sampled = [i for i in tested if not points[i].exact]
+    stats: dict[int, PointStats] = {i: _counted(points[i]) for i in tested if points[i].metric in EXACT}
+    sampled = [i for i in tested if points[i].metric not in EXACT]
     level = alpha_per_look(alpha, looks) / max(1, len(sampled))
     measured: dict[str, list[tuple[float, int]]] = {}
     for i in sampled:
@@ -317,7 +307,7 @@ def decide(point: ComparedPoint, stats: PointStats | None, gate: Gate) -> Decisi
         return _decide_counted(point.metric, stats.change)
     c, f, gate_pct, p_adj = stats.change, stats.floor, gate.pct, stats.p_adjusted
     assert f is not None, "a sampled point's statistics carry their floor"
-    size, detectable = _size(stats.speedup), stats.detectable_pct
+    size, detectable = _size(stats.speedup), c.detectable_pct
     why: list[str] = []
     if stats.significant and slower_pct(stats.speedup) > gate_pct:
         verdict = Verdict.FAIL
