@@ -599,9 +599,8 @@ def ab(
     shared, whys = verdicts.said_once([decision for _, decision in results])
     notes += shared
     for (entry, compared), (stats, decision), why in zip(pooled, results, whys):
-        entry.update(
-            {**(stats.columns(compared.metric) if stats else {}), "verdict": decision.verdict.value, "why": why}
-        )
+        entry.update(stats.columns(compared.metric) if stats else {})
+        entry.update(verdict=decision.verdict.value, why=why)
     if busy == "left_out" and any(left_busy.values()):
         notes.append(
             "left out rows measured on a busy machine, to be measured again: "

@@ -1,25 +1,19 @@
 """The verdicts of ``compare`` (A/B) and ``history``, their words and exit codes: in one place.
 
 compare (and ab), per point of NEW against the same point of BASE, judged from per-process
-figures (``perflab.analysis.replicates``):
+figures (``perflab.analysis.replicates``; docs/compare.md says it at length):
 
-  PASS          not significantly slower by more than the gate, and the processes could have
-                shown a change of the gate's size (the smallest change they could show, at
-                this between-process spread and count, is within the gate); or significantly faster;
-                or equivalent: the change's interval at the level a lone point must meet
-                excludes a slowdown beyond the gate (an A/A run decided before it could
-                detect the gate's size)
-  FAIL          significantly slower (Benjamini-Hochberg over all points) by more than the gate
-  INCONCLUSIVE  neither: the smallest change the processes could show exceeds the gate; the
-                verdict says how many processes a side would do (bounded: none beyond 50); or
-                the point's rows were measured on a busy machine (``busy``): never judged
-  INCOMPARABLE  the rows come from machines (or software) whose identity differs; the
-                verdict names the fields (``--allow-mixed`` judges them anyway, and says so)
+  PASS          not significantly slower beyond the gate, and a change of the gate's size was
+                detectable or the interval at a lone point's level excludes it; or significantly faster
+  FAIL          significantly slower (Benjamini-Hochberg over all points) beyond the gate
+  INCONCLUSIVE  neither (it says how many processes a side would do, none beyond 50); or measured
+                on a busy machine (``busy``): never judged
+  INCOMPARABLE  the machines' (or software's) identity differs: which fields (``--allow-mixed``
+                judges them anyway, and says so)
 
-An exact metric (``columns.EXACT``: instruction counts) is no sample of a distribution: the same
-code on the same software counts the same whatever the load, so there is nothing to test or
-resample. It is judged against ``EXACT_TOLERANCE_PCT``: FAIL beyond it more, PASS within or
-fewer, INCONCLUSIVE where the counts themselves vary by more (between repeats or processes).
+An exact metric (``columns.EXACT``: instruction counts) has no distribution to test: it is
+judged against ``EXACT_TOLERANCE_PCT``: FAIL beyond it more, PASS within or fewer, INCONCLUSIVE
+where the counts themselves vary by more (between repeats or processes).
 
 ``judge`` computes every ``ComparedPoint``'s ``PointStats`` together (the FDR couples them);
 ``decide``, pure, turns a point's statistics and the ``Gate`` into its ``Decision``.
