@@ -37,7 +37,7 @@ def one_run(rng: np.random.Generator, cv: float, slowdown: float, gate: float, l
 
     a, b = rng.normal(0, cv, looks[-1]), rng.normal(np.log(slowdown), cv, looks[-1])
     for k in looks:
-        point = verdicts.ComparedPoint("aa", "median_s", side(a[:k]), side(b[:k]), higher=False)
+        point = verdicts.ComparedPoint("aa", "a/a", "median_s", side(a[:k]), side(b[:k]), higher=False)
         ((_, decision),) = verdicts.judge([point], gate, 0.05, False, None, len(looks))
         if decision.verdict != "INCONCLUSIVE":
             break

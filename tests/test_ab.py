@@ -142,7 +142,7 @@ def sequential_aa(rng: np.random.Generator, cv: float, looks: list[int], paid: i
     scheduled look at ``paid`` looks' correction, stopped at the first decided look."""
     a, b = rng.normal(0, cv, looks[-1]), rng.normal(0, cv, looks[-1])
     for k in looks:
-        point = verdicts.ComparedPoint("aa", "median_s", side_of(a[:k]), side_of(b[:k]), higher=False)
+        point = verdicts.ComparedPoint("aa", "a/a", "median_s", side_of(a[:k]), side_of(b[:k]), higher=False)
         ((_, decision),) = verdicts.judge([point], gate, ALPHA, False, None, paid)
         if decision.verdict != "INCONCLUSIVE":
             break

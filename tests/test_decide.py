@@ -25,7 +25,8 @@ def side(value: float = 1.0, processes: int = 3) -> Measured:
 
 
 def point(**kw) -> ComparedPoint:
-    return ComparedPoint(**{"experiment": "matmul", "metric": "median_s", "base": side(), "new": side(), **kw})
+    given = {"experiment": "matmul", "label": "matmul / cpu", "metric": "median_s", "base": side(), "new": side()}
+    return ComparedPoint(**{**given, **kw})
 
 
 def stats(speedup=1.0, p_adj=0.5, detectable=3.0, margin=0.01, spread=MEASURED) -> PointStats:

@@ -578,6 +578,7 @@ def ab(
             entries.append(entry)
             compared = verdicts.ComparedPoint(
                 name,
+                entry["_name"],
                 judged,
                 sides["BASE"],
                 sides["NEW"],

@@ -145,6 +145,7 @@ class ComparedPoint:
     rows say of how they were measured."""
 
     experiment: str
+    label: str  # the point's stable name (``comparison.dashboard_name``)
     metric: str  # the column judged (``cpu_median_s`` where a busy machine's wall times were not)
     base: Measured
     new: Measured
