@@ -37,11 +37,11 @@ def one_run(rng: np.random.Generator, cv: float, slowdown: float, gate: float, l
 
     a, b = rng.normal(0, cv, looks[-1]), rng.normal(np.log(slowdown), cv, looks[-1])
     for k in looks:
-        point = {"identity": "", "_base": side(a[:k]), "_new": side(b[:k]), "_higher": False}
-        verdicts.judge([point], gate, 0.05, False, None, len(looks))
-        if point["verdict"] != "INCONCLUSIVE":
+        point = verdicts.ComparedPoint("aa", "a/a", "median_s", side(a[:k]), side(b[:k]), higher=False)
+        ((_, decision),) = verdicts.judge([point], gate, 0.05, False, None, len(looks))
+        if decision.verdict != "INCONCLUSIVE":
             break
-    return point["verdict"], k
+    return decision.verdict.value, k
 
 
 def main() -> None:
@@ -58,7 +58,7 @@ def main() -> None:
 
     looks, within, found = ab.schedule(2, args.max_processes), verdicts._within, []
     for rule in ("equivalence", "detectable only"):
-        verdicts._within = within if rule == "equivalence" else (lambda p, c, gate: False)  # type: ignore[assignment]
+        verdicts._within = within if rule == "equivalence" else (lambda stats, gate: False)  # type: ignore[assignment]
         for slowdown in (1 + pct / 100 for pct in args.slowdowns):
             rng = np.random.default_rng(1)
             ends = [one_run(rng, args.cv / 100, slowdown, args.gate, looks) for _ in range(args.runs)]

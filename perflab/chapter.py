@@ -51,7 +51,7 @@ from perflab.config import registry
 from perflab.errors import ConfigError, OneLineParser
 from perflab.job import logs
 from perflab.job.stop import terminate_as_interrupt
-from perflab.measure.sizing import Machine, Point, calibrate, showing
+from perflab.measure.sizing import Calibration, Point, calibrate, showing
 from perflab.store import files
 from perflab.store.tree import meta
 
@@ -75,7 +75,7 @@ class Chapter:
     budget_min: float
     host: str
     started: str
-    machine: Machine
+    machine: Calibration
     points: list[Point]
     seconds: dict[str, float]  # each experiment's share of the budget, in seconds (re-sizing lowers it)
     redo: bool = True  # measure anew (a new chapter), or reuse what was done (one that continues)
@@ -150,7 +150,7 @@ def in_chapter() -> dict[str, book.Part]:
     return {name: p for name, p in found.items() if p.in_chapter}
 
 
-def plan(machine: Machine, seconds: float, pace: Pace | None = None) -> tuple[list[Point], dict[str, float]]:
+def plan(machine: Calibration, seconds: float, pace: Pace | None = None) -> tuple[list[Point], dict[str, float]]:
     """Every taking-part experiment's points for ``seconds`` in all, split by their shares, at
     the ``pace`` the same jobs had on this machine before (:func:`sized`). The
     experiments that measure the machine's peaks go first (the others' rows are judged against
@@ -174,7 +174,7 @@ def with_module(point: Point, module: str) -> Point:
     return point
 
 
-def sized(module: str, machine: Machine, seconds: float, pace: dict[str, float]) -> list[Point]:
+def sized(module: str, machine: Calibration, seconds: float, pace: dict[str, float]) -> list[Point]:
     """The experiment's points for ``seconds``, each estimated as its hook says times the pace
     the same job had on this machine before (``pace[point.key]``: its time over the hook's
     estimate then; 1 for a job not run here yet). Where that pace says the hook's model is off,
@@ -232,7 +232,7 @@ def resize(chapter: Chapter, started: set[int], left_s: float, late: float) -> f
 # --- calibrating ------------------------------------------------------------------------------
 
 
-def calibration() -> tuple[Machine, float]:
+def calibration() -> tuple[Calibration, float]:
     """The machine as it is now and the seconds of every job at its smallest sizes: sizing's own
     measurements, then the experiments' probes (a training step each), timed while the smallest
     plan is made. ``machine.seconds`` is all of it, wall time from start to end."""
@@ -261,18 +261,18 @@ def machine_key() -> str:
     return identity_key(identity)
 
 
-def kept_calibration(store: Path) -> tuple[Machine, float, str] | None:
+def kept_calibration(store: Path) -> tuple[Calibration, float, str] | None:
     """The calibration kept for this machine in ``store`` (machine, smallest seconds, when it was
     measured), or None: none kept, another machine's, or unreadable (measured anew)."""
     path = meta(store) / CALIBRATION
     try:
         kept = files.read_json(path).get(machine_key())
-        return Machine.from_dict(kept["machine"]), float(kept["smallest_s"]), str(kept["when"])
+        return Calibration.from_dict(kept["machine"]), float(kept["smallest_s"]), str(kept["when"])
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
 
-def keep_calibration(store: Path, machine: Machine, smallest: float) -> None:
+def keep_calibration(store: Path, machine: Calibration, smallest: float) -> None:
     """Keep this machine's calibration for the next chapter (a store that cannot be written keeps
     none: the next chapter calibrates again). The pace its jobs had stays (:func:`keep_pace`)."""
     _keep(store, lambda entry: {**entry, "machine": machine.as_dict(), "smallest_s": smallest, "when": _now()})

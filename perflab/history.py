@@ -61,7 +61,15 @@ import pandas as pd
 
 from perflab.analysis import replicates
 from perflab.analysis.stats import ALPHA, fdr
-from perflab.analysis.verdicts import DEFAULT_STEP_PCT, USAGE_EXIT, Change, could_not_judge, history_exit_code
+from perflab.analysis.verdicts import (
+    DEFAULT_STEP_PCT,
+    USAGE_EXIT,
+    Gate,
+    StepLabel,
+    could_not_judge,
+    history_exit_code,
+    label_step,
+)
 from perflab.config.schema import ResultsConfig
 from perflab.errors import OneLineParser
 from perflab.store.columns import higher_is_better
@@ -357,14 +365,10 @@ def judge(
                     s, at, float(np.median([x.value for x in before])), float(np.median([x.value for x in after])), p
                 )
             )
+    gate = Gate(threshold_pct, alpha)
     for c, p_adj in zip(changes, fdr([c.p_value for c in changes])):
-        big = abs(c.change_pct) >= threshold_pct
         worse = (c.after < c.before) if c.series.higher_is_better else (c.after > c.before)
-        if big and not math.isnan(p_adj) and p_adj < alpha:
-            c.label = (Change.REGRESSION if worse else Change.IMPROVEMENT).value
-        else:
-            c.label = Change.SUSPICIOUS.value
-        c.p_value = p_adj
+        c.label, c.p_value = label_step(p_adj, c.change_pct, worse, gate).value, p_adj
     return changes
 
 
@@ -538,7 +542,7 @@ def _main(argv: Sequence[str] | None) -> int:
     judged = judgeable(series, args.min_segment)
     unsure = doubtful(series, args.min_segment)
     notes += suspect_lines(series, args.min_segment)
-    code = history_exit_code([Change(c.label) for c in changes], judged, bool(unsure))
+    code = history_exit_code([StepLabel(c.label) for c in changes], judged, bool(unsure))
     print(to_json(changes, notes) if args.format == "json" else to_text(series, changes))
     for note in notes:
         print(f"{PROG}: {note}", file=sys.stderr)
@@ -549,7 +553,7 @@ def _main(argv: Sequence[str] | None) -> int:
             f"{args.min_segment} on each side ({2 * args.min_segment})",
             file=sys.stderr,
         )
-    counts = {label.value: sum(c.label == label.value for c in changes) for label in Change}
+    counts = {label.value: sum(c.label == label.value for c in changes) for label in StepLabel}
     said = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no change point"
     if unsure:
         said += f"; {len(unsure)} series too suspect to call unchanged"

@@ -142,11 +142,11 @@ def sequential_aa(rng: np.random.Generator, cv: float, looks: list[int], paid: i
     scheduled look at ``paid`` looks' correction, stopped at the first decided look."""
     a, b = rng.normal(0, cv, looks[-1]), rng.normal(0, cv, looks[-1])
     for k in looks:
-        point = {"identity": "", "_base": side_of(a[:k]), "_new": side_of(b[:k]), "_higher": False}
-        verdicts.judge([point], gate, ALPHA, False, None, paid)
-        if point["verdict"] != "INCONCLUSIVE":
+        point = verdicts.ComparedPoint("aa", "a/a", "median_s", side_of(a[:k]), side_of(b[:k]), higher=False)
+        ((_, decision),) = verdicts.judge([point], gate, ALPHA, False, None, paid)
+        if decision.verdict != "INCONCLUSIVE":
             break
-    return point["verdict"]
+    return decision.verdict.value
 
 
 def test_a_simulated_false_fail_rate_over_the_looks_stays_at_alpha():

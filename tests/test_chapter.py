@@ -346,3 +346,14 @@ def test_the_first_compile_is_estimated_shorter_where_inductors_cache_holds_grap
     assert compile_exp.first_compile_s() == compile_exp.WARM_COMPILE_S
     saved = compile_exp.FIRST_COMPILE_S - compile_exp.WARM_COMPILE_S
     assert warm.estimate_s == pytest.approx(cold.estimate_s - saved), "the same samples, a shorter first call"
+
+
+def test_sizing_machine_is_calibration_this_release_with_a_warning():
+    """``perflab.measure.sizing.Machine`` (the calibration, not ``instruments.machine.Machine``, the load
+    watcher) is ``Calibration`` now; the old name still imports, warned."""
+    from perflab.measure import sizing
+
+    with pytest.warns(DeprecationWarning, match=r"sizing\.Machine is now Calibration .* goes in perflab 0\.6\.0"):
+        assert sizing.Machine is sizing.Calibration  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        sizing.Nothing  # type: ignore[attr-defined]  # noqa: B018

@@ -312,14 +312,14 @@ def test_mfu_on_a_cpu_is_against_its_derived_datasheet_peak():
 
 
 def machine(**kw):
-    from perflab.measure.sizing import Machine
+    from perflab.measure.sizing import Calibration
 
     fields = dict(
         kind="cpu", count=2, name="CPU (2 threads)", matmul_tflops=0.3, copy_gbps=50.0, op_us=2.0,
         others_pct=0.0, seconds=1.0,
         probes={"lenet training, batch 256 (images/s)": 5000.0, "resnet18 training, batch 32 (images/s)": 90.0},
     )  # fmt: skip
-    return Machine(**{**fields, **kw})
+    return Calibration(**{**fields, **kw})
 
 
 def test_the_plan_covers_every_section_and_fits_its_seconds():

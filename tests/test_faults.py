@@ -55,7 +55,7 @@ def test_a_claim_file_that_says_nothing_is_named_and_taken_over(tmp_path, kind):
         old = time.time() - point_claims.UNREADABLE_GRACE_S - 1
         os.utime(path, (old, old))
     got = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
-    assert isinstance(got, point_claims.Claim), "taken over: it never was, or will be, a claim"
+    assert isinstance(got, point_claims.HeldClaim), "taken over: it never was, or will be, a claim"
     assert json.loads(path.read_text())["run_dir"] == str(tmp_path / "a")
     got.release()
     assert not path.exists() and not list(path.parent.iterdir())
@@ -68,7 +68,7 @@ def test_claim_stale_s_applies_to_a_claim_file_that_says_nothing(tmp_path):
     assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60), point_claims.Holder)
     old = time.time() - 2
     os.utime(path, (old, old))
-    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=1), point_claims.Claim)
+    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=1), point_claims.HeldClaim)
 
 
 def test_a_sweep_waits_for_an_empty_claim_file_with_its_name_then_takes_it_over(cli, work, monkeypatch):

@@ -299,7 +299,7 @@ def test_a_claims_folder_linked_to_a_users_folder_is_unlinked_not_written_throug
     claims.parent.mkdir(parents=True)
     claims.symlink_to(mine.parent)
     got = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
-    assert isinstance(got, point_claims.Claim) and not claims.is_symlink()
+    assert isinstance(got, point_claims.HeldClaim) and not claims.is_symlink()
     got.release()
     assert snapshot(mine.parent) == before
 
@@ -338,7 +338,7 @@ def test_a_claim_stamped_in_the_future_goes_stale_by_this_readers_own_clock(tmp_
     assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60), point_claims.Holder)
     now[0] += 31  # 61 s without a heartbeat, as this reader saw it
     got = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
-    assert isinstance(got, point_claims.Claim)
+    assert isinstance(got, point_claims.HeldClaim)
     got.release()
 
 
@@ -357,7 +357,7 @@ def test_a_claim_that_beats_is_never_taken_over_however_its_clock_is_off(tmp_pat
 def test_a_claim_with_a_pid_no_process_can_have_is_taken_over_without_a_traceback(tmp_path, pid):
     _foreign_claim(tmp_path, host=socket.gethostname(), pid=pid)
     got = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
-    assert isinstance(got, point_claims.Claim)
+    assert isinstance(got, point_claims.HeldClaim)
     got.release()
 
 

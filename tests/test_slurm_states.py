@@ -36,9 +36,9 @@ class Job:
             raise AssertionError("result() of a job that is not done waits for ever")
 
 
-def point(job_dir: Path, job_id: str = "7", **job) -> slurm.Point:
+def point(job_dir: Path, job_id: str = "7", **job) -> slurm.Submission:
     need = slurm.Resources(nodes=1, gpus_per_node=0, cpus_per_task=1, mem_gb=4)
-    return slurm.Point(0, ["trainer.epochs=3"], need, job_dir, Job(job_id, **job))
+    return slurm.Submission(0, ["trainer.epochs=3"], need, job_dir, Job(job_id, **job))
 
 
 @pytest.fixture

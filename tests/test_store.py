@@ -429,21 +429,21 @@ def test_a_new_subject_or_another_process_is_another_point(tmp_path):
 
 def test_a_claim_is_exclusive_until_released_and_a_dead_holders_is_taken_over(tmp_path):
     mine = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
-    assert isinstance(mine, point_claims.Claim)
+    assert isinstance(mine, point_claims.HeldClaim)
     theirs = point_claims.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
     assert isinstance(theirs, point_claims.Holder) and theirs.pid == os.getpid()
     mine.release()
     again = point_claims.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
-    assert isinstance(again, point_claims.Claim)
+    assert isinstance(again, point_claims.HeldClaim)
     again.release()
     dead = subprocess.Popen(["true"])
     dead.wait()
     path = tmp_path / ".perflab" / "claims" / "h.json"
     path.write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid, "run_dir": "x", "since": 0}))
-    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "c", stale_s=60), point_claims.Claim)
+    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "c", stale_s=60), point_claims.HeldClaim)
     path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "run_dir": "x", "since": 0}))
     os.utime(path, (time.time() - 120, time.time() - 120))  # silent for 2 min: its node died
-    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "d", stale_s=60), point_claims.Claim)
+    assert isinstance(point_claims.claim(tmp_path, "h", tmp_path / "d", stale_s=60), point_claims.HeldClaim)
 
 
 def test_a_requeued_slurm_job_takes_over_the_claim_of_its_own_earlier_run(tmp_path, monkeypatch):
@@ -465,7 +465,7 @@ def test_a_requeued_slurm_job_takes_over_the_claim_of_its_own_earlier_run(tmp_pa
     )
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     got = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
-    assert isinstance(got, point_claims.Claim)
+    assert isinstance(got, point_claims.HeldClaim)
     assert json.loads(path.read_text())["slurm_job"] == "42"
     got.release()
 
@@ -556,7 +556,7 @@ def test_releasing_a_claim_that_was_taken_over_leaves_the_new_holders_claim(tmp_
     path.write_text(json.dumps({**json.loads(path.read_text()), "host": "elsewhere"}))  # not checkable here
     os.utime(path, (time.time() - 120, time.time() - 120))  # silent for 2 min
     taker = point_claims.claim(tmp_path, "h", tmp_path / "b", stale_s=60)
-    assert isinstance(stalled, point_claims.Claim) and isinstance(taker, point_claims.Claim)
+    assert isinstance(stalled, point_claims.HeldClaim) and isinstance(taker, point_claims.HeldClaim)
     stalled.release()
     assert json.loads(path.read_text())["run_dir"] == str(tmp_path / "b")
     taker.release()
@@ -614,7 +614,7 @@ def test_a_claims_fence_travels_to_a_worker_process_and_still_fences(tmp_path):
     import pickle
 
     held = point_claims.claim(tmp_path, "h", tmp_path / "a", stale_s=60)
-    assert isinstance(held, point_claims.Claim)
+    assert isinstance(held, point_claims.HeldClaim)
     fence = pickle.loads(pickle.dumps(held.fence))
     fence()  # still ours
     path = tmp_path / ".perflab" / "claims" / "h.json"

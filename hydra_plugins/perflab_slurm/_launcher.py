@@ -66,7 +66,7 @@ class PerflabSlurmLauncher(BaseSubmititLauncher):
             with open_dict(cfg.hydra.job):
                 cfg.hydra.job.num = num
             need = slurm.resources(cfg, int(p["cpus_per_worker"]), int(p["mem_gb_per_worker"]), partition)
-            point = slurm.Point(num, list(overrides), need, sweep_dir / str(cfg.hydra.sweep.subdir))
+            point = slurm.Submission(num, list(overrides), need, sweep_dir / str(cfg.hydra.sweep.subdir))
             points.append(point)
             identities[num] = _identity(cfg, sweep_dir, num)
         limit_s = 60 * int(p["timeout_min"])

@@ -27,7 +27,7 @@ from perflab.analysis.replicates import (
     summary_rows,
 )
 from perflab.analysis.stats import ALPHA, Difference, compare_samples
-from perflab.analysis.verdicts import DEFAULT_GATE_PCT, Verdict
+from perflab.analysis.verdicts import DEFAULT_GATE_PCT
 from perflab.config import registry
 from perflab.results import load
 from perflab.store.columns import EXACT, higher_is_better
@@ -494,7 +494,8 @@ def ab(
         **samples_by_row([base], said["BASE"], row_ids=a["row_id"]),
         **samples_by_row([new], said["NEW"], row_ids=b["row_id"]),
     }
-    entries, notes, pooled = [], [], []
+    entries, notes = [], []
+    pooled: list[tuple[dict[str, Any], verdicts.ComparedPoint]] = []  # the points in both trees, to judge
     apart = {config_column(k) for k in differ}  # set apart on purpose: not what matches a point
     of_a, of_b = a["experiment"].astype("string"), b["experiment"].astype("string")  # once, not per experiment
     for name in sorted(set(of_a.unique()) | set(of_b.unique())):
@@ -563,33 +564,44 @@ def ab(
                 identity="; ".join(mismatch),
                 base_processes=sides["BASE"].n_processes,
                 new_processes=sides["NEW"].n_processes,
-                _base=sides["BASE"],
-                _new=sides["NEW"],
-                _higher=higher_is_better(judged),
                 _samples=sides["NEW"].samples,
                 _base_ids=pa["row_id"].iloc[ia].astype(str).tolist(),  # the point's rows: its operators (attribution)
                 _new_ids=pb["row_id"].iloc[ib].astype(str).tolist(),
             )
             flagged = {"base": va_.suspects(ia), "new": vb_.suspects(ib)}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)
-            entry["_busy"] = busy_sides
             if unknown:
                 notes.append(f"{name} {label['measurement']}: identity not checked for {', '.join(unknown)}")
             if left:
                 entry["left_out"] = left
                 notes.append(f"{entry['_name']}: left out {left}")
             entries.append(entry)
-            empty = [side for side, x in sides.items() if math.isnan(x.value)]
-            if empty:  # nothing of this point to judge on a side: said, never a pass
-                entry["verdict"] = Verdict.INCONCLUSIVE.value
-                entry["why"] = f"no usable {judged} in {' and '.join(empty)} (left out {left})"
+            compared = verdicts.ComparedPoint(
+                name,
+                entry["_name"],
+                judged,
+                sides["BASE"],
+                sides["NEW"],
+                higher=higher_is_better(judged),
+                identity=entry["identity"],
+                busy=tuple(busy_sides),
+                suspect=entry["suspect"],
+                left_out=left,
+            )
+            if verdicts.empty(compared):  # nothing of this point to judge on a side: said, never a pass
+                decision = verdicts.decide(compared, None, verdicts.Gate(gate_pct, alpha, allow_mixed))
+                entry.update(verdict=decision.verdict.value, why=decision.why)
                 continue
-            pooled.append(entry)
+            pooled.append((entry, compared))
         if differing:  # said once per experiment, not once per point
             some = ", ".join(differing[:3]) + (f" and {len(differing) - 3} more" if len(differing) > 3 else "")
             notes.append(f"{name} ({some}): {MODEL_CONTENTS_DIFFER}")
-    verdicts.judge(pooled, gate_pct, alpha, allow_mixed, process_cv, looks, paired)
-    notes += verdicts.said_once(pooled)
+    results = verdicts.judge([p for _, p in pooled], gate_pct, alpha, allow_mixed, process_cv, looks, paired)
+    shared, whys = verdicts.said_once([decision for _, decision in results])
+    notes += shared
+    for (entry, compared), (stats, decision), why in zip(pooled, results, whys):
+        entry.update(stats.columns(compared.metric) if stats else {})
+        entry.update(verdict=decision.verdict.value, why=why)
     if busy == "left_out" and any(left_busy.values()):
         notes.append(
             "left out rows measured on a busy machine, to be measured again: "
@@ -597,9 +609,6 @@ def ab(
             + " (with no CPU time of their threads to judge instead: one thread, or OMP_WAIT_POLICY=passive, "
             "records it)"
         )
-    for e in entries:
-        for key in ("_base", "_new", "_change", "_why", "_higher", "_floor", "_busy"):
-            e.pop(key, None)
     out = pd.DataFrame(entries)
     first = [c for c in AB_FIRST if c in out] + [c for c in out if c.startswith("cfg.")]
     out = out[first + [c for c in out if c not in first]]

@@ -1,30 +1,27 @@
 """The verdicts of ``compare`` (A/B) and ``history``, their words and exit codes: in one place.
 
 compare (and ab), per point of NEW against the same point of BASE, judged from per-process
-figures (``perflab.analysis.replicates``):
+figures (``perflab.analysis.replicates``; docs/compare.md says it at length):
 
-  PASS          not significantly slower by more than the gate, and the processes could have
-                shown a change of the gate's size (the smallest change they could show, at
-                this between-process spread and count, is within the gate); or significantly faster;
-                or equivalent: the change's interval at the level a lone point must meet
-                excludes a slowdown beyond the gate (an A/A run decided before it could
-                detect the gate's size)
-  FAIL          significantly slower (Benjamini-Hochberg over all points) by more than the gate
-  INCONCLUSIVE  neither: the smallest change the processes could show exceeds the gate; the
-                verdict says how many processes a side would do (bounded: none beyond 50); or
-                the point's rows were measured on a busy machine (``busy``): never judged
-  INCOMPARABLE  the rows come from machines (or software) whose identity differs; the
-                verdict names the fields (``--allow-mixed`` judges them anyway, and says so)
+  PASS          not significantly slower beyond the gate, and a change of the gate's size was
+                detectable or the interval at a lone point's level excludes it; or significantly faster
+  FAIL          significantly slower (Benjamini-Hochberg over all points) beyond the gate
+  INCONCLUSIVE  neither (it says how many processes a side would do, none beyond 50); or measured
+                on a busy machine (``busy``): never judged
+  INCOMPARABLE  the machines' (or software's) identity differs: which fields (``--allow-mixed``
+                judges them anyway, and says so)
 
-An exact metric (``columns.EXACT``: instruction counts) is no sample of a distribution: the same
-code on the same software counts the same whatever the load, so there is nothing to test or
-resample. It is judged against ``EXACT_TOLERANCE_PCT``: FAIL beyond it more, PASS within or
-fewer, INCONCLUSIVE where the counts themselves vary by more (between repeats or processes).
+An exact metric (``columns.EXACT``: instruction counts) has no distribution to test: it is
+judged against ``EXACT_TOLERANCE_PCT``: FAIL beyond it more, PASS within or fewer, INCONCLUSIVE
+where the counts themselves vary by more (between repeats or processes).
 
-history, per change point of a series: ``regression``, ``improvement``, ``suspicious``.
+``judge`` computes every ``ComparedPoint``'s ``PointStats`` together (the FDR couples them);
+``decide``, pure, turns a point's statistics and the ``Gate`` into its ``Decision``.
 
-history, per series: a series long enough to judge whose subjects are mostly flagged suspect
-(fewer clean ones than a change needs) cannot be called unchanged: could not judge (3).
+history, per change point of a series, by the same significance and gate (``label_step``):
+``regression``, ``improvement``, ``suspicious``. Per series: a series long enough to judge
+whose subjects are mostly flagged suspect (fewer clean ones than a change needs) cannot be
+called unchanged: could not judge (3).
 
 Exit codes (compare and history alike): 0 pass, 1 fail (a FAIL, a regression), 2 a usage
 error, 3 could not judge (nothing matched, any point INCONCLUSIVE or INCOMPARABLE, too
@@ -35,8 +32,15 @@ little or too suspect history, a crash). A gate never passes by accident: judgin
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+from perflab.store.columns import EXACT
+
+if TYPE_CHECKING:
+    from perflab.analysis.floor import Floor
+    from perflab.analysis.replicates import Change, Measured
 
 PASS_EXIT = 0
 FAIL_EXIT = 1
@@ -47,6 +51,7 @@ DEFAULT_STEP_PCT = 5.0  # history: a change smaller than this is suspicious at m
 # An exact metric (instruction counts: columns.EXACT) is judged against this, whatever the gate:
 # the same code counts within 0.4 % (64² torch.mm under callgrind), so more is more work.
 EXACT_TOLERANCE_PCT = 1.0
+_TOLERANCE = f"the {EXACT_TOLERANCE_PCT:g} % tolerance of an exact count"
 
 
 class Verdict(str, Enum):
@@ -60,7 +65,9 @@ class Verdict(str, Enum):
         return {"PASS": PASS_EXIT, "FAIL": FAIL_EXIT}.get(self.value, UNJUDGED_EXIT)
 
 
-class Change(str, Enum):
+class StepLabel(str, Enum):
+    """history's label of a change point (``label_step``)."""
+
     REGRESSION = "regression"
     IMPROVEMENT = "improvement"
     SUSPICIOUS = "suspicious"
@@ -77,10 +84,10 @@ def exit_code(verdicts: Iterable[Verdict]) -> int:
     return PASS_EXIT
 
 
-def history_exit_code(changes: Iterable[Change], judged: bool, doubtful: bool = False) -> int:
+def history_exit_code(changes: Iterable[StepLabel], judged: bool, doubtful: bool = False) -> int:
     """1 if any regression, else 3 if no series had enough subjects to judge or a series had
     too few clean ones (``doubtful``: its subjects flagged suspect), else 0."""
-    if Change.REGRESSION in set(changes):
+    if StepLabel.REGRESSION in set(changes):
         return FAIL_EXIT
     return PASS_EXIT if judged and not doubtful else UNJUDGED_EXIT
 
@@ -122,18 +129,112 @@ def meaning(gate_pct: float, alpha: float, given: bool) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Gate:
+    """What a verdict is held to: the change a FAIL (history: a step) must exceed, in percent, the
+    false discovery rate over all points (``--alpha``), and ``--allow-mixed``."""
+
+    pct: float
+    alpha: float
+    allow_mixed: bool = False
+
+
+@dataclass(frozen=True)
+class ComparedPoint:
+    """One point of NEW against the same point of BASE: what it is, its two sides and what its
+    rows say of how they were measured."""
+
+    experiment: str
+    label: str  # the point's stable name (``comparison.dashboard_name``)
+    metric: str  # the column judged (``cpu_median_s`` where a busy machine's wall times were not)
+    base: Measured
+    new: Measured
+    higher: bool = True  # more of the metric is better (a rate), else less (a time, a count)
+    identity: str = ""  # the machine identity fields whose values differ ("" none)
+    busy: tuple[str, ...] = ()  # the sides measured on a busy machine: never judged
+    suspect: str = ""  # why its rows were flagged suspect
+    left_out: str = ""  # what was left out of its sides, in words
+
+
+@dataclass(frozen=True)
+class Counted:
+    """An exact metric's change (no distribution to test): percent more NEW counts than BASE, and
+    how much the counts vary (between repeats or processes; ``between_pct``: processes only)."""
+
+    more_pct: float
+    noise_pct: float
+    between_pct: float
+    base_processes: int
+    new_processes: int
+
+    def words(self, metric: str) -> str:
+        return f"{abs(self.more_pct):.3g} % {'more' if self.more_pct > 0 else 'fewer'} {metric}"
+
+
+@dataclass(frozen=True)
+class PointStats:
+    """What the processes say of a point, in the metric's better direction (``speedup`` above 1:
+    NEW is better), its significance over every point judged with it, and the floor and level
+    (alpha / (points x looks)) it was judged at."""
+
+    speedup: float
+    ci_low: float
+    ci_high: float
+    p_adjusted: float
+    significant: bool
+    change: Change | Counted
+    floor: Floor | None = None
+    level: float = math.nan
+
+    def columns(self, metric: str) -> dict[str, Any]:
+        """The table's columns of these statistics (compare's and ab's), in its order."""
+        c, p_adj, yes = self.change, self.p_adjusted, self.significant
+        out = {"speedup": self.speedup, "change_pct": 100 * (self.speedup - 1)}
+        processes = {"base_processes": c.base_processes, "new_processes": c.new_processes}
+        if isinstance(c, Counted):
+            out |= processes | dict.fromkeys(("ci_low", "ci_high", "p_value", "p_adjusted"), math.nan)
+            out |= {"detectable_pct": EXACT_TOLERANCE_PCT, "cv_between_pct": c.between_pct, "significant": yes}
+            return out | {"significance": f"{c.words(metric)}: {'beyond' if yes else 'within'} {_TOLERANCE}"}
+        out |= {"ci_low": self.ci_low, "ci_high": self.ci_high, "p_value": c.p_value, **processes}
+        out |= {"cv_between_pct": 100 * c.spread.between if c.spread.measured else math.nan, "paired": c.paired}
+        out |= {"cv_within_pct": 100 * c.spread.within, "detectable_pct": c.detectable_pct, "p_adjusted": p_adj}
+        if math.isnan(p_adj):
+            said = "nothing to test"
+        elif yes:
+            said = f"significant: {_size(self.speedup)} than the base (adjusted p={p_adj:.2g})"
+        else:
+            said = f"no significant difference (adjusted p={p_adj:.2g})"
+        return out | {"significant": yes, "significance": said}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A point's verdict and its reasons, the verdict's own first."""
+
+    verdict: Verdict
+    reasons: tuple[str, ...]
+
+    @property
+    def why(self) -> str:
+        return "; ".join(self.reasons)
+
+
+def significant(p_adjusted: float, alpha: float) -> bool:
+    """Significance, for compare, ab and history alike: the adjusted p-value below alpha."""
+    return not math.isnan(p_adjusted) and p_adjusted < alpha
+
+
 def judge(
-    points: list[dict[str, Any]],
+    points: list[ComparedPoint],
     gate_pct: float,
     alpha: float,
     allow_mixed: bool,
     floor: float | None = None,
     looks: int = 1,
     paired: bool = False,
-) -> None:
-    """Each matched point's verdict, in place. A point holds its sides as ``_base`` and
-    ``_new`` (``replicates.Measured``) and ``identity`` (the machine identity fields that
-    differ). Significance is adjusted over every judged point (Benjamini-Hochberg), after a
+) -> list[tuple[PointStats | None, Decision]]:
+    """Each point's statistics (None: not tested, INCOMPARABLE) and ``decide``'s verdict, in
+    order. Significance is adjusted over every tested point (Benjamini-Hochberg), after a
     Bonferroni correction over ``looks`` (perflab ab looks again as processes are added);
     detectability is at the level a lone changed point must meet, alpha / (points x looks).
     ``floor``: the between-process variation assumed where a side has one process (given:
@@ -143,92 +244,129 @@ def judge(
     from perflab.analysis import floor as floors
     from perflab.analysis import replicates
     from perflab.analysis.stats import fdr
-    from perflab.store.columns import EXACT
 
-    judged = [p for p in points if allow_mixed or not p["identity"]]
-    for p in judged:
-        if p.get("metric") in EXACT:
-            _judge_exact(p)
-    judged = [p for p in judged if p.get("metric") not in EXACT]
-    level = alpha_per_look(alpha, looks) / max(1, len(judged))
-    measured: dict[Any, list[tuple[float, int]]] = {}
-    for p in judged:
-        measured.setdefault(p.get("experiment"), []).append(replicates.between(p["_base"], p["_new"]))
+    tested = [i for i, p in enumerate(points) if (allow_mixed or not p.identity) and not empty(p)]
+    stats: dict[int, PointStats] = {i: _counted(points[i]) for i in tested if points[i].metric in EXACT}
+    sampled = [i for i in tested if points[i].metric not in EXACT]
+    level = alpha_per_look(alpha, looks) / max(1, len(sampled))
+    measured: dict[str, list[tuple[float, int]]] = {}
+    for i in sampled:
+        measured.setdefault(points[i].experiment, []).append(replicates.between(points[i].base, points[i].new))
     of_trees = {name: floors.measured(found) for name, found in measured.items()}
-    for p in judged:
-        f = floors.given(floor) if floor is not None else of_trees[p.get("experiment")]
-        p["_floor"] = f
-        c = replicates.change(p["_base"], p["_new"], level=level, floor=f.cv, paired=paired)
-        p["_change"] = c
-        higher = p.get("_higher", True)
-        p["speedup"] = c.ratio if higher else 1 / c.ratio
-        p["change_pct"] = 100 * (p["speedup"] - 1)
-        p["ci_low"], p["ci_high"] = (c.ci_low, c.ci_high) if higher else (1 / c.ci_high, 1 / c.ci_low)
-        p["p_value"] = c.p_value
-        p["base_processes"], p["new_processes"] = c.base_processes, c.new_processes
-        p["cv_between_pct"] = 100 * c.spread.between if c.spread.measured else math.nan
-        p["paired"] = c.paired
-        p["cv_within_pct"] = 100 * c.spread.within
-        p["detectable_pct"] = c.detectable_pct
-    adjusted = fdr([min(1.0, p["p_value"] * max(1, looks)) for p in judged])
-    for p, p_adj in zip(judged, adjusted):
-        c, f = p["_change"], p["_floor"]
-        p["p_adjusted"] = p_adj
-        significant = not math.isnan(p_adj) and p_adj < alpha
-        p["significant"] = significant
-        size = _size(p["speedup"])
-        if math.isnan(p_adj):
-            p["significance"] = "nothing to test"
-        elif significant:
-            p["significance"] = f"significant: {size} than the base (adjusted p={p_adj:.2g})"
+    found = {i: floors.given(floor) if floor is not None else of_trees[points[i].experiment] for i in sampled}
+    changes = {i: replicates.change(points[i].base, points[i].new, level=level, floor=found[i].cv, paired=paired)
+               for i in sampled}  # fmt: skip
+    for i, p_adj in zip(sampled, fdr([min(1.0, changes[i].p_value * max(1, looks)) for i in sampled])):
+        c, up = changes[i], points[i].higher
+        ci = (c.ci_low, c.ci_high) if up else (1 / c.ci_high, 1 / c.ci_low)
+        speedup = c.ratio if up else 1 / c.ratio
+        stats[i] = PointStats(speedup, *ci, p_adj, significant(p_adj, alpha), c, found[i], level)
+    gate = Gate(gate_pct, alpha, allow_mixed)
+    return [(stats.get(i), decide(p, stats.get(i), gate)) for i, p in enumerate(points)]
+
+
+def empty(point: ComparedPoint) -> bool:
+    """Whether a side of the point holds nothing usable of its metric."""
+    return math.isnan(point.base.value) or math.isnan(point.new.value)
+
+
+def _counted(point: ComparedPoint) -> PointStats:
+    """An exact metric's statistics (lower is better: counts): medians, and how much they vary."""
+    import numpy as np
+
+    base, new = point.base, point.new
+    a, b = float(np.median(base.figures)), float(np.median(new.figures))
+    within = [
+        float(x)
+        for side in (base, new)
+        for x in side.rows.get(f"{point.metric}_spread_pct", [])
+        if isinstance(x, (int, float)) and math.isfinite(x)
+    ]
+    between = [100 * float(np.ptp(s.figures)) / float(np.median(s.figures)) for s in (base, new) if s.n_processes > 1]
+    more = 100 * (b / a - 1)
+    c = Counted(more, max([*within, *between, 0.0]), max(between, default=math.nan), base.n_processes, new.n_processes)
+    return PointStats(a / b, math.nan, math.nan, math.nan, abs(more) > EXACT_TOLERANCE_PCT, c)
+
+
+def decide(point: ComparedPoint, stats: PointStats | None, gate: Gate) -> Decision:
+    """A point's verdict and its reasons, from its statistics and the gate: the one place the
+    rule lives (the module docstring says it in words). Pure: no I/O, nothing changed."""
+    if empty(point):  # nothing of this point to judge on a side: said, never a pass
+        sides = " and ".join(side for side, x in (("BASE", point.base), ("NEW", point.new)) if math.isnan(x.value))
+        return Decision(Verdict.INCONCLUSIVE, (f"no usable {point.metric} in {sides} (left out {point.left_out})",))
+    if point.identity and not gate.allow_mixed:
+        return Decision(Verdict.INCOMPARABLE, (f"machine identity differs: {point.identity}",))
+    if stats is None:
+        raise ValueError("a point to judge needs its statistics: verdicts.judge computes them")
+    if isinstance(stats.change, Counted):
+        return _decide_counted(point.metric, stats.change)
+    c, f, gate_pct, p_adj = stats.change, stats.floor, gate.pct, stats.p_adjusted
+    assert f is not None, "a sampled point's statistics carry their floor"
+    size, detectable = _size(stats.speedup), c.detectable_pct
+    why: list[str] = []
+    if stats.significant and slower_pct(stats.speedup) > gate_pct:
+        verdict = Verdict.FAIL
+        why.append(f"{size}: beyond the {gate_pct:g} % gate (adjusted p={p_adj:.2g})")
+    elif detectable <= gate_pct or (stats.significant and stats.speedup >= 1) or _within(stats, gate_pct):
+        # a change of the gate's size was detectable, it got significantly faster, or the
+        # interval at this level excludes a slowdown beyond the gate (equivalent within it)
+        verdict = Verdict.PASS
+        seen = size if stats.significant else "no significant change"
+        if stats.significant and stats.speedup >= 1 and detectable > gate_pct:
+            why.append(f"{size}, significantly (adjusted p={p_adj:.2g})")
+        elif detectable > gate_pct:
+            why.append(f"{seen}; at most {_slowest(stats):.2g} % slower at this level: within the {gate_pct:g} % gate")
         else:
-            p["significance"] = f"no significant difference (adjusted p={p_adj:.2g})"
-        why: list[str] = []
-        if significant and slower_pct(p["speedup"]) > gate_pct:
-            verdict = Verdict.FAIL
-            why.append(f"{size}: beyond the {gate_pct:g} % gate (adjusted p={p_adj:.2g})")
-        elif p["detectable_pct"] <= gate_pct or (significant and p["speedup"] >= 1) or _within(p, c, gate_pct):
-            # a change of the gate's size was detectable, it got significantly faster, or the
-            # interval at this level excludes a slowdown beyond the gate (equivalent within it)
-            verdict = Verdict.PASS
-            seen = size if significant else "no significant change"
-            why.append(f"{seen}; a {p['detectable_pct']:.2g} % change was detectable")
-            if significant and p["speedup"] >= 1 and p["detectable_pct"] > gate_pct:
-                why = [f"{size}, significantly (adjusted p={p_adj:.2g})"]
-            elif p["detectable_pct"] > gate_pct:
-                why = [f"{seen}; at most {_slowest(p, c):.2g} % slower at this level: within the {gate_pct:g} % gate"]
-        else:
-            verdict = Verdict.INCONCLUSIVE
-            why.append(_inconclusive(p, c, gate_pct, level, f.cv))
-        if not c.spread.measured and c.spread.between > f.cv:
-            why.append(
-                f"one process a side: the between-process variation is unknown, judged against "
-                f"{100 * c.spread.between:.2g} %, what the samples' own spread makes a median vary by "
-                "(bench.processes=K or perflab ab measure it)"
-            )
-        elif not c.spread.measured:
-            why.append(
-                f"one process a side: the between-process variation is unknown, judged against a floor of "
-                f"{100 * f.cv:.2g} % ({f.source}; bench.processes=K or perflab ab measure it)"
-            )
-        if p["identity"]:
-            why.append(f"compared across identities on purpose (--allow-mixed): {p['identity']}")
-        if p.get("_busy"):  # evidence a busy machine made is never judged, whatever it shows
-            verdict = Verdict.INCONCLUSIVE
-            sides = " and ".join(p["_busy"])
-            why = [
-                f"not judged: {sides} measured on a busy machine (see suspect); measure again where it is quiet, "
-                "or with perflab ab, which measures such processes again",
-                *why,
-            ]
-        elif p.get("suspect"):
-            why.append("its measurements were flagged suspect: see suspect")
-        p["verdict"], p["_why"] = verdict.value, why
-        p["why"] = "; ".join(why)
-    for p in points:
-        if not (allow_mixed or not p["identity"]):
-            p["verdict"], p["why"] = Verdict.INCOMPARABLE.value, f"machine identity differs: {p['identity']}"
-            p["_why"] = [p["why"]]
+            why.append(f"{seen}; a {detectable:.2g} % change was detectable")
+    else:
+        verdict = Verdict.INCONCLUSIVE
+        why.append(_inconclusive(point, stats, gate_pct))
+    if not c.spread.measured and c.spread.between > f.cv:
+        why.append(
+            f"one process a side: the between-process variation is unknown, judged against "
+            f"{100 * c.spread.between:.2g} %, what the samples' own spread makes a median vary by "
+            "(bench.processes=K or perflab ab measure it)"
+        )
+    elif not c.spread.measured:
+        why.append(
+            f"one process a side: the between-process variation is unknown, judged against a floor of "
+            f"{100 * f.cv:.2g} % ({f.source}; bench.processes=K or perflab ab measure it)"
+        )
+    if point.identity:
+        why.append(f"compared across identities on purpose (--allow-mixed): {point.identity}")
+    if point.busy:  # evidence a busy machine made is never judged, whatever it shows
+        verdict = Verdict.INCONCLUSIVE
+        sides = " and ".join(point.busy)
+        why.insert(
+            0,
+            f"not judged: {sides} measured on a busy machine (see suspect); measure again where it is quiet, "
+            "or with perflab ab, which measures such processes again",
+        )
+    elif point.suspect:
+        why.append("its measurements were flagged suspect: see suspect")
+    return Decision(verdict, tuple(why))
+
+
+def _decide_counted(metric: str, c: Counted) -> Decision:
+    """An exact metric against ``EXACT_TOLERANCE_PCT``: FAIL beyond it more, PASS within or
+    fewer, INCONCLUSIVE where the counts themselves vary by more."""
+    tol, words = _TOLERANCE, c.words(metric)
+    if c.noise_pct > EXACT_TOLERANCE_PCT:
+        why = f"{words}, but the counts vary by {c.noise_pct:.2g} % (between repeats or processes): more than {tol}"
+        return Decision(Verdict.INCONCLUSIVE, (why,))
+    if c.more_pct > EXACT_TOLERANCE_PCT:
+        return Decision(Verdict.FAIL, (f"{words}: beyond {tol} (counts vary by {c.noise_pct:.2g} %)",))
+    within = "within" if c.more_pct >= -EXACT_TOLERANCE_PCT else "beyond"
+    return Decision(Verdict.PASS, (f"{words}: {within} {tol}",))
+
+
+def label_step(p_adjusted: float, change_pct: float, worse: bool, gate: Gate) -> StepLabel:
+    """history's label of a change point, by decide's rule for a FAIL (significant, and beyond
+    the gate) each way: ``regression`` where it is significant and worse by at least the gate's
+    percent, ``improvement`` the same better, else ``suspicious``."""
+    if significant(p_adjusted, gate.alpha) and abs(change_pct) >= gate.pct:
+        return StepLabel.REGRESSION if worse else StepLabel.IMPROVEMENT
+    return StepLabel.SUSPICIOUS
 
 
 def slower_pct(speedup: float) -> float:
@@ -238,63 +376,25 @@ def slower_pct(speedup: float) -> float:
     return 100 * (1 / speedup - 1) if speedup > 0 else math.inf
 
 
-def _slowest(p: dict[str, Any], c: Any) -> float:
+def _slowest(stats: PointStats) -> float:
     """The largest slowdown in percent (new's time over base's) the change's interval at the
     look's level allows (``replicates.Change.margin``)."""
-    return 100 * math.expm1(c.margin - math.log(p["speedup"]))
+    assert not isinstance(stats.change, Counted)
+    return 100 * math.expm1(stats.change.margin - math.log(stats.speedup))
 
 
-def _within(p: dict[str, Any], c: Any, gate_pct: float) -> bool:
+def _within(stats: PointStats, gate_pct: float) -> bool:
     """Whether the interval at the look's level excludes a slowdown beyond the gate."""
-    return math.isfinite(p["speedup"]) and p["speedup"] > 0 and _slowest(p, c) <= gate_pct
+    return math.isfinite(stats.speedup) and stats.speedup > 0 and _slowest(stats) <= gate_pct
 
 
-def _judge_exact(p: dict[str, Any]) -> None:
-    """A point of an exact metric (lower is better: counts), against ``EXACT_TOLERANCE_PCT``."""
-    import numpy as np
-
-    base, new, metric = p["_base"], p["_new"], p.get("metric", "instructions")
-    a, b = float(np.median(base.figures)), float(np.median(new.figures))
-    p["speedup"] = a / b
-    p["change_pct"] = 100 * (p["speedup"] - 1)
-    p["base_processes"], p["new_processes"] = base.n_processes, new.n_processes
-    p["ci_low"] = p["ci_high"] = p["p_value"] = p["p_adjusted"] = math.nan
-    p["detectable_pct"] = EXACT_TOLERANCE_PCT
-    within = [
-        float(x)
-        for side in (base, new)
-        for x in side.rows.get(f"{metric}_spread_pct", [])
-        if isinstance(x, (int, float)) and math.isfinite(x)
-    ]
-    between = [100 * float(np.ptp(s.figures)) / float(np.median(s.figures)) for s in (base, new) if s.n_processes > 1]
-    p["cv_between_pct"] = max(between) if between else math.nan
-    noise = max([*within, *between, 0.0])
-    more = 100 * (b / a - 1)
-    tol = f"the {EXACT_TOLERANCE_PCT:g} % tolerance of an exact count"
-    p["significant"] = abs(more) > EXACT_TOLERANCE_PCT
-    words = f"{abs(more):.3g} % {'more' if more > 0 else 'fewer'} {metric}"
-    p["significance"] = f"{words}: {'beyond' if p['significant'] else 'within'} {tol}"
-    if noise > EXACT_TOLERANCE_PCT:
-        verdict = Verdict.INCONCLUSIVE
-        why = f"{words}, but the counts vary by {noise:.2g} % (between repeats or processes): more than {tol}"
-    elif more > EXACT_TOLERANCE_PCT:
-        verdict, why = Verdict.FAIL, f"{words}: beyond {tol} (counts vary by {noise:.2g} %)"
-    else:
-        verdict, why = Verdict.PASS, f"{words}: {'within' if more >= -EXACT_TOLERANCE_PCT else 'beyond'} {tol}"
-    p["verdict"], p["_why"], p["why"] = verdict.value, [why], why
-
-
-def said_once(points: list[dict[str, Any]]) -> list[str]:
-    """The reasons every judged point of two or more gives, taken out of each point's ``why``
-    and returned, to be said once."""
-    whys = [p["_why"] for p in points if "_why" in p]
-    if len(whys) < 2:
-        return []
-    shared = [w for w in whys[0][1:] if all(w in x[1:] for x in whys)]  # never a point's first, its verdict's reason
-    for p in points:
-        if "_why" in p:
-            p["why"] = "; ".join(w for w in p["_why"] if w not in shared)
-    return [f"every point: {w}" for w in shared]
+def said_once(decisions: list[Decision]) -> tuple[list[str], list[str]]:
+    """The reasons every decision of two or more gives, to be said once (``every point: ...``),
+    and each decision's ``why`` without them."""
+    whys = [d.reasons for d in decisions]
+    shared = [w for w in whys[0][1:] if all(w in x[1:] for x in whys)] if len(whys) >= 2 else []
+    # never a point's first reason: its verdict's own
+    return [f"every point: {w}" for w in shared], ["; ".join(w for w in x if w not in shared) for x in whys]
 
 
 def _size(speedup: float) -> str:
@@ -303,15 +403,16 @@ def _size(speedup: float) -> str:
     return f"{speedup:.3g}x faster" if speedup >= 1 else f"{1 / speedup:.3g}x slower"
 
 
-def _inconclusive(p: dict[str, Any], c: Any, gate_pct: float, level: float, floor: float) -> str:
+def _inconclusive(point: ComparedPoint, stats: PointStats, gate_pct: float) -> str:
     """Why a point is not judged, and what would judge it: processes, bounded."""
     from perflab.analysis import replicates
 
-    metric = p.get("metric", "the metric")
+    c = stats.change
+    assert not isinstance(c, Counted) and stats.floor is not None
     if not c.base_processes or not c.new_processes:
-        return f"no usable {metric} to test" + (f" (left out {p['left_out']})" if p.get("left_out") else "")
+        return f"no usable {point.metric} to test" + (f" (left out {point.left_out})" if point.left_out else "")
     have = f"have {c.base_processes} and {c.new_processes} process(es)"
-    need = replicates.processes_needed(c, gate_pct, level, floor)
+    need = replicates.processes_needed(c, gate_pct, stats.level, stats.floor.cv)
     cv = f"between-process variation {100 * max(c.spread.between, 0):.2g} %"
     if need is None:
         return (

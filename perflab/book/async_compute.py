@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
     from perflab.analysis.claims import Claim, Tree
-    from perflab.measure.sizing import Machine, Point
+    from perflab.measure.sizing import Calibration, Point
 
 
 def report(rows: DataFrame, samples: Samples) -> Section:
@@ -60,7 +60,7 @@ BOOK = "13.2: the frontend returns control to Python at once and the backend com
 ON_CPU = "on a CPU the host is the device: torch's CPU ops run synchronously, so a call returns when its work is done"
 
 
-def chapter(machine: Machine, seconds: float) -> list[Point]:
+def chapter(machine: Calibration, seconds: float) -> list[Point]:
     """The book's 10 x 1000² where the budget allows (smaller matrices where it does not), and a
     short LeNet training A/B; samples fill the seconds."""
     from perflab import models

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
     from perflab.analysis.claims import Claim, Tree
-    from perflab.measure.sizing import Machine, Point
+    from perflab.measure.sizing import Calibration, Point
 
 
 def report(rows: DataFrame, samples: Samples) -> Section:
@@ -60,7 +60,7 @@ BOOK_COPY = "13.3: computing and copying results to the CPU overlap: together fa
 NEAR = 0.8  # "near k": at least this share of the ideal concurrency
 
 
-def chapter(machine: Machine, seconds: float) -> list[Point]:
+def chapter(machine: Calibration, seconds: float) -> list[Point]:
     """GPUs: the book's 50 x 4000². The CPU: two workers (half the cores each) stand in for two
     GPUs, with 10 matmuls per call sized to ~50 ms on a worker; samples fill the seconds."""
     from perflab.measure import sizing

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
     from perflab.analysis.claims import Claim, Tree
-    from perflab.measure.sizing import Machine, Point
+    from perflab.measure.sizing import Calibration, Point
 
 
 def report(rows: DataFrame, samples: Samples) -> Section:
@@ -77,7 +77,7 @@ BOOK_CASES = "13.7's worked example: 160 MB over PCIe 10 ms; 4 GPUs 60 / 80 / 15
 MODEL_WITHIN = 0.15  # the cost model reproduces the book's figures within this share
 
 
-def chapter(machine: Machine, seconds: float) -> list[Point]:
+def chapter(machine: Calibration, seconds: float) -> list[Point]:
     """Message sizes from 4 KiB by 4x up to what the seconds allow (at most 64 MiB; a guess of
     the link: gloo between CPU workers moved ~1/40 of the memory copy bandwidth here, 10 GB/s
     between GPUs), 10 samples each, after the workers' start."""

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
     from perflab.analysis.claims import Claim, Tree
-    from perflab.measure.sizing import Machine, Point
+    from perflab.measure.sizing import Calibration, Point
 
 
 def report(rows: DataFrame, samples: Samples) -> Section:
@@ -68,7 +68,7 @@ def first_compile_s() -> float:
     return WARM_COMPILE_S if graphs.is_dir() and any(graphs.iterdir()) else FIRST_COMPILE_S
 
 
-def chapter(machine: Machine, seconds: float) -> list[Point]:
+def chapter(machine: Calibration, seconds: float) -> list[Point]:
     """The book's setup (its MLP, one input per call) with eager, TorchScript and torch.compile;
     the first compile is a fixed cost, the samples fill the rest."""
     from perflab.measure import sizing

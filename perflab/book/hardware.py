@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from perflab.analysis.claims import Claim, Tree
     from perflab.analysis.plots import Roof
-    from perflab.measure.sizing import Machine, Point
+    from perflab.measure.sizing import Calibration, Point
 
 
 # Book 13.4's figures, shown beside what this machine measures (and on which hardware the book's came from).
@@ -105,7 +105,7 @@ PEAK_ABOVE = 1.05  # ... and a share above this says the datasheet's assumptions
 PEAK_ABOVE_TURBO = 1.5  # ... or above this where the clock counted is no maximum (the cores may run that much faster)
 
 
-def chapter(machine: Machine, seconds: float) -> list[Point]:
+def chapter(machine: Calibration, seconds: float) -> list[Point]:
     """Sized so that one peak matmul takes ~20 ms (a "large" one, see sizing.large_matmul), the
     copy stays large (256 MiB, fewer where the budget is short), and the repeats fill the rest."""
     from perflab.measure import sizing

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
     from perflab.analysis.claims import Claim, Tree
-    from perflab.measure.sizing import Machine, Point
+    from perflab.measure.sizing import Calibration, Point
 
 
 def report(rows: DataFrame, samples: Samples) -> Section:
@@ -34,7 +34,7 @@ PEAK_SHARE = 0.8  # a large matmul sustains at least this share of the measured 
 BOOK = "13.4: large matrix multiplications are compute-bound: they run near the processor's peak"
 
 
-def chapter(machine: Machine, seconds: float) -> list[Point]:
+def chapter(machine: Calibration, seconds: float) -> list[Point]:
     """The hardware section's large matmul (the same n, so its peak is this work's peak), a few
     per call, repeated to fill the seconds."""
     from perflab.measure import sizing

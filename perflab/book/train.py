@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
     from perflab.analysis.claims import Claim, Tree
-    from perflab.measure.sizing import Machine, Point
+    from perflab.measure.sizing import Calibration, Point
 
 
 # The book's sections of its training presets (rows' experiment column), and their setups:
@@ -223,7 +223,7 @@ ON_CPU = (
 )
 
 
-def chapter(machine: Machine, seconds: float) -> list[Point]:
+def chapter(machine: Calibration, seconds: float) -> list[Point]:
     """13.5: LeNet from scratch on 1 and 2 devices (the book's batch 256, lr 0.2). 13.6:
     ResNet-18 with nn.DataParallel, 1 device at batch b / lr 0.1 and 2 at 2b / 0.2 (the linear
     rule, weak scaling), b the book's 256 where the seconds give 60 steps or more, else smaller.
@@ -262,7 +262,7 @@ def _images(seconds: float, rate: float, *, epochs: int, test: int) -> float:
 
 
 def _training_points(
-    machine: Machine,
+    machine: Calibration,
     section: str,
     preset: str,
     seconds: float,

@@ -165,7 +165,9 @@ def resources(cfg: Any, cpus_per_worker: int, mem_gb_per_worker: int, partition:
 
 
 @dataclass
-class Point:
+class Submission:
+    """One sweep point submitted to SLURM: its overrides, the resources it asks for, its job."""
+
     num: int
     overrides: list[str]
     need: Resources
@@ -198,7 +200,7 @@ def quiet_stderr() -> Iterator[None]:
             os.close(saved)
 
 
-def submit(launcher: Any, points: list[Point], base: dict[str, Any], folder: str) -> None:
+def submit(launcher: Any, points: list[Submission], base: dict[str, Any], folder: str) -> None:
     """One job array per resource shape. A refused submission cancels what went before and is
     one line (ConfigError: exit code 2)."""
     import submitit
@@ -213,7 +215,7 @@ def submit(launcher: Any, points: list[Point], base: dict[str, Any], folder: str
                 "no other cluster: run the sweep on that cluster's own login node",
                 problem="perflab follows its jobs on the default cluster",
             )
-    shapes: dict[Resources, list[Point]] = {}
+    shapes: dict[Resources, list[Submission]] = {}
     node = largest_node(base.get("slurm_partition"))
     for p in points:
         if node is not None and not node.fits(p.need):
@@ -281,7 +283,7 @@ HELD_REASONS = ("launch failed requeued held",)
 BLIND_S = 300.0  # how long squeue may fail to answer before the sweep gives up its jobs
 
 
-def wait(points: list[Point], within_s: float | None = None) -> bool:
+def wait(points: list[Submission], within_s: float | None = None) -> bool:
     """Until every job has ended (or ``within_s`` passed: False). A job has ended when SLURM no
     longer holds it: a preempted or node-failed job that SLURM requeued runs again, though its
     first run already left a result (submitit's own word is not asked: it takes PREEMPTED for
@@ -347,7 +349,7 @@ def in_queue(job_ids: Sequence[str]) -> dict[str, tuple[str, str]] | None:
     return held
 
 
-def cancel(points: Sequence[Point]) -> None:
+def cancel(points: Sequence[Submission]) -> None:
     for p in points:
         if p.job is not None:
             with contextlib.suppress(Exception):
@@ -366,7 +368,7 @@ def final_state(run: Sequence[str]) -> str:
     return next((s for s in FINAL if s in run), "")
 
 
-def verdict(point: Point, state: str, spoke: str) -> tuple[str, str] | None:
+def verdict(point: Submission, state: str, spoke: str) -> tuple[str, str] | None:
     """(status, why) for the row the sweep writes for a point, or None where the job's own
     record stands. ``state``: the final state of its last run; ``spoke``: the outcome the job
     recorded itself ("" if it never did: killed, or it ended without a word)."""
@@ -439,7 +441,7 @@ def array_tasks(job_id: str) -> list[str]:
     return tasks
 
 
-def settle(point: Point, identity: dict[str, Any], history: Sequence[Sequence[str]] = ()) -> str:
+def settle(point: Submission, identity: dict[str, Any], history: Sequence[Sequence[str]] = ()) -> str:
     """Make sure the point's job dir says what came of it; returns its outcome. ``history``:
     the states of each run of its job (``histories``)."""
     from perflab.store.rundir import RunRecord, RunWriter

@@ -106,7 +106,7 @@ def execute(cfg: DictConfig, place: Place) -> Result:
     while True:
         if fenced:
             got = claim_or_error(root, record, place, settings)
-            if not isinstance(got, point_claims.Claim):
+            if not isinstance(got, point_claims.HeldClaim):
                 return got
             claim = got
         try:
@@ -143,7 +143,9 @@ def occupied(cfg: DictConfig, place: Place) -> str:
     return ""
 
 
-def claim_or_error(root: Path, record: RunRecord, place: Place, settings: PerflabConfig) -> point_claims.Claim | Result:
+def claim_or_error(
+    root: Path, record: RunRecord, place: Place, settings: PerflabConfig
+) -> point_claims.HeldClaim | Result:
     """This sweep point claimed, or the job's end: reused (done before, or by the sweep we waited
     for), or an error where the claim cannot be written (a full disk, an I/O error)."""
     try:
@@ -195,7 +197,7 @@ def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
     return settings, experiment, peaks
 
 
-def claim_point(root: Path, record: RunRecord, place: Place, settings: PerflabConfig) -> point_claims.Claim | Path:
+def claim_point(root: Path, record: RunRecord, place: Place, settings: PerflabConfig) -> point_claims.HeldClaim | Path:
     """This sweep point, claimed; or the run dir that completed it (before, or while we waited
     for another sweep that was measuring it)."""
     from perflab.measure.environment import model_contents, subject
@@ -209,7 +211,7 @@ def claim_point(root: Path, record: RunRecord, place: Place, settings: PerflabCo
         if done is not None:
             return done
         got = point_claims.claim(root, key, place.run_dir, settings.results.claim_stale_s)
-        if isinstance(got, point_claims.Claim):
+        if isinstance(got, point_claims.HeldClaim):
             if done_marks.find_done(root, key) is None:  # not completed just before our claim
                 return got
             got.release()

@@ -31,7 +31,7 @@ from perflab.measure.environment import environment, model_contents, subject
 from perflab.measure.instruments.machine import Machine
 from perflab.measure.peaks import Peaks
 from perflab.store import done_marks, files
-from perflab.store.point_claims import Claim, TakenOver
+from perflab.store.point_claims import HeldClaim, TakenOver
 from perflab.store.rows import RESULTS
 from perflab.store.rundir import RunRecord, RunWriter
 
@@ -50,7 +50,7 @@ class GuardedJob:
         place: Place,
         record: RunRecord,
         identity: dict[str, Any],
-        claim: Claim | None = None,
+        claim: HeldClaim | None = None,
     ) -> None:
         self.settings, self.experiment, self.peaks = settings, experiment, peaks
         self.place, self.record, self.identity = place, record, identity

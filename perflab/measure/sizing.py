@@ -8,7 +8,7 @@ on one device. The book's part of an experiment that takes part (:mod:`perflab.b
   CHAPTER_SHARE                      its share of the budget (relative to the others')
   chapter(machine, seconds) -> [Point]   its points, sized to about ``seconds`` in all
 
-and may time its own workload once with :meth:`Machine.probe` (a training step, say), kept
+and may time its own workload once with :meth:`Calibration.probe` (a training step, say), kept
 with the calibration so that a continued chapter does not time it again. Inside
 :func:`showing`, each measurement is named as it starts (the chapter's progress meanwhile).
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -26,7 +27,7 @@ JOB_OVERHEAD_S = 1.0  # composing, checking and recording one job, beside its me
 
 
 @dataclass
-class Machine:
+class Calibration:
     """What the calibration found: one device of the kind the chapter runs on, as it is now."""
 
     kind: str  # cuda | cpu
@@ -37,7 +38,7 @@ class Machine:
     op_us: float  # a tiny op, issued and finished
     others_pct: float  # other processes' share of the CPUs while calibrating (nan: unknown)
     seconds: float  # how long the calibration took, wall time (the chapter's: its probes included)
-    probes: dict[str, float] = field(default_factory=dict)  # experiments' own timings (Machine.probe)
+    probes: dict[str, float] = field(default_factory=dict)  # experiments' own timings (Calibration.probe)
 
     @property
     def gpu(self) -> bool:
@@ -66,7 +67,7 @@ class Machine:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Machine":
+    def from_dict(cls, data: dict[str, Any]) -> "Calibration":
         return cls(**data)
 
 
@@ -97,13 +98,27 @@ class Point:
         return cls(**data)
 
 
+def __getattr__(name: str) -> Any:
+    """``Machine``, ``Calibration``'s name before (the load's watcher is
+    ``perflab.measure.instruments.machine.Machine``): kept this release, with a DeprecationWarning."""
+    if name == "Machine":
+        warnings.warn(
+            "perflab.measure.sizing.Machine is now Calibration (the load's watcher is "
+            "perflab.measure.instruments.machine.Machine); the old name goes in perflab 0.6.0",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return Calibration
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _SHOWN: list[Callable[[str], None]] = []  # see showing()
 
 
 @contextlib.contextmanager
 def showing(step: Callable[[str], None]) -> Iterator[None]:
     """Within: ``step(what)`` is called as each measurement of the calibration starts (its own,
-    then each new :meth:`Machine.probe`), so that a calibration of seconds shows what it does."""
+    then each new :meth:`Calibration.probe`), so that a calibration of seconds shows what it does."""
     _SHOWN.append(step)
     try:
         yield
@@ -116,7 +131,7 @@ def _show(what: str) -> None:
         step(what)
 
 
-def calibrate() -> Machine:
+def calibrate() -> Calibration:
     """About a second of measuring: which devices, a float32 matmul's rate, a memory copy's
     bandwidth and a tiny op's cost on one of them (means: the machine as it is, its busy
     moments included), and how busy the rest of the machine is meanwhile."""
@@ -160,7 +175,7 @@ def calibrate() -> Machine:
                 x.add_(1)
 
         op = typical(tiny, 0.1) / 200
-    return Machine(
+    return Calibration(
         kind=device.type,
         count=inventory.cuda if device.type == "cuda" else inventory.cpu_threads,
         name=device.description(),
@@ -189,7 +204,7 @@ def bench(repeats: int, warmup: int = 1, min_time_s: float = 0.0) -> list[str]:
     return [f"bench.repeats={repeats}", f"bench.warmup={warmup}", f"bench.min_time_s={min_time_s:g}"]
 
 
-def large_matmul(machine: Machine, seconds: float = 0.02) -> int:
+def large_matmul(machine: Calibration, seconds: float = 0.02) -> int:
     """The n of a "large" float32 matmul here: one takes about ``seconds`` on one device (at
     least 256, at most 8192, a multiple of 128), large enough to run near the peak and small
     enough to repeat. The hardware section measures its peak at this size and the matmul
@@ -207,7 +222,7 @@ PROBE_STEPS, PROBE_S = 3, 1.0  # a training probe times up to 3 steps, fewer onc
 
 
 def training_rate(
-    machine: Machine, name: str, build: Callable[[], Any], shape: tuple[int, ...], batch: int, classes: int = 10
+    machine: Calibration, name: str, build: Callable[[], Any], shape: tuple[int, ...], batch: int, classes: int = 10
 ) -> float:
     """Images per second of SGD steps of ``build()`` on ``batch`` random inputs of ``shape`` on
     one device of the machine: a warm-up step, then up to three timed, one where a step takes

@@ -4,7 +4,7 @@ over. Two sweeps of the same points share the work instead of measuring it twice
 
 A claim can be lost without its holder dying: a process paused (SIGSTOP, a laptop lid, a SLURM
 suspend) beats no more, and another takes the point over. So a holder fences every record it
-makes (:meth:`Claim.fence`): before and after writing a row or the done mark it checks that the
+makes (:meth:`HeldClaim.fence`): before and after writing a row or the done mark it checks that the
 claim file still holds its own token; a take-over replaced it, and the holder stops there
 (:class:`TakenOver`) instead of recording a second measurement of the point."""
 
@@ -57,7 +57,7 @@ class TakenOver(BaseException):
     what it measured after that is not recorded. A BaseException, like Stopped, so that an
     experiment's ``except Exception`` cannot swallow it."""
 
-    def __init__(self, claim: "Claim") -> None:
+    def __init__(self, claim: "HeldClaim") -> None:
         self.holder = _holder(claim.path)
         silent = time.monotonic() - claim.last_seen
         super().__init__(
@@ -66,7 +66,7 @@ class TakenOver(BaseException):
         )
 
 
-class Claim:
+class HeldClaim:
     """A held claim on a sweep point; a thread refreshes its mtime until ``release()``. A claim
     that another process took over (it thought this one gone) is left to that process."""
 
@@ -109,7 +109,7 @@ class Claim:
         return Fence, (self.path, self.body, self.stale_s)
 
 
-class Fence(Claim):
+class Fence(HeldClaim):
     """A claim held by another process of this job, seen from a worker: it can only be checked."""
 
     def __init__(self, path: Path, body: bytes, stale_s: float) -> None:  # no heartbeat thread here
@@ -119,7 +119,7 @@ class Fence(Claim):
         raise RuntimeError("a worker cannot release its job's claim")
 
 
-def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim | Holder:
+def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> HeldClaim | Holder:
     """Claim the point ``config_hash`` for this process, or say who holds it.
 
     A claim is taken over when its holder is gone: a dead pid on this host, no heartbeat for
@@ -157,7 +157,7 @@ def claim(root: Path, config_hash: str, run_dir: Path, stale_s: float) -> Claim 
         except OSError:  # a full disk, an I/O error: leave no empty claim behind for others to wait on
             path.unlink(missing_ok=True)
             raise
-        return Claim(path, body, beat_s=max(1.0, min(30.0, stale_s / 4)), stale_s=stale_s)
+        return HeldClaim(path, body, beat_s=max(1.0, min(30.0, stale_s / 4)), stale_s=stale_s)
     return _holder(path) or Holder("?", 0, "?", 0.0, path=str(path), unreadable="changing hands")
 
 

@@ -150,7 +150,7 @@ class RunWriter:
         fence: Callable[[], None] | None = None,
     ) -> None:
         self.run_dir, self.ledger, self.keep_samples = Path(run_dir), ledger, samples
-        self.fence = fence  # a sweep point's claim check (point_claims.Claim.fence): before and after each row
+        self.fence = fence  # a sweep point's claim check (point_claims.HeldClaim.fence): before and after each row
         self._rows: list[dict[str, Any]] = []
         self._stamp: tuple[int, int] | None = None  # (mtime_ns, size) of our last write
 
