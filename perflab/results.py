@@ -176,10 +176,13 @@ def read_samples(dirs: Sequence[Path], notes: Notes):
 
 
 def run_dirs(top: Path, notes: Notes | None = None) -> Iterator[Path]:
-    """Run dirs under ``top``, and the earlier runs its "done" points stand for."""
+    """Run dirs under ``top``, and the earlier runs its "done" points stand for (a done point
+    writes its record alone: a run dir with rows of its own is read without its record, 20k
+    JSON files a report of a nightly history read for nothing)."""
     seen: set[Path] = set()
-    for d in tree.run_dirs(top, notes):
-        record = RunRecord.read(d)
+    for here, found in tree.walk(top, notes):
+        d = Path(here)
+        record = None if RESULTS in found else RunRecord.read(d)
         target = Path(record.same_as) if record and record.outcome == "done" and record.same_as else d
         if target.resolve() not in seen:
             seen.add(target.resolve())
