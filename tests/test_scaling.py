@@ -260,3 +260,22 @@ def test_readers_of_a_tree_shaped_like_users_grow_linearly_and_its_index_stays_s
     for name, taken in seconds.items():
         growth = bench.exponent(sizes, taken)
         assert growth < LINEAR, f"{name} grows as run dirs^{growth:.2f} ({sizes} run dirs: {taken} s of CPU)"
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "history"])
+def test_the_readers_of_a_tree_import_no_torch(tmp_path, command):
+    """report, compare and history of a user-shaped tree (matmul rows among them, whose headline
+    the report writes) import no torch: seconds of a whole command on 2 cores. Checked by what
+    is imported, not by time."""
+    import sys
+
+    root = tmp_path / "outputs"
+    bench.user_tree(root, 26, samples=20, step_at=1)
+    args = [str(root), *(["-o", str(tmp_path / "report.html")] if command == "report" else [])]
+    script = (
+        f"import runpy, sys\nsys.argv = ['perflab.{command}', *sys.argv[1:]]\n"
+        f"try:\n    runpy.run_module('perflab.{command}', run_name='__main__')\n"
+        "except SystemExit:\n    pass\nprint('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=tmp_path)
+    assert done.stdout.splitlines()[-1] == "False", done.stderr[-2000:]
