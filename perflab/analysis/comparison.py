@@ -187,7 +187,7 @@ def _one_experiment(
     if baseline and config_column(baseline.partition("=")[0]) in df:  # a key no other ok point varies
         keys = list(dict.fromkeys([*keys, config_column(baseline.partition("=")[0])]))
     if "device_name" in df:
-        df = df.assign(device=df["device_name"].map(device_family))
+        df = df.assign(device=_device(df["device_name"]))
         if df["device"].nunique() > 1 and "device" not in keys:
             keys.append("device")  # different hardware is never pooled
     if "subject" in df and df["subject"].astype("string").nunique() > 1 and "subject" not in keys:
