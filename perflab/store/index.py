@@ -169,8 +169,9 @@ def samples_after(load: _Load, row_ids: Collection[str] | None = None, notes: No
     load found current: one walk of the tree for its rows and their samples (it was most of a
     second at 20k run dirs, each time)."""
     load.rows, load.notes = False, notes if notes is not None else Notes()
+    load.fresh = set()  # what the CSVs read for the rows held in their samples: said from the manifests
     df = load.samples(row_ids)
-    load.end(tidy=load.tidy, fresh_said=False)
+    load.end(tidy=load.tidy)
     return df
 
 
@@ -234,13 +235,11 @@ class _Load:
         if fresh:
             self._add(fresh)
 
-    def end(self, tidy: bool, fresh_said: bool = True) -> None:
+    def end(self, tidy: bool) -> None:
         """What was skipped said; the segments found damaged or of another format removed (their
-        run dirs were read again); with ``tidy``, the index kept small (_tidy). ``fresh_said``:
-        what was skipped in the run dirs read from CSV by this load was said as they were read
-        (not so for the samples of a load of rows: samples_after)."""
+        run dirs were read again); with ``tidy``, the index kept small (_tidy)."""
         for source, segment in self.indexed.items():
-            if source in self.fresh and fresh_said:
+            if source in self.fresh:  # said as it was read
                 continue
             m = self.manifests[segment]
             for kind, count in (m.notes if self.rows else m.sample_notes).get(source, {}).items():
