@@ -160,6 +160,7 @@ def load_tree(
         load.end(tidy=load.tidy)
     else:  # tidied after its samples are read: a merge meanwhile would send them to the CSVs
         load.end(tidy=False)
+        load.pieces = {}  # its rows are the frame returned: the samples need none of them
         kept[str(root)] = load
     return df if df.columns.empty else _placed(df, load.root)
 
