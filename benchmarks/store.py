@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+from _results import append
 
 from perflab.results import listing, load
 from perflab.store import done_marks
@@ -437,12 +438,8 @@ def user_main(args: argparse.Namespace) -> None:
         dirs = sorted({int(t["run_dirs"]) for t in mine})
         medians = [statistics.median(float(t["seconds"]) for t in mine if t["run_dirs"] == d) for d in dirs]
         row["exponent"] = f"{exponent(dirs, medians):.3f}"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as f:
-        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        writer = csv.DictWriter(f, fieldnames=["timestamp", *taken[0]], lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({"timestamp": when, **t} for t in taken)
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    append(args.out, [{"timestamp": when, **t} for t in taken])  # earlier runs' rows stay
     print(f"-> {args.out}")
 
 

@@ -594,12 +594,13 @@ def load_series(
     """The series of the rows under ``paths`` (one line for a path that holds none); ``notes``
     gets what was left out of them (see build_series)."""
     from perflab.analysis.replicates import has_metric, metric_refusal, samples_by_row
-    from perflab.results import load
+    from perflab.results import Reading
 
     for p in paths:
         if not Path(p).exists():
             raise HistoryError(f"{p}: no such file or folder")
-    rows = load(*paths, experiment=experiment)
+    reading = Reading(*paths, experiment=experiment)  # the rows, then their samples: each tree walked once
+    rows = reading.rows()
     if rows.empty:
         raise HistoryError(
             f"no result rows under {', '.join(map(str, paths))}" + (f" of {experiment}" if experiment else "")
@@ -611,7 +612,7 @@ def load_series(
         if "status" in rows
         else []
     )
-    return build_series(rows, samples_by_row(list(paths), row_ids=ok), metric, notes)
+    return build_series(rows, samples_by_row(list(paths), row_ids=ok, reading=reading), metric, notes)
 
 
 if __name__ == "__main__":

@@ -51,17 +51,20 @@ def load_rows(*paths: str | os.PathLike, experiment: str | None = None, columns:
     return _load(paths, experiment, False, columns)
 
 
-def load_samples(*paths: str | os.PathLike, row_ids: Iterable[str] | None = None):
+def load_samples(*paths: str | os.PathLike, row_ids: Iterable[str] | None = None, kept: dict | None = None):
     """The raw samples (``row_id``, ``phase``, ``i``, ``seconds``) of the rows ``row_ids``
     (None: all) under ``paths``, each sample once: a results tree's from its index (no
     samples.csv parsed but those of runs not indexed yet), other folders' from their
-    samples.csv."""
+    samples.csv. ``kept``: a :class:`Reading`'s loads of the trees' rows (not walked again)."""
     import pandas as pd
 
     notes = Notes()
     wanted = None if row_ids is None else {str(r) for r in row_ids}
     frames = []
     for path in map(Path, paths or ("outputs",)):
+        if kept and str(path) in kept:
+            frames.append(index.samples_after(kept.pop(str(path)), wanted, notes))
+            continue
         if path.is_dir() and tree.is_store(path):
             frames.append(index.load_samples(path, wanted, notes))
             continue
@@ -101,8 +104,26 @@ def load_operators(*paths: str | os.PathLike):
     return operators.read(list(dict.fromkeys(dirs)))
 
 
-def _load(paths, experiment: str | None, samples: bool, columns: Sequence[str] | None = None):
-    """load(), of ``columns`` alone where given (load_rows)."""
+class Reading:
+    """One read of ``paths``: their rows (load()), then the raw samples of some of them
+    (load_samples()), a results tree walked once for both (the walk that finds what its index
+    lacks was most of a second at 20k run dirs, each time)."""
+
+    def __init__(self, *paths: str | os.PathLike, experiment: str | None = None) -> None:
+        self.paths, self.experiment = paths, experiment
+        self.kept: dict = {}  # each tree's load of rows, until its samples are read
+
+    def rows(self):
+        """load(*paths, experiment=...)."""
+        return _load(self.paths, self.experiment, False, kept=self.kept)
+
+    def samples(self, row_ids: Iterable[str] | None = None):
+        """load_samples(*paths, row_ids=...), after rows()."""
+        return load_samples(*self.paths, row_ids=row_ids, kept=self.kept)
+
+
+def _load(paths, experiment: str | None, samples: bool, columns: Sequence[str] | None = None, kept: dict | None = None):
+    """load(), of ``columns`` alone where given (load_rows); ``kept``: a Reading's."""
     import pandas as pd
 
     notes = Notes()
@@ -117,7 +138,7 @@ def _load(paths, experiment: str | None, samples: bool, columns: Sequence[str] |
             raise FileNotFoundError(f"{path}: {files.not_a_folder(path)}")
         elif samples:  # the tree's own notes are said when its rows are loaded
             frames.append(read_samples(list(run_dirs(path, Notes())), notes))
-        elif tree.is_store(path) and (indexed := _through_index(path, experiment, notes, columns)) is not None:
+        elif tree.is_store(path) and (indexed := _through_index(path, experiment, notes, columns, kept)) is not None:
             whole.append(indexed)
             frames.append(indexed)
         else:
@@ -140,8 +161,8 @@ def _load(paths, experiment: str | None, samples: bool, columns: Sequence[str] |
         mine = (df["experiment"].astype("string") == experiment).fillna(False).astype(bool)
         df = df if mine.all() else df[mine]
     if columns is not None:
-        kept = {*columns, "row_id", "experiment", "run_dir"}
-        df = df[[c for c in df.columns if c in kept]]
+        asked = {*columns, "row_id", "experiment", "run_dir"}
+        df = df[[c for c in df.columns if c in asked]]
     df = df.reset_index(drop=True)
     df = fix_dtypes(df)
     df.attrs["notes"] = notes.lines()
@@ -151,12 +172,14 @@ def _load(paths, experiment: str | None, samples: bool, columns: Sequence[str] |
 INDEX_UNREADABLE = "read {n} tree{s} without its index, which could not be used ({why})"
 
 
-def _through_index(top: Path, experiment: str | None, notes: Notes, columns: Sequence[str] | None = None):
+def _through_index(
+    top: Path, experiment: str | None, notes: Notes, columns: Sequence[str] | None = None, kept: dict | None = None
+):
     """The tree's rows through its index (only ``columns``, where given), or None where the index
     cannot be read or written (no permission, a dead mount): then the run dirs are read
     themselves, and that is said."""
     try:
-        return index.load_tree(top, experiment, notes, columns)
+        return index.load_tree(top, experiment, notes, columns, kept)
     except OSError as err:
         notes.add(INDEX_UNREADABLE.replace("{why}", files.os_line(err)), top)
         return None
@@ -176,10 +199,13 @@ def read_samples(dirs: Sequence[Path], notes: Notes):
 
 
 def run_dirs(top: Path, notes: Notes | None = None) -> Iterator[Path]:
-    """Run dirs under ``top``, and the earlier runs its "done" points stand for."""
+    """Run dirs under ``top``, and the earlier runs its "done" points stand for (a done point
+    writes its record alone: a run dir with rows of its own is read without its record, 20k
+    JSON files a report of a nightly history read for nothing)."""
     seen: set[Path] = set()
-    for d in tree.run_dirs(top, notes):
-        record = RunRecord.read(d)
+    for here, found in tree.walk(top, notes):
+        d = Path(here)
+        record = None if RESULTS in found else RunRecord.read(d)
         target = Path(record.same_as) if record and record.outcome == "done" and record.same_as else d
         if target.resolve() not in seen:
             seen.add(target.resolve())

@@ -172,3 +172,37 @@ def test_a_fifo_where_the_samples_folder_belongs_is_replaced_by_the_folder(tmp_p
     expected = load(tree, samples=True)
     assert len(samples_by_row([tree])) == len(set(expected["row_id"]))
     assert list((_index(tree) / index.SAMPLES_DIR).glob("*.parquet")), "the index written after all"
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_reading_walks_the_tree_once_for_rows_and_samples_and_says_what_load_samples_says(
+    tmp_path, monkeypatch, caplog, indexed
+):
+    """results.Reading (compare, history and the report read through it): its rows are load()'s,
+    its samples load_samples()', and the tree is walked once for both; a torn samples line is said
+    by the read of samples as load_samples says it, whether its run dir was indexed before
+    (``indexed``) or is read from CSV by this reading."""
+    from perflab.results import Reading
+
+    tree = _tree(tmp_path / "outputs")
+    with (tree / "runs" / "r2" / "samples.csv").open("a") as f:
+        f.write("r2#1,r2,matmul,m0,sam")  # torn
+    if indexed:
+        load(tree)
+    expected_rows = load(tree) if indexed else None
+    walks = []
+    real_walk = index._sources
+    monkeypatch.setattr(index, "_sources", lambda *a, **k: walks.append(1) or real_walk(*a, **k))
+    reading = Reading(tree)
+    got = reading.rows()
+    wanted = sorted(got.loc[got["experiment"] == "matmul", "row_id"])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="perflab"):
+        by_row = samples_by_row([tree], row_ids=wanted, reading=reading)
+    assert len(walks) == 1, "one walk of the tree for its rows and their samples"
+    assert f"{rows.TORN.format(n=1, s='')}: {tree / 'runs' / 'r2' / 'samples.csv'}" in caplog.text
+    assert sorted(by_row) == wanted
+    expected = samples_by_row([tree], row_ids=wanted)
+    assert all(np.array_equal(by_row[r], expected[r]) for r in wanted), "the samples load_samples reads"
+    if expected_rows is not None:
+        pd.testing.assert_frame_equal(got, expected_rows)

@@ -260,3 +260,22 @@ def test_readers_of_a_tree_shaped_like_users_grow_linearly_and_its_index_stays_s
     for name, taken in seconds.items():
         growth = bench.exponent(sizes, taken)
         assert growth < LINEAR, f"{name} grows as run dirs^{growth:.2f} ({sizes} run dirs: {taken} s of CPU)"
+
+
+def test_the_readers_of_a_tree_import_no_torch(tmp_path):
+    """report, compare and history of a user-shaped tree (matmul rows among them, whose headline
+    the report writes) import no torch: seconds of a whole command on 2 cores. Checked by what
+    is imported, not by time."""
+    import sys
+
+    root = tmp_path / "outputs"
+    bench.user_tree(root, 26, samples=20, step_at=1)
+    script = (
+        "import sys\nfrom perflab import compare, history, report\n"
+        "codes = [report.main([sys.argv[1], '-o', sys.argv[2]]), compare.main(sys.argv[1:2]), "
+        "history.main(sys.argv[1:2])]\n"
+        "print(codes, 'torch' in sys.modules)"
+    )
+    args = [str(root), str(tmp_path / "report.html")]
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=tmp_path)
+    assert done.stdout.splitlines()[-1] == "[0, 0, 3] False", done.stderr[-2000:]  # history: 2 subjects, too few

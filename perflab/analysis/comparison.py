@@ -29,7 +29,7 @@ from perflab.analysis.replicates import (
 from perflab.analysis.stats import ALPHA, Difference, compare_samples
 from perflab.analysis.verdicts import DEFAULT_GATE_PCT
 from perflab.config import registry
-from perflab.results import load
+from perflab.results import Reading
 from perflab.store.columns import EXACT, higher_is_better
 from perflab.store.rows import Notes
 
@@ -110,11 +110,12 @@ def compare(
     suspect figures). Each line's raw values of its metric are in its ``_samples`` column.
     """
     tree = ", ".join(map(str, paths)) if rows is None else ""
-    df = select(load(*paths) if rows is None else rows, experiment, where, metric, tree=tree)
+    reading = Reading(*paths)  # the rows, then their samples: each tree walked once
+    df = select(reading.rows() if rows is None else rows, experiment, where, metric, tree=tree)
     if baseline:
         _check_baseline(df, baseline)
     if samples is None:
-        samples = samples_by_row(paths, row_ids=df["row_id"]) if rows is None else {}
+        samples = samples_by_row(paths, row_ids=df["row_id"], reading=reading) if rows is None else {}
     tables, notes = [], []
     for name, part in df.groupby(df["experiment"].astype("string"), sort=True):
         table, more = _one_experiment(str(name), summary_rows(str(name), part), by, baseline, metric, samples)
@@ -186,7 +187,7 @@ def _one_experiment(
     if baseline and config_column(baseline.partition("=")[0]) in df:  # a key no other ok point varies
         keys = list(dict.fromkeys([*keys, config_column(baseline.partition("=")[0])]))
     if "device_name" in df:
-        df = df.assign(device=df["device_name"].map(device_family))
+        df = df.assign(device=_device(df["device_name"]))
         if df["device"].nunique() > 1 and "device" not in keys:
             keys.append("device")  # different hardware is never pooled
     if "subject" in df and df["subject"].astype("string").nunique() > 1 and "subject" not in keys:
@@ -483,16 +484,17 @@ def ab(
     ``paired``: the sides' processes of the same number ran side by side (``perflab ab``), judged
     as pairs (``replicates.change``). Points in one tree only are rows too, ``change`` saying which.
     ``df.attrs["notes"]`` holds the lines worth showing."""
-    a = select(load(base), experiment, where, metric, tree=f"BASE ({base})")
-    b = select(load(new), experiment, where, metric, tree=f"NEW ({new})")
+    read = {"BASE": Reading(base), "NEW": Reading(new)}  # each side's rows, then their samples: walked once
+    a = select(read["BASE"].rows(), experiment, where, metric, tree=f"BASE ({base})")
+    b = select(read["NEW"].rows(), experiment, where, metric, tree=f"NEW ({new})")
     if busy == "left_out":  # a busy row with no CPU time to judge instead: measured again
         unjudgeable = {side: busy_rows(x) & ~_cpu_timed(x) for side, x in (("base", a), ("new", b))}
         left_busy = {side: int(x.sum()) for side, x in unjudgeable.items()}
         a, b = a[~unjudgeable["base"]], b[~unjudgeable["new"]]
     said = {"BASE": Notes(), "NEW": Notes()}  # samples left out when read, by row id
     samples = {  # only the rows compared: a tree's index reads no other samples
-        **samples_by_row([base], said["BASE"], row_ids=a["row_id"]),
-        **samples_by_row([new], said["NEW"], row_ids=b["row_id"]),
+        **samples_by_row([base], said["BASE"], row_ids=a["row_id"], reading=read["BASE"]),
+        **samples_by_row([new], said["NEW"], row_ids=b["row_id"], reading=read["NEW"]),
     }
     entries, notes = [], []
     pooled: list[tuple[dict[str, Any], verdicts.ComparedPoint]] = []  # the points in both trees, to judge

@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -106,16 +106,20 @@ UNUSABLE_SAMPLES = "left out {n} unusable sample{s} (NaN, not a number, or <= 0 
 
 
 def samples_by_row(
-    paths: Sequence[str | Path], notes: Notes | None = None, row_ids: Iterable[str] | None = None
+    paths: Sequence[str | Path],
+    notes: Notes | None = None,
+    row_ids: Iterable[str] | None = None,
+    reading: Any = None,
 ) -> dict[str, np.ndarray]:
     """Every row's raw sample seconds (not its warm-up) under ``paths``, by row id (``row_ids``:
     only those rows': a results tree's index reads no other); a sample that is no time (NaN,
     not a number, <= 0) is left out and said: in ``notes`` by row id (kind ``UNUSABLE_SAMPLES``),
-    else as a warning."""
+    else as a warning. ``reading``: the ``perflab.results.Reading`` that read the rows of
+    ``paths`` (their trees not walked again)."""
     from perflab.results import load_samples
 
     try:
-        s = load_samples(*paths, row_ids=row_ids)
+        s = reading.samples(row_ids) if reading is not None else load_samples(*paths, row_ids=row_ids)
     except FileNotFoundError:
         return {}
     if s.empty:

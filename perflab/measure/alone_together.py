@@ -6,13 +6,12 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from perflab.config.schema import PerflabConfig
 from perflab.errors import ConfigError
-from perflab.measure.bench import Part
-from perflab.measure.devices import Device, Together, on_device
 from perflab.measure.instructions import Counted
 from perflab.store.rows import number
 
 if TYPE_CHECKING:
     from perflab.job.context import Context  # the job's handle, above the measuring layer
+    from perflab.measure.devices import Device
 
 
 def split_cpu_if_fallback(ctx: Context, workers: int) -> None:
@@ -61,6 +60,9 @@ def alone_then_together(
     of devices; above it is impossible and the row is marked suspect). ``count``: one alone
     call as source text, for ``bench.instructions`` (perflab.measure.instructions). Returns the medians.
     """
+    from perflab.measure.bench import Part  # torch: only where something is measured, never
+    from perflab.measure.devices import Together, on_device  # for a report's headline
+
     devices = ctx.devices
 
     def alone(d: Device) -> Callable[[], object]:

@@ -24,11 +24,12 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from perflab.measure.devices import Device, synchronize
+if TYPE_CHECKING:  # torch: only where something is profiled, never for a report's reading
+    from perflab.measure.devices import Device
 
 FILE = "operators.csv"
 ACTIVE_CALLS = 3  # profiled calls after one warm-up call under the profiler (bench.profile's trace too)
@@ -58,6 +59,8 @@ def profiled(
     ``trace``: where the Chrome trace goes (``bench.profile``'s file), written when the active
     calls end and outside their clock."""
     from torch.profiler import ProfilerActivity, profile, schedule
+
+    from perflab.measure.devices import synchronize
 
     cuda = any(d.type == "cuda" for d in devices)
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]

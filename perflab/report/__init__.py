@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from perflab.config.schema import ResultsConfig
 from perflab.errors import OneLineParser
@@ -38,8 +38,9 @@ class ReportError(ValueError):
     """A path or output the report cannot use: one line."""
 
 
-def load_samples(paths: Sequence[str | Path], row_ids: Iterable[str] | None = None) -> dict:
-    """Each row's raw sample seconds (not its warm-up), by row_id (``row_ids``: only those rows')."""
+def load_samples(paths: Sequence[str | Path], row_ids: Iterable[str] | None = None, reading: Any = None) -> dict:
+    """Each row's raw sample seconds (not its warm-up), by row_id (``row_ids``: only those rows';
+    ``reading``: the ``perflab.results.Reading`` that read their rows)."""
     from perflab.compare import samples_by_row
     from perflab.store.rows import RESULTS, SAMPLES
 
@@ -49,25 +50,28 @@ def load_samples(paths: Sequence[str | Path], row_ids: Iterable[str] | None = No
             places.append(p)
         elif p.name == RESULTS and (p.parent / SAMPLES).is_file():
             places.append(p.parent / SAMPLES)  # a run's rows given as its CSV file: its samples beside it
+    if reading is not None and [str(p) for p in places] == [str(Path(p)) for p in paths]:
+        return samples_by_row(places, row_ids=row_ids, reading=reading)  # the trees not walked again
     return samples_by_row(places, row_ids=row_ids) if places else {}
 
 
 def build(*paths: str | Path) -> str:
     """The report's HTML for the results under ``paths`` (run dirs, sweep dirs, trees, CSV files)."""
-    from perflab.results import load
+    from perflab.results import Reading
 
     if not paths:
         raise ReportError("give one or more results paths (a results tree, a run or sweep dir, a CSV file)")
     for p in paths:
         if not Path(p).exists():
             raise ReportError(f"{p}: no such file or folder")
+    reading = Reading(*paths)  # the rows, then their samples: each tree walked once
     try:
-        df = load(*paths)
+        df = reading.rows()
     except FileNotFoundError as err:
         raise ReportError(str(err)) from None
     if df.empty:
         raise ReportError(f"no result rows under {', '.join(map(str, paths))}")
-    return Report(df, [str(p) for p in paths], load_samples(paths, df["row_id"])).render()
+    return Report(df, [str(p) for p in paths], load_samples(paths, df["row_id"], reading)).render()
 
 
 def check_output(out: Path) -> None:

@@ -131,7 +131,11 @@ def _manifests(index: Path) -> tuple[dict[str, Manifest], dict[str, str]]:
 
 
 def load_tree(
-    root: Path, experiment: str | None = None, notes: Notes | None = None, columns: Collection[str] | None = None
+    root: Path,
+    experiment: str | None = None,
+    notes: Notes | None = None,
+    columns: Collection[str] | None = None,
+    kept: dict[str, Any] | None = None,
 ):
     """Every row under the store ``root`` (optionally of one experiment, and only ``columns``
     and ``run_dir``), through the index, each row id once (the first row of it kept, as load()
@@ -144,12 +148,32 @@ def load_tree(
     says so). If the index cannot be written (a read-only tree), loading still works, only
     slower. Every row gets ``run_outcome``: what its run's run.json says (``running``: killed,
     or not ended yet; empty: no run.json).
+
+    ``kept``: this load is kept there (by ``str(root)``) for :func:`samples_after`, which reads
+    the samples of its rows without walking the tree again (the index tidied after that).
     """
     notes = notes if notes is not None else Notes()
     load = _begin(Path(root), experiment, columns, notes, rows=True)
     df = load.in_full()
-    load.end(tidy=not experiment and columns is None)
+    load.tidy = not experiment and columns is None
+    if kept is None:
+        load.end(tidy=load.tidy)
+    else:  # tidied after its samples are read: a merge meanwhile would send them to the CSVs
+        load.end(tidy=False)
+        load.pieces = {}  # its rows are the frame returned: the samples need none of them
+        kept[str(root)] = load
     return df if df.columns.empty else _placed(df, load.root)
+
+
+def samples_after(load: _Load, row_ids: Collection[str] | None = None, notes: Notes | None = None):
+    """load_samples() of the rows a load_tree(kept=...) read (``load``), from the segments that
+    load found current: one walk of the tree for its rows and their samples (it was most of a
+    second at 20k run dirs, each time)."""
+    load.rows, load.notes = False, notes if notes is not None else Notes()
+    load.fresh = set()  # what the CSVs read for the rows held in their samples: said from the manifests
+    df = load.samples(row_ids)
+    load.end(tidy=load.tidy)
+    return df
 
 
 def load_samples(root: Path, row_ids: Collection[str] | None = None, notes: Notes | None = None):
@@ -195,6 +219,8 @@ class _Load:
     indexed: dict[str, str] = field(default_factory=dict)
     fresh: set[str] = field(default_factory=set)  # the run dirs read from CSV now (what was skipped said then)
     unwritten: dict[str, Any] = field(default_factory=dict)  # the samples of segments not written (a read-only tree)
+    removed: set[str] = field(default_factory=set)  # the dropped segments removed (and said) already
+    tidy: bool = False  # the index kept small at the end (a load of every row)
 
     def find(self) -> None:
         """``indexed``: each run dir the walk found -> the newest segment holding it as it is now
@@ -214,7 +240,7 @@ class _Load:
         """What was skipped said; the segments found damaged or of another format removed (their
         run dirs were read again); with ``tidy``, the index kept small (_tidy)."""
         for source, segment in self.indexed.items():
-            if source in self.fresh:
+            if source in self.fresh:  # said as it was read
                 continue
             m = self.manifests[segment]
             for kind, count in (m.notes if self.rows else m.sample_notes).get(source, {}).items():
@@ -222,8 +248,10 @@ class _Load:
                     kind, _place(self.root, source, kind) if self.rows else _samples_at(self.root, source), count
                 )
         for segment, why in self.dropped.items():
-            self.notes.add(why, self.index / f"{segment}.parquet")
-            _remove_segment(self.index, segment)
+            if segment not in self.removed:
+                self.notes.add(why, self.index / f"{segment}.parquet")
+                _remove_segment(self.index, segment)
+                self.removed.add(segment)
         if tidy:
             _tidy(self.index, self.manifests, self.indexed)
 
