@@ -14,6 +14,6 @@ def append(out: Path, rows: Sequence[Mapping[str, object]]) -> None:
     columns = list(dict.fromkeys([*(c for r in before for c in r), *(c for r in rows for c in r)]))
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
+        writer = csv.DictWriter(f, fieldnames=columns, lineterminator="\n")  # as pandas and git write lines
         writer.writeheader()
         writer.writerows([*before, *rows])
