@@ -102,3 +102,18 @@ def test_without_the_launchers_extra_a_run_prints_no_hydra_plugin_warning(tmp_pa
     ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr
     assert "hydra_plugins" not in ran.stderr and "Error importing" not in ran.stderr, ran.stderr
+
+
+def test_the_wheel_lists_every_package_of_perflab():
+    """pyproject names the wheel's packages one by one: a new subpackage left out of it imports
+    from a checkout and fails in an installed wheel (perflab.measure.instruments did). The slow
+    test above builds the wheel; this one reads the list."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "perflab").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert found <= listed, sorted(found - listed)
