@@ -7,7 +7,8 @@ Two workloads, as #41 sets them:
   (``devices.threads=1``); the slowdown is real work: ``experiment.iterations`` 20 against 25 (25 %; 23 for 15 %);
 - ``model``: a user's small model (linear, GELU, layer norm; a package this script writes to a
   scratch folder, on ``PYTHONPATH``) through ``+experiment=quick/infer`` at perflab's default
-  threads; the slowdown: ``+model.depth`` 4 against 5 blocks (25 %; a smaller --slowdown rounds to whole blocks).
+  threads; the slowdown: ``+model.depth`` 4 against 5 blocks (25 %; a smaller --slowdown rounds to whole blocks);
+  judged on its forward rows (``--where measurement!=load``: the load row is one sample a process).
 
 Each run is ``perflab ab ... --budget MINUTES`` at the default 10 % gate (both sides in one
 process each round, in turns; ``--apart``: a process a side); its verdict, processes a
@@ -88,6 +89,8 @@ def one(
     cmd += [x for o in base for x in ("--base", o)] + [x for o in new for x in ("--new", o)]
     if name == "matmul":  # more matmuls a call is more time a call, not fewer TFLOP/s: judge the time
         cmd += ["--metric", "median_s"]
+    else:  # its speed: the forward rows (load is one sample a process, tens of percent apart)
+        cmd += ["--where", "measurement!=load"]
     if apart:  # a process for each side each round (default: both in one, in turns)
         cmd += ["--apart"]
     load = os.getloadavg()[0]
@@ -108,6 +111,9 @@ def one(
         "processes": max((int(p.get("new_processes") or 0) for p in points), default=0),
         "judged": "+".join(sorted({str(p.get("judged") or p.get("metric")) for p in points})),
         "paired": all(bool(p.get("paired")) for p in points) if points else False,
+        # each point's measured change and its interval (speedup of new over base): why it passed or not
+        "change_pct": "+".join(f"{float(p.get('change_pct') or 'nan'):.1f}" for p in points),
+        "ci": "+".join(f"{float(p.get('ci_low') or 'nan'):.3f}-{float(p.get('ci_high') or 'nan'):.3f}" for p in points),
         "seconds": round(took, 1),
         "load_before": round(load, 2),
         "load_after": round(os.getloadavg()[0], 2),

@@ -5,7 +5,8 @@ each point is decided or the budget ends, then judge them as ``perflab compare``
                [--base-env K=V ...] [--new-env K=V ...] [--base-python PY] [--new-python PY]
                [--base-ref REF] [--new-ref REF] [--install CMD]
                [--budget MINUTES] [--min-processes N] [--max-processes N] [--out DIR]
-               [--metric COLUMN] [--fail-if-slower PCT] [--alpha A] [--process-cv PCT] [--format md|csv|json|github]
+               [--metric COLUMN] [--where KEY=VALUE ...] [--fail-if-slower PCT] [--alpha A] [--process-cv PCT]
+               [--format md|csv|json|github]
                [--apart]
 
 The sides share OVERRIDES (``+experiment=quick/matmul``, ``-m`` and a sweep's values too) and
@@ -56,7 +57,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from perflab.analysis.comparison import MetricError
+from perflab.analysis.comparison import WHERE_FORM, CompareError, where_item
 from perflab.analysis.replicates import FLOOR_CV, metric_refusal, numeric
 from perflab.analysis.stats import ALPHA
 from perflab.analysis.verdicts import (
@@ -162,6 +163,7 @@ def run(
     alpha: float = ALPHA,
     process_cv: float | None = None,
     metric: str | None = None,
+    where: Sequence[str] = (),
     measure: Measure | None = None,
     together: bool = False,
     measure_both: MeasureBoth | None = None,
@@ -201,6 +203,7 @@ def run(
             base.tree,
             new.tree,
             metric=metric,
+            where=where,
             gate_pct=gate_pct,
             alpha=alpha,
             process_cv=process_cv,
@@ -418,6 +421,9 @@ def _main(argv: Sequence[str] | None) -> int:
         "--max-processes", type=_count, default=MAX_PROCESSES, metavar="N", help=f"a side at most ({MAX_PROCESSES})"
     )
     parser.add_argument("--metric", help="column to judge (default: each experiment's own)")
+    parser.add_argument(
+        "--where", action="append", default=[], metavar="KEY=VALUE", help="judge only these rows (KEY!=VALUE: all but)"
+    )
     parser.add_argument("--out", type=Path, default=Path("ab"), help="DIR: the trees DIR/base and DIR/new")
     parser.add_argument("--fail-if-slower", type=compare.percent, metavar="PCT", help="the gate (default 10)")
     parser.add_argument("--alpha", type=compare.probability, default=ALPHA, help="false alarm rate (0.05)")
@@ -446,6 +452,9 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.error(f"--process-cv {args.process_cv:g}: allowed: a percentage > 0, e.g. 2")
     if args.metric is not None and not numeric(args.metric):  # the rows are checked at the first look
         parser.error(metric_refusal(args.metric))
+    for item in args.where:  # its key is checked against the rows at the first look, as --metric's
+        if not where_item(item)[1]:
+            parser.error(f"--where {item}: allowed: {WHERE_FORM}")
     same = [a for a in (*args.base, *args.new) if not a.partition("=")[1]]
     if same:
         parser.error(f"--base/--new {same[0]}: allowed: KEY=VALUE")
@@ -507,9 +516,10 @@ def _main(argv: Sequence[str] | None) -> int:
                 alpha=args.alpha,
                 process_cv=None if args.process_cv is None else args.process_cv / 100,
                 metric=args.metric,
+                where=args.where,
                 together=not apart,
             )
-        except MetricError as err:  # --metric no row has: compare's line (other failures: could not judge)
+        except CompareError as err:  # --metric or --where no row has: compare's line (others: could not judge)
             print(f"{PROG}: error: {err}", file=sys.stderr)
             return USAGE_EXIT
         from perflab import why

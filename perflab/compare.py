@@ -249,7 +249,9 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--baseline", help="KEY=VALUE the others are compared with, e.g. devices.count=1")
     parser.add_argument("--metric", help="column to compare (default: each experiment's own)")
     parser.add_argument("--experiment", help="only this experiment")
-    parser.add_argument("--where", action="append", default=[], help="KEY=VALUE: only these rows (repeatable)")
+    parser.add_argument(
+        "--where", action="append", default=[], help="KEY=VALUE: only these rows; KEY!=VALUE: all but (repeatable)"
+    )
     parser.add_argument(
         "--fail-if-slower",
         type=percent,

@@ -14,7 +14,7 @@ import pytest
 
 from perflab import ab, results
 from perflab.analysis import verdicts
-from perflab.analysis.comparison import MetricError
+from perflab.analysis.comparison import CompareError, MetricError
 from perflab.analysis.replicates import Measured
 from perflab.analysis.stats import ALPHA
 from perflab.store.rundir import RunWriter
@@ -131,6 +131,32 @@ def test_metric_judges_by_that_column_and_one_no_row_has_is_compares_refusal(tmp
         ab.run([], *sides(tmp_path / "b"), metric="tflop", measure=measure, say=lambda line: None)
 
 
+def test_where_judges_only_those_rows_so_a_noisy_one_does_not_hold_the_run(tmp_path):
+    """A model's one-sample ``load`` row varies 50 % between processes: judged, it keeps every run
+    undecided; ``--where measurement!=load`` judges the rest, decided at the first look."""
+    rng = np.random.default_rng(1)
+
+    def measure(side: ab.Side, k: int) -> int:
+        rows = []
+        for name, between, n in (("forward", 0.01, 20), ("load", 0.5, 1)):
+            times = (1 + rng.normal(0, between)) * (1 + rng.normal(0, 0.002, n))
+            row = timed_row(times, run_id=f"{side.name}{k}", experiment="matmul", measurement=name, process=k)
+            rows.append((row, times))
+        writer = RunWriter(side.tree / f"{side.name}{k}")
+        for row, times in rows:
+            writer.add(row, samples=list(times))
+        return 0
+
+    quiet = {"max_processes": 4, "measure": measure, "say": lambda line: None}
+    table, code = ab.run([], *sides(tmp_path / "all"), **quiet)
+    assert code == 3 and dict(zip(table["measurement"], table["verdict"]))["load"] == "INCONCLUSIVE"
+    table, code = ab.run([], *sides(tmp_path / "where"), where=["measurement!=load"], **quiet)
+    assert code == 0 and table["measurement"].tolist() == ["forward"]
+    assert table["new_processes"].item() < 4  # decided before the last look
+    with pytest.raises(CompareError, match=r"--where measurement!=forward: every ok row has measurement=forward"):
+        ab.run([], *sides(tmp_path / "none"), where=["measurement=forward", "measurement!=forward"], **quiet)
+
+
 def side_of(logs: np.ndarray) -> Measured:
     """A side of simulated processes: their figures only (no samples: the t interval, no bootstrap)."""
     figures = np.exp(logs)
@@ -195,6 +221,7 @@ def test_a_real_a_b_writes_both_trees_in_fresh_processes(cli, work, capsys):
         (["--base-env", "NOVALUE"], "'NOVALUE': allowed: NAME=VALUE"),
         (["--budget", "-1"], "'-1': allowed: a number of minutes > 0, e.g. 5"),
         (["--metric", "device_name"], "--metric device_name: allowed: a numeric column, e.g. "),
+        (["--where", "measurement"], "--where measurement: allowed: KEY=VALUE (rows that have it) or KEY!=VALUE"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(work, capsys, bad, line):

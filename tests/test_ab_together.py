@@ -4,6 +4,7 @@ comes for a second falls on both sides of a pair alike."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 
@@ -14,7 +15,8 @@ import torch
 from perflab import ab, compare, results
 from perflab.config import registry
 from perflab.job import together
-from perflab.measure import turns
+from perflab.measure import bench, turns
+from perflab.measure.devices import Device
 from perflab.store.rundir import RunWriter
 
 from conftest import FAST, timed_row
@@ -55,6 +57,48 @@ def test_a_job_that_raises_ends_its_turns_and_the_other_goes_on():
 
     failed, name = turns.in_turns([fails, counts])
     assert isinstance(failed, RuntimeError) and name == "perflab-turn-1"
+
+
+def test_jobs_in_turns_compute_on_one_thread_with_their_own_modes():
+    """Two threads' parallel ops would run on two OpenMP pools, one of which can stall while the
+    other spins: in turns, both jobs' timed CPU work runs on the one compute thread, each sample
+    with its own job's threads, grad and inference modes and CPU autocast."""
+    seen: list[tuple[str, int, int, bool, bool, bool]] = []
+    cpu = [Device("cpu", "cpu")]
+
+    def job(name: str, threads: int, mode: contextlib.AbstractContextManager):
+        def run():
+            torch.set_num_threads(threads)
+            with mode:
+
+                def fn() -> None:
+                    seen.append(
+                        (
+                            name,
+                            threading.get_ident(),
+                            torch.get_num_threads(),
+                            torch.is_grad_enabled(),
+                            torch.is_inference_mode_enabled(),
+                            torch.is_autocast_enabled("cpu"),
+                        )
+                    )
+
+                bench.measure_rounds({name: bench.Variant(fn, cpu)}, warmup=1, repeats=2)
+            return threading.get_ident()
+
+        return run
+
+    before = torch.get_num_threads()
+    try:
+        jobs = turns.in_turns(
+            [job("a", 1, torch.inference_mode()), job("b", 2, torch.autocast("cpu", dtype=torch.bfloat16))]
+        )
+    finally:
+        torch.set_num_threads(before)
+    assert [s[0] for s in seen] == ["a", "a", "b", "b", "a", "b"]  # warm-up and first sample, then in turn
+    (one,) = {s[1] for s in seen}
+    assert one not in jobs and one != threading.get_ident()  # neither job's thread, nor this one
+    assert {s[0]: s[2:] for s in seen} == {"a": (1, False, True, False), "b": (2, True, False, True)}
 
 
 def test_jobs_in_turns_never_keep_the_process_alive_after_its_main_thread():

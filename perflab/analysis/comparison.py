@@ -46,6 +46,18 @@ class MetricError(CompareError):
     """``--metric`` names a column no row of the tree has (or one that is no figure)."""
 
 
+WHERE_FORM = "KEY=VALUE (rows that have it) or KEY!=VALUE (rows that don't)"
+
+
+def where_item(item: str) -> tuple[str, str, str, bool]:
+    """A ``--where`` filter as (key, separator, value, whether rows equal to it are kept); the
+    separator is empty where the item has none."""
+    key, sep, value = item.partition("=")
+    if key.endswith("!"):
+        return key[:-1], "!=", value, False
+    return key, sep, value, True
+
+
 def select(
     df: pd.DataFrame,
     experiment: str | None = None,
@@ -67,14 +79,15 @@ def select(
             )
         df = df[df["experiment"].astype("string") == experiment]
     for item in where:
-        key, sep, value = item.partition("=")
+        key, sep, value, keep = where_item(item)
         column = config_column(key)
         if not sep or column not in df:
-            raise CompareError(f"--where {item}: allowed: KEY=VALUE with KEY one of the rows' columns")
-        kept = df[is_value(df[column], value)]
+            raise CompareError(f"--where {item}: allowed: {WHERE_FORM} with KEY one of the rows' columns")
+        kept = df[is_value(df[column], value) == keep]
         if kept.empty:
             have = ", ".join(sorted({str(v) for v in df[column].dropna()}, key=_natural)[:12]) or "none"
-            raise CompareError(f"--where {item}: no ok row has it; allowed: {key}= one of {have}")
+            left = "no ok row has it" if keep else f"every ok row has {key}={value}"
+            raise CompareError(f"--where {item}: {left}; allowed: {key}= one of {have}")
         df = kept
     if metric is not None and not has_metric(df, metric):
         raise MetricError(metric_refusal(metric, df, tree))

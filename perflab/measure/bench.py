@@ -10,6 +10,7 @@ so that a drift of the machine (heat, another process) falls on every variant al
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -239,15 +240,18 @@ def measure_rounds(
         v = variants[names[0]]
         with around_loop(names[0]) if around_loop else contextlib.nullcontext():
             return {names[0]: _torch_utils(v.fn, v.devices, min_time_s, noise_threshold)}
+    # CPU work of jobs that share this process (perflab ab) runs on their one compute thread
+    host = {n: all(d.type == "cpu" for d in variants[n].devices) for n in names}
+
+    def on(name: str, sample: Callable[..., float], *args: Any) -> float:
+        call = functools.partial(sample, *args)
+        return turns.compute(call) if host[name] else call()
+
     warm: dict[str, list[float]] = {n: [] for n in names}
     for name in names:
         v = variants[name]
         for _ in range(warmup):
-            synchronize(v.devices)
-            t0 = clock()
-            v.fn()
-            synchronize(v.devices)
-            warm[name].append(clock() - t0)
+            warm[name].append(on(name, _wall, v.fn, v.devices, 1, clock, True))
     samples: dict[str, list[float]] = {n: [] for n in names}
     # the CPU time of this process's threads per sample, beside the wall time, where it is the
     # work's: host work (a GPU's time is not in it) whose threads do not spin while they wait
@@ -255,7 +259,7 @@ def measure_rounds(
     # machine's neighbour cannot add to
     cpu: dict[str, list[float]] = {n: [] for n in names}
     quiet_waits = torch.get_num_threads() == 1 or os.environ.get("OMP_WAIT_POLICY", "").lower() == "passive"
-    on_host = {n: quiet_waits and all(d.type == "cpu" for d in variants[n].devices) for n in names}
+    on_host = {n: quiet_waits and host[n] for n in names}
     spent = dict.fromkeys(names, 0.0)
 
     def wants(name: str) -> bool:
@@ -275,7 +279,7 @@ def measure_rounds(
                 v = variants[name]
                 with around(name) if around else contextlib.nullcontext():
                     c0 = time.process_time()
-                    seconds = _SAMPLERS[kinds[name]](v.fn, v.devices, number, clock)
+                    seconds = on(name, _SAMPLERS[kinds[name]], v.fn, v.devices, number, clock)
                     c1 = time.process_time()
                 if on_host[name]:
                     cpu[name].append((c1 - c0) / number)

@@ -9,12 +9,18 @@ one job it does nothing.
 
 The torch settings a job makes for itself (its threads, its float32 matmul precision, its
 default dtype) are put back when its turn comes again: the other job may have set its own.
+
+The jobs' CPU work that is timed runs on one thread they share (``compute``), not each on its
+own: OpenMP gives every thread that calls a parallel op a pool of its own, and with two pools
+one could stall while the other's workers still spin (samples of 200 ms beside the other side's
+1 ms, alternating: a stall of one side that pairing cannot cancel). One thread, one pool.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
@@ -31,6 +37,28 @@ def _restore(saved: tuple[Any, ...]) -> None:
     torch.set_default_dtype(dtype)
 
 
+T = TypeVar("T")
+
+
+def _carried(fn: Callable[[], T]) -> Callable[[], T]:
+    """``fn`` to run on another thread as on this one: torch's per-thread modes (grad, inference,
+    CPU autocast) and OpenMP's threads, which that thread does not share."""
+    grad, inference, threads = torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_num_threads()
+    autocast, autocast_dtype = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+
+    def there() -> T:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        with (
+            torch.inference_mode(inference),
+            torch.set_grad_enabled(grad),
+            torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast),
+        ):
+            return fn()
+
+    return there
+
+
 class Turns:
     """A baton among ``n`` parties (threads), handed round in order; a party that has ended is
     passed over. Party 0 holds it first; the others wait at ``start`` for their first turn."""
@@ -40,6 +68,7 @@ class Turns:
         self.cond = threading.Condition()
         self.mine = threading.local()
         self.saved: dict[int, tuple[Any, ...]] = {}
+        self.computer = ThreadPoolExecutor(1, thread_name_prefix="perflab-compute")
 
     def start(self, party: int) -> None:
         self.mine.party = party
@@ -83,6 +112,14 @@ def turn() -> None:
         _TURNS.turn()
 
 
+def compute(fn: Callable[[], T]) -> T:
+    """``fn()`` (CPU work: a sample, clock and all), on the thread the jobs sharing this process
+    compute on, else here. Not for a GPU's work: its current device and stream are the thread's."""
+    if _TURNS is None:
+        return fn()
+    return _TURNS.computer.submit(_carried(fn)).result()
+
+
 def in_turns(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
     """Run each job in a thread of its own, one at a time, handing over at each ``turn()``; their
     values (an exception a job raised is its value). Jobs run in this process's threads: its
@@ -111,4 +148,5 @@ def in_turns(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
             t.join()
     finally:
         _TURNS = None
+        turns.computer.shutdown(wait=False)
     return values
