@@ -310,14 +310,17 @@ def test_a_profiled_pass_sees_the_training_phases_as_ranges():
 
 
 @pytest.mark.slow
-def test_training_under_bench_profile_keeps_its_trace_and_operators_per_step(cli):
+@pytest.mark.parametrize("strategy", [["strategy=single"], ["strategy=ddp", "devices.count=2"]], ids=["single", "ddp"])
+def test_training_under_bench_profile_keeps_its_trace_and_operators_per_step(cli, strategy):
     """A real quick/train run with bench.profile=true: the train row has its trace, and
     operators.csv holds, keyed by that row, the step's aten ops and its phases as ranges, per
-    step, beside the timed step (so compare --why can explain a training point)."""
+    step, beside the timed step (so compare --why can explain a training point). Under DDP every
+    rank runs the profiled steps (their collectives need all ranks) and rank 0 writes them."""
     from perflab import results
 
     cli(
         "+experiment=quick/train",
+        *strategy,
         "data.train_size=256",
         "trainer.batch_size=64",
         "data.test_size=64",
@@ -331,6 +334,8 @@ def test_training_under_bench_profile_keeps_its_trace_and_operators_per_step(cli
     ranges = set(mine.loc[mine["kind"] == "range", "operator"])
     assert {"train: forward", "train: backward", "train: optimizer"} <= ranges
     assert mine["operator"].str.startswith("aten::").any()
+    if "strategy=ddp" in strategy:  # the step's gradient all-reduce is in it, as the ranks ran it
+        assert "c10d::allreduce_" in set(mine["operator"])
     step_s = float(mine["median_s"].iloc[0])
     assert 0 < step_s < float(train["median_s"]), "the timed step, not the epoch"
     assert list(Path("outputs").glob(f"**/{train['trace']}")), train["trace"]
