@@ -251,7 +251,7 @@ def measure_rounds(
     for name in names:
         v = variants[name]
         for _ in range(warmup):
-            warm[name].append(on(name, _wall, v.fn, v.devices, 1, clock, True))
+            warm[name].append(on(name, _warm, v.fn, v.devices, clock))
     samples: dict[str, list[float]] = {n: [] for n in names}
     # the CPU time of this process's threads per sample, beside the wall time, where it is the
     # work's: host work (a GPU's time is not in it) whose threads do not spin while they wait
@@ -289,6 +289,15 @@ def measure_rounds(
             turn += 1
     threads = torch.get_num_threads()
     return {n: Stats(samples[n], kinds[n], warm[n], threads, number, noise_threshold, cpu[n]) for n in names}
+
+
+def _warm(fn: Callable[[], object], devices: Sequence[Device], clock: Clock) -> float:
+    """A warm-up call's seconds: said, never a sample (nor seen as one: ``_wall`` times those)."""
+    synchronize(devices)
+    t0 = clock()
+    fn()
+    synchronize(devices)
+    return clock() - t0
 
 
 def _wall(fn: Callable[[], object], devices: Sequence[Device], number: int, clock: Clock, sync: bool) -> float:
