@@ -240,7 +240,7 @@ def _cells(column: str, values: list[Any], metrics: list[Any], items: list[Any])
         if v is None:
             out.append("")
         elif isinstance(v, str):
-            out.append(_cell({column: v}, column))
+            out.append(_cell({column: v}, column) if column == "suspect" else v)
         elif (x := number(v)) is None or (type(v) is not float and str(v) in ("True", "False")):
             out.append(str(v))
         elif judged and metric:
