@@ -78,6 +78,7 @@ class L1Costs:
 
 
 BLOCK = 64  # ends whose costs are asked together: numpy's per-call cost spread over many segments
+FEW = 4 * BLOCK  # starts below which every cost is asked (bounds cost more than they save)
 PAIRS = 1 << 22  # segments asked at once at most (memory: a few arrays of this many integers)
 
 
@@ -152,11 +153,13 @@ def _bounds(
     p = int(ends[0])
     far = int(np.searchsorted(starts, p))  # starts[:far] are before p
     exact = np.full((len(ends), len(starts)), np.nan)
-    rows, cols = np.nonzero(starts[None, far:] < ends[:, None])  # a start from p on: its ends after it
-    exact[rows, far + cols] = costs.units(starts[far + cols], ends[rows])[0] / costs.scale
+    few = far <= FEW  # pruning keeps few starts (a series that changes): every cost costs less than bounds
+    rows, cols = np.nonzero(starts[None, 0 if few else far :] < ends[:, None])  # each start's ends after it
+    cols += 0 if few else far
+    exact[rows, cols] = costs.units(starts[cols], ends[rows])[0] / costs.scale
+    if few:
+        return exact, exact, exact
     low, high = exact.copy(), exact.copy()
-    if not far:
-        return low, high, exact
     base, median = costs.units(starts[:far], np.full(far, p))
     tail = costs.units(np.full(len(ends), p), ends)[0]
     spread = np.zeros((len(ends), far), np.int64)  # distances of p:end's values to each start's median
