@@ -269,7 +269,8 @@ def _texts(rows: pd.DataFrame, column: str) -> list[str]:
     first time (the least of its rows' texts)."""
     if column not in rows:
         return [""] * len(rows)
-    return ["" if pd.isna(v) else str(v) for v in rows[column].tolist()]
+    empty = rows[column].isna().tolist()  # at once: pd.isna a value was most of this
+    return ["" if e else str(v) for v, e in zip(rows[column].tolist(), empty)]
 
 
 def order_subjects(subjects: list[Subject], rev_list: Callable[[], list[str] | None] | None = None) -> list[Subject]:

@@ -35,3 +35,44 @@ def test_segments_are_ruptures_pelt_l1(min_size):
 def test_a_constant_series_is_one_segment():
     assert pelt_l1(np.zeros(30), 0.1, 3) == [30]
     assert pelt_l1(np.r_[np.zeros(15), np.ones(15)], 0.1, 3) == [15, 30]
+
+
+def _pelt_every_start(signal, penalty, min_size):
+    """The recursion as it was (0.4.0): every admissible start's exact cost to every end, the
+    reference the bounded search must match end for end (the same floats, the same ties)."""
+    n, min_size = len(signal), max(min_size, 2)
+    costs = L1Costs(signal)
+    best, start_of, admissible = np.full(n + 1, np.nan), np.zeros(n + 1, np.int64), []
+    best[0] = 0.0
+    for end in range(min_size, n + 1):
+        new = end - min_size
+        if new == 0 or new >= min_size:
+            admissible.append(new)
+        starts = np.array(admissible)
+        totals = best[starts] + (costs(starts, np.full(len(starts), end)) + penalty)
+        i = int(np.argmin(totals))
+        best[end], start_of[end] = totals[i], starts[i]
+        admissible = starts[totals <= best[end] + penalty].tolist()
+    found, at = [], n
+    while at > 0:
+        found.append(at)
+        at = int(start_of[at])
+    return found[::-1]
+
+
+@pytest.mark.parametrize("n", [40, 300, 1000])
+def test_bounded_search_is_the_exhaustive_one(n):
+    """Long series with and without steps, values with ties (a coarse timer) and a constant one:
+    the same change points as every start's exact cost gives."""
+    rng = np.random.default_rng(n)
+    series = [
+        np.log(1e-4 * rng.lognormal(0, 0.02, n)),  # no change: nothing is ever pruned
+        np.log(1e-4 * rng.lognormal(0, 0.02, n)) + np.log(1.15) * (np.arange(n) >= n // 2),
+        np.round(rng.normal(0, 1, n) + 3 * (np.arange(n) % (n // 3 + 1) == 0).cumsum(), 1),  # steps, ties
+        np.zeros(n),
+    ]
+    for k, signal in enumerate(series):
+        noise = float(np.median(np.abs(np.diff(signal))))
+        for penalty in (2 * np.log(n) * max(noise, 0.005), 0.5 * max(noise, 0.005)):
+            want = _pelt_every_start(signal, penalty, 3)
+            assert pelt_l1(signal, penalty, 3) == want, (k, penalty)

@@ -30,6 +30,7 @@ class L1Costs:
         # a power of two (exact scaling) that keeps any sum of the values below 2^62
         self.scale = 2.0 ** min(60, math.floor(math.log2(2.0**62 / (len(values) + 1) / largest)))
         q = np.rint(centred * self.scale).astype(np.int64)
+        self.values = q  # in the series' order
         self.prefix = np.concatenate(([0], np.cumsum(q)))
         rank = np.empty(len(q), np.int64)
         rank[np.argsort(q, kind="stable")] = np.arange(len(q))  # unique: one value a leaf
@@ -60,28 +61,42 @@ class L1Costs:
             hi = np.where(right, hi + (n_zeros - zh), zh)
         return total, self.leaves[np.minimum(lo, len(self.leaves) - 1)]
 
-    def __call__(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """The cost of each segment ``starts[i]:ends[i]`` (0 where it is empty): its sum less
-        the sums of its ceil(m/2) and floor(m/2) smallest values."""
+    def units(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The cost of each segment ``starts[i]:ends[i]`` (0 where it is empty) in integer units,
+        and its upper median (a median: the cost is the sum of distances to it)."""
         starts, ends = np.broadcast_arrays(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
         starts, ends = starts.ravel(), np.maximum(ends, starts).ravel()
         m = ends - starts
         whole = self.prefix[ends] - self.prefix[starts]
         below, middle = self.lower_half(starts, ends)
-        cost = np.where(m > 0, whole - 2 * below - np.where(m % 2 == 1, middle, 0), 0)
-        return cost / self.scale
+        return np.where(m > 0, whole - 2 * below - np.where(m % 2 == 1, middle, 0), 0), middle
+
+    def __call__(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """The cost of each segment ``starts[i]:ends[i]`` (0 where it is empty): its sum less
+        the sums of its ceil(m/2) and floor(m/2) smallest values."""
+        return self.units(starts, ends)[0] / self.scale
 
 
 BLOCK = 64  # ends whose costs are asked together: numpy's per-call cost spread over many segments
+FEW = 4 * BLOCK  # starts below which every cost is asked (bounds cost more than they save)
 PAIRS = 1 << 22  # segments asked at once at most (memory: a few arrays of this many integers)
 
 
 def pelt_l1(signal: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
     """The ends of the segments of the least penalised L1 cost (the last is ``len(signal)``),
     by ruptures' recursion: each end's best start among the admissible ones (the first of equal
-    totals), a start kept while its total is within ``penalty`` of the end's best. The costs of
-    ``BLOCK`` ends are asked at once, for every start admissible when the block begins (a start
-    once dropped never returns)."""
+    totals), a start kept while its total is within ``penalty`` of the end's best.
+
+    Ends are taken ``BLOCK`` at a time, from ``p``, the block's first end. A start ``t`` before
+    ``p`` has, for each end ``s`` of the block, integer bounds on its cost from its cost up to
+    ``p`` alone: C(t, p) + C(p, s) <= C(t, s) (splitting a segment never costs more), C(t, s)
+    <= C(t, p) + the distances of ``p:s``'s values to ``t:p``'s median (a point no better than
+    the median) and C(t, s) <= C(a, s) - C(a, t) (``_bounds``). Totals are monotone in the
+    cost (float sums are), so a start whose lower bound is above the best upper bound is not
+    the end's best, one whose lower bound is past the end's limit is dropped, one whose upper
+    bound is within it is kept: as ruptures decides, on the same floats. Only the starts the
+    bounds leave undecided get their exact cost: on a series with no change, where no start
+    is ever dropped, a tenth of them (a third of the time at 1,500 subjects)."""
     n = len(signal)
     min_size = max(min_size, 2)  # ruptures' L1 cost needs two values
     costs = L1Costs(signal)
@@ -96,8 +111,7 @@ def pelt_l1(signal: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
         new = ends - min_size
         opens = (new == 0) | (new >= min_size)  # a start where a partition of what precedes it ends
         starts = np.union1d(admissible, new[opens])
-        block = costs(starts[:, None], ends[None, :]).reshape(len(starts), len(ends))
-        # the admissible starts as a mask over ``starts`` (ascending, as the list was kept)
+        low, high, exact = _bounds(costs, starts, ends, best, start_of, penalty)  # rows: ends, columns: starts
         alive = np.isin(starts, admissible, assume_unique=True)
         at_new = np.searchsorted(starts, new)
         best_of = best[starts]  # each start's best total: set before the block (a start precedes its ends)
@@ -106,13 +120,85 @@ def pelt_l1(signal: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
                 alive[at_new[j]] = True
                 best_of[at_new[j]] = best[new[j]]
             where = np.flatnonzero(alive)
-            totals = best_of[where] + (block[where, j] + penalty)
+            before = best_of[where]
+            lows = before + (low[j, where] + penalty)
+            highs = before + (high[j, where] + penalty)
+            maybe = lows <= highs.min()  # every start that may be the best (the first of equal totals among them)
+            totals = before[maybe] + (_exact(costs, exact[j], starts, where[maybe], end) + penalty)
             i = int(np.argmin(totals))
-            best[end], start_of[end] = totals[i], starts[where[i]]
-            alive[where[~(totals <= best[end] + penalty)]] = False  # as ruptures keeps a start
+            best[end], start_of[end] = totals[i], starts[where[maybe][i]]
+            limit = best[end] + penalty
+            drop = lows > limit
+            unsure = ~drop & (highs > limit)
+            if unsure.any():  # as ruptures keeps a start: its total within the limit
+                cost = _exact(costs, exact[j], starts, where[unsure], end)
+                drop[unsure] = ~(before[unsure] + (cost + penalty) <= limit)
+            alive[where[drop]] = False
         admissible = starts[alive]
     ends_found, at = [], n
     while at > 0:
         ends_found.append(at)
         at = int(start_of[at])
     return ends_found[::-1]
+
+
+def _bounds(
+    costs: L1Costs, starts: np.ndarray, ends: np.ndarray, best: np.ndarray, start_of: np.ndarray, penalty: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lower and upper bounds of the cost of each start (column; ascending) to each end of the
+    block (row; consecutive from ``p``), and the exact costs known (NaN: not asked yet): those
+    of the starts from ``p`` on (a block's few), and, in two calls, the far starts' likely asked
+    in the loop: those that may be an end's best, then those whose bounds lie either side of the
+    end's limit as the far starts set it (the loop asks any other it needs)."""
+    p = int(ends[0])
+    far = int(np.searchsorted(starts, p))  # starts[:far] are before p
+    exact = np.full((len(ends), len(starts)), np.nan)
+    few = far <= FEW  # pruning keeps few starts (a series that changes): every cost costs less than bounds
+    rows, cols = np.nonzero(starts[None, 0 if few else far :] < ends[:, None])  # each start's ends after it
+    cols += 0 if few else far
+    exact[rows, cols] = costs.units(starts[cols], ends[rows])[0] / costs.scale
+    if few:
+        return exact, exact, exact
+    low, high = exact.copy(), exact.copy()
+    base, median = costs.units(starts[:far], np.full(far, p))
+    tail = costs.units(np.full(len(ends), p), ends)[0]
+    spread = np.zeros((len(ends), far), np.int64)  # distances of p:end's values to each start's median
+    np.cumsum(np.abs(costs.values[p : int(ends[-1]), None] - median[None, :]), axis=0, out=spread[1:])
+    low[:, :far] = (base[None, :] + tail[:, None]) / costs.scale
+    upper = base[None, :] + spread
+    # splitting never costs more, so C(t, s) <= C(a, s) - C(a, t) for a start a <= t: a, the
+    # best start of the end before the block (on a series without change, 0; there this bound
+    # is the cost itself wherever the split gains nothing)
+    a = int(np.searchsorted(starts, start_of[p - 1]))
+    if a < far:
+        whole = costs.units(np.full(len(ends), starts[a]), ends)[0][:, None]
+        split = costs.units(starts[a], starts[a:far])[0][None, :]
+        np.minimum(upper[:, a:far], whole - split, out=upper[:, a:far])
+    high[:, :far] = upper / costs.scale
+    exact[0, :far] = low[0, :far]  # at p the bounds meet: C(t, p) itself
+    before = best[starts[:far]]
+    lows, highs = before + (low[:, :far] + penalty), before + (high[:, :far] + penalty)
+    top = highs.min(axis=1, keepdims=True)
+    _ask(costs, exact, starts, ends, far, lows <= top)
+    known = exact[:, :far]
+    limit = np.minimum(np.where(np.isnan(known), np.inf, before + (known + penalty)).min(axis=1, keepdims=True), top)
+    _ask(costs, exact, starts, ends, far, (lows <= limit + penalty) & (highs > limit + penalty))
+    return low, high, exact
+
+
+def _ask(costs: L1Costs, exact: np.ndarray, starts: np.ndarray, ends: np.ndarray, far: int, mask: np.ndarray) -> None:
+    """The exact costs of the far starts to the ends where ``mask`` says (and none is known yet), in one call."""
+    rows, cols = np.nonzero(mask & np.isnan(exact[:, :far]))
+    if len(rows):
+        exact[rows, cols] = costs.units(starts[cols], ends[rows])[0] / costs.scale
+
+
+def _exact(costs: L1Costs, known: np.ndarray, starts: np.ndarray, at: np.ndarray, end: int) -> np.ndarray:
+    """The exact costs of the starts ``at`` (columns of ``known``, an end's row) to ``end``,
+    those not known yet asked now (and kept in ``known``)."""
+    got = known[at]
+    missing = np.isnan(got)
+    if missing.any():
+        got[missing] = costs.units(starts[at[missing]], np.full(int(missing.sum()), end))[0] / costs.scale
+        known[at[missing]] = got[missing]
+    return got

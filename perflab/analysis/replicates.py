@@ -133,11 +133,11 @@ def samples_by_row(
     unusable = np.bincount(codes[(codes >= 0) & ~good], minlength=len(ids))
     codes, seconds = codes[(codes >= 0) & good], seconds[(codes >= 0) & good]
     seconds = seconds[np.argsort(codes, kind="stable")]
-    counts = np.bincount(codes, minlength=len(ids))
-    for k, kept, lost in zip(ids, np.split(seconds, np.cumsum(counts)[:-1]), unusable.tolist()):
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(ids))))).tolist()
+    for k, a, b, lost in zip(ids, bounds, bounds[1:], unusable.tolist()):  # slices: np.split's pieces, faster
         if lost:
             own.add(UNUSABLE_SAMPLES, k, count=lost)
-        out[str(k)] = kept
+        out[str(k)] = seconds[a:b]
     if notes is None:
         own.say()
     return out

@@ -207,8 +207,11 @@ def markdown(df: Any, every: bool = False) -> str:
     if not every:  # the point, then what is judged, then the verdict
         visible.sort(key=lambda c: _place(c, metrics))
     read = df[list(dict.fromkeys([*visible, *(c for c in ("metric", "items_unit") if c in df)]))]
-    rows = read.astype(object).where(read.notna(), None).to_dict("records")  # an empty cell: None
-    cells = [[_cell(r, c) for c in visible] for r in rows]
+    # column by column (a dict a row, and a call a cell, were most of a table of 46k lines)
+    values = {c: read[c].astype(object).where(read[c].notna(), None).tolist() for c in read.columns}
+    nothing = [None] * len(read)
+    metric, items = values.get("metric", nothing), values.get("items_unit", nothing)
+    cells = [list(line) for line in zip(*(_cells(c, values[c], metric, items) for c in visible))]
     kept = [i for i in range(len(visible)) if any(row[i] for row in cells)] if cells else list(range(len(visible)))
     lines = [
         "| " + " | ".join(visible[i].removeprefix("cfg.") for i in kept) + " |",
@@ -226,6 +229,29 @@ def _place(column: str, metrics: set[str]) -> float:
     if column in metrics:
         return READER_COLUMNS.index("metric") + 0.5
     return READER_COLUMNS.index(column) if column in READER_COLUMNS else len(READER_COLUMNS)
+
+
+def _cells(column: str, values: list[Any], metrics: list[Any], items: list[Any]) -> list[str]:
+    """A column's cells as :func:`_cell` writes them (each row's metric and items unit beside)."""
+    judged = column in ("base", "new")  # in their row's metric's format
+    format = columns.format_of(column)
+    out = []
+    for v, metric, unit in zip(values, metrics, items):
+        if v is None:
+            out.append("")
+        elif isinstance(v, str):
+            out.append(_cell({column: v}, column) if column == "suspect" else v)
+        elif (x := number(v)) is None or (type(v) is not float and str(v) in ("True", "False")):
+            out.append(str(v))
+        elif judged and metric:
+            out.append(shown(x, str(metric), str(unit or "items")))
+        elif format == "time":
+            out.append(human_time(x))
+        elif format == "":
+            out.append(plain(x))
+        else:
+            out.append(shown(x, column, str(unit or "items")))
+    return out
 
 
 def _cell(r: Row, column: str) -> str:
