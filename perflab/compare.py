@@ -39,9 +39,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis import comparison, verdicts
+from perflab.analysis import verdicts
 from perflab.analysis.comparison import (  # noqa: F401  (perflab.compare.ab, .select ... are documented imports)
     CompareError,
+    ab,
     compare,
     dashboard_name,
     figures,
@@ -76,23 +77,6 @@ from perflab.errors import ConfigError, OneLineParser
 from perflab.results import load
 from perflab.store import files
 from perflab.store.columns import higher_is_better, unit_of
-
-
-def ab(base: str | Path, new: str | Path, *, keep: bool | None = None, **options: Any) -> pd.DataFrame:
-    """``perflab.analysis.comparison.ab`` (its ``options``). ``keep`` is gone with the machine's
-    kept floor (a verdict is a function of the trees and the command line): accepted, warned
-    about and ignored for a release."""
-    if keep is not None:
-        import warnings
-
-        warnings.warn(KEEP_GONE, DeprecationWarning, stacklevel=2)
-    return comparison.ab(base, new, **options)
-
-
-KEEP_GONE = (
-    "keep / --keep-floor keeps nothing since 0.4.0: a one-process verdict's floor comes from the trees "
-    "(points of 2+ processes a side) or --process-cv, never from a cache; it goes in 0.5.0"
-)
 
 
 def regressions(table: pd.DataFrame, pct: float | None = None) -> pd.DataFrame:
@@ -268,7 +252,6 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument(
         "--allow-mixed", action="store_true", help="BASE NEW: judge points whose machine identity differs"
     )
-    parser.add_argument("--keep-floor", action="store_true", help=argparse.SUPPRESS)  # 0.4.0: keeps nothing
     parser.add_argument(
         "--why",
         action="store_true",
@@ -285,8 +268,6 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.process_cv is not None and not args.process_cv > 0:
         parser.error(f"--process-cv {args.process_cv:g}: allowed: a percentage > 0, e.g. 2")
     gate = args.fail_if_slower if args.fail_if_slower is not None else DEFAULT_GATE_PCT
-    if args.keep_floor:
-        print(f"{PROG}: {KEEP_GONE}", file=sys.stderr)
     try:
         if args.plot is not None:  # before any work: a file or a device there is refused in one line
             files.check_dir("--plot", args.plot)

@@ -116,7 +116,7 @@ def processes(root, name, medians, n=20, spread=0.01, rng=None, **columns):
         point(root, f"{name}{k}", noisy(rng, median, n, spread), process=k, **columns)
 
 
-def test_one_process_a_side_is_judged_against_what_the_trees_measured_the_same_each_time(tmp_path, capsys, own_cache):
+def test_one_process_a_side_is_judged_against_what_the_trees_measured_the_same_each_time(tmp_path, own_cache):
     """A/A on a VM whose processes differ by 15 %: one process a side 15 % apart is no FAIL (a 2 %
     floor false-FAILed half of such pairs) once the trees' own points of three processes a side
     measured that spread; the same compare gives the same verdict whatever ran in between (a floor
@@ -136,13 +136,10 @@ def test_one_process_a_side_is_judged_against_what_the_trees_measured_the_same_e
     first = compare.ab(*one).set_index("cfg.experiment.size")
     assert first.loc[256, "verdict"] == "INCONCLUSIVE" and first.loc[128, "verdict"] == "INCONCLUSIVE"
     assert "floor of 15 % (measured in these trees: 1 point of the experiment" in first.loc[256, "why"]
-    # Other comparisons in between (of other trees, keep asked for) change nothing, and write nothing.
+    # Other comparisons in between (of other trees) change nothing, and write nothing.
     processes(tmp_path / "k" / "base", "x", [1.0, 1.01, 0.99], rng=rng)
     processes(tmp_path / "k" / "new", "y", [1.0, 1.01, 0.99], rng=rng)
-    with pytest.warns(DeprecationWarning, match="keeps nothing"):
-        compare.ab(tmp_path / "k" / "base", tmp_path / "k" / "new", keep=True)
-    assert compare.main([str(tmp_path / "k" / "base"), str(tmp_path / "k" / "new"), "--keep-floor"]) in (0, 3)
-    assert "keeps nothing since 0.4.0" in capsys.readouterr().err
+    assert compare.main([str(tmp_path / "k" / "base"), str(tmp_path / "k" / "new")]) in (0, 3)
     again = compare.ab(*one).set_index("cfg.experiment.size")
     pd.testing.assert_frame_equal(first, again)
     assert not any(own_cache.rglob("*"))  # no cache: nothing a verdict could read later

@@ -226,7 +226,7 @@ class ModelConfig:
         """What rows call the model: perflab's by name, torchvision's / timm's as
         ``torchvision.ARCH``, a user's by its dotted path."""
         own, _, name = self._target_.rpartition(".")
-        if own not in (MODELS_MODULE, MOVED_MODELS_MODULE):
+        if own != MODELS_MODULE:
             return self._target_
         if name == "hf":  # hf.gpt2 (from a config), hf./models/tiny-gpt2 (a folder), hf.org/name
             typed = self.config.get("model_type") or str(self.config.get("_target_", "")).rpartition(".")[2]
@@ -235,8 +235,7 @@ class ModelConfig:
 
 
 MODELS_MODULE = "perflab.models"
-# Where perflab's factories were until 0.4.0 (perflab.train.models forwards them until 0.5.0): a
-# config naming them there gets the same label, and every config hashes them there, as runs were.
+# Where perflab's factories were until 0.4.0: every config hashes them there, as runs were.
 MOVED_MODELS_MODULE = "perflab.train.models"
 
 
