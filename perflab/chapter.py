@@ -3,26 +3,9 @@ sized to a time budget, each of the book's claims judged, in one report.
 
     python -m perflab.chapter [--budget MINUTES] [-o report.html] [--store DIR] [--fresh]
 
-1. Calibrate (seconds; shown as it goes): the machine as it is now, other processes' load
-   included (:func:`perflab.measure.sizing.calibrate`), and each experiment's own probes (a
-   training step) while the smallest plan is made. A budget that even the smallest sizes do not
-   fit is refused here, naming the budget that does, before anything is measured.
-2. Plan: every experiment the book sizes (:mod:`perflab.book`: its ``chapter`` and its
-   ``CHAPTER_SHARE``) gets its share of the budget and returns its points, sized, each with why
-   these sizes (:mod:`perflab.measure.sizing`); the ones that measure the machine's peaks go first, the rest in the
-   book's order.
-3. Run the points one by one as the points of one sweep dir, through perflab's one job path
-   (:func:`perflab.api.run` -> :func:`perflab.job.execute.execute`): a point done before is reused, a
-   stopped training resumes from its checkpoint. When the jobs run late, the points not yet
-   started are sized down to the time left; points compared with one another are sized
-   together.
-4. ``sweep.csv``, one report (``-o``) with the reproducibility summary on top, and the verdicts
-   on the terminal.
-
-Ctrl-C stops at once (the point being measured becomes a ``cancelled`` row) and the same
-command continues where it stopped: the plan is kept in ``<sweep dir>/chapter.json``. A chapter
-that ended is measured anew by the next command; ``--fresh`` starts anew after a stop too; a plan
-that cannot be read, or does not match the experiments here, is said and a new chapter starts.
+Calibrate, plan each experiment's share of the budget (:mod:`perflab.book` sizes its points),
+run the points as one sweep dir through perflab's one job path, then ``sweep.csv``, the report
+and the verdicts; docs/chapter.md says each step, and how a stopped chapter continues.
 """
 
 from __future__ import annotations

@@ -3,29 +3,9 @@
     perflab compare PATH [--by KEY ...] [--baseline KEY=VALUE] [--plot DIR]
     perflab compare BASE NEW [--fail-if-slower PCT]
 
-One tree: one line per (experiment, measurement, config keys: by default the keys that vary),
-each experiment with its own metric (training: items/s of its summary row; matmul: TFLOP/s;
-others: median time) unless ``--metric`` says otherwise. Nothing is dropped: an experiment
-without the asked metric keeps its own, and says so. Rows of different configs that land in
-one line are said to be pooled (and which keys differ). ``--baseline KEY=VALUE`` adds the
-speedup over that point and a significance test on the raw samples; a device count among the
-keys adds S(n) = throughput(n) / throughput(1 device) and E(n) = S(n) / n.
-
-Two trees: points matched by config and device; per point the change, its significance (false
-discovery rate over all points: ``--alpha``) and one verdict of ``perflab.analysis.verdicts``: PASS,
-FAIL, INCONCLUSIVE (how many processes a side would do) or INCOMPARABLE (which machine identity
-fields differ; ``--allow-mixed`` judges them anyway). The statistics are
-``perflab.analysis.replicates``': a process (a run) is the unit of replication; with one process
-a side the change is judged against a floor: ``--process-cv``, else the between-process
-variation the same experiment's points of two or more processes measured in these trees, else
-``FLOOR_CV`` (``perflab.analysis.floor``): the same trees and options give the same verdict.
-``--fail-if-slower PCT`` sets the gate (default 10 %). Exit codes: 0 pass, 1 fail, 2 usage
-error, 3 could not judge (a crash too: one line, the traceback with ``PERFLAB_DEBUG=1``).
-A row whose metric, or a sample whose time, is NaN, not a number or <= 0 is left out of its
-point and said; a point left with nothing to judge is INCONCLUSIVE.
-
-Ratio, speedup and the significance words all come from the same metric in its own
-direction: higher is better for rates (tested on per-sample rates), lower for times.
+What the tables hold, the verdicts and the exit codes: docs/compare.md (the tables are
+``perflab.analysis.comparison``'s, the verdict rule ``perflab.analysis.verdicts``'); this module
+is their command line and output.
 """
 
 from __future__ import annotations
@@ -34,7 +14,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -104,26 +84,23 @@ def to_markdown(df: pd.DataFrame, every: bool = False) -> str:
     return table.markdown(df, every)
 
 
-def percent(text: str) -> float:
-    """A finite percentage >= 0 (nan would quietly turn a CI gate off)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a number >= 0 (percent)")
-    return value
+def _number(ok: Callable[[float], bool], allowed: str) -> Callable[[str], float]:
+    """An argparse type: a number ``ok`` takes (text that is no number reads as nan)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: allowed: {allowed}")
+        return value
+
+    return parse
 
 
-def probability(text: str) -> float:
-    """A level strictly between 0 and 1 (``--alpha``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a number between 0 and 1, e.g. 0.05")
-    return value
+percent = _number(lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (percent)")  # nan: a CI gate quietly off
+probability = _number(lambda v: 0 < v < 1, "a number between 0 and 1, e.g. 0.05")  # --alpha
 
 
 def to_json(table: pd.DataFrame, *, two_trees: bool, code: int | None = None, gate: bool = False) -> str:
