@@ -404,6 +404,8 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
     Keys that no schema knows (``+bench.repeat=3``) are refused with a did-you-mean, since
     Hydra's ``+`` would otherwise add them and they would be silently ignored.
     """
+    from omegaconf import OmegaConf
+
     sections: dict[str, Any] = {}
     known = {f.name: f for f in fields(PerflabConfig)}
     removed = next((name for name in known if name not in cfg and name not in OPTIONAL_SECTIONS), None)
@@ -416,10 +418,7 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
         if not isinstance(node, Mapping):
             sections[name] = node
             continue
-        if name == "experiment" and experiment_config:
-            schema: Any = experiment_config
-        else:
-            schema = _omegaconf_type(node)
+        schema: Any = experiment_config if name == "experiment" and experiment_config else OmegaConf.get_type(node)
         args: dict[str, Any] = {}
         if schema is ModelConfig:
             node, args = _factory_args(cast("DictConfig", node), cast("DictConfig", cfg))
@@ -440,12 +439,6 @@ def _section_node(cfg: Any, name: str) -> Any:
         return cfg.get(name)
     except InterpolationResolutionError as err:
         raise unresolved(cfg, err) from None
-
-
-def _omegaconf_type(node: Any) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.get_type(node)
 
 
 def _to_object(schema: Any, node: Any, name: str, cfg: Any) -> Any:
