@@ -81,7 +81,7 @@ class Manifest:
     sources: Stamps
     notes: dict[str, dict[str, int]]
     span: Span = None
-    rows: int | None = None
+    rows: int = 0
     seals: dict[str, list] = field(default_factory=dict)  # "rows" / "samples" -> [bytes, footer's sha256]
     sample_notes: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -101,11 +101,13 @@ def _manifest(path: Path) -> Manifest | None:
         isinstance(seals.get(k), list) and len(seals[k]) == 2 for k in ("rows", "samples")
     ):
         raise ValueError("no sizes and digests of its files")
+    if not isinstance(rows, int):
+        raise ValueError("no count of its rows")
     return Manifest(
         data["sources"],
         noted if isinstance(noted, dict) else {},
         span,
-        rows if isinstance(rows, int) else None,
+        rows,
         seals,
         sample_notes if isinstance(sample_notes, dict) else {},
     )
@@ -954,7 +956,7 @@ def _tidy(index: Path, manifests: dict[str, Manifest], indexed: dict[str, str]) 
             _remove_segment(index, name)
     if len(names) <= MAX_SEGMENTS:
         return
-    sizes = [_rows_held(index, n, manifests[n]) for n in names]
+    sizes = [manifests[n].rows for n in names]
     take = 1
     while take < len(names) and (len(names) - take + 1 > MAX_SEGMENTS // 2 or sizes[-take - 1] <= sum(sizes[-take:])):
         take += 1
@@ -1015,18 +1017,6 @@ def _only(pieces: list[Any], sources: set[str]) -> list[Any]:
 def _rows(piece) -> int:
     """How many rows a piece holds (of a segment, or the new rows' frame)."""
     return piece.table.num_rows if isinstance(piece, Piece) else len(piece)
-
-
-def _rows_held(index: Path, segment: str, manifest: Manifest) -> int:
-    """How many rows a segment holds (an older manifest does not say: its Parquet footer)."""
-    import pyarrow.parquet as pq
-
-    if manifest.rows is not None:
-        return manifest.rows
-    try:
-        return pq.read_metadata(index / f"{segment}.parquet").num_rows
-    except Exception:  # gone or damaged: merged away
-        return 0
 
 
 MAX_ROW_GROUPS = 256  # a segment's rows in one row group per stretch of one experiment, up to this many
