@@ -588,11 +588,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         budget = budget_minutes(args.budget)
         report.check_output(args.output)
         tree.check(args.store)
-    except ConfigError as err:
-        print(f"perflab chapter: error: {err.line()}", file=sys.stderr)
-        return 2
-    except report.ReportError as err:
-        print(f"perflab chapter: error: {err}", file=sys.stderr)
+    except (ConfigError, report.ReportError) as err:
+        print(f"perflab chapter: error: {err.line() if isinstance(err, ConfigError) else err}", file=sys.stderr)
         return 2
     deadline = started_at() + 60 * budget
     restore = terminate_as_interrupt()

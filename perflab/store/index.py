@@ -486,20 +486,21 @@ def _samples_table(df):
 
 def _filtered(table, row_ids: Collection[str] | None, sources: set[str] | None):
     """The samples of ``table`` of these rows and run dirs (None: all)."""
-    import pyarrow.compute as pc
+    wanted = _wanted(row_ids, sources)
+    return table if wanted is None else table.filter(wanted)
 
-    mask = None
+
+def _wanted(row_ids: Collection[str] | None, sources: set[str] | None):
+    """The filter of the samples of these rows and run dirs (None: all of them)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    wanted = None
     for column, values in (("row_id", row_ids), ("_source", sources)):
         if values is not None:
-            test = pc.is_in(table[column], value_set=_text_set(values))
-            mask = test if mask is None else pc.and_(mask, test)
-    return table if mask is None else table.filter(pc.fill_null(mask, False))
-
-
-def _text_set(values: Collection[str]):
-    import pyarrow as pa
-
-    return pa.array(sorted(set(values)), type=pa.string())
+            test = ds.field(column).isin(pa.array(sorted(set(values)), type=pa.string()))
+            wanted = test if wanted is None else wanted & test
+    return wanted
 
 
 def _read_samples_of(index: Path, segment: str, m: Manifest, row_ids, sources: set[str] | None):
@@ -510,13 +511,8 @@ def _read_samples_of(index: Path, segment: str, m: Manifest, row_ids, sources: s
     options = ds.ParquetFragmentScanOptions(**_checked())
     with _open_sealed(index / SAMPLES_DIR / f"{segment}.parquet", m.seals["samples"]) as f:
         fragment = ds.ParquetFileFormat(default_fragment_scan_options=options).make_fragment(f)
-        wanted = None
-        for column, values in (("row_id", row_ids), ("_source", sources)):
-            if values is not None:
-                test = ds.field(column).isin(_text_set(values))
-                wanted = test if wanted is None else wanted & test
         read = [*known.SAMPLES, *(["_source"] if sources is not None else [])]  # a run dir's name: to filter by
-        return fragment.to_table(columns=read, filter=wanted)
+        return fragment.to_table(columns=read, filter=_wanted(row_ids, sources))
 
 
 def _span(df) -> Span:
