@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -73,9 +73,9 @@ class Chapter:
             "started": self.started,
             "finished": self.finished,
             "redo": self.redo,
-            "machine": self.machine.as_dict(),
+            "machine": asdict(self.machine),
             "seconds": self.seconds,
-            "points": [p.as_dict() for p in self.points],
+            "points": [asdict(p) for p in self.points],
             "outcomes": self.outcomes,
             "pace": self.pace,
         }
@@ -250,7 +250,7 @@ def kept_calibration(store: Path) -> tuple[Calibration, float, str] | None:
     path = meta(store) / CALIBRATION
     try:
         kept = files.read_json(path).get(machine_key())
-        return Calibration.from_dict(kept["machine"]), float(kept["smallest_s"]), str(kept["when"])
+        return Calibration(**kept["machine"]), float(kept["smallest_s"]), str(kept["when"])
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
@@ -258,7 +258,7 @@ def kept_calibration(store: Path) -> tuple[Calibration, float, str] | None:
 def keep_calibration(store: Path, machine: Calibration, smallest: float) -> None:
     """Keep this machine's calibration for the next chapter (a store that cannot be written keeps
     none: the next chapter calibrates again). The pace its jobs had stays (:func:`keep_pace`)."""
-    _keep(store, lambda entry: {**entry, "machine": machine.as_dict(), "smallest_s": smallest, "when": _now()})
+    _keep(store, lambda entry: {**entry, "machine": asdict(machine), "smallest_s": smallest, "when": _now()})
 
 
 def kept_pace(store: Path) -> dict[str, float]:
