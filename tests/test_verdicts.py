@@ -203,12 +203,12 @@ def test_words_p_and_interval_agree_on_noisy_samples_at_both_levels():
     )
 
 
-def test_the_smallest_attainable_p_and_the_detectable_change():
+def test_the_smallest_attainable_p_and_the_repeats_a_change_needs():
     assert stats.smallest_p(3, 3) == pytest.approx(0.1) and stats.smallest_p(4, 4) == pytest.approx(2 / 70)
     rng = np.random.default_rng(2)
     wide, narrow = noisy(rng, 1.0, 30, 0.10), noisy(rng, 1.0, 30, 0.01)
-    assert stats.detectable_change(wide, wide) > 5 * stats.detectable_change(narrow, narrow)
-    assert math.isinf(stats.detectable_change(narrow[:3], narrow[3:6]))  # no outcome could be significant
+    assert stats.repeats_needed(wide, wide, 2) > 20 * stats.repeats_needed(narrow, narrow, 2)
+    assert stats.repeats_needed(narrow, narrow, 50) == 4  # at least what can be significant: 0.1 > 0.05 at 3
     assert math.isinf(stats.repeats_needed(narrow, narrow, 0))
 
 
@@ -460,7 +460,7 @@ def test_unusable_values_are_left_out_said_and_a_point_with_none_is_inconclusive
     assert row["verdict"] == "PASS" and row["left_out"].startswith("in NEW: 2 samples that give no positive tflops")
     # The statistics themselves never crash on such values.
     bad = np.array([math.nan, -1.0, 0.0, math.inf])
-    assert math.isinf(stats.repeats_needed(bad, bad, 10)) and math.isinf(stats.detectable_change(bad, bad))
+    assert math.isinf(stats.repeats_needed(bad, bad, 10))
     assert math.isnan(stats.compare_samples(bad, [1.0, 2.0, 3.0], higher_is_better=False).p_value)
 
 
