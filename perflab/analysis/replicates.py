@@ -47,7 +47,6 @@ from perflab.store.rows import Notes
 FLOOR_CV = 0.10  # between-process variation assumed where none was measured or kept (docs/compare.md)
 MEASURED_FROM = 3  # processes a side from which the measured spread alone is trusted for detectability
 MOST_PROCESSES = 50  # advice beyond this many processes a side is no advice: said as such
-RESAMPLES = 2000
 MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over the samples' standard deviation / sqrt(n)
 
 
