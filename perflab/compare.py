@@ -26,7 +26,6 @@ from perflab.analysis.comparison import (  # noqa: F401  (perflab.compare.ab, .s
     compare,
     dashboard_name,
     figures,
-    identity_differences,
     is_value,
     plain_text,
     select,

@@ -660,14 +660,9 @@ MODEL_CONTENTS_DIFFER = (
 )
 
 
-def identity_differences(base: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(``field: base vs new`` for each machine identity field (``environment.IDENTITY``) whose
-    values differ between the two sides' rows; fields one side did not record, unchecked)."""
-    return _differences(_Cells(base).identity(), _Cells(new).identity())
-
-
 def _differences(base: dict[str, set[str]], new: dict[str, set[str]]) -> tuple[list[str], list[str]]:
-    """``identity_differences`` of two sides' identity values (``_Cells.identity``)."""
+    """(``field: base vs new`` for each machine identity field (``environment.IDENTITY``) whose
+    values (``_Cells.identity``) differ between the two sides; fields one side did not record, unchecked)."""
     from perflab.measure.environment import IDENTITY
 
     differ, unknown = [], []
