@@ -144,7 +144,7 @@ def plan(machine: Calibration, seconds: float, pace: Pace | None = None) -> tupl
     total = sum(p.share for p in taking.values())
     given = {name: seconds * p.share / total for name, p in taking.items()}
     points = [p for name in taking for p in sized(name, machine, given[name], pace or {})]
-    first = {name for name in taking if registry.get(name).writes_peaks}
+    first = {name for name in taking if registry.get(name).hooks.WRITES_PEAKS}
     size: dict[str, float] = {}
     for p in points:
         size[p.group or p.module] = size.get(p.group or p.module, 0.0) + p.estimate_s

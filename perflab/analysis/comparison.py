@@ -170,7 +170,7 @@ def _one_experiment(
 ) -> tuple[pd.DataFrame, list[str]]:
     metric, note = metric_for(name, df, asked)
     module = module_of(df)
-    beside = module.beside if module else ()
+    beside = module.hooks.BESIDE if module else ()
     notes = [note] if note else []
     identity = identity_columns(df)
     if by:

@@ -97,7 +97,7 @@ def has_metric(rows: pd.DataFrame, metric: str) -> bool:
 def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
     """The rows an experiment compares by default (training: its summary row, not every epoch)."""
     module = module_of(rows)
-    keep = module.summary_rows if module else None
+    keep = module.hooks.SUMMARY_ROWS if module else None
     return rows[rows["measurement"].astype("string").isin(keep)] if keep else rows
 
 
