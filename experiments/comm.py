@@ -11,6 +11,7 @@ from perflab.experiment import (
     ConfigError,
     ExperimentConfig,
     PerflabConfig,
+    human_bytes,
     one_of,
     positive,
     require,
@@ -138,16 +139,6 @@ def _worker(ctx: Context) -> None:
             )
     finally:
         dist.destroy_process_group()
-
-
-def human_bytes(n: float) -> str:
-    if n < 1024:
-        return f"{n:.0f} B"
-    for unit in ("KiB", "MiB", "GiB"):
-        n /= 1024
-        if n < 1024 or unit == "GiB":
-            break
-    return f"{n:.3g} {unit}"
 
 
 def work(rows: Sequence[Mapping[str, Any]]) -> str:

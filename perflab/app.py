@@ -57,7 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args[0] in SUBCOMMANDS:
             return int(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]) or 0)
-        args = flags_first([_with_plus(a) for a in args])
+        # experiment=NAME (as lightning-hydra-template users type it) is +experiment=NAME: no default to override
+        flags, overrides = flags_apart(["+" + a if a.startswith("experiment=") else a for a in args])
+        args = [*flags, *overrides]  # Hydra's parser takes no override after a flag's value
         check_search_path(searchpath(args))  # the user's config dirs, before Hydra reads (or recurses into) them
         mistake = front_door_mistake(args)
         if mistake:
@@ -191,7 +193,7 @@ def help_text(args: Sequence[str]) -> int:
         g: ", ".join(sorted(p.stem for p in (registry.config_dir() / g).glob("*.yaml")))
         for g in ("model", "data", "strategy", "launcher")
     }
-    overrides = [a for a in overrides_only(searchpath(args)) if not a.lstrip("+").startswith("experiment=")]
+    overrides = [a for a in flags_apart(searchpath(args))[1] if not a.lstrip("+").startswith("experiment=")]
     swept = sweeping(overrides)
     try:
         cfg = compose(experiment, [o for o in overrides if o not in swept])[0]
@@ -204,17 +206,6 @@ def help_text(args: Sequence[str]) -> int:
     print("Keys and defaults: perflab/config/schema.py. Hydra's own flags: --hydra-help.\n")
     print(OmegaConf.to_yaml(cfg, resolve=False), end="")
     return 0
-
-
-def overrides_only(args: Sequence[str]) -> list[str]:
-    """The ``key=value`` items of a command line, without Hydra's flags (``-m``, ``--cfg job``)."""
-    out, rest = [], iter(args)
-    for a in rest:
-        if a in FLAGS_WITH_VALUE:
-            next(rest, None)
-        elif not a.startswith("-"):
-            out.append(a)
-    return out
 
 
 def sweeping(overrides: Sequence[str]) -> list[str]:
@@ -371,12 +362,6 @@ def version_line() -> str:
     return f"perflab {__version__} (torch {of('torch')}, torchvision {of('torchvision')}, hydra {of('hydra-core')})"
 
 
-def _with_plus(arg: str) -> str:
-    """``experiment=NAME`` as lightning-hydra-template users type it: the same as ``+experiment=NAME``
-    (perflab's root config has no default experiment to override)."""
-    return "+" + arg if arg.startswith("experiment=") else arg
-
-
 def front_door_mistake(args: Sequence[str]) -> str | None:
     """The line for what people type first and Hydra answers in its own words: a bare word (an
     experiment's name, a command), a mistyped flag, ``+experiments=``, a misspelt preset, a
@@ -384,15 +369,8 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
     flag = flag_mistake(args)
     if flag is not None:
         return flag
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg in FLAGS_WITH_VALUE:
-            skip = True
-            continue
-        if arg.startswith(("-", "~")) or "=" in arg:  # ~key: Hydra's way to remove a key
+    for arg in flags_apart(args)[1]:
+        if arg.startswith("~") or "=" in arg:  # ~key: Hydra's way to remove a key
             continue
         presets = preset_names()
         if arg in presets:
@@ -411,7 +389,7 @@ def front_door_mistake(args: Sequence[str]) -> str | None:
         )
     for arg in args:
         key, _, value = arg.lstrip("+~").partition("=")
-        dirs = user_config_dirs(args)
+        dirs = config_dirs(searchpath(args))  # None where the search path holds pkg://: Hydra says it
         if key == "experiment" and not value.strip():
             return f"{arg.lstrip('+')}: no experiment named; allowed: {experiments_allowed()}"
         if key == "experiment" and dirs is not None and value not in preset_names(dirs):
@@ -486,9 +464,8 @@ def preset_names(config_dirs: Sequence[Path] = ()) -> list[str]:
     return [*registry.choices(), *(f"quick/{q}" for q in quick), *theirs]
 
 
-def flags_first(args: Sequence[str]) -> list[str]:
-    """Hydra's flags (and their values) before the overrides: its parser takes no override after
-    a flag's value (``--config-dir DIR key=value`` would be "unrecognized arguments")."""
+def flags_apart(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Hydra's flags (``-m``, ``--cfg job``, with their values), and the ``key=value`` items."""
     flags, rest, it = [], [], iter(args)
     for arg in it:
         if arg in FLAGS_WITH_VALUE:
@@ -497,13 +474,7 @@ def flags_first(args: Sequence[str]) -> list[str]:
             flags.append(arg)
         else:
             rest.append(arg)
-    return [*flags, *rest]
-
-
-def user_config_dirs(args: Sequence[str]) -> list[Path] | None:
-    """The folders of ``--config-dir`` and ``hydra.searchpath=[file://...]``; None when the search
-    path holds what this cannot list (``pkg://``): then Hydra alone says what is unknown."""
-    return config_dirs(searchpath(args))
+    return flags, rest
 
 
 def _sweep_without_m(err: BaseException) -> str | None:

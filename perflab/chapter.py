@@ -3,26 +3,9 @@ sized to a time budget, each of the book's claims judged, in one report.
 
     python -m perflab.chapter [--budget MINUTES] [-o report.html] [--store DIR] [--fresh]
 
-1. Calibrate (seconds; shown as it goes): the machine as it is now, other processes' load
-   included (:func:`perflab.measure.sizing.calibrate`), and each experiment's own probes (a
-   training step) while the smallest plan is made. A budget that even the smallest sizes do not
-   fit is refused here, naming the budget that does, before anything is measured.
-2. Plan: every experiment the book sizes (:mod:`perflab.book`: its ``chapter`` and its
-   ``CHAPTER_SHARE``) gets its share of the budget and returns its points, sized, each with why
-   these sizes (:mod:`perflab.measure.sizing`); the ones that measure the machine's peaks go first, the rest in the
-   book's order.
-3. Run the points one by one as the points of one sweep dir, through perflab's one job path
-   (:func:`perflab.api.run` -> :func:`perflab.job.execute.execute`): a point done before is reused, a
-   stopped training resumes from its checkpoint. When the jobs run late, the points not yet
-   started are sized down to the time left; points compared with one another are sized
-   together.
-4. ``sweep.csv``, one report (``-o``) with the reproducibility summary on top, and the verdicts
-   on the terminal.
-
-Ctrl-C stops at once (the point being measured becomes a ``cancelled`` row) and the same
-command continues where it stopped: the plan is kept in ``<sweep dir>/chapter.json``. A chapter
-that ended is measured anew by the next command; ``--fresh`` starts anew after a stop too; a plan
-that cannot be read, or does not match the experiments here, is said and a new chapter starts.
+Calibrate, plan each experiment's share of the budget (:mod:`perflab.book` sizes its points),
+run the points as one sweep dir through perflab's one job path, then ``sweep.csv``, the report
+and the verdicts; docs/chapter.md says each step, and how a stopped chapter continues.
 """
 
 from __future__ import annotations
@@ -37,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -90,9 +73,9 @@ class Chapter:
             "started": self.started,
             "finished": self.finished,
             "redo": self.redo,
-            "machine": self.machine.as_dict(),
+            "machine": asdict(self.machine),
             "seconds": self.seconds,
-            "points": [p.as_dict() for p in self.points],
+            "points": [asdict(p) for p in self.points],
             "outcomes": self.outcomes,
             "pace": self.pace,
         }
@@ -161,7 +144,7 @@ def plan(machine: Calibration, seconds: float, pace: Pace | None = None) -> tupl
     total = sum(p.share for p in taking.values())
     given = {name: seconds * p.share / total for name, p in taking.items()}
     points = [p for name in taking for p in sized(name, machine, given[name], pace or {})]
-    first = {name for name in taking if registry.get(name).writes_peaks}
+    first = {name for name in taking if registry.get(name).hooks.WRITES_PEAKS}
     size: dict[str, float] = {}
     for p in points:
         size[p.group or p.module] = size.get(p.group or p.module, 0.0) + p.estimate_s
@@ -267,7 +250,7 @@ def kept_calibration(store: Path) -> tuple[Calibration, float, str] | None:
     path = meta(store) / CALIBRATION
     try:
         kept = files.read_json(path).get(machine_key())
-        return Calibration.from_dict(kept["machine"]), float(kept["smallest_s"]), str(kept["when"])
+        return Calibration(**kept["machine"]), float(kept["smallest_s"]), str(kept["when"])
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
@@ -275,7 +258,7 @@ def kept_calibration(store: Path) -> tuple[Calibration, float, str] | None:
 def keep_calibration(store: Path, machine: Calibration, smallest: float) -> None:
     """Keep this machine's calibration for the next chapter (a store that cannot be written keeps
     none: the next chapter calibrates again). The pace its jobs had stays (:func:`keep_pace`)."""
-    _keep(store, lambda entry: {**entry, "machine": machine.as_dict(), "smallest_s": smallest, "when": _now()})
+    _keep(store, lambda entry: {**entry, "machine": asdict(machine), "smallest_s": smallest, "when": _now()})
 
 
 def kept_pace(store: Path) -> dict[str, float]:
@@ -605,11 +588,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         budget = budget_minutes(args.budget)
         report.check_output(args.output)
         tree.check(args.store)
-    except ConfigError as err:
-        print(f"perflab chapter: error: {err.line()}", file=sys.stderr)
-        return 2
-    except report.ReportError as err:
-        print(f"perflab chapter: error: {err}", file=sys.stderr)
+    except (ConfigError, report.ReportError) as err:
+        print(f"perflab chapter: error: {err.line() if isinstance(err, ConfigError) else err}", file=sys.stderr)
         return 2
     deadline = started_at() + 60 * budget
     restore = terminate_as_interrupt()

@@ -3,29 +3,9 @@
     perflab compare PATH [--by KEY ...] [--baseline KEY=VALUE] [--plot DIR]
     perflab compare BASE NEW [--fail-if-slower PCT]
 
-One tree: one line per (experiment, measurement, config keys: by default the keys that vary),
-each experiment with its own metric (training: items/s of its summary row; matmul: TFLOP/s;
-others: median time) unless ``--metric`` says otherwise. Nothing is dropped: an experiment
-without the asked metric keeps its own, and says so. Rows of different configs that land in
-one line are said to be pooled (and which keys differ). ``--baseline KEY=VALUE`` adds the
-speedup over that point and a significance test on the raw samples; a device count among the
-keys adds S(n) = throughput(n) / throughput(1 device) and E(n) = S(n) / n.
-
-Two trees: points matched by config and device; per point the change, its significance (false
-discovery rate over all points: ``--alpha``) and one verdict of ``perflab.analysis.verdicts``: PASS,
-FAIL, INCONCLUSIVE (how many processes a side would do) or INCOMPARABLE (which machine identity
-fields differ; ``--allow-mixed`` judges them anyway). The statistics are
-``perflab.analysis.replicates``': a process (a run) is the unit of replication; with one process
-a side the change is judged against a floor: ``--process-cv``, else the between-process
-variation the same experiment's points of two or more processes measured in these trees, else
-``FLOOR_CV`` (``perflab.analysis.floor``): the same trees and options give the same verdict.
-``--fail-if-slower PCT`` sets the gate (default 10 %). Exit codes: 0 pass, 1 fail, 2 usage
-error, 3 could not judge (a crash too: one line, the traceback with ``PERFLAB_DEBUG=1``).
-A row whose metric, or a sample whose time, is NaN, not a number or <= 0 is left out of its
-point and said; a point left with nothing to judge is INCONCLUSIVE.
-
-Ratio, speedup and the significance words all come from the same metric in its own
-direction: higher is better for rates (tested on per-sample rates), lower for times.
+What the tables hold, the verdicts and the exit codes: docs/compare.md (the tables are
+``perflab.analysis.comparison``'s, the verdict rule ``perflab.analysis.verdicts``'); this module
+is their command line and output.
 """
 
 from __future__ import annotations
@@ -34,18 +14,18 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from perflab.analysis import comparison, verdicts
+from perflab.analysis import verdicts
 from perflab.analysis.comparison import (  # noqa: F401  (perflab.compare.ab, .select ... are documented imports)
     CompareError,
+    ab,
     compare,
     dashboard_name,
     figures,
-    identity_differences,
     is_value,
     plain_text,
     select,
@@ -78,23 +58,6 @@ from perflab.store import files
 from perflab.store.columns import higher_is_better, unit_of
 
 
-def ab(base: str | Path, new: str | Path, *, keep: bool | None = None, **options: Any) -> pd.DataFrame:
-    """``perflab.analysis.comparison.ab`` (its ``options``). ``keep`` is gone with the machine's
-    kept floor (a verdict is a function of the trees and the command line): accepted, warned
-    about and ignored for a release."""
-    if keep is not None:
-        import warnings
-
-        warnings.warn(KEEP_GONE, DeprecationWarning, stacklevel=2)
-    return comparison.ab(base, new, **options)
-
-
-KEEP_GONE = (
-    "keep / --keep-floor keeps nothing since 0.4.0: a one-process verdict's floor comes from the trees "
-    "(points of 2+ processes a side) or --process-cv, never from a cache; it goes in 0.5.0"
-)
-
-
 def regressions(table: pd.DataFrame, pct: float | None = None) -> pd.DataFrame:
     """The points judged FAIL (significantly slower than the base by more than the gate)."""
     if table.empty or "verdict" not in table:
@@ -120,26 +83,23 @@ def to_markdown(df: pd.DataFrame, every: bool = False) -> str:
     return table.markdown(df, every)
 
 
-def percent(text: str) -> float:
-    """A finite percentage >= 0 (nan would quietly turn a CI gate off)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a number >= 0 (percent)")
-    return value
+def _number(ok: Callable[[float], bool], allowed: str) -> Callable[[str], float]:
+    """An argparse type: a number ``ok`` takes (text that is no number reads as nan)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: allowed: {allowed}")
+        return value
+
+    return parse
 
 
-def probability(text: str) -> float:
-    """A level strictly between 0 and 1 (``--alpha``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a number between 0 and 1, e.g. 0.05")
-    return value
+percent = _number(lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (percent)")  # nan: a CI gate quietly off
+probability = _number(lambda v: 0 < v < 1, "a number between 0 and 1, e.g. 0.05")  # --alpha
 
 
 def to_json(table: pd.DataFrame, *, two_trees: bool, code: int | None = None, gate: bool = False) -> str:
@@ -270,7 +230,6 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument(
         "--allow-mixed", action="store_true", help="BASE NEW: judge points whose machine identity differs"
     )
-    parser.add_argument("--keep-floor", action="store_true", help=argparse.SUPPRESS)  # 0.4.0: keeps nothing
     parser.add_argument(
         "--why",
         action="store_true",
@@ -287,8 +246,6 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.process_cv is not None and not args.process_cv > 0:
         parser.error(f"--process-cv {args.process_cv:g}: allowed: a percentage > 0, e.g. 2")
     gate = args.fail_if_slower if args.fail_if_slower is not None else DEFAULT_GATE_PCT
-    if args.keep_floor:
-        print(f"{PROG}: {KEEP_GONE}", file=sys.stderr)
     try:
         if args.plot is not None:  # before any work: a file or a device there is refused in one line
             files.check_dir("--plot", args.plot)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from perflab.analysis.table import human_time, per_s
+from perflab.analysis.table import human_bytes, human_time, per_s
 from perflab.config.contract import Figure, Samples, Section, Setup, Table
 from perflab.config.schema import (
     BACKENDS,
@@ -90,6 +90,7 @@ __all__ = [
     "alone_then_together",
     "check_cpu_split",
     "concurrency_headline",
+    "human_bytes",
     "human_time",
     "number",
     "on_device",

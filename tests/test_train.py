@@ -154,7 +154,7 @@ def _train_steps(strategy_cls, devices, steps=4, batch=32):
     ds = data.synthetic(steps * batch, 0, 0.6, split=0)
     for x, y in data.Batches(ds, batch, seed=0).epoch(0):
         s.step(x, y)
-    return models.bare_state_dict(s.bare)
+    return {models.strip_prefix(k): v for k, v in s.bare.state_dict().items()}
 
 
 @pytest.mark.parametrize("strategy_cls", [Scratch, DataParallel])
@@ -174,28 +174,9 @@ def test_scratch_allreduce_sums_and_broadcasts():
     assert all(torch.equal(t, torch.full((3,), 6.0)) for t in ts)
 
 
-@pytest.mark.parametrize(
-    "old, new, name",
-    [
-        ("perflab.train.models", "perflab.models", "build"),
-        ("perflab.train.hf", "perflab.models.huggingface", "Unwrapped"),
-    ],
-)
-def test_the_models_old_imports_still_work_and_name_the_new_one(old, new, name):
-    import importlib
-
-    module = importlib.import_module(old)
-    with pytest.warns(DeprecationWarning, match=rf"use 'from {new} import {name}' \({old} goes in perflab 0\.5\.0\)"):
-        assert getattr(module, name) is getattr(importlib.import_module(new), name)
-
-
-def test_a_config_naming_the_old_models_module_builds_labels_and_hashes_as_before():
-    old, new = ModelConfig("perflab.train.models.lenet"), ModelConfig("perflab.models.lenet")
-    assert old.label == new.label == "lenet"
-    with pytest.warns(DeprecationWarning, match="perflab.train.models.lenet moved"):
-        assert type(models.build(old, FASHION)) is type(models.build(new, FASHION))
-    hashed = [config_hash({"model": {"_target_": t}}) for t in (old._target_, new._target_, "perflab.models.mlp")]
-    assert hashed[0] == hashed[1] != hashed[2], "a point measured before the move is the same point after it"
+def test_a_model_hashes_where_runs_before_the_move_hashed_it():
+    hashed = [config_hash({"model": {"_target_": t}}) for t in ("perflab.train.models.lenet", "perflab.models.lenet")]
+    assert hashed[0] == hashed[1] != config_hash({"model": {"_target_": "perflab.models.mlp"}})
 
 
 def test_checkpoint_loads_into_bare_and_wrapped_models(tmp_path):
@@ -205,7 +186,7 @@ def test_checkpoint_loads_into_bare_and_wrapped_models(tmp_path):
     opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
     info = checkpoint.Info("run1", "hash", epoch=3, epochs=5, complete=False)
     path = checkpoint.save(tmp_path, info, wrapped, opt)
-    assert path == tmp_path / "run1.pt" and checkpoint.most_advanced(tmp_path) == (path, info)
+    assert path == tmp_path / "run1.pt" and checkpoint.candidates(tmp_path)[0] == (path, info)
     state = checkpoint.load(path)  # weights_only=True inside
     assert state["epoch"] == 3 and not any(k.startswith("module.") for k in state["model"])
     bare = build("lenet")
@@ -230,6 +211,6 @@ def test_the_most_advanced_checkpoint_wins_and_a_sweep_resumes_only_interrupted_
     checkpoint.save(tmp_path, checkpoint.Info("a", "h", 3, 10, False), net, opt)
     checkpoint.save(tmp_path, checkpoint.Info("b", "h", 10, 10, True), net, opt)
     checkpoint.save(tmp_path, checkpoint.Info("c", "other", 5, 20, False), net, opt)
-    assert checkpoint.most_advanced(tmp_path)[1].run_id == "b"
-    assert checkpoint.most_advanced(tmp_path, interrupted_of="h")[1].run_id == "a"
-    assert checkpoint.most_advanced(tmp_path, interrupted_of="nope") is None
+    assert checkpoint.candidates(tmp_path)[0][1].run_id == "b"
+    assert checkpoint.candidates(tmp_path, interrupted_of="h")[0][1].run_id == "a"
+    assert checkpoint.candidates(tmp_path, interrupted_of="nope") == []

@@ -116,7 +116,7 @@ def processes(root, name, medians, n=20, spread=0.01, rng=None, **columns):
         point(root, f"{name}{k}", noisy(rng, median, n, spread), process=k, **columns)
 
 
-def test_one_process_a_side_is_judged_against_what_the_trees_measured_the_same_each_time(tmp_path, capsys, own_cache):
+def test_one_process_a_side_is_judged_against_what_the_trees_measured_the_same_each_time(tmp_path, own_cache):
     """A/A on a VM whose processes differ by 15 %: one process a side 15 % apart is no FAIL (a 2 %
     floor false-FAILed half of such pairs) once the trees' own points of three processes a side
     measured that spread; the same compare gives the same verdict whatever ran in between (a floor
@@ -136,13 +136,10 @@ def test_one_process_a_side_is_judged_against_what_the_trees_measured_the_same_e
     first = compare.ab(*one).set_index("cfg.experiment.size")
     assert first.loc[256, "verdict"] == "INCONCLUSIVE" and first.loc[128, "verdict"] == "INCONCLUSIVE"
     assert "floor of 15 % (measured in these trees: 1 point of the experiment" in first.loc[256, "why"]
-    # Other comparisons in between (of other trees, keep asked for) change nothing, and write nothing.
+    # Other comparisons in between (of other trees) change nothing, and write nothing.
     processes(tmp_path / "k" / "base", "x", [1.0, 1.01, 0.99], rng=rng)
     processes(tmp_path / "k" / "new", "y", [1.0, 1.01, 0.99], rng=rng)
-    with pytest.warns(DeprecationWarning, match="keeps nothing"):
-        compare.ab(tmp_path / "k" / "base", tmp_path / "k" / "new", keep=True)
-    assert compare.main([str(tmp_path / "k" / "base"), str(tmp_path / "k" / "new"), "--keep-floor"]) in (0, 3)
-    assert "keeps nothing since 0.4.0" in capsys.readouterr().err
+    assert compare.main([str(tmp_path / "k" / "base"), str(tmp_path / "k" / "new")]) in (0, 3)
     again = compare.ab(*one).set_index("cfg.experiment.size")
     pd.testing.assert_frame_equal(first, again)
     assert not any(own_cache.rglob("*"))  # no cache: nothing a verdict could read later
@@ -206,12 +203,12 @@ def test_words_p_and_interval_agree_on_noisy_samples_at_both_levels():
     )
 
 
-def test_the_smallest_attainable_p_and_the_detectable_change():
+def test_the_smallest_attainable_p_and_the_repeats_a_change_needs():
     assert stats.smallest_p(3, 3) == pytest.approx(0.1) and stats.smallest_p(4, 4) == pytest.approx(2 / 70)
     rng = np.random.default_rng(2)
     wide, narrow = noisy(rng, 1.0, 30, 0.10), noisy(rng, 1.0, 30, 0.01)
-    assert stats.detectable_change(wide, wide) > 5 * stats.detectable_change(narrow, narrow)
-    assert math.isinf(stats.detectable_change(narrow[:3], narrow[3:6]))  # no outcome could be significant
+    assert stats.repeats_needed(wide, wide, 2) > 20 * stats.repeats_needed(narrow, narrow, 2)
+    assert stats.repeats_needed(narrow, narrow, 50) == 4  # at least what can be significant: 0.1 > 0.05 at 3
     assert math.isinf(stats.repeats_needed(narrow, narrow, 0))
 
 
@@ -463,7 +460,7 @@ def test_unusable_values_are_left_out_said_and_a_point_with_none_is_inconclusive
     assert row["verdict"] == "PASS" and row["left_out"].startswith("in NEW: 2 samples that give no positive tflops")
     # The statistics themselves never crash on such values.
     bad = np.array([math.nan, -1.0, 0.0, math.inf])
-    assert math.isinf(stats.repeats_needed(bad, bad, 10)) and math.isinf(stats.detectable_change(bad, bad))
+    assert math.isinf(stats.repeats_needed(bad, bad, 10))
     assert math.isnan(stats.compare_samples(bad, [1.0, 2.0, 3.0], higher_is_better=False).p_value)
 
 

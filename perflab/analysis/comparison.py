@@ -183,7 +183,7 @@ def _one_experiment(
 ) -> tuple[pd.DataFrame, list[str]]:
     metric, note = metric_for(name, df, asked)
     module = module_of(df)
-    beside = module.beside if module else ()
+    beside = module.hooks.BESIDE if module else ()
     notes = [note] if note else []
     identity = identity_columns(df)
     if by:
@@ -673,14 +673,9 @@ MODEL_CONTENTS_DIFFER = (
 )
 
 
-def identity_differences(base: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(``field: base vs new`` for each machine identity field (``environment.IDENTITY``) whose
-    values differ between the two sides' rows; fields one side did not record, unchecked)."""
-    return _differences(_Cells(base).identity(), _Cells(new).identity())
-
-
 def _differences(base: dict[str, set[str]], new: dict[str, set[str]]) -> tuple[list[str], list[str]]:
-    """``identity_differences`` of two sides' identity values (``_Cells.identity``)."""
+    """(``field: base vs new`` for each machine identity field (``environment.IDENTITY``) whose
+    values (``_Cells.identity``) differ between the two sides; fields one side did not record, unchecked)."""
     from perflab.measure.environment import IDENTITY
 
     differ, unknown = [], []

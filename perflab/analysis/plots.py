@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis import frames
+from perflab.analysis.table import human_bytes
 from perflab.store import files
 from perflab.store.columns import unit_of
 
@@ -269,7 +270,7 @@ def allreduce(rows: pd.DataFrame) -> Any:
         ax.plot(g["bytes_per_rank"], g["bus_gbps"], "o-", label=label or "measured")
     sizes = sorted(int(b) for b in part["bytes_per_rank"].unique())
     ax.set_xscale("log", base=2)
-    ax.set_xticks(sizes, [_bytes(b) for b in sizes])
+    ax.set_xticks(sizes, [human_bytes(b) for b in sizes])
     ax.minorticks_off()
     ax.set(
         xlabel="message size per rank",
@@ -278,15 +279,6 @@ def allreduce(rows: pd.DataFrame) -> Any:
     )
     _legend(fig, ax)
     return fig
-
-
-def _bytes(n: float) -> str:
-    """4096 -> "4 KiB"."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.3g} {unit}"
-        n /= 1024
-    return f"{n:.3g} GiB"
 
 
 def _cell(row: pd.Series, column: str) -> float:

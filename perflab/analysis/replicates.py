@@ -47,7 +47,6 @@ from perflab.store.rows import Notes
 FLOOR_CV = 0.10  # between-process variation assumed where none was measured or kept (docs/compare.md)
 MEASURED_FROM = 3  # processes a side from which the measured spread alone is trusted for detectability
 MOST_PROCESSES = 50  # advice beyond this many processes a side is no advice: said as such
-RESAMPLES = 2000
 MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over the samples' standard deviation / sqrt(n)
 
 
@@ -98,7 +97,7 @@ def has_metric(rows: pd.DataFrame, metric: str) -> bool:
 def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
     """The rows an experiment compares by default (training: its summary row, not every epoch)."""
     module = module_of(rows)
-    keep = module.summary_rows if module else None
+    keep = module.hooks.SUMMARY_ROWS if module else None
     return rows[rows["measurement"].astype("string").isin(keep)] if keep else rows
 
 

@@ -4,9 +4,8 @@ ratio and the interval that inverts the same test: significance, the interval, t
 and the words come from one model and one metric, in its own direction (higher is better for
 rates, lower for times), so they cannot disagree.
 
-And could it have been seen? ``detectable_change`` is the smallest change the samples could
-show (their spread, their number, the Mann-Whitney test's smallest attainable p-value), and
-``repeats_needed`` how many samples a side would show a given change; ``fdr`` adjusts many
+And could it have been seen? ``repeats_needed`` is how many samples a side would show a given
+change (their spread, the Mann-Whitney test's smallest attainable p-value); ``fdr`` adjusts many
 p-values together (Benjamini-Hochberg), so 40 unchanged points do not yield two "significant"
 ones by chance."""
 
@@ -152,34 +151,6 @@ def _log_spread(a: np.ndarray, b: np.ndarray) -> float:
     return math.sqrt((one(a) ** 2 + one(b) ** 2) / 2)
 
 
-def detectable_change(
-    base: Sequence[float] | np.ndarray,
-    new: Sequence[float] | np.ndarray,
-    *,
-    alpha: float = ALPHA,
-    power: float = POWER,
-) -> float:
-    """The minimal detectable change, in percent: the smallest shift of the median (as a
-    ratio) that a two-sided Mann-Whitney test at level ``alpha`` finds with probability
-    ``power`` in samples of this size and spread.
-
-        MDC = 100 * (exp(d) - 1),   d = (z[1 - alpha/2] + z[power]) * s * sqrt(1/m + 1/n) / sqrt(3/pi)
-
-    where m, n are the sample counts, s the pooled spread of the log samples (each side's
-    IQR / 1.349), and 3/pi the test's efficiency relative to the t-test (the normal-theory
-    formula, then corrected for ranks). Infinite when no outcome could be significant at all:
-    the test's smallest attainable p-value (``smallest_p``; 0.1 for 3 against 3) is above
-    ``alpha``. An estimate from the samples at hand: with few samples their spread is itself
-    uncertain.
-    """
-    a, b = usable(base), usable(new)
-    if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES or smallest_p(len(a), len(b)) > alpha:
-        return math.inf
-    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
-    d = z * _log_spread(a, b) * math.sqrt(1 / len(a) + 1 / len(b)) / math.sqrt(MW_EFFICIENCY)
-    return 100 * math.expm1(d)
-
-
 def repeats_needed(
     base: Sequence[float] | np.ndarray,
     new: Sequence[float] | np.ndarray,
@@ -188,9 +159,15 @@ def repeats_needed(
     alpha: float = ALPHA,
     power: float = POWER,
 ) -> float:
-    """Samples a side that would make a ``pct`` % change detectable (``detectable_change``
-    <= pct), at the spread these samples show: the formula above solved for m = n, and at least
-    the smallest count whose attainable p-value is below ``alpha``. Infinite for pct <= 0."""
+    """Samples a side that would make a ``pct`` % change detectable: found by a two-sided
+    Mann-Whitney test at level ``alpha`` with probability ``power``, at the spread these samples
+    show. The minimal detectable change of m and n samples is
+
+        MDC = 100 * (exp(d) - 1),   d = (z[1 - alpha/2] + z[power]) * s * sqrt(1/m + 1/n) / sqrt(3/pi)
+
+    (s: the pooled spread of the log samples, each side's IQR / 1.349; 3/pi: the test's
+    efficiency relative to the t-test), solved for m = n, and at least the smallest count whose
+    attainable p-value (``smallest_p``) is below ``alpha``. Infinite for pct <= 0."""
     a, b = usable(base), usable(new)
     if not pct > 0 or len(a) < 2 or len(b) < 2:
         return math.inf

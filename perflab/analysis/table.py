@@ -29,6 +29,17 @@ def human_time(s: Any) -> str:
     return f"{s / 1e-9:.3g} ns"
 
 
+def human_bytes(n: float) -> str:
+    """Bytes as a short string in B, KiB, MiB or GiB (4096 -> "4 KiB")."""
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        n /= 1024
+        if n < 1024 or unit == "GiB":
+            break
+    return f"{n:.3g} {unit}"
+
+
 PREFIXES = {"T": 1e12, "G": 1e9, "M": 1e6, "k": 1e3, "": 1.0}
 SMALL = 0.01  # below this many of its unit a rate reads in a smaller one: 25.1 MFLOP/s, never 2.51e-05 TFLOP/s
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from perflab.analysis.table import human_bytes
 from perflab.book import REFERENCE
 from perflab.config.contract import Figure, Samples, Section, Table
-from perflab.experiments.comm import SIZES, human_bytes
+from perflab.experiments.comm import SIZES
 
 if TYPE_CHECKING:
     from pandas import DataFrame

@@ -1,24 +1,8 @@
 """Sweeps on SLURM (``perflab -m +launcher=slurm ...``), on Hydra's submitit launcher.
 
-What perflab adds to it (hydra_plugins/perflab_slurm holds the Hydra-facing class):
-
-- **Resources per point.** Hydra builds a launcher once for the whole sweep; perflab composes
-  every point's config and asks SLURM for what *that* point needs: GPUs = its CUDA devices,
-  CPUs = its CPU workers or GPUs times ``cpus_per_worker`` (plus its DataLoader workers),
-  nodes = ``strategy.nnodes``, memory = ``mem_gb_per_worker`` per worker. Points of the same
-  shape go to SLURM as one job array; different shapes, separate arrays.
-- **Failures are rows, and the sweep always ends.** A job that SLURM cancelled, timed out,
-  killed for memory or lost with its node leaves an ``error``/``cancelled``/``timeout``/``oom``
-  row naming its log file; the sweep prints its summary and writes sweep.csv. Ctrl-C cancels
-  every job it submitted, and says so. A job that SLURM preempts or loses with its node and
-  requeues is waited for: it runs again and resumes the point.
-- **Mistakes are one line:** sbatch refusing a submission (no such partition, GPUs a node
-  does not have) is one line and exit code 2, before the sweep starts.
-- **Time limits leave room:** SLURM's warning signal comes ``signal_delay_s`` before the limit
-  (at most a quarter of it), so a short limit does not stop every job at once.
-
-Inside a job, perflab.job.stop turns scancel's SIGTERM and the warning signal into a
-``cancelled`` / ``timeout`` row at once; the next identical sweep re-runs (resumes) the point.
+What perflab adds to it (resources per point, failures as rows and a sweep that always ends,
+sbatch's refusals as one line, room before a time limit): docs/cluster.md; the Hydra-facing
+class is in hydra_plugins/perflab_slurm.
 """
 
 from __future__ import annotations

@@ -168,18 +168,6 @@ class Experiment:
     def metric(self) -> str:
         return self.hooks.METRIC
 
-    @property
-    def writes_peaks(self) -> bool:
-        return self.hooks.WRITES_PEAKS
-
-    @property
-    def summary_rows(self) -> tuple[str, ...]:
-        return self.hooks.SUMMARY_ROWS
-
-    @property
-    def beside(self) -> tuple[str, ...]:
-        return self.hooks.BESIDE
-
     def run(self, ctx: Context) -> None:
         self.hooks.run(ctx)
 

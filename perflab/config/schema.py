@@ -226,7 +226,7 @@ class ModelConfig:
         """What rows call the model: perflab's by name, torchvision's / timm's as
         ``torchvision.ARCH``, a user's by its dotted path."""
         own, _, name = self._target_.rpartition(".")
-        if own not in (MODELS_MODULE, MOVED_MODELS_MODULE):
+        if own != MODELS_MODULE:
             return self._target_
         if name == "hf":  # hf.gpt2 (from a config), hf./models/tiny-gpt2 (a folder), hf.org/name
             typed = self.config.get("model_type") or str(self.config.get("_target_", "")).rpartition(".")[2]
@@ -235,8 +235,7 @@ class ModelConfig:
 
 
 MODELS_MODULE = "perflab.models"
-# Where perflab's factories were until 0.4.0 (perflab.train.models forwards them until 0.5.0): a
-# config naming them there gets the same label, and every config hashes them there, as runs were.
+# Where perflab's factories were until 0.4.0: every config hashes them there, as runs were.
 MOVED_MODELS_MODULE = "perflab.train.models"
 
 
@@ -405,6 +404,8 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
     Keys that no schema knows (``+bench.repeat=3``) are refused with a did-you-mean, since
     Hydra's ``+`` would otherwise add them and they would be silently ignored.
     """
+    from omegaconf import OmegaConf
+
     sections: dict[str, Any] = {}
     known = {f.name: f for f in fields(PerflabConfig)}
     removed = next((name for name in known if name not in cfg and name not in OPTIONAL_SECTIONS), None)
@@ -417,10 +418,7 @@ def validate(cfg: DictConfig, experiment_config: type | None = None) -> PerflabC
         if not isinstance(node, Mapping):
             sections[name] = node
             continue
-        if name == "experiment" and experiment_config:
-            schema: Any = experiment_config
-        else:
-            schema = _omegaconf_type(node)
+        schema: Any = experiment_config if name == "experiment" and experiment_config else OmegaConf.get_type(node)
         args: dict[str, Any] = {}
         if schema is ModelConfig:
             node, args = _factory_args(cast("DictConfig", node), cast("DictConfig", cfg))
@@ -441,12 +439,6 @@ def _section_node(cfg: Any, name: str) -> Any:
         return cfg.get(name)
     except InterpolationResolutionError as err:
         raise unresolved(cfg, err) from None
-
-
-def _omegaconf_type(node: Any) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.get_type(node)
 
 
 def _to_object(schema: Any, node: Any, name: str, cfg: Any) -> Any:

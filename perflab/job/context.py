@@ -203,7 +203,9 @@ class Context:
             row["suspect"] = "; ".join(x for x in (s.suspect, row.get("suspect", "")) if x)
             found = None
             if self.settings.bench.profile:
-                row["trace"], found = self._profile(name, part.fn, devices[name])
+                from perflab.measure import profile  # the trace, and the same pass per operator
+
+                row["trace"], found = profile.traced(self.run_dir, name, part.fn, devices[name])
             if self.settings.bench.instructions and part.count is not None:
                 from perflab.measure import instructions
 
@@ -255,12 +257,6 @@ class Context:
             )
             return out
         return flops.utilization(tflops, names, dtype, measured)
-
-    def _profile(self, name: str, fn: Callable[[], object], devices: list[Device]) -> tuple[str, Any]:
-        """The trace's path and the same pass per operator (``perflab.measure.operators``)."""
-        from perflab.measure import profile
-
-        return profile.traced(self.run_dir, name, fn, devices)
 
     def record(
         self,

@@ -193,7 +193,7 @@ def check(cfg: DictConfig) -> tuple[PerflabConfig, registry.Experiment, Peaks]:
     if settings.trainer is not None:
         files.check_dir("trainer.checkpoint_dir", Path(settings.trainer.checkpoint_dir))
     peaks_path = Path(settings.results.peaks) if settings.results.peaks else None
-    peaks = Peaks.open(peaks_path, will_write=experiment.writes_peaks)
+    peaks = Peaks.open(peaks_path, will_write=experiment.hooks.WRITES_PEAKS)
     return settings, experiment, peaks
 
 

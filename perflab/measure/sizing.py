@@ -19,7 +19,7 @@ import contextlib
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 LARGE_MATMUL_MIN = 256  # the smallest n perflab calls a "large" matmul: below it a matmul is no compute-bound work
@@ -63,13 +63,6 @@ class Calibration:
             f"a tiny op {self.op_us:.3g} us{busy} (calibrated in {self.seconds:.1f} s)"
         )
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Calibration":
-        return cls(**data)
-
 
 @dataclass
 class Point:
@@ -89,13 +82,6 @@ class Point:
     def key(self) -> str:
         """The job as the pace learned on this machine knows it: the same job of any size."""
         return f"{self.module}:{self.preset}:{self.label}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Point":
-        return cls(**data)
 
 
 def __getattr__(name: str) -> Any:

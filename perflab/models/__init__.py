@@ -494,11 +494,6 @@ def _xavier(m: nn.Module) -> None:
             nn.init.zeros_(m.bias)
 
 
-def bare_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Weights without wrapper prefixes (``module.`` from DataParallel/DDP, ``_orig_mod.``)."""
-    return {strip_prefix(k): v for k, v in model.state_dict().items()}
-
-
 def strip_prefix(key: str) -> str:
     for prefix in ("module.", "_orig_mod."):
         while key.startswith(prefix):

@@ -1,22 +1,9 @@
 """One self-contained HTML report of any results tree: ``python -m perflab.report PATH... -o report.html``.
 
-A section per experiment, in the order of its own section number (the book's chapter 13 for
-perflab's: 13.1 compilers ... 13.7 parameter servers; a user's experiment where its report hook
-puts it): its headline, its reference values beside ours (the book's, and on which hardware),
-its plots and a table of its rows. Then the machines the rows came from, and every warning:
-noisy or suspect figures, CPU fall-backs, skipped parts and why, errors.
-
 What a section holds is the experiment's own ``report`` hook (:mod:`perflab.config.contract`); this
 package only draws it: ``page`` (the page, sections, environment, warnings), ``html`` (tables,
-inline figures), and the page template, CSS and scripts as files beside them.
-
-Plots: matplotlib figures inlined as SVG (``plots.svg``). No JavaScript library and no network:
-the file opens anywhere, offline, forever (a CDN-loaded plotting library would not); vector
-figures stay crisp at any zoom and in print; and matplotlib is already what ``compare --plot``
-draws with (the ``compare``/``report`` extras), so the figures here and there are the same
-builders. Without matplotlib the report still renders (headlines, tables, warnings) and says
-that plots need it. The one inline script only counts what rendered (sections, drawn plots,
-script errors, fetched resources) into ``data-*`` attributes of ``<body>``, for the tests.
+inline figures), and the page template, CSS and scripts as files beside them. Figures are
+matplotlib's, inlined as SVG: the file opens anywhere, offline (docs/report.md says why).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ class Manifest:
     sources: Stamps
     notes: dict[str, dict[str, int]]
     span: Span = None
-    rows: int | None = None
+    rows: int = 0
     seals: dict[str, list] = field(default_factory=dict)  # "rows" / "samples" -> [bytes, footer's sha256]
     sample_notes: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -101,11 +101,13 @@ def _manifest(path: Path) -> Manifest | None:
         isinstance(seals.get(k), list) and len(seals[k]) == 2 for k in ("rows", "samples")
     ):
         raise ValueError("no sizes and digests of its files")
+    if not isinstance(rows, int):
+        raise ValueError("no count of its rows")
     return Manifest(
         data["sources"],
         noted if isinstance(noted, dict) else {},
         span,
-        rows if isinstance(rows, int) else None,
+        rows,
         seals,
         sample_notes if isinstance(sample_notes, dict) else {},
     )
@@ -484,14 +486,20 @@ def _samples_table(df):
 
 def _filtered(table, row_ids: Collection[str] | None, sources: set[str] | None):
     """The samples of ``table`` of these rows and run dirs (None: all)."""
-    import pyarrow.compute as pc
+    wanted = _wanted(row_ids, sources)
+    return table if wanted is None else table.filter(wanted)
 
-    mask = None
+
+def _wanted(row_ids: Collection[str] | None, sources: set[str] | None):
+    """The filter of the samples of these rows and run dirs (None: all of them)."""
+    import pyarrow.dataset as ds
+
+    wanted = None
     for column, values in (("row_id", row_ids), ("_source", sources)):
         if values is not None:
-            test = pc.is_in(table[column], value_set=_text_set(values))
-            mask = test if mask is None else pc.and_(mask, test)
-    return table if mask is None else table.filter(pc.fill_null(mask, False))
+            test = ds.field(column).isin(_text_set(values))
+            wanted = test if wanted is None else wanted & test
+    return wanted
 
 
 def _text_set(values: Collection[str]):
@@ -501,16 +509,16 @@ def _text_set(values: Collection[str]):
 
 
 def _read_samples_of(index: Path, segment: str, m: Manifest, row_ids, sources: set[str] | None):
-    """A segment's samples of these rows and run dirs, read through pyarrow.dataset: the rows
-    asked for are a filter pushed down to the row groups, from the file opened without blocking."""
+    """A segment's samples of these rows and run dirs, read through pyarrow.dataset: the run dirs
+    asked for are a filter pushed down to the row groups, the rows tested once (``_of_rows``),
+    from the file opened without blocking."""
     import pyarrow.dataset as ds
 
     options = ds.ParquetFragmentScanOptions(**_checked())
     with _open_sealed(index / SAMPLES_DIR / f"{segment}.parquet", m.seals["samples"]) as f:
         fragment = ds.ParquetFileFormat(default_fragment_scan_options=options).make_fragment(f)
-        wanted = None if sources is None else ds.field("_source").isin(_text_set(sources))
         read = [*known.SAMPLES, *(["_source"] if sources is not None else [])]  # a run dir's name: to filter by
-        return _of_rows(fragment.to_table(columns=read, filter=wanted), row_ids)
+        return _of_rows(fragment.to_table(columns=read, filter=_wanted(None, sources)), row_ids)
 
 
 def _of_rows(table, row_ids: Collection[str] | None):
@@ -967,7 +975,7 @@ def _tidy(index: Path, manifests: dict[str, Manifest], indexed: dict[str, str]) 
             _remove_segment(index, name)
     if len(names) <= MAX_SEGMENTS:
         return
-    sizes = [_rows_held(index, n, manifests[n]) for n in names]
+    sizes = [manifests[n].rows for n in names]
     take = 1
     while take < len(names) and (len(names) - take + 1 > MAX_SEGMENTS // 2 or sizes[-take - 1] <= sum(sizes[-take:])):
         take += 1
@@ -1028,18 +1036,6 @@ def _only(pieces: list[Any], sources: set[str]) -> list[Any]:
 def _rows(piece) -> int:
     """How many rows a piece holds (of a segment, or the new rows' frame)."""
     return piece.table.num_rows if isinstance(piece, Piece) else len(piece)
-
-
-def _rows_held(index: Path, segment: str, manifest: Manifest) -> int:
-    """How many rows a segment holds (an older manifest does not say: its Parquet footer)."""
-    import pyarrow.parquet as pq
-
-    if manifest.rows is not None:
-        return manifest.rows
-    try:
-        return pq.read_metadata(index / f"{segment}.parquet").num_rows
-    except Exception:  # gone or damaged: merged away
-        return 0
 
 
 MAX_ROW_GROUPS = 256  # a segment's rows in one row group per stretch of one experiment, up to this many

@@ -153,14 +153,10 @@ def read_csv(
     lines = files.read_regular(path).decode("utf-8", errors="replace").splitlines(keepends=True)
     if not lines:
         return pd.DataFrame()
-    if cut_header(lines[0]):
-        own.add(TORN, path)
-        if notes is None:
-            own.say()
-        return pd.DataFrame()
-    header = _fields(lines[0])
+    cut = cut_header(lines[0])
+    header = None if cut else _fields(lines[0])
     if header is None or not is_ours(header) or not set(columns_required) <= set(header):
-        own.add(FOREIGN, path)
+        own.add(TORN if cut else FOREIGN, path)
         if notes is None:
             own.say()
         return pd.DataFrame()

@@ -92,10 +92,6 @@ def candidates(folder: Path, *, interrupted_of: str | None = None) -> list[tuple
     return sorted(found, key=lambda pi: (pi[1].epoch, _mtime(pi[0])), reverse=True)
 
 
-def most_advanced(folder: Path, *, interrupted_of: str | None = None) -> tuple[Path, Info] | None:
-    return next(iter(candidates(folder, interrupted_of=interrupted_of)), None)
-
-
 class Unusable(Exception):
     """A checkpoint that cannot be loaded: one line naming its file and what is wrong."""
 
@@ -125,7 +121,7 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
 
 
 def load_most_advanced(folder: Path, *, interrupted_of: str | None = None) -> tuple[Path, Info, dict[str, Any]] | None:
-    """The most advanced checkpoint that loads (see :func:`most_advanced`), and its state. A
+    """The most advanced checkpoint that loads (the first of :func:`candidates`), and its state. A
     damaged or refused one is passed over for the next, saying so in one line each."""
     found = candidates(folder, interrupted_of=interrupted_of)
     for n, (path, info) in enumerate(found, start=1):
