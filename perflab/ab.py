@@ -9,37 +9,16 @@ each point is decided or the budget ends, then judge them as ``perflab compare``
                [--format md|csv|json|github]
                [--apart]
 
-The sides share OVERRIDES (``+experiment=quick/matmul``, ``-m`` and a sweep's values too) and
-differ by their own overrides, environment variables, Python interpreter (another venv's
-``python``, with perflab installed) and git ref of the project in the current directory (each
-side's processes start in a worktree at its ref, after ``--install``: ``perflab.job.worktrees``).
-Where the sides differ only by overrides (no environment, interpreter or ref of their own, no
-``-m`` sweep), each round is one fresh process measuring both, alternated sample by sample
-(``perflab.job.together``; ``--apart`` turns it off): a neighbour that comes for a second slows
-both sides of the pair alike. Otherwise processes alternate A B, B A, A B ...
-(``perflab.job.processes``: each a fresh ``python -m perflab``, its rows carrying ``process``
-1, 2, ...), so a drift of the machine falls on both sides alike. The run looks at the points on a sparse schedule
-(``schedule``: after ``--min-processes`` a side, then 3, 4, 6, 8, 12, 16, 24, 32 ... and at
-``--max-processes``): the points are judged (``perflab.analysis.replicates``, between-process
-variation, as pairs: process k of A and of B ran side by side, so a drift or a neighbour that
-slows both of a pair cancels in their log ratio); the run stops when none is INCONCLUSIVE, at
-``--max-processes`` (``MAX_PROCESSES``), or when the rounds up to the next look would not fit
-in ``--budget`` (at the pace of the rounds so far). Every round measures every point (the
-points of one command are one sweep), but for a point a look decided, where both sides share a
-process. A process whose rows are flagged busy (the machine too busy for a clean figure) is left
-out of the verdict and said, where the sides measure apart: its point stays undecided until
-enough quiet processes judge it; where they share the process, the busy machine fell on both
-sides of the pair alike, and the pair is judged (its ``judged`` says so).
-
-The sequential design: Bonferroni over the scheduled looks: each look tests at alpha / looks
-(``alpha_per_look``), so the chance of a false FAIL over all looks stays at most alpha, however
-early the run stops. A sparse schedule keeps that correction mild (10 looks up to 40 processes a
-side, where a look after every round would be 39); a look re-reads both trees, so its cost grows
-with the processes measured, and the looks' total with them too (the schedule roughly doubles).
-
-It writes both trees, ``DIR/base`` and ``DIR/new`` (``--out``, a new or empty folder), so
-compare, report and history read them as any others. Exit codes as compare's: 0 pass, 1 fail,
-2 usage error, 3 could not judge (undecided when the budget ended; a side's process failed).
+The sides share OVERRIDES and differ by their own overrides, environment, interpreter or git
+ref. Where they differ only by overrides, each round is one process measuring both in turns,
+sample by sample (``perflab.job.together``); otherwise processes alternate A B, B A, ...
+(``perflab.job.processes``). Either way process k of A and of B ran side by side, so a drift
+or a neighbour falls on both of a pair and the points are judged as pairs. The run looks on a
+sparse schedule (``schedule``), each look at alpha over the scheduled looks (``alpha_per_look``,
+Bonferroni: the false FAIL rate over all looks stays at most alpha however early it stops), and
+stops when no point is INCONCLUSIVE, at ``--max-processes`` or when the next look would not fit
+in ``--budget``. docs/compare.md#perflab-ab-interleaved-adaptive says the rest: busy processes,
+decided points, the trees it writes and its exit codes (compare's).
 """
 
 from __future__ import annotations
@@ -247,17 +226,6 @@ def _pair(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _minutes(text: str) -> float:
-    """A budget: minutes > 0 (nan or a negative would end the run before it began, quietly)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a number of minutes > 0, e.g. 5")
-    return value
-
-
 def _count(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 1")
@@ -415,7 +383,9 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--base-ref", metavar="REF", help="A at this git ref of the project here (a worktree)")
     parser.add_argument("--new-ref", metavar="REF", help="B at this git ref")
     parser.add_argument("--install", metavar="CMD", help="run in each ref's worktree first (a shell command)")
-    parser.add_argument("--budget", type=_minutes, default=math.inf, metavar="MINUTES", help="time to spend")
+    # nan or a negative budget would end the run before it began, quietly
+    minutes = compare.number(lambda v: v > 0, "a number of minutes > 0, e.g. 5")
+    parser.add_argument("--budget", type=minutes, default=math.inf, metavar="MINUTES", help="time to spend")
     parser.add_argument("--min-processes", type=_count, default=2, metavar="N", help="a side before the first look")
     parser.add_argument(
         "--max-processes", type=_count, default=MAX_PROCESSES, metavar="N", help=f"a side at most ({MAX_PROCESSES})"

@@ -83,7 +83,7 @@ def to_markdown(df: pd.DataFrame, every: bool = False) -> str:
     return table.markdown(df, every)
 
 
-def _number(ok: Callable[[float], bool], allowed: str) -> Callable[[str], float]:
+def number(ok: Callable[[float], bool], allowed: str) -> Callable[[str], float]:
     """An argparse type: a number ``ok`` takes (text that is no number reads as nan)."""
 
     def parse(text: str) -> float:
@@ -98,8 +98,8 @@ def _number(ok: Callable[[float], bool], allowed: str) -> Callable[[str], float]
     return parse
 
 
-percent = _number(lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (percent)")  # nan: a CI gate quietly off
-probability = _number(lambda v: 0 < v < 1, "a number between 0 and 1, e.g. 0.05")  # --alpha
+percent = number(lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (percent)")  # nan: a CI gate quietly off
+probability = number(lambda v: 0 < v < 1, "a number between 0 and 1, e.g. 0.05")  # --alpha
 
 
 def to_json(table: pd.DataFrame, *, two_trees: bool, code: int | None = None, gate: bool = False) -> str:

@@ -1,46 +1,18 @@
 """History: every (experiment, point, machine identity) series lined up by the code under test,
-its change points found and labelled.
+its change points found and labelled (docs/compare.md#history says what users see).
 
     perflab history PATH... [--experiment NAME] [--metric M] [--threshold PCT]
                             [--min-segment N] [--alpha A] [--format md|json]
 
-A series is one point (measurement and the config keys that say what is measured, on one kind of
-device) on one machine identity (``perflab.measure.environment.IDENTITY``): rows of another
-machine never join it, nor rows of a model folder rewritten with other contents
-(``model_digest``, as compare's table gives each contents its own line): a series per contents.
-Its x axis is the subject (``results.subject``: a commit by default), in commit order where git
-can tell (the repository in the working directory knows every commit), else by the subject's
-commit time, else by when it was first measured; its value per subject is the median of the
-experiment's metric over that subject's rows.
-
-Change points: PELT (exact; ``perflab.analysis.changepoints``, ruptures' recursion in numpy:
-on a series without change it weighs every segment, n^2 / 2 of them, which ruptures did one
-Python call each) with the L1 cost (medians, not means) on
-the log of the values, with a minimum segment length (``--min-segment``, 3): a lone spike can
-be no segment of its own, and an L1 segment's median ignores it, so a spike is no change.
-(Apache Otava's E-Divisive was the other choice: it needs permutation tests per change and
-marks single spikes as changes, which is what this guards against.) The penalty is
-``2 log(n)`` times the series' noise (the median absolute difference of neighbouring subjects),
-at least 0.5 %.
-
-Each change is judged locally, as a step: the median of the ``--min-segment`` subjects just after
-it against those just before (so a slow drift of small steps is many small changes, not one big
-one), and a test on their per-process figures (``perflab.analysis.replicates``: each process of
-each subject is one replicate, never each sample), Benjamini-Hochberg over all changes.
-Labels: ``regression`` (worse by at least ``--threshold`` %, 5 by default, and significant),
-``improvement`` (the same, better), ``suspicious`` (a change point that is smaller or not
-significant). ``change_pct`` is the change of the metric itself (negative: the metric fell; for a time that is faster).
-
-Suspect measurements (rows perflab flagged ``suspect``: a busy machine, too few samples, above
-the measured peak): a subject's value comes from its clean rows; a subject with none is kept and
-marked, and each series with such subjects says how many and why. A change found among them is
-reported as any other (as compare still judges a suspect point, and says so), but a series long
-enough to judge whose clean subjects are fewer than a change needs cannot be called unchanged:
-could not judge. Rows and samples whose metric is NaN, not a number or <= 0 are left out, said.
-
-Exit codes (``perflab.analysis.verdicts``): 1 if any regression, 0 if none, 2 usage error, 3 if no series
-has the ``2 x --min-segment`` subjects a change needs, or a series has too few clean ones (above),
-or it crashed (one line; the traceback with ``PERFLAB_DEBUG=1``).
+A series is one point on one machine identity (a model folder rewritten with other contents is a
+series per ``model_digest``); its x axis the subject (``results.subject``) in commit order where
+git can tell, else commit time, else when first measured; its value per subject the median of the
+experiment's metric over that subject's clean rows. Change points: exact PELT with the L1 cost on
+the log of the values (``perflab.analysis.changepoints``), at least ``--min-segment`` subjects a
+segment, so a lone spike is no change; the penalty is ``2 log(n)`` times the series' noise (the
+median absolute difference of neighbouring subjects), at least 0.5 %. Each change is judged as a
+local step on its subjects' per-process figures (``perflab.analysis.replicates``), labelled by
+``verdicts.label_step``; exit codes are ``perflab.analysis.verdicts``'.
 """
 
 from __future__ import annotations
