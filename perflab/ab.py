@@ -45,7 +45,7 @@ from perflab.analysis.verdicts import (
     USAGE_EXIT,
     Verdict,
     alpha_per_look,
-    could_not_judge,
+    judging,
 )
 from perflab.errors import OneLineParser
 from perflab.job import worktrees
@@ -358,12 +358,7 @@ def first_point(overrides: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; exit codes as compare's (a crash is 3 in one line, never 1)."""
-    try:
-        return _main(argv)
-    except BrokenPipeError:
-        raise
-    except Exception as err:
-        return could_not_judge(PROG, err)
+    return judging(PROG, lambda: _main(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -46,8 +46,8 @@ from perflab.analysis.verdicts import (
     UNJUDGED_EXIT,
     USAGE_EXIT,
     Verdict,
-    could_not_judge,
     exit_code,
+    judging,
     meaning,
 )
 from perflab.config import registry
@@ -189,12 +189,7 @@ PROG = "perflab compare"  # how its lines start (``python -m perflab.compare`` i
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; exit codes are perflab.analysis.verdicts' (0 pass, 1 fail, 2 usage, 3 not
     judged): a crash is 3 in one line, never 1, which means FAIL."""
-    try:
-        return _main(argv)
-    except BrokenPipeError:  # the reader went away: the perflab command ends quietly
-        raise
-    except Exception as err:  # damage no reader foresaw, or a bug
-        return could_not_judge(PROG, err)
+    return judging(PROG, lambda: _main(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -38,8 +38,8 @@ from perflab.analysis.verdicts import (
     USAGE_EXIT,
     Gate,
     StepLabel,
-    could_not_judge,
     history_exit_code,
+    judging,
     label_step,
 )
 from perflab.config.schema import ResultsConfig
@@ -474,12 +474,7 @@ PROG = "perflab history"
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; exit codes are perflab.analysis.verdicts' (0 none, 1 a regression, 2 usage,
     3 could not judge: too little or too suspect history, or a crash)."""
-    try:
-        return _main(argv)
-    except BrokenPipeError:  # the reader went away: the perflab command ends quietly
-        raise
-    except Exception as err:  # damage no reader foresaw, or a bug: never exit 1, which means a regression
-        return could_not_judge(PROG, err)
+    return judging(PROG, lambda: _main(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:

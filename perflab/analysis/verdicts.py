@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from perflab.store.columns import EXACT
 
@@ -93,6 +93,17 @@ def history_exit_code(changes: Iterable[StepLabel], judged: bool, doubtful: bool
 
 
 DEBUG_ENV = "PERFLAB_DEBUG"  # set (to anything but 0): a crash of compare or history shows its traceback
+
+
+def judging(prog: str, main: Callable[[], int]) -> int:
+    """``main()``, a judge's command line, whose crash is exit 3 in one line (``could_not_judge``);
+    a reader that went away (a closed pipe) ends the perflab command quietly."""
+    try:
+        return main()
+    except BrokenPipeError:
+        raise
+    except Exception as err:  # damage no reader foresaw, or a bug: never exit 1, which means FAIL
+        return could_not_judge(prog, err)
 
 
 def could_not_judge(prog: str, err: BaseException) -> int:

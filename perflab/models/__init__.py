@@ -4,19 +4,8 @@ added beside it are its arguments, and what the data decides (``num_classes``,
 ``in_channels``, ``vocab_size``, ``seq_len``) reaches a factory that takes it by that name.
 Training, inference and generation build their models here (perflab.train.models until 0.4.0).
 
-perflab's own factories:
-
-- ``lenet``: the LeNet variant of book 13.5 (3x3 conv to 20, avg-pool, 5x5 conv to 50,
-  avg-pool, 800 -> 128 -> 10), as modules instead of a parameter list; 1x28x28 inputs.
-- ``resnet18``: the ResNet-18 variant of book 13.6 for 28x28 inputs (3x3 stride-1 stem, no
-  max-pool, four stages of 64/128/256/512 with two residual blocks each).
-- ``resnet18_tv``: torchvision's ``resnet18`` with its stem fitted to the input channels.
-- ``mlp``: the book's MLP of 13.1 (512 -> 256 -> 128 -> 2).
-- ``torchvision`` / ``timm``: any model of theirs by name (``model.arch``), no weights.
-- ``gpt2``: a small GPT-2 of transformers, random weights, the data's vocabulary.
-- ``hf``: a Hugging Face model by name (a local folder, a hub id) or from a config class
-  (perflab.models.huggingface); any transformers model a ``_target_`` builds is called through
-  ``hf.Unwrapped`` too, so that its output is a tensor.
+perflab's own factories (``lenet``, ``resnet18``, ``mlp``, ``torchvision``, ``timm``, ``gpt2``, ``hf`` ...) are
+listed in docs/models-and-data.md, each described at its definition.
 
 Everything a user's factory can get wrong is answered before the timed loop, in one line
 (:func:`check`): a target that does not import, an argument it does not take, an output that
