@@ -13,13 +13,16 @@ default dtype) are put back when its turn comes again: the other job may have se
 The jobs' CPU work that is timed runs on one thread they share (``compute``), not each on its
 own: OpenMP gives every thread that calls a parallel op a pool of its own, and with two pools
 one could stall while the other's workers still spin (samples of 200 ms beside the other side's
-1 ms, alternating: a stall of one side that pairing cannot cancel). One thread, one pool.
+1 ms, alternating: a stall of one side that pairing cannot cancel). One thread, one pool; a
+daemon, as the jobs' are: a Ctrl-C ends the process without waiting for a sample (an executor's
+worker would be joined at exit, a user's call that never returns with it).
 """
 
 from __future__ import annotations
 
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Callable, Sequence, TypeVar
 
 import torch
@@ -68,7 +71,7 @@ class Turns:
         self.cond = threading.Condition()
         self.mine = threading.local()
         self.saved: dict[int, tuple[Any, ...]] = {}
-        self.computer = ThreadPoolExecutor(1, thread_name_prefix="perflab-compute")
+        self.computer = Computer()
 
     def start(self, party: int) -> None:
         self.mine.party = party
@@ -103,6 +106,30 @@ class Turns:
         return party
 
 
+class Computer:
+    """One daemon thread that runs the calls given to it, one at a time, until closed."""
+
+    def __init__(self) -> None:
+        self.calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="perflab-compute", daemon=True).start()
+
+    def run(self, fn: Callable[[], T]) -> T:
+        done: Future[T] = Future()
+        self.calls.put((fn, done))
+        return done.result()
+
+    def close(self) -> None:
+        self.calls.put(None)
+
+    def _serve(self) -> None:
+        while (call := self.calls.get()) is not None:
+            fn, done = call
+            try:
+                done.set_result(fn())
+            except BaseException as err:  # noqa: BLE001 - the caller's to raise, on its own thread
+                done.set_exception(err)
+
+
 _TURNS: Turns | None = None
 
 
@@ -117,7 +144,7 @@ def compute(fn: Callable[[], T]) -> T:
     compute on, else here. Not for a GPU's work: its current device and stream are the thread's."""
     if _TURNS is None:
         return fn()
-    return _TURNS.computer.submit(_carried(fn)).result()
+    return _TURNS.computer.run(_carried(fn))
 
 
 def in_turns(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
@@ -148,5 +175,5 @@ def in_turns(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
             t.join()
     finally:
         _TURNS = None
-        turns.computer.shutdown(wait=False)
+        turns.computer.close()
     return values
