@@ -243,7 +243,8 @@ def _place(column: str, metrics: set[str]) -> float:
 
 
 def _cells(column: str, values: list[Any], metrics: list[Any], items: list[Any]) -> list[str]:
-    """A column's cells as :func:`_cell` writes them (each row's metric and items unit beside)."""
+    """A column's cells in its format, as :func:`shown` writes them (base and new in their row's
+    metric's, each row's metric and items unit beside; a suspect row's reason by its head)."""
     judged = column in ("base", "new")  # in their row's metric's format
     format = columns.format_of(column)
     out = []
@@ -251,7 +252,7 @@ def _cells(column: str, values: list[Any], metrics: list[Any], items: list[Any])
         if v is None:
             out.append("")
         elif isinstance(v, str):
-            out.append(_cell({column: v}, column) if column == "suspect" else v)
+            out.append(_head(v) if column == "suspect" and v else v)
         elif (x := number(v)) is None or (type(v) is not float and str(v) in ("True", "False")):
             out.append(str(v))
         elif judged and metric:
@@ -265,17 +266,7 @@ def _cells(column: str, values: list[Any], metrics: list[Any], items: list[Any])
     return out
 
 
-def _cell(r: Row, column: str) -> str:
-    v = r.get(column)
-    if v is None:
-        return ""
-    if isinstance(v, str):
-        if column == "suspect" and v:
-            head = v.split(":")[0].split("; ")[0]
-            return head + (" ..." if len(head) < len(v) else "")
-        return v
-    if number(v) is None or str(v) in ("True", "False"):
-        return str(v)
-    items = str(r.get("items_unit") or "items")
-    metric = r.get("metric")
-    return shown(v, str(metric) if column in ("base", "new") and metric else column, items)
+def _head(reason: str) -> str:
+    """A suspect row's first reason by its head ("the machine was busy ..."; csv has them whole)."""
+    head = reason.split(":")[0].split("; ")[0]
+    return head + (" ..." if len(head) < len(reason) else "")
