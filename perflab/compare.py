@@ -24,21 +24,11 @@ from perflab.analysis.comparison import (  # noqa: F401  (perflab.compare.ab, .s
     CompareError,
     ab,
     compare,
-    dashboard_name,
     figures,
-    is_value,
     plain_text,
     select,
 )
-from perflab.analysis.replicates import (  # noqa: F401  (documented imports: perflab.compare.measured ...)
-    FLOOR_CV,
-    UNUSABLE_SAMPLES,
-    Measured,
-    measured,
-    metric_for,
-    samples_by_row,
-    summary_rows,
-)
+from perflab.analysis.replicates import FLOOR_CV, measured, samples_by_row  # noqa: F401  (.measured: documented)
 from perflab.analysis.stats import ALPHA, MIN_SAMPLES
 from perflab.analysis.verdicts import (
     DEFAULT_GATE_PCT,
@@ -53,9 +43,15 @@ from perflab.analysis.verdicts import (
 from perflab.config import registry
 from perflab.config.schema import ResultsConfig
 from perflab.errors import ConfigError, OneLineParser
+from perflab.moved import forward
 from perflab.results import load
 from perflab.store import files
 from perflab.store.columns import higher_is_better, unit_of
+
+# Names this module re-exported before 0.5.0 that it does not use (dashboard_name, is_value, Measured,
+# metric_for, summary_rows, UNUSABLE_SAMPLES): the old import works until 0.6.0, warning with their home
+# (replicates first: comparison imports some of its names).
+__getattr__ = forward(__name__, ["perflab.analysis.replicates", "perflab.analysis.comparison"], dropped_in="0.6.0")
 
 
 def regressions(table: pd.DataFrame, pct: float | None = None) -> pd.DataFrame:

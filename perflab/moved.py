@@ -26,7 +26,7 @@ def forward(old: str, new: str | Sequence[str], dropped_in: str) -> Callable[[st
         where = FACE if name in face.__all__ else has[0]
         value = getattr(importlib.import_module(where), name)
         warnings.warn(
-            f"{old}.{name} moved: use 'from {where} import {name}' ({old} goes in perflab {dropped_in})",
+            f"{old}.{name} moved: use 'from {where} import {name}' (the old import goes in perflab {dropped_in})",
             DeprecationWarning,
             stacklevel=2,
         )

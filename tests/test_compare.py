@@ -3,6 +3,7 @@ A/B of two trees with a regression gate, suspect figures flagged, plots a person
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 
@@ -471,3 +472,25 @@ def test_a_point_of_one_row_is_measured_as_any_point():
     assert short[0].left_out == ["3 samples that give no positive median_s (NaN, not a number, <= 0)"]
     assert short[1].left_out and np.isnan(short[1].value)
     assert short[2].left_out == ["1 row whose samples give no positive median_s"]
+
+
+@pytest.mark.parametrize(
+    "name, home",
+    [
+        ("dashboard_name", "comparison"),
+        ("is_value", "comparison"),
+        ("UNUSABLE_SAMPLES", "replicates"),
+        ("Measured", "replicates"),
+        ("metric_for", "replicates"),
+        ("summary_rows", "replicates"),
+    ],
+)
+def test_what_compare_no_longer_re_exports_keeps_working_a_release(name, home):
+    new = f"perflab.analysis.{home}"
+    moved = rf"perflab\.compare\.{name} moved: use 'from {new} import {name}' "
+    moved += r"\(the old import goes in perflab 0\.6\.0\)"
+    with pytest.warns(DeprecationWarning, match=moved):
+        found = getattr(compare, name)
+    assert found is getattr(importlib.import_module(new), name)
+    with pytest.raises(AttributeError, match="'perflab.compare' has no attribute 'nosuch'"):
+        compare.nosuch  # noqa: B018

@@ -94,7 +94,8 @@ def test_what_ab_judges_sample_by_sample_comes_from_the_table():
     ],
 )
 def test_a_moved_name_keeps_working_a_release(old, name, new):
-    with pytest.warns(DeprecationWarning, match=rf"use 'from {new} import {name}' \({old} goes in perflab 0\.6\.0\)"):
+    moved = rf"{old}\.{name} moved: use 'from {new} import {name}' \(the old import goes in perflab 0\.6\.0\)"
+    with pytest.warns(DeprecationWarning, match=moved):
         found = getattr(importlib.import_module(old), name)
     assert found is getattr(importlib.import_module(new), name)
 
