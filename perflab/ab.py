@@ -281,7 +281,7 @@ def side_mistake(side: Side, shared: Sequence[str], at_ref: bool = False) -> str
     rest = [a for a in args if not a.startswith("+experiment=")]
     if line is None and len(chosen) == 1:  # what Hydra's own path would say, of a sweep's first point
         swept = bool(sweeping(rest))
-        first = first_point(rest) if swept else rest
+        first = (points(["-m", *rest]) or [rest])[0] if swept else rest  # as given where Hydra cannot expand it
         try:
             compose(chosen[0], first)
         except Refused as err:
@@ -337,23 +337,6 @@ def _as_text(value: object) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value).strip().lower()
-
-
-def first_point(overrides: Sequence[str]) -> list[str]:
-    """A sweep's overrides at the first value of each swept key (``size=16,32`` -> ``size=16``):
-    a key or a type every point shares is refused there as in the sweep. As given where
-    Hydra's parser cannot read them (composing says why)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-        first = []
-        for given, o in zip(overrides, parsed):
-            key = given.partition("=")[0]
-            first.append(f"{key}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else given)
-        return first
-    except Exception:  # Hydra's parser's own errors: composing says them in one line
-        return list(overrides)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
