@@ -22,7 +22,6 @@ from perflab.analysis.replicates import (
     measured_each,
     metric_for,
     metric_refusal,
-    module_of,
     samples_by_row,
     summary_rows,
 )
@@ -182,7 +181,7 @@ def _one_experiment(
     samples: dict[str, np.ndarray],
 ) -> tuple[pd.DataFrame, list[str]]:
     metric, note = metric_for(name, df, asked)
-    module = module_of(df)
+    module = registry.of_rows(df)
     beside = module.hooks.BESIDE if module else ()
     notes = [note] if note else []
     identity = identity_columns(df)

@@ -53,15 +53,10 @@ MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over the samples
 # --- a point's rows: its metric, its samples, its processes -----------------------------------
 
 
-def module_of(rows: pd.DataFrame) -> registry.Experiment | None:
-    """The experiment behind rows of a preset (lenet_scratch -> train); see registry.of_rows."""
-    return registry.of_rows(rows)
-
-
 def metric_for(experiment: str, rows: pd.DataFrame, asked: str | None) -> tuple[str, str]:
     """(metric, note): the asked one if the experiment's rows have it, else the experiment's own
     (the one home of "an experiment's metric, with median_s as its fallback")."""
-    module = module_of(rows)
+    module = registry.of_rows(rows)
     own = module.metric if module else "median_s"
     if asked and asked in rows and rows[asked].notna().any():
         return asked, ""
@@ -96,7 +91,7 @@ def has_metric(rows: pd.DataFrame, metric: str) -> bool:
 
 def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
     """The rows an experiment compares by default (training: its summary row, not every epoch)."""
-    module = module_of(rows)
+    module = registry.of_rows(rows)
     keep = module.hooks.SUMMARY_ROWS if module else None
     return rows[rows["measurement"].astype("string").isin(keep)] if keep else rows
 
