@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -33,6 +33,7 @@ from perflab.analysis.claims import section_key
 from perflab.config import registry
 from perflab.errors import ConfigError, OneLineParser
 from perflab.job import logs
+from perflab.job.ending import record_time
 from perflab.job.stop import terminate_as_interrupt
 from perflab.measure.sizing import Calibration, Point, calibrate, showing
 from perflab.store import files
@@ -258,7 +259,7 @@ def kept_calibration(store: Path) -> tuple[Calibration, float, str] | None:
 def keep_calibration(store: Path, machine: Calibration, smallest: float) -> None:
     """Keep this machine's calibration for the next chapter (a store that cannot be written keeps
     none: the next chapter calibrates again). The pace its jobs had stays (:func:`keep_pace`)."""
-    _keep(store, lambda entry: {**entry, "machine": asdict(machine), "smallest_s": smallest, "when": _now()})
+    _keep(store, lambda entry: {**entry, "machine": asdict(machine), "smallest_s": smallest, "when": record_time()})
 
 
 def kept_pace(store: Path) -> dict[str, float]:
@@ -647,7 +648,7 @@ def _chapter(args: argparse.Namespace, budget: float, deadline: float, log_to: C
             raise refused
         left = deadline - time.time() - REPORT_S - FIRST_JOB_S
         points, seconds = plan(machine, left * MARGIN, pace)
-        chapter = Chapter(budget, socket.gethostname(), _now(), machine, points, seconds, pace=pace)
+        chapter = Chapter(budget, socket.gethostname(), record_time(), machine, points, seconds, pace=pace)
     machine = chapter.machine
     if not machine.gpu:
         say(
@@ -699,7 +700,7 @@ def _finish(
         print(f"perflab chapter: error: {err}; the rows are in {folder} (perflab report {folder})", file=sys.stderr)
         return 1
     verdicts = claims.judge(rows, samples)
-    chapter.finished = _now()
+    chapter.finished = record_time()
     chapter.save(folder)
     say("")
     say(verdict_table(verdicts))
@@ -724,10 +725,6 @@ def verdict_table(verdicts: list[Any]) -> str:
         detail = f"measured: {c.measured or '-'}" + (f"; {c.why}" if c.why else "")
         lines += textwrap.wrap(detail, width=110, initial_indent=" " * 20, subsequent_indent=" " * 20)
     return "\n".join(lines)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @contextlib.contextmanager
