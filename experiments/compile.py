@@ -24,6 +24,7 @@ from perflab.experiment import (
     require,
     some_of,
 )
+from perflab.measure.dynamo import unique_graphs
 
 if TYPE_CHECKING:
     from perflab.experiment import Context, Device
@@ -250,12 +251,6 @@ def break_even(first_s: float, steady_s: float, eager_s: float) -> float:
     if steady_s >= eager_s:
         return math.nan
     return max(1.0, math.ceil((first_s - steady_s) / (eager_s - steady_s)))
-
-
-def unique_graphs() -> int:
-    from perflab.measure.dynamo import unique_graphs as graphs
-
-    return graphs()
 
 
 def graph_breaks(candidate: Callable, x: Any) -> float:
