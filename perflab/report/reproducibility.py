@@ -6,13 +6,13 @@ module only lays them out, as one HTML block the report puts before its sections
 
 from __future__ import annotations
 
-import html
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
 from perflab.analysis.claims import INVALID, NOT_APPLICABLE, UNDERPOWERED, VALID, Claim, counts, judge
+from perflab.report.html import esc, section_id
 
 NOTE = "cfg.results.note"
 VERDICT_CLASS = {VALID: "valid", INVALID: "invalid", UNDERPOWERED: "underpowered", NOT_APPLICABLE: "na"}
@@ -27,14 +27,8 @@ section.claims .tally span { margin-right: 14px; font-weight: 600; }
 """
 
 
-def esc(v: Any) -> str:
-    return html.escape(str(v))
-
-
 def summary(rows: pd.DataFrame, samples: Mapping[str, np.ndarray] | None = None) -> str:
     """The summary block for these rows ("" when they make no claim and say no sizes)."""
-    from perflab.report.html import section_id
-
     found = judge(rows, samples)
     sized = sizes(rows)
     if not found and not sized:
