@@ -13,6 +13,7 @@ returns a :class:`~perflab.analysis.claims.Claim`. Two rules hold for all of the
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -45,11 +46,7 @@ def problems(rows: Iterable[Mapping[str, Any]]) -> str:
 
 def claim(section: str, statement: str, book: str, expected: str, tolerance: str) -> Callable[..., Claim]:
     """A partial Claim: the words fixed, the outcome (measured, verdict, why) to come."""
-
-    def outcome(measured: str, verdict: str, why: str = "") -> Claim:
-        return Claim(section, statement, book, expected, tolerance, measured, verdict, why)
-
-    return outcome
+    return functools.partial(Claim, section, statement, book, expected, tolerance)
 
 
 def not_applicable(
