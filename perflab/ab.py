@@ -376,7 +376,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--fail-if-slower", type=compare.percent, metavar="PCT", help="the gate (default 10)")
     parser.add_argument("--alpha", type=compare.probability, default=ALPHA, help="false alarm rate (0.05)")
     parser.add_argument(
-        "--process-cv", type=compare.percent, metavar="PCT", help=f"floor (default: measured, else {100 * FLOOR_CV:g})"
+        "--process-cv", type=compare.cv_pct, metavar="PCT", help=f"floor (default: measured, else {100 * FLOOR_CV:g})"
     )
     parser.add_argument(
         "--why",
@@ -396,8 +396,6 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.error("give what both sides run, e.g. +experiment=quick/matmul")
     if args.min_processes > args.max_processes:
         parser.error(f"--min-processes {args.min_processes}: allowed: at most --max-processes ({args.max_processes})")
-    if args.process_cv is not None and not args.process_cv > 0:
-        parser.error(f"--process-cv {args.process_cv:g}: allowed: a percentage > 0, e.g. 2")
     if args.metric is not None and not numeric(args.metric):  # the rows are checked at the first look
         parser.error(metric_refusal(args.metric))
     for item in args.where:  # its key is checked against the rows at the first look, as --metric's

@@ -96,6 +96,7 @@ def number(ok: Callable[[float], bool], allowed: str) -> Callable[[str], float]:
 
 percent = number(lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (percent)")  # nan: a CI gate quietly off
 probability = number(lambda v: 0 < v < 1, "a number between 0 and 1, e.g. 0.05")  # --alpha
+cv_pct = number(lambda v: math.isfinite(v) and v > 0, "a percentage > 0, e.g. 2")  # --process-cv
 
 
 def to_json(table: pd.DataFrame, *, two_trees: bool, code: int | None = None, gate: bool = False) -> str:
@@ -212,7 +213,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--alpha", type=probability, default=ALPHA, help="BASE NEW: false discovery rate (0.05)")
     parser.add_argument(
         "--process-cv",
-        type=percent,
+        type=cv_pct,
         metavar="PCT",
         help="BASE NEW: between-process variation assumed with one process a side "
         f"(default: as the trees' points of 2+ processes measured it; else {100 * FLOOR_CV:g})",
@@ -234,8 +235,6 @@ def _main(argv: Sequence[str] | None) -> int:
     if len(args.paths) > 2:
         parser.error("give one results tree, or two (BASE NEW)")
     two = len(args.paths) == 2
-    if args.process_cv is not None and not args.process_cv > 0:
-        parser.error(f"--process-cv {args.process_cv:g}: allowed: a percentage > 0, e.g. 2")
     gate = args.fail_if_slower if args.fail_if_slower is not None else DEFAULT_GATE_PCT
     try:
         if args.plot is not None:  # before any work: a file or a device there is refused in one line

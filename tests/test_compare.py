@@ -214,6 +214,10 @@ def test_filters_and_one_line_errors(tmp_path, capsys):
         with pytest.raises(SystemExit) as exit:
             compare.main([str(tmp_path), str(tmp_path), "--fail-if-slower", pct])
         assert exit.value.code == 2 and "allowed: a number >= 0 (percent)" in capsys.readouterr().err
+    for pct in ("0", "nan", "-1"):  # the variation one-process verdicts assume: none is no floor at all
+        with pytest.raises(SystemExit) as exit:
+            compare.main([str(tmp_path), str(tmp_path), "--process-cv", pct])
+        assert exit.value.code == 2 and "allowed: a percentage > 0, e.g. 2" in capsys.readouterr().err
 
 
 def test_keys_set_apart_match_points_in_every_experiment_of_the_trees(tmp_path):
