@@ -140,14 +140,6 @@ def kv_cache(returned: Any) -> Any:
     return returned
 
 
-def spec_of(net: Any, settings: PerflabConfig, prompt_len: int) -> Any:
-    from perflab import models
-    from perflab.models import huggingface as hf
-    from perflab.train import data
-
-    return hf.input_spec(net, prompt_len) or data.spec(models.fitted_data(settings.model, settings.data))
-
-
 def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
     """A causal LM (HF's, or one with ``decode``) whose positions hold prompt + new tokens,
     which generates them for one prompt: before anything is timed."""
@@ -193,7 +185,7 @@ def check(settings: PerflabConfig, devices: Sequence[Device]) -> None:
             infer.within_positions("experiment.prompt_len", p.prompt_len, longest - p.new_tokens, longest, said)
     elif not callable(getattr(inner, "decode", None)):
         raise ConfigError("model", label, PROTOCOL, problem="it has no decode(ids, cache) method")
-    spec = spec_of(net, settings, p.prompt_len)
+    spec = infer.inputs_of(net, settings, p.prompt_len)
     if not spec.tokens and hf.is_hf(inner) and hf.kind(inner) != "audio features":
         problem = f"{type(inner).__name__} generates from {hf.kind(inner)}: perflab's prompts are token ids or audio"
         allowed = "a causal LM, an encoder-decoder of token ids, or one of audio features (Whisper)"
@@ -268,7 +260,7 @@ def run(ctx: Context) -> None:
     d = ctx.devices[0]
     assert s.model is not None
     net, loaded = infer.load(ctx, d)
-    spec = spec_of(net, s, p.prompt_len)
+    spec = infer.inputs_of(net, s, p.prompt_len)
     gen = Generator(net, d)
     prompt_len = p.prompt_len if spec.tokens else None  # audio features: the model's own length
     knobs: dict[str, Any] = {
