@@ -54,13 +54,6 @@ from perflab.store.columns import higher_is_better, unit_of
 __getattr__ = forward(__name__, ["perflab.analysis.replicates", "perflab.analysis.comparison"], dropped_in="0.6.0")
 
 
-def regressions(table: pd.DataFrame, pct: float | None = None) -> pd.DataFrame:
-    """The points judged FAIL (significantly slower than the base by more than the gate)."""
-    if table.empty or "verdict" not in table:
-        return table.iloc[:0]
-    return table[table["verdict"] == Verdict.FAIL.value]
-
-
 def verdict_of(table: pd.DataFrame) -> int:
     """The exit code of an A/B table: its points' verdicts, and any point the new tree lost."""
     verdicts = [Verdict(v) for v in table.get("verdict", pd.Series(dtype=str)).dropna()]
@@ -339,9 +332,9 @@ def verdict_lines(
     pct = DEFAULT_GATE_PCT if gate is None else gate
     print(meaning(pct, alpha, gate is not None), file=sys.stderr if fmt in ("json", "github", "csv") else sys.stdout)
     print(f"{prog}: {summary(table)} -> exit {code}", file=sys.stderr)
-    slow = regressions(table)
-    if len(slow):
-        print(f"{prog}: {len(slow)} point(s) significantly slower than the base by more than {pct:g}%", file=sys.stderr)
+    slow = int((table["verdict"] == Verdict.FAIL.value).sum()) if "verdict" in table else 0
+    if slow:
+        print(f"{prog}: {slow} point(s) significantly slower than the base by more than {pct:g}%", file=sys.stderr)
 
 
 def summary(table: pd.DataFrame) -> str:
