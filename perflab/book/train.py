@@ -235,17 +235,13 @@ def chapter(machine: Calibration, seconds: float) -> list[Point]:
 
     counts = [1, 2] if machine.count >= 2 else [1]
     lenet = sizing.training_rate(machine, "lenet", models.lenet, (1, 28, 28), 256)
-    points = _training_points(
-        machine, "13.5", "lenet_scratch", 0.4 * seconds / len(counts), lenet, 256, counts, epochs=5
-    )
+    points = _training_points("13.5", "lenet_scratch", 0.4 * seconds / len(counts), lenet, 256, counts, epochs=5)
     resnet = sizing.training_rate(machine, "resnet18", models.resnet18, (1, 28, 28), 256 if machine.gpu else 32)
     run_s = 0.6 * seconds / len(counts)
     epochs = 5 if machine.gpu else 3  # a GPU has time for the 4 timed epochs the speed claim needs
     images = _images(run_s, resnet, epochs=epochs, test=eval_images("13.6", run_s, resnet, epochs))
     batch = next((b for b in (256, 128, 64) if epochs * images / b >= 60), 32)  # 60 steps or more, if it can
-    points += _training_points(
-        machine, "13.6", "resnet18_concise", 0.6 * seconds / len(counts), resnet, batch, counts, epochs=epochs
-    )
+    points += _training_points("13.6", "resnet18_concise", run_s, resnet, batch, counts, epochs=epochs)
     return points
 
 
@@ -262,7 +258,6 @@ def _images(seconds: float, rate: float, *, epochs: int, test: int) -> float:
 
 
 def _training_points(
-    machine: Calibration,
     section: str,
     preset: str,
     seconds: float,
