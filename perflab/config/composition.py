@@ -331,8 +331,6 @@ def experiment_name(choice: str | None, cfg) -> str:
 
 def output_error(err: OSError, args: Sequence[str]) -> str:
     """One line for an output folder that cannot be made, naming the key that placed it there."""
-    from perflab.store import files
-
     overrides = dict(a.lstrip("+").split("=", 1) for a in args if "=" in a)
     key = next((k for k in ("hydra.run.dir", "hydra.sweep.dir", "results.store") if k in overrides), "results.store")
     value = overrides.get(key, "outputs")

@@ -202,7 +202,6 @@ def points(config: DictConfig) -> list[list[str]]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
 
     task = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=False) or []]
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
@@ -237,7 +236,6 @@ def check_points(config: DictConfig) -> None:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf import open_dict
-    from omegaconf.errors import OmegaConfBaseException
 
     from perflab.errors import ConfigError, one_line
     from perflab.job.execute import check_overrides, check_values
