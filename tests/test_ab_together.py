@@ -167,6 +167,15 @@ def test_a_sweeps_points_are_those_hydra_runs_in_its_order():
     ]
 
 
+def test_a_sweeps_side_is_checked_at_the_first_value_of_each_swept_key(work):
+    """As a run's, a sweep's values are refused before either side measures: at its first point."""
+    side = ab.Side("new", work / "n")
+    assert ab.side_mistake(side, ["+experiment=quick/matmul", "experiment.size=-1,64"]).startswith(
+        "new side: experiment.size=-1"
+    )
+    assert ab.side_mistake(side, ["+experiment=quick/matmul", "experiment.size=64,96"]) == ""
+
+
 def test_a_decided_point_is_measured_no_more(tmp_path):
     """Two points: 64 is 30 % slower on the new side (decided FAIL at an early look), 96 the same on
     both with 2 % swings between processes (undecided longer): the rounds after 64's look measure 96 alone."""
