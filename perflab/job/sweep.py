@@ -53,11 +53,13 @@ class Summary:
         return f"sweep: {sum(self.tally.values())} jobs: {counts or 'none'}{untried} -> {where}"
 
 
-def job_dirs(sweep_dir: Path) -> list[Path]:
-    def order(path: Path) -> tuple[int, str]:
-        return (int(path.name), "") if path.name.isdigit() else (1 << 30, path.name)
+def _job_order(path: Path) -> tuple[int, str]:
+    """Jobs by number (2 before 10); any other folder after them."""
+    return (int(path.name), "") if path.name.isdigit() else (1 << 30, path.name)
 
-    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")), key=order)
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")), key=_job_order)
 
 
 def summarize(sweep_dir: Path, failures: dict[str, RunRecord] | None = None) -> Summary:
@@ -118,9 +120,7 @@ def _jobs(sweep_dir: Path, failures: dict[str, RunRecord] | None) -> list[Path]:
     """The job dirs, and the jobs whose folder is gone but whose record a launcher or a full
     disk left in ``failures``."""
     gone = [sweep_dir / name for name in failures or {} if not (sweep_dir / name).is_dir()]
-    return sorted(
-        [*job_dirs(sweep_dir), *gone], key=lambda p: (int(p.name), "") if p.name.isdigit() else (1 << 30, p.name)
-    )
+    return sorted([*job_dirs(sweep_dir), *gone], key=_job_order)
 
 
 def _point(every: list[list[str]], name: str) -> dict[str, str]:
