@@ -42,12 +42,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
+from _neighbours import spinning
 
 SLOWDOWNS = (1.0, 1.05, 1.10, 1.20, 1.50)
 GATE = 10.0
@@ -58,18 +57,6 @@ AB_SLOWER = ["--base", "experiment.iterations=10", "--new", "experiment.iteratio
 # ... judged by the time of a call, or (--instructions) by the instructions it executes, one process a side
 BY_TIME = ["--metric", "median_s"]
 BY_INSTRUCTIONS = ["bench.instructions=true", "experiment.size=64", "--metric", "instructions", "--min-processes", "1"]
-
-
-@contextmanager
-def neighbour(busy: bool) -> Iterator[None]:
-    """A process that burns one CPU while the block runs (none when not ``busy``)."""
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
-    try:
-        yield
-    finally:
-        if proc is not None:
-            proc.kill()
-            proc.wait()
 
 
 def measure_pair(root: Path, processes: int, repeats: int) -> tuple[Path, Path]:
@@ -179,7 +166,7 @@ def main() -> None:
         parser.error(f"--pairs {args.pairs} --ab {args.ab}: allowed: integers >= 0, not both 0")
     setting = "busy neighbour" if args.busy else "no neighbour"  # the machine itself may be busy: see load
     found = []
-    with tempfile.TemporaryDirectory() as scratch, neighbour(args.busy):
+    with tempfile.TemporaryDirectory() as scratch, spinning(int(args.busy)):
         load = os.getloadavg()[0]
         for i in range(args.pairs):
             base, new = measure_pair(Path(scratch) / f"pair{i}", args.processes, args.repeats)

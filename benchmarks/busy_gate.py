@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _neighbours import spinning
 from _results import append
 
 MODEL = '''
@@ -133,8 +134,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="busy-gate-"))
     (work / "busygate.py").write_text(MODEL)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")])}
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
-    try:
+    with spinning(int(args.busy)):
         for name in args.workloads.split(","):
             for slowdown in (0.0, args.slowdown):
                 for k in range(args.runs):
@@ -142,10 +142,6 @@ def main() -> None:
                     row.update(run=k + 1, busy=args.busy, budget_min=args.budget)
                     append(args.out, [row])
                     print(json.dumps(row), flush=True)
-    finally:
-        if spinner is not None:
-            spinner.kill()
-            spinner.wait()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _neighbours import spinning
 from _results import append
 
 SWEEP = ["+experiment=quick/train", "trainer.batch_size=128,256", "devices.count=1,2", "strategy=ddp"]
@@ -79,18 +80,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "busy_sweep.csv")
     args = parser.parse_args()
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
-    try:
+    with spinning(int(args.busy)):
         for k in range(args.repeats):
             rows = once(Path(tempfile.mkdtemp(prefix="busy-sweep-")))
             for row in rows:
                 row.update(repeat=k + 1, busy=args.busy)
                 print(json.dumps(row), flush=True)
             append(args.out, rows)
-    finally:
-        if spinner is not None:
-            spinner.kill()
-            spinner.wait()
 
 
 if __name__ == "__main__":

@@ -23,11 +23,11 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from _neighbours import spinning as neighbours
 from _results import append
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,10 +36,7 @@ JOB += ["bench.min_time_s=0.3", "results.table=false"]
 
 
 def one(threads: int, policy: str, spinning: int, store: Path) -> dict:
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(spinning)]
-    if spinners:
-        time.sleep(0.5)
-    try:
+    with neighbours(spinning, settle_s=0.5):
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": policy}
         subprocess.run(
             [sys.executable, "-m", "perflab", *JOB, f"results.store={store}"],
@@ -47,10 +44,6 @@ def one(threads: int, policy: str, spinning: int, store: Path) -> dict:
             check=True,
             capture_output=True,
         )
-    finally:
-        for p in spinners:
-            p.kill()
-            p.wait()
     from perflab.results import load
 
     row = load(store).iloc[-1]

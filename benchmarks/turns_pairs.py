@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _neighbours import spinning
 from _results import append
 from busy_gate import MODEL
 
@@ -87,18 +88,13 @@ def main() -> None:
     if args.old:
         old = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.old, capture_output=True, text=True)
         codes.append(("old", args.old.resolve(), old.stdout.strip()))
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
-    try:
+    with spinning(int(args.busy)):
         for k in range(args.processes):
             for code, checkout, sha in codes if k % 2 == 0 else codes[::-1]:  # interleaved, each first in turn
                 rows = [dict(r, process=k + 1, commit=sha, busy=args.busy) for r in one(code, checkout, work)]
                 append(args.out, rows)
                 for r in rows:
                     print(json.dumps(r), flush=True)
-    finally:
-        if spinner is not None:
-            spinner.kill()
-            spinner.wait()
 
 
 if __name__ == "__main__":
