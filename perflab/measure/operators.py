@@ -28,15 +28,18 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
+from perflab.store import columns as known
+from perflab.store import layout
+
 if TYPE_CHECKING:  # torch: only where something is profiled, never for a report's reading
     from perflab.measure.devices import Device
 
-FILE = "operators.csv"
+FILE = layout.OPERATORS
 ACTIVE_CALLS = 3  # profiled calls after one warm-up call under the profiler (bench.profile's trace too)
 KINDS = ("op", "kernel", "range")
-COLUMNS = ("operator", "kind", "device", "calls", "self_s", "share", "profiled_s")
 COMPILED_REGION = "Torch-Compiled Region"  # a torch.compile'd frame's call (i/j: frame, recompile): a range
 KEYS = ("row_id", "run_id", "process", "experiment", "measurement", "median_s")  # from the row
+COLUMNS = tuple(c for c in known.OPERATORS if c not in KEYS)  # a line per operator: the profiler's figures
 
 
 @dataclass
