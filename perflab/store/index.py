@@ -993,9 +993,10 @@ def _write_segment(index: Path, df, tables: dict[str, Any], manifest: Manifest) 
         m.seals = {"rows": _seal(rows), **{table: _seal(data) for table, data in kept.items()}}
         said = {"format": FORMAT, "sources": m.sources, "notes": m.notes, "row_ids": m.span, "rows": m.rows}
         said["table_notes"] = m.table_notes
+        for table in kept:
+            derived_dir(index / table)  # a file or FIFO where it belongs removed (said), never waited on
         files.write_atomic(index / f"{name}.parquet", rows)
         for table, data in kept.items():
-            derived_dir(index / table)  # a file or FIFO where it belongs removed (said), never waited on
             files.write_atomic(index / table / f"{name}.parquet", data)
         files.write_atomic(index / f"{name}.json", json.dumps({**said, "files": m.seals}))
     except (OSError, ValueError, ImportError) as err:
