@@ -206,8 +206,8 @@ def _no_folder(path: Path) -> str:
 
 
 def read_samples(dirs: Sequence[Path], notes: Notes):
-    """The samples.csv of many run dirs, parsed together (index.read_samples)."""
-    df = index.read_samples(dirs, [str(d) for d in dirs], "_file", notes)
+    """The samples.csv of many run dirs, parsed together (index.read_files)."""
+    df = index.read_files(index.SAMPLES_TABLE, dirs, [str(d) for d in dirs], "_file", notes)
     return df.drop(columns="_file", errors="ignore")
 
 
