@@ -51,12 +51,14 @@ def _from_files(tree):
 
 
 def _no_csv(monkeypatch) -> None:
-    """From here on, parsing any CSV file of a run dir fails the test."""
+    """From here on, parsing any CSV file fails the test (perflab's reader, pandas' or Arrow's)."""
+    import pyarrow.csv
 
     def parsed(*args, **kwargs):
         raise AssertionError("a CSV was parsed: the index holds what was asked for")
 
-    monkeypatch.setattr(index, "read_many", parsed)
+    for module, name in ((index, "read_many"), (pd, "read_csv"), (pyarrow.csv, "read_csv")):
+        monkeypatch.setattr(module, name, parsed)
 
 
 def test_operators_come_from_the_index_as_from_the_files_and_no_csv_is_parsed_again(tmp_path, monkeypatch):
