@@ -92,16 +92,29 @@ def load_operators(*paths: str | os.PathLike):
     every run dir under ``paths`` in one DataFrame, a line per (row, operator): the row's
     ``row_id``, ``run_id``, ``process``, ``experiment``, ``measurement`` and timed ``median_s``,
     then ``operator``, ``kind`` (op, kernel, range), ``device``, ``calls`` and ``self_s`` per
-    measured call, ``share`` of the profiled call (``profiled_s``). See perflab.measure.operators."""
+    measured call, ``share`` of the profiled call (``profiled_s``), and ``run_dir``; sorted by
+    ``row_id`` (see perflab.measure.operators.typed). A results tree's come from its index (no
+    operators.csv parsed but those of runs not indexed yet), other folders' from their files."""
     from perflab.measure import operators
 
+    notes = Notes()
+    frames: list = []
     dirs: list[Path] = []
     for p in paths:
         path = Path(p)
         if not path.is_dir():
             raise FileNotFoundError(f"{path}: {_no_folder(path)}")
+        if tree.is_store(path) and not files.not_a_folder(path):
+            try:
+                frames.append(index.load_operators(path, notes))
+                continue
+            except OSError as err:  # no permission, a dead mount: the run dirs read themselves, and that said
+                notes.add(INDEX_UNREADABLE.replace("{why}", files.os_line(err)), path)
         dirs += list(run_dirs(path))
-    return operators.read(list(dict.fromkeys(dirs)))
+    if dirs:
+        frames.append(operators.read(dirs, notes))
+    notes.say()
+    return operators.typed(frames)
 
 
 class Reading:
@@ -193,8 +206,8 @@ def _no_folder(path: Path) -> str:
 
 
 def read_samples(dirs: Sequence[Path], notes: Notes):
-    """The samples.csv of many run dirs, parsed together (index.read_samples)."""
-    df = index.read_samples(dirs, [str(d) for d in dirs], "_file", notes)
+    """The samples.csv of many run dirs, parsed together (index.read_files)."""
+    df = index.read_files(index.SAMPLES_TABLE, dirs, [str(d) for d in dirs], "_file", notes)
     return df.drop(columns="_file", errors="ignore")
 
 

@@ -14,8 +14,9 @@ with the profiler's own ``key_averages``: one line per operator the profiler see
   ``profiled_s / median_s`` says what the profiler cost.
 
 The table goes to ``operators.csv`` in the run dir, one line per (row, operator), keyed by the
-row's ``row_id`` (and ``run_id``, ``process``, ``measurement``): ``perflab.results.load_operators``
-reads it back, ``perflab.analysis.attribution`` judges two sides' tables operator by operator.
+row's ``row_id`` (and ``run_id``, ``process``, ``measurement``): a results tree's index keeps it
+beside the rows (``perflab.store.index``), ``perflab.results.load_operators`` reads it back,
+``perflab.analysis.attribution`` judges two sides' tables operator by operator.
 """
 
 from __future__ import annotations
@@ -28,15 +29,19 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
+from perflab.store import columns as known
+from perflab.store import layout
+
 if TYPE_CHECKING:  # torch: only where something is profiled, never for a report's reading
     from perflab.measure.devices import Device
+    from perflab.store.rows import Notes
 
-FILE = "operators.csv"
+FILE = layout.OPERATORS
 ACTIVE_CALLS = 3  # profiled calls after one warm-up call under the profiler (bench.profile's trace too)
 KINDS = ("op", "kernel", "range")
-COLUMNS = ("operator", "kind", "device", "calls", "self_s", "share", "profiled_s")
 COMPILED_REGION = "Torch-Compiled Region"  # a torch.compile'd frame's call (i/j: frame, recompile): a range
 KEYS = ("row_id", "run_id", "process", "experiment", "measurement", "median_s")  # from the row
+COLUMNS = tuple(c for c in known.OPERATORS if c not in KEYS)  # a line per operator: the profiler's figures
 
 
 @dataclass
@@ -125,18 +130,31 @@ def write(run_dir: Path, row: Mapping[str, Any], table: pd.DataFrame) -> Path:
     return path
 
 
-def read(paths: Sequence[Path]) -> pd.DataFrame:
-    """Every ``operators.csv`` of these run dirs, one frame (``KEYS`` + ``COLUMNS`` + ``run_dir``);
-    a torn line is skipped."""
-    frames = []
-    for d in paths:
-        f = Path(d) / FILE
-        if f.is_file():
-            df = pd.read_csv(f, on_bad_lines="skip", dtype={"row_id": str, "run_id": str, "process": "string"})
-            frames.append(df.assign(run_dir=str(d)))
-    if not frames:
-        return pd.DataFrame(columns=[*KEYS, *COLUMNS, "run_dir"])
-    out = pd.concat(frames, ignore_index=True)
-    for c in ("calls", "self_s", "share", "profiled_s", "median_s"):
-        out[c] = pd.to_numeric(out[c], errors="coerce")
-    return out.drop_duplicates(["row_id", "operator", "kind", "device"])
+def read(paths: Sequence[Path], notes: Notes | None = None) -> pd.DataFrame:
+    """Every ``operators.csv`` of these run dirs, each parsed (no index asked), one frame as
+    :func:`typed` makes it; a torn or malformed line is skipped and said (in ``notes``; default:
+    a warning)."""
+    from perflab.store import index
+    from perflab.store.rows import Notes
+
+    own = notes if notes is not None else Notes()
+    df = index.read_operators(list(dict.fromkeys(Path(d) for d in paths)), own)
+    if notes is None:
+        own.say()
+    return typed([df])
+
+
+def typed(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Operator lines, read from run dirs or from a results tree's index, as one frame of
+    ``KEYS``, ``COLUMNS`` and ``run_dir`` (each line's run dir, resolved): text as pandas'
+    ``string``, figures as floats; each (row, operator, kind, device) once, the first kept;
+    sorted by ``row_id``, each row's operators in the order written. Whichever way the lines
+    were read, the same frame."""
+    from perflab.store import index
+
+    names = [*KEYS, *COLUMNS, "run_dir"]
+    full = [f.reindex(columns=names) for f in frames if len(f)]
+    df = pd.concat(full, ignore_index=True) if full else pd.DataFrame(columns=names)
+    df = df.astype({c: "float64" if known.OPERATORS.get(c) == "float" else "string" for c in names})
+    df = df.drop_duplicates(list(index.OPERATORS_TABLE.key))
+    return df.sort_values("row_id", kind="stable", ignore_index=True)

@@ -179,6 +179,23 @@ CATEGORIES = tuple(c.name for c in COLUMNS.values() if c.kind == "category")
 # column: how each is typed when written, so that no reader guesses (a sample's ``i``, its
 # place in its phase, is no results column).
 SAMPLES: dict[str, Kind] = {"row_id": "text", "phase": "text", "i": "int", "seconds": "float"}
+# A profiled measurement's operators as operators.csv holds them and the index keeps them, by
+# column: the row's keys, then a line per operator (perflab.measure.operators says what each is).
+OPERATORS: dict[str, Kind] = {
+    "row_id": "text",
+    "run_id": "text",
+    "process": "text",
+    "experiment": "text",
+    "measurement": "text",
+    "median_s": "float",
+    "operator": "text",
+    "kind": "text",
+    "device": "text",
+    "calls": "float",
+    "self_s": "float",
+    "share": "float",
+    "profiled_s": "float",
+}
 # Figures a comparison can judge by default (a user's own rates judge too: *_per_s).
 JUDGED = frozenset(c.name for c in COLUMNS.values() if c.better)
 # Judged by a tolerance, not by a test between processes (perflab.analysis.verdicts).

@@ -1,10 +1,11 @@
-"""The index of a results tree: the rows and raw samples of many run dirs in Parquet segments
-under ``.perflab/index/``, so that loading a big tree reads only what changed, and only what a
-reader asks for (one experiment, some columns, the samples of some rows).
+"""The index of a results tree: the rows of many run dirs, their raw samples and their operators
+in Parquet segments under ``.perflab/index/``, so that loading a big tree reads only what changed,
+and only what a reader asks for (one experiment, some columns, the samples of some rows).
 
 A segment is ``<name>.parquet`` (rows, in the types load() gives: the writer's, declared in
-:mod:`perflab.store.columns`), ``samples/<name>.parquet`` (their raw samples, keyed by row id)
-and ``<name>.json``, its manifest: which run dirs at which stamps, and each file's size and
+:mod:`perflab.store.columns`), a table keyed by row id for each of :data:`KEYED`
+(``samples/<name>.parquet``: the raw samples; ``operators/<name>.parquet``: the profiled
+operators) and ``<name>.json``, its manifest: which run dirs at which stamps, and each file's size and
 footer digest (with Parquet's page checksums, a damaged segment is found and rebuilt from its
 run dirs, never read as numbers). Any Parquet reader (pyarrow.dataset, DuckDB) reads them; a run
 dir that changed since it was indexed has rows in two segments (its manifests say which is
@@ -27,6 +28,7 @@ from typing import Any, BinaryIO, Collection, Sequence
 
 from perflab.store import columns as known
 from perflab.store import files
+from perflab.store.layout import OPERATORS
 from perflab.store.rows import RESULTS, SAMPLES, Notes, concat, fix_dtypes, read_many
 from perflab.store.rundir import RECORD, RunRecord
 from perflab.store.tree import NOT_PLAIN, derived_dir, meta, walk
@@ -38,9 +40,9 @@ log = logging.getLogger("perflab")
 # bring them to half this, and more while the next older is no bigger than those merged (a
 # tree's big old segment is left alone while new runs come one by one)
 MAX_SEGMENTS = 8
-# of an index segment (4: rows and samples, each file's size and footer digest); a segment of
-# another format (another perflab version) is rebuilt
-FORMAT = 4
+# of an index segment (5: rows, samples and operators, each file's size and footer digest); a
+# segment of another format (another perflab version: 4 held no operators) is rebuilt
+FORMAT = 5
 OTHER_FORMAT = "rebuilt {n} index segment{s} written by another perflab version"
 DAMAGED = "rebuilt {n} damaged index segment{s}"
 Span = tuple[str, str] | None  # the least and greatest row id of rows whose row ids are each there once
@@ -49,11 +51,33 @@ UNWRITTEN = "~unwritten"  # new rows no segment could be written for: ~unwritten
 SAMPLES_DIR = "samples"  # beside the rows' segments: a glob of *.parquet finds rows alone
 
 
+@dataclass(frozen=True)
+class Keyed:
+    """A table each segment keeps beside its rows, keyed by ``row_id``: read from one file of each
+    run dir (stamped by _sources: a change reads the run dir again), typed as ``kinds`` declares
+    (no reader guesses), each line once by ``key`` (a run dir copied in the tree gives it twice)."""
+
+    name: str  # its folder beside the rows' segments; its file's seal and its notes in the manifest
+    file: str  # in each run dir
+    kinds: dict[str, known.Kind]
+    key: tuple[str, ...]
+    required: tuple[str, ...]  # a file without these columns is not perflab's (skipped, said)
+    placed: bool  # read back with each line's ``run_dir`` (the samples: without, a column less to read)
+
+
+SAMPLES_TABLE = Keyed(SAMPLES_DIR, SAMPLES, known.SAMPLES, ("row_id", "phase", "i"), ("row_id", "seconds"), False)
+OPERATORS_TABLE = Keyed(
+    "operators", OPERATORS, known.OPERATORS, ("row_id", "operator", "kind", "device"), ("row_id", "operator"), True
+)
+KEYED = (SAMPLES_TABLE, OPERATORS_TABLE)
+
+
 def _sources(root: Path, notes: Notes | None = None) -> Stamps:
     """Run dir (relative to ``root``) -> stamp: [mtime_ns, size] of its results.csv, of its
-    run.json and of its samples.csv (0, 0 for one it lacks), so that a run that ends (run.json:
-    running -> ok) or whose samples came after its last row is read again. The same walk as
-    run_dirs(), on its stats (10k run dirs in a fraction of a second)."""
+    run.json and of each :data:`KEYED` file (samples.csv, operators.csv; 0, 0 for one it lacks),
+    so that a run that ends (run.json: running -> ok) or whose samples or operators came after its
+    last row is read again. The same walk as run_dirs(), on its stats (10k run dirs in a fraction
+    of a second)."""
     top = os.fspath(root)
     prefix = os.path.join(top, "")  # the walk's paths start with it: cut, not os.path.relpath (10k calls)
     found: Stamps = {}
@@ -61,12 +85,14 @@ def _sources(root: Path, notes: Notes | None = None) -> Stamps:
         st, rec = stats.get(RESULTS), stats.get(RECORD)
         if st is None:
             continue
-        try:
-            sam: Any = os.stat(os.path.join(here, SAMPLES))
-        except OSError:
-            sam = None
         stamp = [st.st_mtime_ns, st.st_size, rec.st_mtime_ns if rec else 0, rec.st_size if rec else 0]
-        stamp += [sam.st_mtime_ns, sam.st_size] if sam else [0, 0]
+        for t in KEYED:
+            try:
+                kept = os.stat(os.path.join(here, t.file))
+            except OSError:
+                stamp += [0, 0]
+            else:
+                stamp += [kept.st_mtime_ns, kept.st_size]
         found[here[len(prefix) :] if here.startswith(prefix) else os.path.relpath(here, top)] = stamp
     return found
 
@@ -75,15 +101,16 @@ def _sources(root: Path, notes: Notes | None = None) -> Stamps:
 class Manifest:
     """What a segment's manifest says: the run dirs it holds rows of, at which stamps; what was
     skipped in them when they were read (every later load still says it); the span of its row
-    ids if each is there once; its rows; its files' [size, footer digest] (rows, samples); and
-    what was skipped in their samples.csv (said by a read of samples, not of rows)."""
+    ids if each is there once; its rows; its files' [size, footer digest] (rows, and each keyed
+    table); and what was skipped in each keyed table's files (said by a read of that table, not of
+    rows)."""
 
     sources: Stamps
     notes: dict[str, dict[str, int]]
     span: Span = None
     rows: int = 0
-    seals: dict[str, list] = field(default_factory=dict)  # "rows" / "samples" -> [bytes, footer's sha256]
-    sample_notes: dict[str, dict[str, int]] = field(default_factory=dict)
+    seals: dict[str, list] = field(default_factory=dict)  # "rows" / a Keyed's name -> [bytes, footer's sha256]
+    table_notes: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # a Keyed's name -> notes
 
 
 def _manifest(path: Path) -> Manifest | None:
@@ -93,12 +120,12 @@ def _manifest(path: Path) -> Manifest | None:
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("sources"), dict):
         return None
     noted, ids, rows, seals = data.get("notes"), data.get("row_ids"), data.get("rows"), data.get("files")
-    sample_notes = data.get("sample_notes")
+    table_notes = data.get("table_notes")
     span: Span = None
     if isinstance(ids, list) and len(ids) == 2 and all(isinstance(x, str) for x in ids):
         span = (ids[0], ids[1])
     if not isinstance(seals, dict) or not all(
-        isinstance(seals.get(k), list) and len(seals[k]) == 2 for k in ("rows", "samples")
+        isinstance(seals.get(k), list) and len(seals[k]) == 2 for k in ("rows", *(t.name for t in KEYED))
     ):
         raise ValueError("no sizes and digests of its files")
     if not isinstance(rows, int):
@@ -109,7 +136,7 @@ def _manifest(path: Path) -> Manifest | None:
         span,
         rows,
         seals,
-        sample_notes if isinstance(sample_notes, dict) else {},
+        table_notes if isinstance(table_notes, dict) else {},
     )
 
 
@@ -143,8 +170,8 @@ def load_tree(
     and ``run_dir``), through the index, each row id once (the first row of it kept, as load()
     keeps it).
 
-    Run dirs whose results.csv, run.json and samples.csv have not changed since they were
-    indexed come from the Parquet segments (only the row groups of ``experiment``, only
+    Run dirs whose results.csv, run.json, samples.csv and operators.csv have not changed since
+    they were indexed come from the Parquet segments (only the row groups of ``experiment``, only
     ``columns``); new or changed ones are read from CSV and added as a new segment. A segment
     that is damaged or of another format is rebuilt from its run dirs and removed (``notes``
     says so). If the index cannot be written (a read-only tree), loading still works, only
@@ -155,7 +182,7 @@ def load_tree(
     the samples of its rows without walking the tree again (the index tidied after that).
     """
     notes = notes if notes is not None else Notes()
-    load = _begin(Path(root), experiment, columns, notes, rows=True)
+    load = _begin(Path(root), experiment, columns, notes, None)
     df = load.in_full()
     load.tidy = not experiment and columns is None
     if kept is None:
@@ -171,9 +198,9 @@ def samples_after(load: _Load, row_ids: Collection[str] | None = None, notes: No
     """load_samples() of the rows a load_tree(kept=...) read (``load``), from the segments that
     load found current: one walk of the tree for its rows and their samples (it was most of a
     second at 20k run dirs, each time)."""
-    load.rows, load.notes = False, notes if notes is not None else Notes()
+    load.table, load.notes = SAMPLES_TABLE, notes if notes is not None else Notes()
     load.fresh = set()  # what the CSVs read for the rows held in their samples: said from the manifests
-    df = load.samples(row_ids)
+    df = load.keyed(row_ids)
     load.end(tidy=load.tidy)
     return df
 
@@ -182,24 +209,38 @@ def load_samples(root: Path, row_ids: Collection[str] | None = None, notes: Note
     """The raw samples (``row_id``, ``phase``, ``i``, ``seconds``) under the store ``root``,
     through the index: of the rows ``row_ids`` (None: all), in the order their segments hold
     them; no samples.csv is parsed but those of run dirs not indexed yet."""
-    notes = notes if notes is not None else Notes()
-    load = _begin(Path(root), None, None, notes, rows=False)
-    df = load.samples(row_ids)
+    return _load_keyed(Path(root), SAMPLES_TABLE, row_ids, notes)
+
+
+def load_operators(root: Path, notes: Notes | None = None):
+    """The operators of the profiled rows (the columns of :data:`perflab.store.columns.OPERATORS`,
+    then ``run_dir``) under the store ``root``, through the index, in the order their segments
+    hold them; no operators.csv is parsed but those of run dirs not indexed yet."""
+    return _load_keyed(Path(root), OPERATORS_TABLE, None, notes)
+
+
+def _load_keyed(root: Path, table: Keyed, row_ids: Collection[str] | None, notes: Notes | None):
+    """A keyed table of the rows ``row_ids`` (None: all) under the store ``root``, through the index."""
+    load = _begin(root, None, None, notes if notes is not None else Notes(), table)
+    df = load.keyed(row_ids)
     load.end(tidy=False)
     return df
 
 
-def _begin(root: Path, experiment: str | None, columns: Collection[str] | None, notes: Notes, rows: bool) -> _Load:
+def _begin(
+    root: Path, experiment: str | None, columns: Collection[str] | None, notes: Notes, table: Keyed | None
+) -> _Load:
     """A load's state: the tree walked and, beside the walk, its segments' manifests read (and,
-    for ``rows``, their rows)."""
+    for a load of rows, ``table`` None, their rows)."""
     index = meta(root) / "index"
+    rows = table is None
     with ThreadPoolExecutor(1) as walker:  # the walk (system calls) beside the decoding (Arrow's threads)
         walking = walker.submit(_sources, root, notes if rows else Notes())  # the walk's notes: the rows' to say
         manifests, dropped = _manifests(index)
         keep = None if columns is None else set(columns) | {"_source", "experiment", "row_id"}
         pieces = _pieces(index, manifests, experiment, dropped, keep) if rows else {}
         sources = walking.result()
-    return _Load(root, index, experiment, keep, manifests, pieces, dropped, sources, notes, rows)
+    return _Load(root, index, experiment, keep, manifests, pieces, dropped, sources, notes, table)
 
 
 @dataclass
@@ -217,10 +258,11 @@ class _Load:
     dropped: dict[str, str]
     sources: Stamps
     notes: Notes
-    rows: bool  # a read of rows (else of samples): whose skipped lines, files are said
+    table: Keyed | None  # the keyed table read (None: rows): whose skipped lines, files are said
     indexed: dict[str, str] = field(default_factory=dict)
     fresh: set[str] = field(default_factory=set)  # the run dirs read from CSV now (what was skipped said then)
-    unwritten: dict[str, Any] = field(default_factory=dict)  # the samples of segments not written (a read-only tree)
+    unwritten: dict[str, dict[str, Any]] = field(default_factory=dict)  # segments not written (a read-only
+    # tree) -> their keyed tables, by name
     removed: set[str] = field(default_factory=set)  # the dropped segments removed (and said) already
     tidy: bool = False  # the index kept small at the end (a load of every row)
 
@@ -245,10 +287,9 @@ class _Load:
             if source in self.fresh:  # said as it was read
                 continue
             m = self.manifests[segment]
-            for kind, count in (m.notes if self.rows else m.sample_notes).get(source, {}).items():
-                self.notes.add(
-                    kind, _place(self.root, source, kind) if self.rows else _samples_at(self.root, source), count
-                )
+            t = self.table
+            for kind, count in (m.notes if t is None else m.table_notes.get(t.name, {})).get(source, {}).items():
+                self.notes.add(kind, _place(self.root, source, kind) if t is None else _at(self.root, source, t), count)
         for segment, why in self.dropped.items():
             if segment not in self.removed:
                 self.notes.add(why, self.index / f"{segment}.parquet")
@@ -259,8 +300,8 @@ class _Load:
 
     def _add(self, fresh: list[str]) -> None:
         """The rows of run dirs no segment holds, read from CSV and written as a new segment
-        with their samples."""
-        now, said = Notes(), Notes()
+        with their keyed tables."""
+        now, said = Notes(), {t.name: Notes() for t in KEYED}
         self.fresh.update(fresh)
         new = _read_sources(self.root, fresh, now)
         skipped = {  # each run dir's places looked up only when something was skipped (10k paths otherwise)
@@ -272,17 +313,20 @@ class _Load:
         if new.empty and not any(skipped.values()):  # no rows (a header alone): read again next time
             return
         new = as_indexed(new) if len(new) else _no_rows()  # no rows, but what was skipped: remembered
-        samples = _read_samples(self.root, fresh, said) if len(new) else _samples_table(None)
-        for kind, places in (now if self.rows else said).kinds.items():
+        tables = {
+            t.name: _read_keyed(self.root, t, fresh, said[t.name]) if len(new) else _keyed(t, None) for t in KEYED
+        }
+        for kind, places in (now if self.table is None else said[self.table.name]).kinds.items():
             for place, count in places.items():
                 self.notes.add(kind, place, count)
         m = Manifest({s: self.sources[s] for s in fresh}, {s: k for s, k in skipped.items() if k}, _span(new), len(new))
-        if said.kinds:
-            m.sample_notes = {s: k for s in fresh if (k := said.of(_samples_at(self.root, s)))}
+        for t in KEYED:
+            if said[t.name].kinds:
+                m.table_notes[t.name] = {s: k for s in fresh if (k := said[t.name].of(_at(self.root, s, t)))}
         unwritten = f"{UNWRITTEN}-{sum(n.startswith(UNWRITTEN) for n in self.manifests)}"  # one name a batch
-        name = _write_segment(self.index, new, samples, m) or unwritten
+        name = _write_segment(self.index, new, tables, m) or unwritten
         if name == unwritten:
-            self.unwritten[name] = samples
+            self.unwritten[name] = tables
         self.manifests[name] = m
         self.indexed.update(dict.fromkeys(fresh, name))
         if self.experiment:  # its rows (none where the runs name no experiment), its columns all the same
@@ -324,11 +368,15 @@ class _Load:
         # a part without rows repeats no row id
         return _once(combine(pieces), [span for part, span in read if any(_rows(p) for p in part)])
 
-    def samples(self, row_ids: Collection[str] | None):
-        """The samples of the current run dirs' rows (of ``row_ids``), segment by segment in the
-        order written; a segment gone or damaged: its run dirs read again."""
+    def keyed(self, row_ids: Collection[str] | None):
+        """The keyed table (``table``: samples, operators) of the current run dirs' rows (of
+        ``row_ids``), segment by segment in the order written, with ``run_dir`` where the table
+        is ``placed``; a segment gone or damaged: its run dirs read again."""
         import pyarrow as pa
 
+        t = self.table
+        assert t is not None, "a load of rows has no keyed table to read"
+        given = [*t.kinds, *(["_source"] if t.placed else [])]
         self.find()
         while True:
             tables, spans = [], []
@@ -338,24 +386,23 @@ class _Load:
                 spans.append(m.span)
                 try:
                     if segment in self.unwritten:
-                        table = _filtered(self.unwritten[segment], row_ids, only)
+                        table = _filtered(self.unwritten[segment][t.name], row_ids, only)
                     else:
-                        table = _read_samples_of(self.index, segment, m, row_ids, only)
-                    tables.append(table.select(list(known.SAMPLES)))
+                        table = _read_keyed_of(self.index, t, segment, m, row_ids, only)
+                    tables.append(table.select(given))
                 except FileNotFoundError:  # merged meanwhile
                     del self.manifests[segment]
                     break
                 except Exception as err:  # damaged: pyarrow raises its own kinds
-                    log.debug("index samples %s unreadable (%s): reading its run dirs", segment, err)
+                    log.debug("index %s %s unreadable (%s): reading its run dirs", t.name, segment, err)
                     self.dropped[segment] = DAMAGED
                     break
             else:
-                table = pa.concat_tables(tables) if tables else _samples_table(None).select(list(known.SAMPLES))
-                df = table.to_pandas()
-                if _apart(spans):  # no row id in two run dirs: no sample twice
-                    return df
-                twice = df.duplicated(subset=["row_id", "phase", "i"], keep="first")  # a run dir copied
-                return df[~twice.to_numpy()].reset_index(drop=True) if twice.any() else df
+                df = (pa.concat_tables(tables) if tables else _keyed(t, None).select(given)).to_pandas()
+                if not _apart(spans):  # a row id in two run dirs (one copied): its lines kept once
+                    twice = df.duplicated(subset=list(t.key), keep="first")
+                    df = df[~twice.to_numpy()].reset_index(drop=True) if twice.any() else df
+                return _with_run_dir(df, self.root) if t.placed else df
             self.find()
 
 
@@ -428,30 +475,33 @@ def _checked() -> dict[str, bool]:
     return {"page_checksum_verification": True}
 
 
-SAMPLES_BATCH = 1000  # run dirs whose samples.csv are parsed together: a frame of text that size at most
+SAMPLES_BATCH = 1000  # run dirs whose samples.csv (operators.csv) are parsed together: a frame of text that size
 
 
-def _read_samples(root: Path, sources: list[str], notes: Notes):
-    """The samples of these run dirs (their samples.csv), as the index keeps them (_samples_table),
-    parsed a batch of run dirs at a time: only the compact Arrow table grows with the tree."""
+def _read_keyed(root: Path, table: Keyed, sources: list[str], notes: Notes):
+    """A keyed table of these run dirs (their samples.csv, operators.csv) as the index keeps it
+    (_keyed), parsed a batch of run dirs at a time: only the compact Arrow table grows with the
+    tree. A source that is an absolute path is that run dir (else under ``root``)."""
     import pyarrow as pa
 
-    tables = [_samples_table(None)]
+    tables = [_keyed(table, None)]
     for at in range(0, len(sources), SAMPLES_BATCH):
         batch = sources[at : at + SAMPLES_BATCH]
-        df = read_samples([Path(s) if Path(s).is_absolute() else root / s for s in batch], batch, "_source", notes)
+        dirs = [Path(s) if Path(s).is_absolute() else root / s for s in batch]
+        df = read_files(table, dirs, batch, "_source", notes)
         if "row_id" in df:
-            tables.append(_samples_table(df))
+            tables.append(_keyed(table, df))
     return pa.concat_tables(tables)
 
 
-def read_samples(dirs: Sequence[Path], labels: Sequence[str], column: str, notes: Notes):
-    """The samples.csv of many run dirs, parsed together (rows.read_many), each row labelled
-    with its dir's label in ``column``. One that is missing or a symlink is not read; one that
-    is not a regular file neither, and ``notes`` says so."""
+def read_files(table: Keyed, dirs: Sequence[Path], labels: Sequence[str], column: str, notes: Notes):
+    """The ``table.file`` (samples.csv, operators.csv) of many run dirs, parsed together
+    (rows.read_many; its text columns as text, whatever they look like), each row labelled with
+    its dir's label in ``column``. One that is missing or a symlink is not read; one that is not
+    a regular file neither, and ``notes`` says so."""
     paths, kept = [], []
     for d, label in zip(dirs, labels):
-        path = d / SAMPLES
+        path = d / table.file
         kind = files.kind_of(path)
         if kind == "missing" or path.is_symlink():
             continue
@@ -460,22 +510,31 @@ def read_samples(dirs: Sequence[Path], labels: Sequence[str], column: str, notes
             continue
         paths.append(path)
         kept.append(label)
-    return read_many(paths, kept, column, notes, columns_required=("row_id", "seconds"))
+    text = [c for c, kind in table.kinds.items() if kind == "text"]
+    return read_many(paths, kept, column, notes, columns_required=table.required, text=text)
 
 
-def _samples_table(df):
-    """Samples as the index keeps them: their run dir (``_source``), ``row_id``, ``phase``,
-    ``i``, ``seconds``, typed as :data:`perflab.store.columns.SAMPLES` declares; text as a
-    dictionary (a row's id once, not once a sample: a tenth of the memory)."""
+def read_operators(dirs: Sequence[Path], notes: Notes):
+    """The operators.csv of these run dirs (not through an index: each parsed), as
+    :func:`load_operators` gives them (each line's ``run_dir``: its dir, resolved)."""
+    labels = [str(d.resolve()) for d in dirs]  # absolute: no root joined to them
+    table = _read_keyed(Path(os.sep), OPERATORS_TABLE, labels, notes)
+    return _with_run_dir(table.select([*OPERATORS_TABLE.kinds, "_source"]).to_pandas(), Path(os.sep))
+
+
+def _keyed(table: Keyed, df):
+    """A keyed table as the index keeps it: each line's run dir (``_source``), then the columns
+    typed as ``table.kinds`` declares (:data:`perflab.store.columns.SAMPLES`, ``OPERATORS``); text
+    as a dictionary (a row's id once, not once a sample: a tenth of the memory)."""
     import pandas as pd
     import pyarrow as pa
 
     arrow = {"text": pa.dictionary(pa.int32(), pa.string()), "int": pa.int64(), "float": pa.float64()}
-    schema = pa.schema([("_source", arrow["text"]), *((c, arrow[k]) for c, k in known.SAMPLES.items())])
+    schema = pa.schema([("_source", arrow["text"]), *((c, arrow[k]) for c, k in table.kinds.items())])
     if df is None:
         return schema.empty_table()
     out = {"_source": df["_source"].astype("string").astype("category")}
-    for c, kind in known.SAMPLES.items():
+    for c, kind in table.kinds.items():
         col = df[c] if c in df else pd.Series(None, index=df.index, dtype=object)
         if kind == "text":
             out[c] = col.astype("string").astype("category")
@@ -485,13 +544,13 @@ def _samples_table(df):
 
 
 def _filtered(table, row_ids: Collection[str] | None, sources: set[str] | None):
-    """The samples of ``table`` of these rows and run dirs (None: all)."""
+    """The lines of a keyed ``table`` of these rows and run dirs (None: all)."""
     wanted = _wanted(row_ids, sources)
     return table if wanted is None else table.filter(wanted)
 
 
 def _wanted(row_ids: Collection[str] | None, sources: set[str] | None):
-    """The filter of the samples of these rows and run dirs (None: all of them)."""
+    """The filter of a keyed table's lines of these rows and run dirs (None: all of them)."""
     import pyarrow.dataset as ds
 
     wanted = None
@@ -508,21 +567,22 @@ def _text_set(values: Collection[str]):
     return pa.array(sorted(set(values)), type=pa.string())
 
 
-def _read_samples_of(index: Path, segment: str, m: Manifest, row_ids, sources: set[str] | None):
-    """A segment's samples of these rows and run dirs, read through pyarrow.dataset: the run dirs
-    asked for are a filter pushed down to the row groups, the rows tested once (``_of_rows``),
+def _read_keyed_of(index: Path, table: Keyed, segment: str, m: Manifest, row_ids, sources: set[str] | None):
+    """A segment's keyed table of these rows and run dirs, read through pyarrow.dataset: the run
+    dirs asked for are a filter pushed down to the row groups, the rows tested once (``_of_rows``),
     from the file opened without blocking."""
     import pyarrow.dataset as ds
 
     options = ds.ParquetFragmentScanOptions(**_checked())
-    with _open_sealed(index / SAMPLES_DIR / f"{segment}.parquet", m.seals["samples"]) as f:
+    with _open_sealed(index / table.name / f"{segment}.parquet", m.seals[table.name]) as f:
         fragment = ds.ParquetFileFormat(default_fragment_scan_options=options).make_fragment(f)
-        read = [*known.SAMPLES, *(["_source"] if sources is not None else [])]  # a run dir's name: to filter by
+        placed = table.placed or sources is not None  # a run dir's name: to filter by, or given
+        read = [*table.kinds, *(["_source"] if placed else [])]
         return _of_rows(fragment.to_table(columns=read, filter=_wanted(None, sources)), row_ids)
 
 
 def _of_rows(table, row_ids: Collection[str] | None):
-    """The samples of ``table`` of the rows ``row_ids`` (None: all), tested once per row id:
+    """The lines of a keyed ``table`` of the rows ``row_ids`` (None: all), tested once per row id:
     its row ids as one dictionary (a filter pushed down tests each batch's dictionary against
     them all again: 1 s of a 20k run dir history asking for every row)."""
     import pyarrow as pa
@@ -822,6 +882,11 @@ def _int64(name: str, pieces: list[Piece], missing):
 
 def _placed(df, root: Path):
     """The rows with ``run_dir``, where each run dir is now (trees move), for ``_source``."""
+    return fix_dtypes(_with_run_dir(df, root))
+
+
+def _with_run_dir(df, root: Path):
+    """``df`` with ``run_dir`` last, where each run dir is now (trees move), for ``_source``."""
     import pandas as pd
     import pyarrow as pa
 
@@ -832,13 +897,12 @@ def _placed(df, root: Path):
     codes = sources.cat.codes.to_numpy()
     taken = where.take(pa.array(codes, mask=codes < 0))  # Arrow's text, as pandas' str holds it: no string object a row
     run_dir = pd.Series(pd.array(taken, dtype="str"), index=df.index)
-    return fix_dtypes(
-        pd.concat([df.drop(columns=["_source", "run_dir"], errors="ignore"), run_dir.rename("run_dir")], axis=1)
-    )
+    return pd.concat([df.drop(columns=["_source", "run_dir"], errors="ignore"), run_dir.rename("run_dir")], axis=1)
 
 
-def _samples_at(root: Path, source: str) -> Path:
-    return _results_of(root, source).with_name(SAMPLES)
+def _at(root: Path, source: str, table: Keyed) -> Path:
+    """A run dir's file of a keyed table (its samples.csv, its operators.csv)."""
+    return _results_of(root, source).with_name(table.file)
 
 
 def _results_of(root: Path, source: str) -> Path:
@@ -916,23 +980,25 @@ def _rows_per_run(df, column: str, run_ids: dict[str, str]) -> dict[str, int]:
     return {str(k): int(v) for k, v in df.loc[own.fillna(False).astype(bool), column].value_counts().items()}
 
 
-def _write_segment(index: Path, df, samples, manifest: Manifest) -> str | None:
-    """A new immutable segment of ``df`` (rows) and ``samples`` (an Arrow table: _samples_table),
-    then its manifest with each file's size and footer digest (readers only trust segments with
-    one); its name, None where it could not be written."""
+def _write_segment(index: Path, df, tables: dict[str, Any], manifest: Manifest) -> str | None:
+    """A new immutable segment of ``df`` (rows) and ``tables`` (each Keyed's, by name: an Arrow
+    table as _keyed makes it), then its manifest with each file's size and footer digest
+    (readers only trust segments with one); its name, None where it could not be written."""
     # named in the order written (to the nanosecond): segments are read, and their rows given, in that order
     ns = time.time_ns()  # one reading: UTC to the second, then its nanoseconds
     name = f"seg-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(ns // 10**9))}-{ns % 10**9:09d}-{secrets.token_hex(4)}"
     m = manifest
     try:
-        rows, kept = to_parquet(df), _parquet(samples)
-        m.seals = {"rows": _seal(rows), "samples": _seal(kept)}
-        data = {"format": FORMAT, "sources": m.sources, "notes": m.notes, "row_ids": m.span, "rows": m.rows}
-        data["sample_notes"] = m.sample_notes
-        derived_dir(index / SAMPLES_DIR)  # a file or FIFO where it belongs removed (said), never waited on
+        rows, kept = to_parquet(df), {t.name: _parquet(tables[t.name]) for t in KEYED}
+        m.seals = {"rows": _seal(rows), **{table: _seal(data) for table, data in kept.items()}}
+        said = {"format": FORMAT, "sources": m.sources, "notes": m.notes, "row_ids": m.span, "rows": m.rows}
+        said["table_notes"] = m.table_notes
+        for table in kept:
+            derived_dir(index / table)  # a file or FIFO where it belongs removed (said), never waited on
         files.write_atomic(index / f"{name}.parquet", rows)
-        files.write_atomic(index / SAMPLES_DIR / f"{name}.parquet", kept)
-        files.write_atomic(index / f"{name}.json", json.dumps({**data, "files": m.seals}))
+        for table, data in kept.items():
+            files.write_atomic(index / table / f"{name}.parquet", data)
+        files.write_atomic(index / f"{name}.json", json.dumps({**said, "files": m.seals}))
     except (OSError, ValueError, ImportError) as err:
         log.debug("results index not updated (%s); loading still works", err)
         return None
@@ -941,8 +1007,10 @@ def _write_segment(index: Path, df, samples, manifest: Manifest) -> str | None:
 
 def _remove_segment(index: Path, segment: str) -> None:
     """A segment's files (its manifest first: a reader trusts no segment without one)."""
-    for path in (index / f"{segment}.json", index / f"{segment}.parquet", index / SAMPLES_DIR / f"{segment}.parquet"):
+    for path in (index / f"{segment}.json", index / f"{segment}.parquet"):
         _remove(path)
+    for t in KEYED:
+        _remove(index / t.name / f"{segment}.parquet")
 
 
 def _remove(path: Path) -> None:
@@ -980,12 +1048,14 @@ def _tidy(index: Path, manifests: dict[str, Manifest], indexed: dict[str, str]) 
     while take < len(names) and (len(names) - take + 1 > MAX_SEGMENTS // 2 or sizes[-take - 1] <= sum(sizes[-take:])):
         take += 1
     merged = names[-take:]
-    parts, samples = [], []
+    parts: list[Any] = []
+    tables: dict[str, list[Any]] = {t.name: [] for t in KEYED}
     for segment in merged:
         try:
             with _open_sealed(index / f"{segment}.parquet", manifests[segment].seals["rows"]) as f:
                 pieces = _read_segment(f, None)
-            samples.append(_read_samples_of(index, segment, manifests[segment], None, holds[segment]))
+            for t in KEYED:
+                tables[t.name].append(_read_keyed_of(index, t, segment, manifests[segment], None, holds[segment]))
         except Exception as err:  # gone or damaged meanwhile: the next load sees to it
             log.debug("index segments not merged (%s)", err)
             return
@@ -997,11 +1067,14 @@ def _tidy(index: Path, manifests: dict[str, Manifest], indexed: dict[str, str]) 
         {source: m.notes[source] for source, m in of.items() if source in m.notes},
         _span(df),
         len(df),
-        sample_notes={source: m.sample_notes[source] for source, m in of.items() if source in m.sample_notes},
     )
+    for t in KEYED:
+        noted = {source: n for source, m in of.items() if (n := m.table_notes.get(t.name, {}).get(source))}
+        if noted:
+            kept.table_notes[t.name] = noted
     import pyarrow as pa
 
-    if _write_segment(index, df, pa.concat_tables(samples), kept):
+    if _write_segment(index, df, {name: pa.concat_tables(read) for name, read in tables.items()}, kept):
         for segment in merged:
             _remove_segment(index, segment)
 

@@ -4,6 +4,7 @@ names lands there. Names only, and plain ``os`` calls: every module of the store
 lowest (``files``) included, can ask it.
 
   <run dir>/results.csv, samples.csv, run.json    a run's truth (rows, raw samples, record)
+  <run dir>/operators.csv                         its profiled operators (bench.profile=true)
   <sweep dir>/multirun.yaml, sweep.csv            a sweep's (Hydra's record of it, its rows)
   <store>/.perflab/                               derived from the run dirs (rebuilt)
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 RESULTS = "results.csv"
 SAMPLES = "samples.csv"
+OPERATORS = "operators.csv"  # perflab.measure.operators writes it
 RECORD = "run.json"
 META = ".perflab"
 SWEEP_MARK = "multirun.yaml"  # Hydra's record of a sweep, in the sweep dir

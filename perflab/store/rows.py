@@ -137,6 +137,7 @@ def read_csv(
     columns_required: Sequence[str] = OWN_HEADER,
     text: bool = False,
     notes: Notes | None = None,
+    as_text: Sequence[str] = (),
 ):
     """A perflab CSV as a DataFrame; torn or malformed lines are skipped and reported.
 
@@ -145,7 +146,7 @@ def read_csv(
     note. A last line without its newline is torn (perflab ends every line it writes).
     ``text=True`` keeps every cell as the exact text it was (empty cells as ""), for rewriting
     a file without changing a digit. ``notes``: where to say what was skipped (default: a
-    warning per file).
+    warning per file). ``as_text``: more columns read as text (``_text_dtypes``).
     """
     import pandas as pd
 
@@ -176,15 +177,17 @@ def read_csv(
     if text:
         df = pd.read_csv(io.StringIO("".join(good)), low_memory=False, dtype=str, keep_default_na=False)
     else:
-        df = type_config(pd.read_csv(io.StringIO("".join(good)), low_memory=False, dtype=_text_dtypes(header)))
+        dtype = _text_dtypes(header, as_text)
+        df = type_config(pd.read_csv(io.StringIO("".join(good)), low_memory=False, dtype=dtype))
     df.attrs["skipped_lines"] = bad
     return df
 
 
-def _text_dtypes(header: Sequence[str]) -> dict[str, str]:
-    """Columns parsed as text: the text columns, and the config keys (typed from their text
-    by type_config, so that an integer key with empty cells stays an integer)."""
-    return {c: "string" for c in header if c in columns.TEXT or c.startswith("cfg.")}
+def _text_dtypes(header: Sequence[str], as_text: Sequence[str] = ()) -> dict[str, str]:
+    """Columns parsed as text: the text columns, the config keys (typed from their text by
+    type_config, so that an integer key with empty cells stays an integer) and ``as_text``
+    (a file's own text columns: a process number with gaps read as 1, not 1.0)."""
+    return {c: "string" for c in header if c in columns.TEXT or c.startswith("cfg.") or c in as_text}
 
 
 def read_many(
@@ -193,15 +196,16 @@ def read_many(
     column: str,
     notes: Notes | None = None,
     columns_required: Sequence[str] = OWN_HEADER,
+    text: Sequence[str] = (),
 ):
-    """Many results (or samples) files at once, each row labelled (``column``) with its file's label.
+    """Many results (or samples, operators) files at once, each row labelled (``column``) with its file's label.
 
     Files that share a header are parsed together, from their bytes, in one pass (``_parsed``:
     Arrow's CSV reader for most columns, pandas' C parser for the rest): tens of thousands of
     small files load in seconds. A group that does not parse cleanly (a torn or
     malformed line somewhere) falls back to reading its files one by one, line-checked. A file
     without perflab's header (or without ``columns_required``) is skipped, and a torn last line
-    dropped (``notes`` says so).
+    dropped (``notes`` says so). ``text``: columns read as text besides perflab's own (``_text_dtypes``).
     """
     import numpy as np
     import pandas as pd
@@ -241,14 +245,14 @@ def read_many(
             if any(not b.isascii() and "\ufffd" in b.decode("utf-8", errors="replace") for _, b, _ in parts):
                 raise ValueError("undecodable bytes")
             joined = b"".join([(header + "\n").encode(), *(b for _, b, _ in parts)])  # the group's one copy
-            df = _parsed(io.BytesIO(joined), fields)
+            df = _parsed(io.BytesIO(joined), fields, text)
             if len(df) != sum(n for *_, n in parts):
                 raise ValueError("lines and rows differ")
             df = type_config(df)
             df[column] = np.repeat(np.array([label for label, _, _ in parts], dtype=object), [n for *_, n in parts])
         except (ValueError, pd.errors.ParserError):
             each = [
-                read_csv(by_label[label], columns_required, notes=notes).assign(**{column: label})
+                read_csv(by_label[label], columns_required, notes=notes, as_text=text).assign(**{column: label})
                 for label, _, _ in parts
             ]
             df = concat([p for p in each if not p.empty])
@@ -256,7 +260,7 @@ def read_many(
     return concat(frames)
 
 
-def _parsed(data: io.BytesIO, fields: list[str]):
+def _parsed(data: io.BytesIO, fields: list[str], as_text: Sequence[str] = ()):
     """A group's rows as pandas' C parser reads them (``_text_dtypes``, blank lines as rows),
     most columns parsed by Arrow's CSV reader instead (several times faster on numbers): text
     and config keys, and the columns it reads as pandas would (integers without gaps, floats,
@@ -271,7 +275,7 @@ def _parsed(data: io.BytesIO, fields: list[str]):
     import pyarrow.csv as pacsv
     from pandas._libs.parsers import STR_NA_VALUES  # what pandas reads as missing: Arrow is told the same
 
-    text = _text_dtypes(fields)
+    text = _text_dtypes(fields, as_text)
     stamps = [c for c in fields if c == "timestamp"]  # read as text: pandas' own type, if text to pandas too
     try:
         if len(set(fields)) != len(fields) or not all(fields):  # pandas renames these: its own names
