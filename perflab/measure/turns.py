@@ -111,15 +111,21 @@ class Computer:
 
     def __init__(self) -> None:
         self.calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="perflab-compute", daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, name="perflab-compute", daemon=True)
+        self.thread.start()
 
     def run(self, fn: Callable[[], T]) -> T:
         done: Future[T] = Future()
         self.calls.put((fn, done))
         return done.result()
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """End the thread; with ``wait``, once it has ended: a daemon thread still unwinding torch's
+        thread state when the interpreter exits aborts the process ("terminate called without an
+        active exception"). Not on a Ctrl-C: a call under way is not waited for."""
         self.calls.put(None)
+        if wait:
+            self.thread.join()
 
     def _serve(self) -> None:
         while (call := self.calls.get()) is not None:
@@ -168,12 +174,14 @@ def in_turns(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
     threads = [
         threading.Thread(target=party, args=(i,), name=f"perflab-turn-{i}", daemon=True) for i in range(len(jobs))
     ]
+    ended = False
     try:
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        ended = True
     finally:
         _TURNS = None
-        turns.computer.close()
+        turns.computer.close(wait=ended)
     return values
