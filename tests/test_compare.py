@@ -242,6 +242,21 @@ def test_keys_set_apart_match_points_in_every_experiment_of_the_trees(tmp_path):
     assert "change" not in table or table["change"].isna().all(), table.get("change")
 
 
+def test_a_config_key_one_side_sets_and_the_other_lacks(tmp_path):
+    """``+model.inject=x`` on the new side only: its points differ from the base's by that key
+    (each in one tree, the key empty on the base's), unless set apart; it once raised a KeyError."""
+    for tree, extra in (("base", {}), ("new", {"cfg.model.inject": "linear"})):
+        RunWriter(tmp_path / tree / "r").add(
+            {"run_id": tree, "experiment": "matmul", "measurement": "cpu alone", "status": "ok", "n": 8}
+            | {"median_s": 2e-3, "cfg.experiment.size": 256, **extra}
+        )
+    table = compare.ab(tmp_path / "base", tmp_path / "new")
+    assert sorted(table["change"]) == ["only in base", "only in new"], table["change"]
+    assert sorted(table["cfg.model.inject"].fillna("")) == ["", "linear"]
+    (row,) = compare.ab(tmp_path / "base", tmp_path / "new", differ=["model.inject"]).to_dict("records")
+    assert row["base"] == row["new"] == pytest.approx(2e-3) and row["change_pct"] == 0
+
+
 def test_two_trees_a_b_and_the_regression_gate(tmp_path, capsys):
     """Samples chosen by hand (the same config, 3 ms slower a call); the same A/B of live runs is
     test_two_trees_of_live_runs_a_b_and_the_regression_gate (slow)."""

@@ -532,7 +532,7 @@ def ab(
         measured_a = dict(zip(in_both, measured_each(pa, [ga[x] for x in in_both], m, samples, said["BASE"], frames)))
         measured_b = dict(zip(in_both, measured_each(pb, [gb[x] for x in in_both], m, samples, said["NEW"], frames)))
         differing: list[str] = []  # points whose model folder's contents differ between the sides
-        cells = {id(x): {k: x[k].to_numpy(object) for k in varying} for x in (pa, pb)}  # read once, not per point
+        cells = {id(x): {k: _column(x, k) for k in varying} for x in (pa, pb)}  # read once, not per point
         for point in points:
             label = dict(zip(match_on, point))
             rows, at = (pa, ga[point]) if point in ga else (pb, gb[point])
@@ -645,6 +645,12 @@ AB_FIRST = (
 def _geomean(figures: np.ndarray) -> float:
     """A side's figure: the geometric mean of its processes' (their median with one)."""
     return float(np.exp(np.log(figures).mean())) if len(figures) else math.nan
+
+
+def _column(df: pd.DataFrame, key: str) -> np.ndarray:
+    """``df``'s cells of ``key`` as objects; all empty where it lacks the key (one side sets a
+    config key the other does not: ``+model.inject=...`` on one side only)."""
+    return df[key].to_numpy(object) if key in df else np.full(len(df), None, dtype=object)
 
 
 def _native(values: np.ndarray) -> object:
