@@ -77,6 +77,20 @@ def test_a_new_operator_is_named_as_appeared():
     assert "aten::copy_ appeared" in found.line()
 
 
+def test_an_operator_called_more_is_named_where_it_takes_a_share_of_the_call():
+    """Counts are exact, but an op of under ``MIN_SHARE`` of the call called more (the
+    ``aten::resolve_conj`` of a matrix product with ``out=``) is not what moved the point."""
+    rng = np.random.default_rng(5)
+    ops = {**OPS, "aten::resolve_conj": 2e-6, "aten::copy_": 2e-4}
+    base, new = side(rng, ops), side(rng, {**ops, "aten::copy_": 4e-4}, tag="b")
+    for lines in (new.loc[new["operator"] == "aten::resolve_conj"], new.loc[new["operator"] == "aten::copy_"]):
+        new.loc[lines.index, "calls"] = 2.0
+    moved = attribution.attribute(base, new, paired=True).moved.set_index("operator")
+    assert moved.loc["aten::copy_", "calls"] == "1 -> 2"
+    assert moved.loc["aten::copy_", "verdict"] in ("slower", "more calls")
+    assert "aten::resolve_conj" not in moved.index
+
+
 def test_a_vanished_operator_is_named_as_disappeared():
     rng = np.random.default_rng(3)
     base, new = side(rng, OPS), side(rng, {k: v for k, v in OPS.items() if k != "aten::gelu"}, tag="b")

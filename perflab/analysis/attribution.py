@@ -11,7 +11,9 @@ side and in none of the other ``appeared`` (a fusion broken, a new copy, a cast)
 ``disappeared``, named as such where it takes at least ``MIN_SHARE`` of a profiled call. An
 operator called a different number of times per measured call, the same in every process of a
 side (a count, exact: no noise to judge), is named ``more calls`` / ``fewer calls`` where its
-time alone is not significant (a graph break's second compiled region, a cast per layer).
+time alone is not significant (a graph break's second compiled region, a cast per layer) and it
+takes ``MIN_SHARE`` of a profiled call (``aten::resolve_conj``, a call a matrix product with an
+``out=``, is not named).
 
 The moved ones are ordered by their share of the point's change (the change of the profiled
 call's wall time, geometric means of the processes); what the moved ops and kernels do not add
@@ -33,7 +35,7 @@ from perflab.analysis.replicates import FLOOR_CV, Measured, change
 from perflab.analysis.stats import ALPHA, fdr
 from perflab.analysis.verdicts import Verdict
 
-MIN_SHARE = 0.01  # an operator that appears or disappears under 1 % of a profiled call is not named
+MIN_SHARE = 0.01  # an operator that appears, disappears or is called more under 1 % of a profiled call: not named
 TOP = 5  # moved operators shown in a line (all of them in JSON)
 MOVED = ("slower", "faster", "appeared", "disappeared", "more calls", "fewer calls")
 NO_OPERATORS = "no operators.csv for its rows: measure both sides with bench.profile=true (or perflab ab --why)"
@@ -134,7 +136,9 @@ def attribute(
             line.update(change_pct=100 * (c.ratio - 1), ci_low=c.ci_low, ci_high=c.ci_high, p_value=c.p_value)
             ca, cb = _calls(base, name, key), _calls(new, name, key)
             if ca is not None and cb is not None and ca != cb:  # counted, not timed: exact in every process
-                line.update(calls=f"{ca:g} -> {cb:g}", verdict="more calls" if cb > ca else "fewer calls")
+                line["calls"] = f"{ca:g} -> {cb:g}"
+                if max(line["base_s"] / wall_a, line["new_s"] / wall_b) >= MIN_SHARE:
+                    line["verdict"] = "more calls" if cb > ca else "fewer calls"
         lines.append(line)
     table = pd.DataFrame(lines, columns=[*key, "base_s", "new_s", "change_pct", "ci_low", "ci_high", "p_value"])
     for extra in ("verdict", "calls", "base_processes", "new_processes"):
