@@ -29,11 +29,13 @@ Goals (#44): the FAIL names the changed operator first (``linear``), its change 
 of the injected 25 %, no other operator named; the same for the copy and the graph break (named as
 appeared, or called more); A/A: none named; the profiled pass <= 1.5x the timed one.
 
-    python benchmarks/why.py [--runs 1] [--processes 3] [--ab --budget 2 --gate 5] [--no-trees] [--busy]
+    python benchmarks/why.py [--runs 1] [--processes 3] [--ab --budget 2 --gate 5] [--no-trees] [--busy] [--train]
                              [--cases aa,linear,gelu,copy,graph_break] [--out benchmarks/results/why.csv]
 
 ``--busy``: a process spins on a CPU the whole time (a CI runner's neighbour); ``--no-trees``:
-``perflab ab --why`` only (the goal's runs), not the two profiled trees of ``bench.processes``.
+``perflab ab --why`` only (the goal's runs), not the two profiled trees of ``bench.processes``;
+``--train``: also ``quick/train`` under ``bench.profile=true``, each measurement's profiled call
+against its timed median (``tool=train``: the profiled pass's cost in training).
 """
 
 from __future__ import annotations
@@ -208,6 +210,27 @@ def by_compare(case: str, trees: Path, work: Path, env: dict[str, str]) -> list[
     return rows
 
 
+def training_cost(work: Path, env: dict[str, str]) -> list[dict[str, object]]:
+    """The profiled pass's cost in training (goal <= 1.5x): ``quick/train`` with
+    ``bench.profile=true``, each measurement's profiled call against its timed median."""
+    out = work / f"train-{time.monotonic_ns()}"
+    load, start = os.getloadavg()[0], time.monotonic()
+    over = ["+experiment=quick/train", "bench.profile=true", "results.table=false", f"results.store={out}"]
+    ran = subprocess.run([sys.executable, "-m", "perflab", *over], capture_output=True, text=True, cwd=work, env=env)
+    if ran.returncode:
+        return [{"tool": "train", "case": "profile", "error": (ran.stderr.strip().splitlines() or [""])[-1]}]
+    sys.path.insert(0, str(ROOT))
+    from perflab.results import load_operators
+
+    rows = load_operators(out).groupby("measurement")[["profiled_s", "median_s"]].first()
+    seconds = round(time.monotonic() - start, 1)
+    return [
+        {"tool": "train", "case": name, "profile_cost_x": r.profiled_s / r.median_s, "seconds": seconds}
+        | {"load_before": round(load, 2)}
+        for name, r in rows.iterrows()
+    ]
+
+
 def points_of(stdout: str) -> list[dict]:
     try:
         return [p for p in json.loads(stdout)["points"] if p.get("measurement") != "load"]
@@ -248,6 +271,7 @@ def main() -> None:
     parser.add_argument("--gate", type=float, default=5.0, help="ab's --fail-if-slower (percent)")
     parser.add_argument("--no-trees", action="store_true", help="not the two profiled trees: ab only")
     parser.add_argument("--busy", action="store_true", help="a process spins on a CPU the whole time")
+    parser.add_argument("--train", action="store_true", help="also the profiled pass's cost in training")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "why.csv")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="why-"))
@@ -262,6 +286,10 @@ def main() -> None:
                     row.update(run=k + 1, budget_min=args.budget, gate_pct=args.gate, busy=args.busy)
                     print(json.dumps(row), flush=True)
                 append(args.out, rows)
+        for k in range(args.runs if args.train else 0):
+            rows = [dict(r, run=k + 1, busy=args.busy) for r in training_cost(work, env)]
+            print(*map(json.dumps, rows), sep="\n", flush=True)
+            append(args.out, rows)
 
 
 if __name__ == "__main__":
