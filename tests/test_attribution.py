@@ -91,6 +91,27 @@ def test_an_operator_called_more_is_named_where_it_takes_a_share_of_the_call():
     assert "aten::resolve_conj" not in moved.index
 
 
+def test_a_graph_break_names_the_compiled_region_that_appeared_first():
+    """A graph break: a second compiled region a call, a second Dynamo cache lookup, and its
+    cost spread over ops; the region that appeared is what the rest follows from."""
+    rng = np.random.default_rng(6)
+    lookup = "TorchDynamo Cache Lookup"
+    base = side(rng, {**OPS, lookup: 1e-4})
+    new = side(rng, {**OPS, "aten::addmm": 2.4e-3, lookup: 2e-4}, tag="b")
+    new.loc[new["operator"] == lookup, "calls"] = 2.0
+
+    def regions(lines: pd.DataFrame, *names: str) -> pd.DataFrame:  # ranges holding the forward
+        forward = lines[lines["operator"] == "forward"]
+        held = [
+            forward.assign(operator=f"Torch-Compiled Region: {n}", self_s=forward["self_s"] / len(names)) for n in names
+        ]
+        return pd.concat([lines, *held], ignore_index=True)
+
+    moved = attribution.attribute(regions(base, "0/0"), regions(new, "0/0", "1/0"), paired=True).moved
+    assert moved.iloc[0][["operator", "verdict"]].tolist() == ["Torch-Compiled Region: 1/0", "appeared"]
+    assert {"aten::addmm", lookup} <= set(moved["operator"])
+
+
 def test_a_vanished_operator_is_named_as_disappeared():
     rng = np.random.default_rng(3)
     base, new = side(rng, OPS), side(rng, {k: v for k, v in OPS.items() if k != "aten::gelu"}, tag="b")

@@ -18,7 +18,9 @@ takes ``MIN_SHARE`` of a profiled call (``aten::resolve_conj``, a call a matrix 
 The moved ones are ordered by their share of the point's change (the change of the profiled
 call's wall time, geometric means of the processes); what the moved ops and kernels do not add
 up to is ``unexplained``. Ranges (``record_function``: perflab's phases, a user's own, a
-compiled region) hold their children's time: judged and shown, never added to the explained.
+compiled region) hold their children's time: judged and shown, never added to the explained. A
+compiled region that appears, disappears or is called more or fewer times (a graph break: a
+second region, a second Dynamo cache lookup) is named first: the ops' changes follow from it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import pandas as pd
 from perflab.analysis.replicates import FLOOR_CV, Measured, change
 from perflab.analysis.stats import ALPHA, fdr
 from perflab.analysis.verdicts import Verdict
+from perflab.measure.operators import COMPILED_REGION
 
 MIN_SHARE = 0.01  # an operator that appears, disappears or is called more under 1 % of a profiled call: not named
 TOP = 5  # moved operators shown in a line (all of them in JSON)
@@ -149,10 +152,13 @@ def attribute(
     table["delta_s"] = table["new_s"].fillna(0) - table["base_s"].fillna(0)
     table["share_of_change"] = table["delta_s"] / change_s if change_s else math.nan
     moved = table[table["verdict"].isin(MOVED)]
-    # ops and kernels, the largest share of the point's change first (in its own direction; no
-    # change: the largest), then the ranges that hold them
+    # a compiled region come or gone (or called more: a graph break) first, as what the rest
+    # follows from; then ops and kernels, the largest share of the point's change first (in its
+    # own direction; no change: the largest); then the ranges that hold them
     order = moved["delta_s"] / change_s if math.isfinite(change_s) and change_s else moved["delta_s"].abs()
-    moved = moved.iloc[np.lexsort((-order.to_numpy(float), (moved["kind"] == "range").to_numpy()))]
+    region = moved["operator"].str.startswith(COMPILED_REGION) & ~moved["verdict"].isin(("slower", "faster"))
+    rank = np.where(region, 0, np.where(moved["kind"] == "range", 2, 1))
+    moved = moved.iloc[np.lexsort((-order.to_numpy(float), rank))]
     explaining = "kernel" if (table["kind"] == "kernel").any() else "op"
     explained = float(moved.loc[moved["kind"] == explaining, "delta_s"].sum())
     return Attribution(moved.reset_index(drop=True), change_s, change_s - explained, cost)
