@@ -45,6 +45,11 @@ def stats(speedup=1.0, p_adj=0.5, detectable=3.0, margin=0.01, spread=MEASURED) 
         (stats(1.0, detectable=20, margin=0.05), "PASS", "no significant change; at most 5.1 % slower at this "),
         (stats(1.0, detectable=20, margin=0.5), "INCONCLUSIVE", "these processes could show only changes above 20 %"),
         (stats(0.5, 0.2, detectable=math.inf, margin=math.inf), "INCONCLUSIVE", "these processes could show no "),
+        (
+            stats(1.0, detectable=7.9e7, margin=math.inf),
+            "INCONCLUSIVE",
+            "these processes could show only changes of more",
+        ),
     ],
 )
 def test_a_points_statistics_and_the_gate_give_its_verdict_and_first_reason(given, verdict, reason):

@@ -431,7 +431,12 @@ def _inconclusive(point: ComparedPoint, stats: PointStats, gate_pct: float) -> s
             f"more than {replicates.MOST_PROCESSES} a side would be needed)"
         )
     shown = c.detectable_pct
-    could = "no change at all" if math.isinf(shown) else f"only changes above {shown:.2g} %"
+    if math.isinf(shown):
+        could = "no change at all"
+    elif shown > 900:  # two processes a side can give 7.9e+07 %: no number to read
+        could = "only changes of more than 10x"
+    else:
+        could = f"only changes above {shown:.2g} %"
     return (
         f"these processes could show {could}, not {gate_pct:g} % ({have}, {cv}): about {need} a side would do "
         f"(bench.processes={need}, or perflab ab)"
