@@ -43,6 +43,15 @@ class L1Costs:
             order = np.argsort(ones, kind="stable")  # this level's zeros first, each side in order
             rank, q = rank[order], q[order]
         self.leaves = q
+        self._from: tuple[int, np.ndarray] = (-1, q[:0])
+
+    def from_start(self, a: int) -> np.ndarray:
+        """The cost of ``a:s`` for every end ``s`` from ``a`` on (integer units; 0 before ``a``): the
+        last start asked is kept, as the blocks of a series without change ask the same one."""
+        if self._from[0] != a:
+            ends = np.arange(a, len(self.values) + 1)
+            self._from = (a, np.concatenate((np.zeros(a, np.int64), self.units(np.full(len(ends), a), ends)[0])))
+        return self._from[1]
 
     def lower_half(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each segment ``starts:ends`` (none empty), in one descent of the levels: the sum of
@@ -245,8 +254,9 @@ def _bounds(
     # is the cost itself wherever the split gains nothing)
     a = int(np.searchsorted(starts, start_of[p - 1]))
     if a < far:
-        whole = costs.units(np.full(len(ends), starts[a]), ends)[0][:, None]
-        split = costs.units(starts[a], starts[a:far])[0][None, :]
+        from_a = costs.from_start(int(starts[a]))
+        whole = from_a[ends][:, None]
+        split = from_a[starts[a:far]][None, :]
         np.minimum(upper[:, a:far], whole - split, out=upper[:, a:far])
     high[:, :far] = upper / costs.scale
     exact[0, :far] = low[0, :far]  # at p the bounds meet: C(t, p) itself
