@@ -168,7 +168,9 @@ def _whole_block(
     r, c = np.nonzero(lows <= top)  # every start that may be an end's best (columns ascending in each row)
     totals = before[c] + (_exact_at(costs, exact, starts, ends, r, c) + penalty)
     order = np.lexsort((totals, r))  # stable: the first of equal totals first
-    first = order[np.r_[True, r[order][1:] != r[order][:-1]]]
+    first = order[np.r_[True, r[order][1:] != r[order][:-1]]]  # each row's (each has one: its top's start)
+    if len(first) != n_ends:
+        return None
     found, at = totals[first], c[first]
     limit = found + penalty
     drop = lows > limit[:, None]
