@@ -76,3 +76,41 @@ def test_bounded_search_is_the_exhaustive_one(n):
         for penalty in (2 * np.log(n) * max(noise, 0.005), 0.5 * max(noise, 0.005)):
             want = _pelt_every_start(signal, penalty, 3)
             assert pelt_l1(signal, penalty, 3) == want, (k, penalty)
+
+
+def test_blocks_decided_together_and_end_by_end_alike(monkeypatch):
+    """A block's ends are decided together unless a change might be in it, then one by one:
+    series with steps take both ways, and the one-by-one way alone finds the same segments."""
+    from perflab.analysis import changepoints
+
+    rng = np.random.default_rng(7)
+    n = 400
+    steps = np.log(1e-4 * rng.lognormal(0, 0.02, n)) + np.log(1.15) * (np.arange(n) >= n // 3)
+    steps += np.log(1.3) * (np.arange(n) >= 2 * n // 3)
+    penalty = 2 * np.log(n) * max(float(np.median(np.abs(np.diff(steps)))), 0.005)
+    want = _pelt_every_start(steps, penalty, 3)
+    assert len(want) == 3
+
+    calls = {"together": 0, "by_end": 0}
+    together, by_end = changepoints._whole_block, changepoints._end_by_end
+
+    def counted_together(*args):
+        found = together(*args)
+        calls["together"] += found is not None
+        return found
+
+    def counted_by_end(*args):
+        calls["by_end"] += 1
+        return by_end(*args)
+
+    monkeypatch.setattr(changepoints, "_whole_block", counted_together)
+    monkeypatch.setattr(changepoints, "_end_by_end", counted_by_end)
+    assert pelt_l1(steps, penalty, 3) == want
+    assert calls["together"] > 0 and calls["by_end"] > 0, calls
+
+    monkeypatch.setattr(changepoints, "_whole_block", lambda *args: None)  # every block end by end
+    ties = np.round(rng.normal(0, 1, n) + 3 * (np.arange(n) % 90 == 0).cumsum(), 1)
+    for signal in (steps, np.log(1e-4 * rng.lognormal(0, 0.02, n)), ties):
+        noise = max(float(np.median(np.abs(np.diff(signal)))), 0.005)
+        for penalty in (2 * np.log(n) * noise, 0.5 * noise):
+            assert pelt_l1(signal, penalty, 3) == _pelt_every_start(signal, penalty, 3), penalty

@@ -189,3 +189,16 @@ def test_metric_is_refused_in_compares_words(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--metric tflop: no row has a value of it; allowed: a numeric column, e.g. median_s" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_times_are_written_as_their_timestamps():
+    """A subject's times are texts: each as pandas writes its Timestamp, whatever the column's unit."""
+    from perflab.history import _texts
+
+    for unit in ("s", "ms", "us", "ns"):
+        stamps = pd.to_datetime(["2026-11-29 04:34:40", "2026-11-29 04:34:40.5", None], format="ISO8601")
+        rows = pd.DataFrame({"timestamp": pd.Series(stamps.as_unit(unit)).dt.tz_localize("UTC")})
+        want = [str(v) if not pd.isna(v) else "" for v in rows["timestamp"]]
+        assert _texts(rows, "timestamp") == want
+        if unit == "us":
+            assert want == ["2026-11-29 04:34:40+00:00", "2026-11-29 04:34:40.500000+00:00", ""]

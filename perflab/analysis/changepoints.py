@@ -43,6 +43,15 @@ class L1Costs:
             order = np.argsort(ones, kind="stable")  # this level's zeros first, each side in order
             rank, q = rank[order], q[order]
         self.leaves = q
+        self._from: tuple[int, np.ndarray] = (-1, q[:0])
+
+    def from_start(self, a: int) -> np.ndarray:
+        """The cost of ``a:s`` for every end ``s`` from ``a`` on (integer units; 0 before ``a``): the
+        last start asked is kept, as the blocks of a series without change ask the same one."""
+        if self._from[0] != a:
+            ends = np.arange(a, len(self.values) + 1)
+            self._from = (a, np.concatenate((np.zeros(a, np.int64), self.units(np.full(len(ends), a), ends)[0])))
+        return self._from[1]
 
     def lower_half(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each segment ``starts:ends`` (none empty), in one descent of the levels: the sum of
@@ -96,7 +105,9 @@ def pelt_l1(signal: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
     the end's best, one whose lower bound is past the end's limit is dropped, one whose upper
     bound is within it is kept: as ruptures decides, on the same floats. Only the starts the
     bounds leave undecided get their exact cost: on a series with no change, where no start
-    is ever dropped, a tenth of them (a third of the time at 1,500 subjects)."""
+    is ever dropped, a tenth of them. A block's ends are decided together (``_whole_block``)
+    unless a start of the block or one dropped in it might decide one (near a change): then
+    one after the other (``_end_by_end``)."""
     n = len(signal)
     min_size = max(min_size, 2)  # ruptures' L1 cost needs two values
     costs = L1Costs(signal)
@@ -112,28 +123,11 @@ def pelt_l1(signal: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
         opens = (new == 0) | (new >= min_size)  # a start where a partition of what precedes it ends
         starts = np.union1d(admissible, new[opens])
         low, high, exact = _bounds(costs, starts, ends, best, start_of, penalty)  # rows: ends, columns: starts
-        alive = np.isin(starts, admissible, assume_unique=True)
-        at_new = np.searchsorted(starts, new)
-        best_of = best[starts]  # each start's best total: set before the block (a start precedes its ends)
-        for j, end in enumerate(ends.tolist()):
-            if opens[j]:
-                alive[at_new[j]] = True
-                best_of[at_new[j]] = best[new[j]]
-            where = np.flatnonzero(alive)
-            before = best_of[where]
-            lows = before + (low[j, where] + penalty)
-            highs = before + (high[j, where] + penalty)
-            maybe = lows <= highs.min()  # every start that may be the best (the first of equal totals among them)
-            totals = before[maybe] + (_exact(costs, exact[j], starts, where[maybe], end) + penalty)
-            i = int(np.argmin(totals))
-            best[end], start_of[end] = totals[i], starts[where[maybe][i]]
-            limit = best[end] + penalty
-            drop = lows > limit
-            unsure = ~drop & (highs > limit)
-            if unsure.any():  # as ruptures keeps a start: its total within the limit
-                cost = _exact(costs, exact[j], starts, where[unsure], end)
-                drop[unsure] = ~(before[unsure] + (cost + penalty) <= limit)
-            alive[where[drop]] = False
+        opened = np.full(len(starts), -1)  # the row (end) from which each start is admissible; -1: before the block
+        opened[np.searchsorted(starts, new[opens])] = np.flatnonzero(opens)
+        alive = _whole_block(costs, starts, ends, opened, low, high, exact, best, start_of, penalty)
+        if alive is None:  # a start of the block or one dropped in it decides an end: end by end
+            alive = _end_by_end(costs, starts, ends, opened, low, high, exact, best, start_of, penalty)
         admissible = starts[alive]
     ends_found, at = [], n
     while at > 0:
@@ -142,14 +136,105 @@ def pelt_l1(signal: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
     return ends_found[::-1]
 
 
+def _whole_block(
+    costs: L1Costs,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    opened: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    exact: np.ndarray,
+    best: np.ndarray,
+    start_of: np.ndarray,
+    penalty: float,
+) -> np.ndarray | None:
+    """Every end of the block at once (the starts still admissible after it), as the recursion
+    decides them, from the starts before the block and as if none were dropped within it; None
+    where that is not the recursion's answer: an end whose best start was dropped at an earlier
+    end of the block, or whose best might be a start within the block (set by the block's own
+    ends). Then each end's best is the least total over its starts, the first of equal ones,
+    and each start's drop its own total against the end's limit: the same floats as end by end."""
+    p, n_ends = int(ends[0]), len(ends)
+    far = int(np.searchsorted(starts, p))  # starts[:far] are before p: their best is known
+    before = best[starts[:far]]
+    lows = before + (low[:, :far] + penalty)
+    highs = before + (high[:, :far] + penalty)
+    late = [(i, int(opened[i])) for i in np.flatnonzero(opened[:far] > 0)]  # new starts of the block's first ends
+    for i, j in late:
+        lows[:j, i] = highs[:j, i] = np.inf  # not a start before its opening
+    top = highs.min(axis=1, keepdims=True)
+    if np.isinf(top).any():
+        return None
+    r, c = np.nonzero(lows <= top)  # every start that may be an end's best (columns ascending in each row)
+    totals = before[c] + (_exact_at(costs, exact, starts, ends, r, c) + penalty)
+    order = np.lexsort((totals, r))  # stable: the first of equal totals first
+    first = order[np.r_[True, r[order][1:] != r[order][:-1]]]  # each row's (each has one: its top's start)
+    if len(first) != n_ends:
+        return None
+    found, at = totals[first], c[first]
+    limit = found + penalty
+    drop = lows > limit[:, None]
+    r, c = np.nonzero(highs > limit[:, None])
+    unsure = ~drop[r, c]
+    r, c = r[unsure], c[unsure]  # as ruptures keeps a start: its total within the limit
+    drop[r, c] = ~(before[c] + (_exact_at(costs, exact, starts, ends, r, c) + penalty) <= limit[r])
+    for i, j in late:
+        drop[:j, i] = False
+    dropped = drop.any(axis=0)
+    first_drop = np.where(dropped, drop.argmax(axis=0), n_ends)
+    if (first_drop[at[1:]] < np.arange(1, n_ends)).any():  # an end's best was dropped before it
+        return None
+    best[ends], start_of[ends] = found, starts[at]
+    valid = opened[None, far:] <= np.arange(n_ends)[:, None]  # the block's own starts, from their opening on
+    own = best[starts[far:]] + (exact[:, far:] + penalty)  # their totals, now that their best is known
+    if (valid & (own < found[:, None])).any():  # (an equal total is no better: the far start comes first)
+        return None
+    return ~np.concatenate((dropped, (valid & (own > limit[:, None])).any(axis=0)))
+
+
+def _end_by_end(
+    costs: L1Costs,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    opened: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    exact: np.ndarray,
+    best: np.ndarray,
+    start_of: np.ndarray,
+    penalty: float,
+) -> np.ndarray:
+    """The block's ends one after the other, as the recursion takes them (the starts still admissible after it)."""
+    alive = opened < 0
+    best_of = best[starts]  # each start's best total: before the block, or at its opening (before its ends)
+    for j, end in enumerate(ends.tolist()):
+        opening = np.flatnonzero(opened == j)
+        alive[opening] = True
+        best_of[opening] = best[starts[opening]]
+        where = np.flatnonzero(alive)
+        before = best_of[where]
+        lows = before + (low[j, where] + penalty)
+        highs = before + (high[j, where] + penalty)
+        maybe = lows <= highs.min()  # every start that may be the best (the first of equal totals among them)
+        totals = before[maybe] + (_exact(costs, exact[j], starts, where[maybe], end) + penalty)
+        i = int(np.argmin(totals))
+        best[end], start_of[end] = totals[i], starts[where[maybe][i]]
+        limit = best[end] + penalty
+        drop = lows > limit
+        unsure = ~drop & (highs > limit)
+        if unsure.any():  # as ruptures keeps a start: its total within the limit
+            cost = _exact(costs, exact[j], starts, where[unsure], end)
+            drop[unsure] = ~(before[unsure] + (cost + penalty) <= limit)
+        alive[where[drop]] = False
+    return alive
+
+
 def _bounds(
     costs: L1Costs, starts: np.ndarray, ends: np.ndarray, best: np.ndarray, start_of: np.ndarray, penalty: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lower and upper bounds of the cost of each start (column; ascending) to each end of the
     block (row; consecutive from ``p``), and the exact costs known (NaN: not asked yet): those
-    of the starts from ``p`` on (a block's few), and, in two calls, the far starts' likely asked
-    in the loop: those that may be an end's best, then those whose bounds lie either side of the
-    end's limit as the far starts set it (the loop asks any other it needs)."""
+    of the starts from ``p`` on (a block's few) and of every start at ``p``."""
     p = int(ends[0])
     far = int(np.searchsorted(starts, p))  # starts[:far] are before p
     exact = np.full((len(ends), len(starts)), np.nan)
@@ -171,26 +256,26 @@ def _bounds(
     # is the cost itself wherever the split gains nothing)
     a = int(np.searchsorted(starts, start_of[p - 1]))
     if a < far:
-        whole = costs.units(np.full(len(ends), starts[a]), ends)[0][:, None]
-        split = costs.units(starts[a], starts[a:far])[0][None, :]
+        from_a = costs.from_start(int(starts[a]))
+        whole = from_a[ends][:, None]
+        split = from_a[starts[a:far]][None, :]
         np.minimum(upper[:, a:far], whole - split, out=upper[:, a:far])
     high[:, :far] = upper / costs.scale
     exact[0, :far] = low[0, :far]  # at p the bounds meet: C(t, p) itself
-    before = best[starts[:far]]
-    lows, highs = before + (low[:, :far] + penalty), before + (high[:, :far] + penalty)
-    top = highs.min(axis=1, keepdims=True)
-    _ask(costs, exact, starts, ends, far, lows <= top)
-    known = exact[:, :far]
-    limit = np.minimum(np.where(np.isnan(known), np.inf, before + (known + penalty)).min(axis=1, keepdims=True), top)
-    _ask(costs, exact, starts, ends, far, (lows <= limit + penalty) & (highs > limit + penalty))
     return low, high, exact
 
 
-def _ask(costs: L1Costs, exact: np.ndarray, starts: np.ndarray, ends: np.ndarray, far: int, mask: np.ndarray) -> None:
-    """The exact costs of the far starts to the ends where ``mask`` says (and none is known yet), in one call."""
-    rows, cols = np.nonzero(mask & np.isnan(exact[:, :far]))
-    if len(rows):
-        exact[rows, cols] = costs.units(starts[cols], ends[rows])[0] / costs.scale
+def _exact_at(
+    costs: L1Costs, exact: np.ndarray, starts: np.ndarray, ends: np.ndarray, r: np.ndarray, c: np.ndarray
+) -> np.ndarray:
+    """The exact costs of the starts ``c`` (columns of ``exact``) to the ends ``r`` (its rows),
+    those not known yet asked in one call (and kept in ``exact``)."""
+    got = exact[r, c]
+    missing = np.flatnonzero(np.isnan(got))
+    if len(missing):
+        got[missing] = costs.units(starts[c[missing]], ends[r[missing]])[0] / costs.scale
+        exact[r[missing], c[missing]] = got[missing]
+    return got
 
 
 def _exact(costs: L1Costs, known: np.ndarray, starts: np.ndarray, at: np.ndarray, end: int) -> np.ndarray:
