@@ -163,6 +163,123 @@ def by_length(arrays: Sequence[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray
 
 
 @dataclass
+class RowSamples:
+    """Every row's raw samples in one long array, row after row (``rows``' order): ``seconds``
+    as kept, ``values`` those of the metric (``frames.sample_values``: what a rate's each sample
+    implies, or the seconds; NaN for a metric no sample gives), ``good`` the usable values."""
+
+    row: np.ndarray  # each sample's row position
+    seconds: np.ndarray
+    values: np.ndarray
+    good: np.ndarray
+    every: np.ndarray  # a row's samples as values of the metric (0: none, or a metric no sample gives)
+    clean: np.ndarray  # a row's usable ones
+
+
+def row_samples(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray]) -> RowSamples:
+    """The raw samples of every row at once (a ``sample_values`` and a ``usable`` call a row were
+    most of a compare of 46k points)."""
+    ids = rows["row_id"].astype(str).tolist() if samples and "row_id" in rows else []
+    found = [samples.get(r) for r in ids]
+    lengths = np.fromiter((0 if x is None else len(x) for x in found), np.intp, len(ids))
+    kept = [x for x in found if x is not None and len(x)]
+    seconds = np.concatenate(kept).astype(float, copy=False) if kept else np.array([])
+    row = np.repeat(np.arange(len(ids)), lengths) if len(ids) else np.array([], np.intp)
+    applies = metric in RATES | PER_SAMPLE_TIMES
+    if metric in RATES:  # metric x median / sample seconds, as sample_values
+        values = (_floats(rows, metric) * _floats(rows, "median_s"))[row] / seconds
+    else:
+        values = seconds if applies else np.full(len(seconds), math.nan)
+    good = np.isfinite(values) & (values > 0)
+    every = np.bincount(row, minlength=len(rows)) if applies else np.zeros(len(rows), np.intp)
+    return RowSamples(row, seconds, values, good, every, np.bincount(row[good], minlength=len(rows)))
+
+
+def _floats(rows: pd.DataFrame, column: str) -> np.ndarray:
+    """``column`` as floats (NaN: empty, not a number or absent)."""
+    if column not in rows:
+        return np.full(len(rows), math.nan)
+    return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+
+
+def _timed(metric: str) -> bool:
+    """Whether a value of ``metric`` <= 0 is damage (a time, a rate or a count), not a value."""
+    return metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s") or metric in EXACT
+
+
+def _split(values: np.ndarray, groups: np.ndarray, count: int) -> list[np.ndarray]:
+    """``values`` by group (``groups``: each one's, 0 .. count - 1), each group's in their order."""
+    order = np.argsort(groups, kind="stable")
+    return np.split(values[order], np.cumsum(np.bincount(groups, minlength=count))[:-1]) if count else []
+
+
+@dataclass
+class Points:
+    """Every point's figures at once, column by column (``measured_each``'s, less a Measured a
+    point): the value, the processes and their spread, the usable samples pooled, what was left
+    out, and the IQR % of the raw seconds (the job's table's)."""
+
+    value: np.ndarray  # the median of its usable rows' metric (NaN: none)
+    processes: np.ndarray  # its processes (runs) with a usable row
+    cv: np.ndarray  # its processes' figures' standard deviation over their mean (NaN: fewer than 2, or mean 0)
+    samples: list[np.ndarray]  # its usable raw samples as values of the metric, pooled
+    left_out: list[list[str]]
+    iqr_pct: np.ndarray
+
+
+def measured_points(
+    rows: pd.DataFrame,
+    codes: np.ndarray,
+    count: int,
+    metric: str,
+    samples: dict[str, np.ndarray],
+    said: Notes | None = None,
+) -> Points:
+    """``measured_each`` of every point at once (``codes``: each row's point, 0 .. count - 1), as
+    long arrays grouped with bincounts and sorts: the same figures, and the same words."""
+    values = _floats(rows, metric)
+    timed = _timed(metric)
+    usable_of = np.isfinite(values) & ((values > 0) if timed else True)
+    s = row_samples(rows, metric, samples)
+    ids = rows["row_id"].astype(str).tolist() if "row_id" in rows else []
+    recorded = np.array([r in samples for r in ids], bool) if ids else np.zeros(len(rows), bool)
+    lost = usable_of & recorded & (s.clean == 0) & (metric in RATES | PER_SAMPLE_TIMES)
+    good = usable_of & ~lost
+    unusable = said.kinds.get(UNUSABLE_SAMPLES, {}) if said else {}  # samples left out when read, by row id
+    at_read = np.array([unusable.get(r, 0) for r in ids], np.int64) if unusable else 0
+    dropped = np.bincount(codes[good], (at_read + s.every - s.clean)[good], minlength=count).astype(np.int64)
+    n_lost = np.bincount(codes[lost], minlength=count)
+    n_bad = np.bincount(codes[~(good | lost)], minlength=count)
+    left: list[list[str]] = [[] for _ in range(count)]
+    for i in np.flatnonzero(n_lost | n_bad | dropped).tolist():
+        left[i] = left_out(metric, timed, int(n_lost[i]), int(n_bad[i]), int(dropped[i]))
+    # the processes: each point's runs with a usable row, in the order they first appear
+    run = rows["run_id"].astype(str).to_numpy() if "run_id" in rows else np.arange(len(rows)).astype(str)
+    runs, names = pd.factorize(run[good])
+    width = max(len(names), 1)
+    pairs, firsts = pd.factorize(codes[good].astype(np.int64) * width + runs)
+    point_of = firsts // width
+    figures = _medians(values[good], pairs, len(firsts))  # each process's: the median of its rows'
+    processes = np.bincount(point_of, minlength=count)
+    cv = np.full(count, math.nan)
+    several = np.flatnonzero(processes > 1)
+    if len(several):
+        of_point = _split(figures, point_of, count)
+        for i in several.tolist():
+            if of_point[i].mean():
+                cv[i] = of_point[i].std(ddof=1) / of_point[i].mean()
+    keep = s.good & good[s.row]
+    return Points(
+        _medians(values[good], codes[good], count),
+        processes,
+        cv,
+        _split(s.values[keep], codes[s.row[keep]], count),
+        left,
+        iqr_pcts(_split(s.seconds, codes[s.row], count)),
+    )
+
+
+@dataclass
 class Measured:
     """What a point's rows give to judge it by: the rows whose metric is usable, the median of
     it, their usable raw samples as values of the metric (pooled, and per process), each
@@ -205,7 +322,7 @@ def measured_each(
     ``frames=False``: each ``Measured.rows`` is left empty (its columns only), for a caller
     that reads no rows back (a frame a group was most of what remained)."""
     values_of = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s") or metric in EXACT  # counts too
+    timed = _timed(metric)
     usable_of = np.isfinite(values_of) & ((values_of > 0) if timed else True)
     every = [sample_values(samples, r, metric) for r in cells(rows, "row_id", metric, "median_s")]
     ids = [str(r) for r in rows["row_id"].tolist()] if "row_id" in rows else []
@@ -248,17 +365,7 @@ def measured_each(
                 members[code].append(x)
             per_process = [usable(np.concatenate(m)) for m in members]
         at_read = sum(unusable.get(ids[i], 0) for i in kept_at) if unusable else 0
-        left = []
-        if lost.any():
-            n = int(lost.sum())
-            left.append(f"{n} row{'s' if n != 1 else ''} whose samples give no positive {metric}")
-        if not (good | lost).all():
-            n = int((~(good | lost)).sum())
-            why = "NaN, not a number or <= 0" if timed else "NaN or not a number"
-            left.append(f"{n} row{'s' if n != 1 else ''} whose {metric} is {why}")
-        if at_read + len(pooled) - len(clean):
-            n = at_read + len(pooled) - len(clean)
-            left.append(f"{n} sample{'s' if n != 1 else ''} that give no positive {metric} (NaN, not a number, <= 0)")
+        left = left_out(metric, timed, int(lost.sum()), int((~(good | lost)).sum()), at_read + len(pooled) - len(clean))
         # np.median's value (the middle one, or the mean of the two middle), without its fixed
         # cost: one call a subject was a third of a long history's measuring
         value = float(statistics.median(values[good].tolist())) if good.any() else math.nan
@@ -266,21 +373,28 @@ def measured_each(
     return out
 
 
+def left_out(metric: str, timed: bool, lost: int, bad: int, samples: int) -> list[str]:
+    """What a point left out, in words: ``lost`` rows whose samples give no usable value, ``bad``
+    rows whose metric is none (``timed``: <= 0 is none either), ``samples`` unusable samples."""
+    why = "NaN, not a number or <= 0" if timed else "NaN or not a number"
+    said = [
+        (lost, f"row{'s' if lost != 1 else ''} whose samples give no positive {metric}"),
+        (bad, f"row{'s' if bad != 1 else ''} whose {metric} is {why}"),
+        (samples, f"sample{'s' if samples != 1 else ''} that give no positive {metric} (NaN, not a number, <= 0)"),
+    ]
+    return [f"{n} {what}" for n, what in said if n]
+
+
 def _one_row(i: int, m: _Columns) -> Measured:
     """``measured_each``'s Measured of a group of the one row ``i`` (frames=False), as its loop
     makes it, without its numpy calls on arrays of one (most of a history of 46k subjects)."""
-    left = []
-    if m.lost[i]:
-        left.append(f"1 row whose samples give no positive {m.metric}")
-    elif not m.good[i]:
-        why = "NaN, not a number or <= 0" if m.timed else "NaN or not a number"
-        left.append(f"1 row whose {m.metric} is {why}")
     if not m.good[i]:
+        left = left_out(m.metric, m.timed, int(m.lost[i]), int(not m.lost[i]), 0)
         return Measured(m.empty, math.nan, np.array([]), left, [], np.array([]), [])
     clean = m.clean[i]
-    n = (m.unusable.get(m.ids[i], 0) if m.unusable else 0) + len(m.every[i]) - len(clean)
-    if n:
-        left.append(f"{n} sample{'s' if n != 1 else ''} that give no positive {m.metric} (NaN, not a number, <= 0)")
+    left = left_out(
+        m.metric, m.timed, 0, 0, (m.unusable.get(m.ids[i], 0) if m.unusable else 0) + len(m.every[i]) - len(clean)
+    )
     numbered = [str(m.numbers[i])] if m.numbers is not None else []
     return Measured(m.empty, float(m.values[i]), clean, left, [clean], m.values[i : i + 1], numbered)
 
@@ -320,12 +434,14 @@ def _first_seen(values: np.ndarray) -> tuple[np.ndarray, list]:
 
 def _medians(values: np.ndarray, codes: np.ndarray, groups: int) -> np.ndarray:
     """The median of each group's ``values`` (``codes``: each value's group, 0 .. groups - 1),
-    as np.median takes it (the middle value, or the mean of the two middle ones), in one sort:
+    as np.median takes it (the middle value, or the mean of the two middle ones; NaN of none), in one sort:
     a point of many processes took a median call (or a pandas groupby) per process."""
     counts = np.bincount(codes, minlength=groups)
     ordered = values[np.lexsort((values, codes))]
-    starts = np.cumsum(counts) - counts
-    return (ordered[starts + (counts - 1) // 2] + ordered[starts + counts // 2]) / 2
+    starts = (np.cumsum(counts) - counts)[counts > 0]
+    out = np.full(groups, math.nan)  # a group of none: NaN
+    out[counts > 0] = (ordered[starts + (counts[counts > 0] - 1) // 2] + ordered[starts + counts[counts > 0] // 2]) / 2
+    return out
 
 
 # --- the statistics at the process level ------------------------------------------------------
