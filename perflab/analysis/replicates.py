@@ -38,7 +38,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis.frames import PER_SAMPLE_TIMES, cells, sample_values
+from perflab.analysis.frames import PER_SAMPLE_TIMES
 from perflab.analysis.stats import ALPHA, POWER, usable
 from perflab.config import registry
 from perflab.store.columns import EXACT, FEW_FOR_SPREAD, RATES, unit_of
@@ -178,6 +178,7 @@ class RowSamples:
     good: np.ndarray
     every: np.ndarray  # a row's samples as values of the metric (0: none, or a metric no sample gives)
     clean: np.ndarray  # a row's usable ones
+    applies: bool  # the metric comes from the samples (a time or a rate: an instruction count does not)
 
 
 def row_samples(
@@ -187,7 +188,7 @@ def row_samples(
     most of a compare of 46k points); ``order``: the rows' positions in the order their samples
     follow each other (a point's rows together: no sort of every sample to group them)."""
     at = np.arange(len(rows)) if order is None else order
-    ids = rows["row_id"].astype(str).to_numpy(object)[at].tolist() if samples and "row_id" in rows else []
+    ids = [str(r) for r in rows["row_id"].iloc[at].tolist()] if samples and "row_id" in rows else []
     found = [samples.get(r) for r in ids]
     lengths = np.fromiter((0 if x is None else len(x) for x in found), np.intp, len(ids))
     kept = [x for x in found if x is not None and len(x)]
@@ -200,7 +201,7 @@ def row_samples(
         values = seconds if applies else np.full(len(seconds), math.nan)
     good = np.isfinite(values) & (values > 0)
     every = np.bincount(row, minlength=len(rows)) if applies else np.zeros(len(rows), np.intp)
-    return RowSamples(row, seconds, values, good, every, np.bincount(row[good], minlength=len(rows)))
+    return RowSamples(row, seconds, values, good, every, np.bincount(row[good], minlength=len(rows)), applies)
 
 
 def _floats(rows: pd.DataFrame, column: str) -> np.ndarray:
@@ -249,22 +250,14 @@ def measured_points(
 ) -> Points:
     """``measured_each`` of every point at once (``codes``: each row's point, 0 .. count - 1), as
     long arrays grouped with bincounts and sorts: the same figures, and the same words."""
-    values = _floats(rows, metric)
-    timed = _timed(metric)
-    usable_of = np.isfinite(values) & ((values > 0) if timed else True)
-    s = row_samples(rows, metric, samples, np.argsort(codes, kind="stable"))  # each point's samples together
-    ids = rows["row_id"].astype(str).tolist() if "row_id" in rows else []
-    recorded = np.array([r in samples for r in ids], bool) if ids else np.zeros(len(rows), bool)
-    lost = usable_of & recorded & (s.clean == 0) & (metric in RATES | PER_SAMPLE_TIMES)
-    good = usable_of & ~lost
-    unusable = said.kinds.get(UNUSABLE_SAMPLES, {}) if said else {}  # samples left out when read, by row id
-    at_read = np.array([unusable.get(r, 0) for r in ids], np.int64) if unusable else 0
-    dropped = np.bincount(codes[good], (at_read + s.every - s.clean)[good], minlength=count).astype(np.int64)
+    r = _rows(rows, metric, samples, said, np.argsort(codes, kind="stable"))  # each point's samples together
+    s, values, good, lost = r.samples, r.values, r.good, r.lost
+    dropped = np.bincount(codes[good], (r.at_read + s.every - s.clean)[good], minlength=count).astype(np.int64)
     n_lost = np.bincount(codes[lost], minlength=count)
     n_bad = np.bincount(codes[~(good | lost)], minlength=count)
     left: list[list[str]] = [[] for _ in range(count)]
     for i in np.flatnonzero(n_lost | n_bad | dropped).tolist():
-        left[i] = left_out(metric, timed, int(n_lost[i]), int(n_bad[i]), int(dropped[i]))
+        left[i] = left_out(metric, r.timed, int(n_lost[i]), int(n_bad[i]), int(dropped[i]))
     # the processes: each point's runs with a usable row, in the order they first appear
     run = rows["run_id"].astype(str).to_numpy() if "run_id" in rows else np.arange(len(rows)).astype(str)
     runs, names = pd.factorize(run[good])
@@ -333,56 +326,75 @@ def measured_each(
     thousands of subjects took a few milliseconds of pandas each, one ``measured`` call apiece.
     ``frames=False``: each ``Measured.rows`` is left empty (its columns only), for a caller
     that reads no rows back (a frame a group was most of what remained)."""
-    values_of = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    timed = _timed(metric)
-    usable_of = np.isfinite(values_of) & ((values_of > 0) if timed else True)
-    every = [sample_values(samples, r, metric) for r in cells(rows, "row_id", metric, "median_s")]
-    ids = [str(r) for r in rows["row_id"].tolist()] if "row_id" in rows else []
-    recorded = np.array([r in samples for r in ids], bool) if "row_id" in rows else usable_of & False
-    # a row whose samples were kept but give no usable value is damage too (a negative median_s),
-    # where the metric comes from its samples (an instruction count does not)
-    from_samples = metric in RATES | PER_SAMPLE_TIMES
-    clean_of = [usable(x) if len(x) else x for x in every]  # each row's usable samples, made once
-    unusable = said.kinds.get(UNUSABLE_SAMPLES, {}) if said else {}  # samples left out when read, by row id
-    lost_of = usable_of & recorded & np.array([not len(x) for x in clean_of], bool) & from_samples
+    r = _rows(rows, metric, samples, said)
+    clean_of = _split(r.samples.values[r.samples.good], r.samples.row[r.samples.good], len(rows))  # a row's usable
     runs = rows["run_id"].astype(str).to_numpy() if "run_id" in rows else None
     numbers = rows["process"].astype("string").fillna("").to_numpy() if "process" in rows else None
     empty = rows.iloc[:0]  # once: a slice a group took most of a history of 1,000 subjects
     out = []
-    known = _Columns(
-        metric, timed, values_of, usable_of & ~lost_of, lost_of, every, clean_of, ids, numbers, unusable, empty
-    )
     for at in groups:
         if len(at) == 1 and not frames:  # a row a point (a subject of a history): nothing to pool
-            out.append(_one_row(int(at[0]), known))
+            out.append(_one_row(int(at[0]), r, clean_of, numbers, empty))
             continue
-        values, lost = values_of[at], lost_of[at]
-        good = usable_of[at] & ~lost
+        values, lost, good = r.values[at], r.lost[at], r.good[at]
         kept_at = at[good]
         kept = rows.iloc[kept_at] if frames else empty
-        per_row = [every[i] for i in kept_at]
-        pooled = np.concatenate(per_row) if per_row else np.array([])
-        clean = usable(pooled)
+        clean = np.concatenate([clean_of[i] for i in kept_at]) if len(kept_at) else np.array([])
         process = runs[kept_at] if runs is not None else np.arange(len(kept_at)).astype(str)
         # each process's rows found in one pass (a search of every row per process grew as their product)
         codes, names = _first_seen(process)  # processes in the order they first appear
         numbered = [str(numbers[kept_at[i]]) for i in _firsts(codes, len(names))] if numbers is not None else []
         # a row a process (the usual point): its figure is its value, no median to take
         figures = values[good] if len(names) == len(kept_at) else _medians(values[good], codes, len(names))
-        if len(names) == len(per_row):  # a row a process (the usual point): its samples are the process's
+        if len(names) == len(kept_at):  # a row a process (the usual point): its samples are the process's
             per_process = [clean_of[i] for i in kept_at]
         else:
             members: list[list[np.ndarray]] = [[] for _ in range(len(names))]
-            for code, x in zip(codes, per_row):
-                members[code].append(x)
-            per_process = [usable(np.concatenate(m)) for m in members]
-        at_read = sum(unusable.get(ids[i], 0) for i in kept_at) if unusable else 0
-        left = left_out(metric, timed, int(lost.sum()), int((~(good | lost)).sum()), at_read + len(pooled) - len(clean))
+            for code, i in zip(codes, kept_at):
+                members[code].append(clean_of[i])
+            per_process = [np.concatenate(m) for m in members]
+        dropped = r.at_read[kept_at].sum() + r.samples.every[kept_at].sum() - r.samples.clean[kept_at].sum()
+        left = left_out(metric, r.timed, int(lost.sum()), int((~(good | lost)).sum()), int(dropped))
         # np.median's value (the middle one, or the mean of the two middle), without its fixed
         # cost: one call a subject was a third of a long history's measuring
         value = float(statistics.median(values[good].tolist())) if good.any() else math.nan
         out.append(Measured(kept, value, clean, left, per_process, figures, numbered))
     return out
+
+
+@dataclass
+class _Rows:
+    """What every row gives the points it is in: its metric's value, whether it is usable (its
+    metric, and its samples where the metric comes from them), its raw samples."""
+
+    metric: str
+    timed: bool  # a value <= 0 is damage
+    values: np.ndarray
+    good: np.ndarray
+    lost: np.ndarray  # a usable value whose kept samples give none: damage too (a negative median_s)
+    samples: RowSamples
+    at_read: np.ndarray  # samples left out when they were read, a row
+
+
+def _rows(
+    rows: pd.DataFrame,
+    metric: str,
+    samples: dict[str, np.ndarray],
+    said: Notes | None = None,
+    order: np.ndarray | None = None,
+) -> _Rows:
+    """Every row of ``rows`` read once (``said``: the notes of ``samples_by_row``; ``order``:
+    ``row_samples``')."""
+    values = _floats(rows, metric)
+    timed = _timed(metric)
+    usable_of = np.isfinite(values) & ((values > 0) if timed else True)
+    s = row_samples(rows, metric, samples, order)
+    ids = [str(r) for r in rows["row_id"].tolist()] if "row_id" in rows else []
+    recorded = np.array([r in samples for r in ids], bool) if ids else np.zeros(len(rows), bool)
+    lost = usable_of & recorded & (s.clean == 0) & s.applies
+    unusable = said.kinds.get(UNUSABLE_SAMPLES, {}) if said else {}  # by row id
+    at_read = np.array([unusable.get(r, 0) for r in ids], np.int64) if unusable else np.zeros(len(rows), np.int64)
+    return _Rows(metric, timed, values, usable_of & ~lost, lost, s, at_read)
 
 
 def left_out(metric: str, timed: bool, lost: int, bad: int, samples: int) -> list[str]:
@@ -397,35 +409,24 @@ def left_out(metric: str, timed: bool, lost: int, bad: int, samples: int) -> lis
     return [f"{n} {what}" for n, what in said if n]
 
 
-def _one_row(i: int, m: _Columns) -> Measured:
+def _one_row(i: int, r: _Rows, clean_of: list[np.ndarray], numbers: np.ndarray | None, empty: pd.DataFrame) -> Measured:
     """``measured_each``'s Measured of a group of the one row ``i`` (frames=False), as its loop
     makes it, without its numpy calls on arrays of one (most of a history of 46k subjects)."""
-    if not m.good[i]:
-        left = left_out(m.metric, m.timed, int(m.lost[i]), int(not m.lost[i]), 0)
-        return Measured(m.empty, math.nan, np.array([]), left, [], np.array([]), [])
-    clean = m.clean[i]
-    left = left_out(
-        m.metric, m.timed, 0, 0, (m.unusable.get(m.ids[i], 0) if m.unusable else 0) + len(m.every[i]) - len(clean)
+    if not r.good[i]:
+        left = left_out(r.metric, r.timed, int(r.lost[i]), int(not r.lost[i]), 0)
+        return Measured(empty, math.nan, np.array([]), left, [], np.array([]), [])
+    clean = clean_of[i]
+    dropped = int(r.at_read[i] + r.samples.every[i] - r.samples.clean[i])
+    numbered = [str(numbers[i])] if numbers is not None else []
+    return Measured(
+        empty,
+        float(r.values[i]),
+        clean,
+        left_out(r.metric, r.timed, 0, 0, dropped),
+        [clean],
+        r.values[i : i + 1],
+        numbered,
     )
-    numbered = [str(m.numbers[i])] if m.numbers is not None else []
-    return Measured(m.empty, float(m.values[i]), clean, left, [clean], m.values[i : i + 1], numbered)
-
-
-@dataclass
-class _Columns:
-    """What ``measured_each`` knows of every row, for ``_one_row``."""
-
-    metric: str
-    timed: bool
-    values: np.ndarray
-    good: np.ndarray
-    lost: np.ndarray
-    every: list[np.ndarray]
-    clean: list[np.ndarray]
-    ids: list[str]
-    numbers: np.ndarray | None
-    unusable: dict
-    empty: pd.DataFrame
 
 
 def _firsts(codes: np.ndarray, groups: int) -> list[int]:
