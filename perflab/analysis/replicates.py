@@ -118,24 +118,23 @@ def samples_by_row(
         return {}
     if s.empty:
         return {}
-    timed = s["phase"].eq("sample").fillna(False).to_numpy(bool)  # on the index's categories: no text a sample
     own = notes if notes is not None else Notes()
-    out = {}
     codes, ids = pd.factorize(s["row_id"], sort=True)  # each row's samples in one split, not a group each
     seconds = pd.to_numeric(s["seconds"], errors="coerce").to_numpy(float)
+    timed = s["phase"].eq("sample").fillna(False).to_numpy(bool) & (codes >= 0)  # on the index's categories
     codes, seconds = codes[timed], seconds[timed]  # arrays, not a frame, filtered: a frame took 0.6 s at 4.7M
     good = np.isfinite(seconds) & (seconds > 0)  # stats.usable, of every sample at once
-    has = np.bincount(codes[codes >= 0], minlength=len(ids)) > 0  # a row of warm-up alone has none
-    unusable = np.bincount(codes[(codes >= 0) & ~good], minlength=len(ids))
-    codes, seconds = codes[(codes >= 0) & good], seconds[(codes >= 0) & good]
+    has = np.bincount(codes, minlength=len(ids)) > 0  # a row of warm-up alone has none
+    unusable = np.bincount(codes[~good], minlength=len(ids))
+    for k in np.flatnonzero(unusable).tolist():
+        own.add(UNUSABLE_SAMPLES, ids[k], count=int(unusable[k]))
+    codes, seconds = codes[good], seconds[good]
     if (codes[1:] < codes[:-1]).any():  # the index keeps a row's samples together, in order
         seconds = seconds[np.argsort(codes, kind="stable")]
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(ids))))).tolist()
-    for k, a, b, lost, sampled in zip(ids, bounds, bounds[1:], unusable.tolist(), has.tolist()):
-        if lost:
-            own.add(UNUSABLE_SAMPLES, k, count=lost)
-        if sampled:  # slices: np.split's pieces, faster
-            out[str(k)] = seconds[a:b]
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(ids)))))
+    at = np.flatnonzero(has)
+    # slices, not np.split's pieces
+    out = {str(k): seconds[a:b] for k, a, b in zip(ids[at].tolist(), bounds[at].tolist(), bounds[at + 1].tolist())}
     if notes is None:
         own.say()
     return out
