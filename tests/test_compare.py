@@ -544,3 +544,25 @@ def test_what_compare_no_longer_re_exports_keeps_working_a_release(name, home):
     assert found is getattr(importlib.import_module(new), name)
     with pytest.raises(AttributeError, match="'perflab.compare' has no attribute 'nosuch'"):
         compare.nosuch  # noqa: B018
+
+
+def test_a_table_built_by_columns_is_the_table_a_dict_a_point_made():
+    """compare's table is built column by column: the same columns, in the same order (each where
+    it first appears), the same types and empty cells as a list of a dict a point made."""
+    from perflab.analysis.comparison import _frame
+
+    columns = {
+        "experiment": (["x", "x", "x"], None),
+        "left_out": (["", "2 rows", ""], np.array([False, True, False])),
+        "runs": ([1, 2, 3], None),
+        "iqr_pct": ([1.5, np.nan, 2.5], np.array([True, False, True])),
+        "pooled": (["", "", ""], np.array([False, False, False])),
+    }
+    entries = [
+        {"experiment": "x", "runs": 1, "iqr_pct": 1.5},
+        {"experiment": "x", "left_out": "2 rows", "runs": 2},
+        {"experiment": "x", "runs": 3, "iqr_pct": 2.5},
+    ]
+    made, want = _frame(columns, 3), pd.DataFrame(entries)
+    assert list(made.columns) == ["experiment", "runs", "iqr_pct", "left_out"]
+    pd.testing.assert_frame_equal(made, want)

@@ -212,7 +212,7 @@ def _one_experiment(
     n = int(codes.max()) + 1 if len(codes) else 0
     found = measured_points(df, codes, n, metric, samples)  # every point's figures, in one pass
     firsts = np.unique(codes, return_index=True)[1]
-    labels = df[group].iloc[firsts].reset_index(drop=True)
+    label = {c: list(df[c].iloc[firsts]) for c in group}  # each point's keys, as its rows hold them
     runs = _distinct(codes, df["run_id"], n)
     differ = {c: _distinct(codes, df[c], n) > 1 for c in identity if c not in keys}
     pooled = [""] * n  # the keys a point's runs differ in
@@ -223,7 +223,7 @@ def _one_experiment(
     # the table's columns, each a list a point; None: every point has it, else which points do
     columns: dict[str, tuple[list, np.ndarray | None]] = {
         "experiment": ([name] * n, None),
-        **{c: (labels[c].tolist(), None) for c in group},
+        **{c: (values, None) for c, values in label.items()},
         "metric": ([metric] * n, None),
         metric: (found.value.tolist(), None),
         "runs": (runs.tolist(), None),
@@ -248,11 +248,12 @@ def _one_experiment(
         "_threads": (_one_value(codes, _device_threads(df), n), None),
     }
     said = columns["left_out"][1] | noisy | columns["pooled"][1]  # what a point's lines say, in its order
-    for i, measurement in zip(np.flatnonzero(said).tolist(), labels["measurement"].iloc[said].tolist()):
+    for i in np.flatnonzero(said).tolist():
+        measurement = label["measurement"][i]
         if left_out[i]:
             notes.append(f"{name} {measurement}: left out {left_out[i]}")
         if noisy[i] and found.cv[i] > NOISY_BETWEEN_RUNS:
-            where = ", ".join(f"{k.removeprefix('cfg.')}={v}" for k, v in zip(group, labels.iloc[i].tolist()))
+            where = ", ".join(f"{k.removeprefix('cfg.')}={v[i]}" for k, v in label.items())
             notes.append(f"{name} {where}: {metric} varies {found.cv[i]:.0%} between runs ({runs[i]} runs)")
         if pooled[i]:
             notes.append(
@@ -275,7 +276,10 @@ def _frame(columns: dict[str, tuple[list, np.ndarray | None]], count: int) -> pd
     """A row a point from ``columns`` (a value a point, and which points have one: None, all),
     NaN where a point has none, the columns in the order a list of a dict a point made them:
     each where it first appears (the order the tables and their JSON keep)."""
-    first = {c: 0 if has is None else int(np.argmax(has)) for c, (_, has) in columns.items() if has is None or any(has)}
+    first = {}  # the first point that has each column (a column no point has: none)
+    for c, (_, has) in columns.items():
+        if has is None or has.any():
+            first[c] = 0 if has is None else int(np.argmax(has))
     names = sorted(first, key=first.__getitem__)  # stable: in their own order where they appear together
     cells = [
         values if has is None else [v if h else np.nan for v, h in zip(values, has.tolist())]
