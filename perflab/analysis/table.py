@@ -247,30 +247,22 @@ def _cells(column: str, values: list[Any], metrics: list[Any], items: list[Any])
     metric's, each row's metric and items unit beside; a suspect row's reason by its head)."""
     judged = column in ("base", "new")  # in their row's metric's format
     format = columns.format_of(column)
-
-    def cell(v: Any, metric: Any, unit: Any) -> str:
-        if v is None:
-            return ""
-        if isinstance(v, str):
-            return _head(v) if column == "suspect" and v else v
-        if (x := number(v)) is None or (type(v) is not float and str(v) in ("True", "False")):
-            return str(v)
-        if judged and metric:
-            return shown(x, str(metric), str(unit or "items"))
-        if format == "time":
-            return human_time(x)
-        if format == "":
-            return plain(x)
-        return shown(x, column, str(unit or "items"))
-
-    made: dict[tuple, str] = {}  # each distinct cell written once (a table of 46k lines repeats most)
     out = []
     for v, metric, unit in zip(values, metrics, items):
-        try:
-            key = (type(v), v, metric, unit)
-            out.append(made[key] if key in made else made.setdefault(key, cell(v, metric, unit)))
-        except TypeError:  # a cell no dict keys (a list): written as it comes
-            out.append(cell(v, metric, unit))
+        if v is None:
+            out.append("")
+        elif isinstance(v, str):
+            out.append(_head(v) if column == "suspect" and v else v)
+        elif (x := number(v)) is None or (type(v) is not float and str(v) in ("True", "False")):
+            out.append(str(v))
+        elif judged and metric:
+            out.append(shown(x, str(metric), str(unit or "items")))
+        elif format == "time":
+            out.append(human_time(x))
+        elif format == "":
+            out.append(plain(x))
+        else:
+            out.append(shown(x, column, str(unit or "items")))
     return out
 
 
