@@ -178,6 +178,7 @@ class RowSamples:
     every: np.ndarray  # a row's samples as values of the metric (0: none, or a metric no sample gives)
     clean: np.ndarray  # a row's usable ones
     applies: bool  # the metric comes from the samples (a time or a rate: an instruction count does not)
+    recorded: np.ndarray  # a row's samples were kept (its id is in them, even with none usable)
 
 
 def row_samples(
@@ -193,6 +194,8 @@ def row_samples(
     kept = [x for x in found if x is not None and len(x)]
     seconds = np.concatenate(kept).astype(float, copy=False) if kept else np.array([])
     row = np.repeat(at, lengths) if len(ids) else np.array([], np.intp)
+    recorded = np.zeros(len(rows), bool)
+    recorded[at[: len(ids)]] = [x is not None for x in found]
     applies = metric in RATES | PER_SAMPLE_TIMES
     if metric in RATES:  # metric x median / sample seconds, as sample_values
         values = (_floats(rows, metric) * _floats(rows, "median_s"))[row] / seconds
@@ -200,7 +203,8 @@ def row_samples(
         values = seconds if applies else np.full(len(seconds), math.nan)
     good = np.isfinite(values) & (values > 0)
     every = np.bincount(row, minlength=len(rows)) if applies else np.zeros(len(rows), np.intp)
-    return RowSamples(row, seconds, values, good, every, np.bincount(row[good], minlength=len(rows)), applies)
+    clean = np.bincount(row[good], minlength=len(rows))
+    return RowSamples(row, seconds, values, good, every, clean, applies, recorded)
 
 
 def _floats(rows: pd.DataFrame, column: str) -> np.ndarray:
@@ -388,11 +392,11 @@ def _rows(
     timed = _timed(metric)
     usable_of = np.isfinite(values) & ((values > 0) if timed else True)
     s = row_samples(rows, metric, samples, order)
-    ids = [str(r) for r in rows["row_id"].tolist()] if "row_id" in rows else []
-    recorded = np.array([r in samples for r in ids], bool) if ids else np.zeros(len(rows), bool)
-    lost = usable_of & recorded & (s.clean == 0) & s.applies
-    unusable = said.kinds.get(UNUSABLE_SAMPLES, {}) if said else {}  # by row id
-    at_read = np.array([unusable.get(r, 0) for r in ids], np.int64) if unusable else np.zeros(len(rows), np.int64)
+    lost = usable_of & s.recorded & (s.clean == 0) & s.applies
+    unusable = said.kinds.get(UNUSABLE_SAMPLES, {}) if said and "row_id" in rows else {}  # by row id
+    at_read = np.zeros(len(rows), np.int64)
+    if unusable:
+        at_read[:] = [unusable.get(str(r), 0) for r in rows["row_id"].tolist()]
     return _Rows(metric, timed, values, usable_of & ~lost, lost, s, at_read)
 
 
