@@ -493,6 +493,52 @@ def test_a_point_of_one_row_is_measured_as_any_point():
     assert short[2].left_out == ["1 row whose samples give no positive median_s"]
 
 
+def test_every_point_measured_at_once_is_each_point_measured_alone():
+    """measured_points (compare's one pass over every point) gives measured_each's figures and
+    words point by point: points of rows out of order, of several processes and of damage."""
+    from perflab.analysis import replicates
+    from perflab.store.rows import Notes
+
+    rows = pd.DataFrame(
+        {
+            "row_id": list("abcdefgh"),
+            "run_id": ["r1", "r4", "r1", "r5", "r2", "r4", "r6", "r7"],
+            "median_s": [1e-3, np.nan, 1.2e-3, 2e-3, 1.5e-3, 3e-3, 2.5e-3, 4e-3],
+            "tflops": [2.0, 1.0, 1.8, np.nan, 1.5, 0.5, 0.8, 0.25],
+        }
+    )
+    codes = np.array([0, 1, 0, 2, 0, 1, 2, 3])  # point 0: three rows of two processes, out of order
+    samples = {
+        "a": np.array([1e-3, 1.1e-3, 0.9e-3]),
+        "b": np.array([1e-3]),
+        "c": np.array([1.2e-3, np.inf, 1.3e-3]),
+        "d": np.array([2e-3, 2.1e-3]),
+        "e": np.array([1.4e-3, 1.5e-3, 1.6e-3, 1.7e-3]),
+        "f": np.array([-1.0, -2.0]),  # kept, none usable: the row is lost
+        "h": np.array([4e-3, 4.2e-3, 3.9e-3, 4.1e-3]),
+    }
+    said = Notes()
+    said.add(replicates.UNUSABLE_SAMPLES, "c", count=1)
+    groups = [np.flatnonzero(codes == p) for p in range(4)]
+    for metric in ("median_s", "tflops"):
+        points = replicates.measured_points(rows, codes, 4, metric, samples, said)
+        each = replicates.measured_each(rows, groups, metric, samples, said, frames=False)
+        for i, x in enumerate(each):
+            assert points.value[i] == x.value or (np.isnan(points.value[i]) and np.isnan(x.value))
+            assert points.processes[i] == x.n_processes and points.left_out[i] == x.left_out
+            np.testing.assert_array_equal(points.samples[i], x.samples)
+            cv = x.figures.std(ddof=1) / x.figures.mean() if x.n_processes > 1 else np.nan
+            np.testing.assert_array_equal(points.cv[i], cv)
+        raw = [np.concatenate([samples.get(r, []) for r in rows["row_id"].iloc[at]]) for at in groups]
+        np.testing.assert_array_equal(points.iqr_pct, replicates.iqr_pcts(raw))
+    timed = replicates.measured_points(rows, codes, 4, "median_s", samples, said)
+    assert timed.processes.tolist() == [2, 0, 2, 1] and timed.cv[0] > 0 and np.isnan(timed.value[1])
+    assert timed.left_out[:2] == [
+        ["2 samples that give no positive median_s (NaN, not a number, <= 0)"],  # one read, one here
+        ["1 row whose samples give no positive median_s", "1 row whose median_s is NaN, not a number or <= 0"],
+    ]
+
+
 @pytest.mark.parametrize(
     "name, home",
     [
@@ -513,3 +559,25 @@ def test_what_compare_no_longer_re_exports_keeps_working_a_release(name, home):
     assert found is getattr(importlib.import_module(new), name)
     with pytest.raises(AttributeError, match="'perflab.compare' has no attribute 'nosuch'"):
         compare.nosuch  # noqa: B018
+
+
+def test_a_table_built_by_columns_is_the_table_a_dict_a_point_made():
+    """compare's table is built column by column: the same columns, in the same order (each where
+    it first appears), the same types and empty cells as a list of a dict a point made."""
+    from perflab.analysis.comparison import _frame
+
+    columns = {
+        "experiment": (["x", "x", "x"], None),
+        "left_out": (["", "2 rows", ""], np.array([False, True, False])),
+        "runs": ([1, 2, 3], None),
+        "iqr_pct": ([1.5, np.nan, 2.5], np.array([True, False, True])),
+        "pooled": (["", "", ""], np.array([False, False, False])),
+    }
+    entries = [
+        {"experiment": "x", "runs": 1, "iqr_pct": 1.5},
+        {"experiment": "x", "left_out": "2 rows", "runs": 2},
+        {"experiment": "x", "runs": 3, "iqr_pct": 2.5},
+    ]
+    made, want = _frame(columns, 3), pd.DataFrame(entries)
+    assert list(made.columns) == ["experiment", "runs", "iqr_pct", "left_out"]
+    pd.testing.assert_frame_equal(made, want)

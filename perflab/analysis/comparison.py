@@ -17,9 +17,9 @@ from perflab.analysis import verdicts
 from perflab.analysis.frames import config_column, device_family, identity_columns, plain_text
 from perflab.analysis.replicates import (
     has_metric,
-    iqr_pcts,
     measured,
     measured_each,
+    measured_points,
     metric_for,
     metric_refusal,
     samples_by_row,
@@ -209,62 +209,58 @@ def _one_experiment(
     group = list(dict.fromkeys(["measurement", *keys]))
     df = df.reset_index(drop=True)
     codes = df.groupby(group, dropna=False, sort=True, observed=True).ngroup().to_numpy()
-    order = np.argsort(codes, kind="stable")
-    members = np.split(order, np.flatnonzero(np.diff(codes[order])) + 1) if len(order) else []
-    found = measured_each(df, members, metric, samples, frames=False)  # every point's figures, rows read once
-    labels = df[group].iloc[[at[0] for at in members]].itertuples(index=False, name=None)
-    runs = _distinct(codes, df["run_id"], len(members))
-    differ = {c: _distinct(codes, df[c], len(members)) > 1 for c in identity if c not in keys}
-    per_point = {
-        "suspect": _texts_by(codes, df.get("suspect"), len(members)),
-        "_busy": busy_rows(df).groupby(codes).any().reindex(range(len(members)), fill_value=False).to_numpy(),
-        "_threads": _one_value(codes, _device_threads(df), len(members)),
+    n = int(codes.max()) + 1 if len(codes) else 0
+    found = measured_points(df, codes, n, metric, samples)  # every point's figures, in one pass
+    firsts = np.unique(codes, return_index=True)[1]
+    label = {c: list(df[c].iloc[firsts]) for c in group}  # each point's keys, as its rows hold them
+    runs = _distinct(codes, df["run_id"], n)
+    differ = {c: _distinct(codes, df[c], n) > 1 for c in identity if c not in keys}
+    pooled = [""] * n  # the keys a point's runs differ in
+    for i in np.flatnonzero(np.logical_or.reduce([*differ.values(), np.zeros(n, bool)])).tolist():
+        pooled[i] = ", ".join(c.removeprefix("cfg.") for c, many in differ.items() if many[i])
+    noisy = (runs > 1) & (found.processes > 1) & ~np.isnan(found.cv)
+    left_out = [", ".join(x) for x in found.left_out]
+    # the table's columns, each a list a point; None: every point has it, else which points do
+    columns: dict[str, tuple[list, np.ndarray | None]] = {
+        "experiment": ([name] * n, None),
+        **{c: (values, None) for c, values in label.items()},
+        "metric": ([metric] * n, None),
+        metric: (found.value.tolist(), None),
+        "runs": (runs.tolist(), None),
+        "left_out": (left_out, np.array([bool(x) for x in left_out], bool)),
+        "cv_between_runs": (found.cv.tolist(), noisy),
+        "_samples": (found.samples, None),
+        "iqr_pct": (found.iqr_pct.tolist(), ~np.isnan(found.iqr_pct)),
+        **{  # what the experiment wants seen beside speed
+            c: (pd.to_numeric(df[c], errors="coerce").groupby(codes).median().to_numpy().tolist(), None)
+            for c in beside
+            if c in df and c != metric
+        },
+        **{  # each point keeps its rows' units: a table may mix images and tokens
+            c: ([str(v) for v in first.tolist()], first.notna().to_numpy(bool))
+            for c in UNIT_COLUMNS
+            if c in df
+            for first in [df[c].groupby(codes).first().reindex(range(n))]
+        },
+        "pooled": (pooled, np.array([bool(x) for x in pooled], bool)),
+        "suspect": (_texts_by(codes, df.get("suspect"), n), None),
+        "_busy": (busy_rows(df).groupby(codes).any().reindex(range(n), fill_value=False).tolist(), None),
+        "_threads": (_one_value(codes, _device_threads(df), n), None),
     }
-    beside_of = {
-        c: pd.to_numeric(df[c], errors="coerce").groupby(codes).median().to_numpy()
-        for c in beside
-        if c in df and c != metric
-    }
-    units_of = {c: df[c].groupby(codes).first().reindex(range(len(members))) for c in UNIT_COLUMNS if c in df}
-    row_ids = df["row_id"].astype(str).tolist() if samples else []
-    no_samples = np.array([])
-    spreads = iqr_pcts(  # of the times, as the job's table: every point's in one pass
-        [
-            _pooled([samples[r] for r in (row_ids[j] for j in at) if r in samples]) if samples else no_samples
-            for at in members
-        ]
-    )
-    entries = []
-    for i, (values, point) in enumerate(zip(labels, found)):
-        entry: dict[str, Any] = {"experiment": name, **dict(zip(group, values)), "metric": metric}
-        entry[metric] = point.value
-        entry["runs"] = int(runs[i])
-        if point.left_out:
-            entry["left_out"] = ", ".join(point.left_out)
-            notes.append(f"{name} {entry['measurement']}: left out {entry['left_out']}")
-        if entry["runs"] > 1 and point.n_processes > 1 and point.figures.mean():
-            cv = float(point.figures.std(ddof=1) / point.figures.mean())
-            entry["cv_between_runs"] = cv
-            if cv > NOISY_BETWEEN_RUNS:
-                where = ", ".join(f"{k.removeprefix('cfg.')}={v}" for k, v in zip(group, values))
-                notes.append(f"{name} {where}: {metric} varies {cv:.0%} between runs ({entry['runs']} runs)")
-        entry["_samples"] = point.samples
-        if not math.isnan(spreads[i]):
-            entry["iqr_pct"] = float(spreads[i])
-        entry.update({c: float(v[i]) for c, v in beside_of.items()})  # what the experiment wants seen beside speed
-        for column, first in units_of.items():  # each point keeps its rows' units: a table may mix images and tokens
-            if pd.notna(first.iloc[i]):
-                entry[column] = str(first.iloc[i])
-        pooled = [c.removeprefix("cfg.") for c, many in differ.items() if many[i]]
-        if pooled:
-            entry["pooled"] = ", ".join(pooled)
+    said = columns["left_out"][1] | noisy | columns["pooled"][1]  # what a point's lines say, in its order
+    for i in np.flatnonzero(said).tolist():
+        measurement = label["measurement"][i]
+        if left_out[i]:
+            notes.append(f"{name} {measurement}: left out {left_out[i]}")
+        if noisy[i] and found.cv[i] > NOISY_BETWEEN_RUNS:
+            where = ", ".join(f"{k.removeprefix('cfg.')}={v[i]}" for k, v in label.items())
+            notes.append(f"{name} {where}: {metric} varies {found.cv[i]:.0%} between runs ({runs[i]} runs)")
+        if pooled[i]:
             notes.append(
-                f"{name} {entry['measurement']}: {entry['runs']} runs pooled although they differ in "
-                f"{entry['pooled']} (add --by to separate them)"
+                f"{name} {measurement}: {runs[i]} runs pooled although they differ in {pooled[i]} "
+                "(add --by to separate them)"
             )
-        entry.update({k: v[i] for k, v in per_point.items()})
-        entries.append(entry)
-    out = pd.DataFrame(entries)
+    out = _frame(columns, n)
     if baseline:
         out = _against_baseline(out, keys, metric, baseline, name, notes)
     count = next((k for k in keys if k in COUNT_KEYS), None)
@@ -276,9 +272,20 @@ def _one_experiment(
     return out.drop(columns=["_busy", "_threads"], errors="ignore"), notes
 
 
-def _pooled(arrays: list[np.ndarray]) -> np.ndarray:
-    """The arrays as one (a point of one row: its own, not a copy)."""
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.array([])
+def _frame(columns: dict[str, tuple[list, np.ndarray | None]], count: int) -> pd.DataFrame:
+    """A row a point from ``columns`` (a value a point, and which points have one: None, all),
+    NaN where a point has none, the columns in the order a list of a dict a point made them:
+    each where it first appears (the order the tables and their JSON keep)."""
+    first = {}  # the first point that has each column (a column no point has: none)
+    for c, (_, has) in columns.items():
+        if has is None or has.any():
+            first[c] = 0 if has is None else int(np.argmax(has))
+    names = sorted(first, key=first.__getitem__)  # stable: in their own order where they appear together
+    cells = [
+        values if has is None else [v if h else np.nan for v, h in zip(values, has.tolist())]
+        for values, has in (columns[c] for c in names)
+    ]
+    return pd.DataFrame(list(zip(*cells)), columns=names) if count else pd.DataFrame()
 
 
 def _distinct(codes: np.ndarray, column: pd.Series, groups: int) -> np.ndarray:

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.analysis.frames import PER_SAMPLE_TIMES, cells, sample_values
+from perflab.analysis.frames import PER_SAMPLE_TIMES
 from perflab.analysis.stats import ALPHA, POWER, usable
 from perflab.config import registry
 from perflab.store.columns import EXACT, FEW_FOR_SPREAD, RATES, unit_of
@@ -118,20 +118,23 @@ def samples_by_row(
         return {}
     if s.empty:
         return {}
-    s = s[s["phase"].eq("sample").fillna(False).to_numpy(bool)]  # on the index's categories: no text a sample
     own = notes if notes is not None else Notes()
-    out = {}
     codes, ids = pd.factorize(s["row_id"], sort=True)  # each row's samples in one split, not a group each
     seconds = pd.to_numeric(s["seconds"], errors="coerce").to_numpy(float)
+    timed = s["phase"].eq("sample").fillna(False).to_numpy(bool) & (codes >= 0)  # on the index's categories
+    codes, seconds = codes[timed], seconds[timed]  # arrays, not a frame, filtered: a frame took 0.6 s at 4.7M
     good = np.isfinite(seconds) & (seconds > 0)  # stats.usable, of every sample at once
-    unusable = np.bincount(codes[(codes >= 0) & ~good], minlength=len(ids))
-    codes, seconds = codes[(codes >= 0) & good], seconds[(codes >= 0) & good]
-    seconds = seconds[np.argsort(codes, kind="stable")]
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(ids))))).tolist()
-    for k, a, b, lost in zip(ids, bounds, bounds[1:], unusable.tolist()):  # slices: np.split's pieces, faster
-        if lost:
-            own.add(UNUSABLE_SAMPLES, k, count=lost)
-        out[str(k)] = seconds[a:b]
+    has = np.bincount(codes, minlength=len(ids)) > 0  # a row of warm-up alone has none
+    unusable = np.bincount(codes[~good], minlength=len(ids))
+    for k in np.flatnonzero(unusable).tolist():
+        own.add(UNUSABLE_SAMPLES, ids[k], count=int(unusable[k]))
+    codes, seconds = codes[good], seconds[good]
+    if (codes[1:] < codes[:-1]).any():  # the index keeps a row's samples together, in order
+        seconds = seconds[np.argsort(codes, kind="stable")]
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(ids)))))
+    at = np.flatnonzero(has)
+    # slices, not np.split's pieces
+    out = {str(k): seconds[a:b] for k, a, b in zip(ids[at].tolist(), bounds[at].tolist(), bounds[at + 1].tolist())}
     if notes is None:
         own.say()
     return out
@@ -160,6 +163,128 @@ def by_length(arrays: Sequence[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray
         at = np.flatnonzero(lengths == n)
         out.append((at, np.stack([arrays[i] for i in at.tolist()]) if n else np.empty((len(at), 0))))
     return out
+
+
+@dataclass
+class RowSamples:
+    """Every row's raw samples in one long array, row after row (``rows``' order): ``seconds``
+    as kept, ``values`` those of the metric (``frames.sample_values``: what a rate's each sample
+    implies, or the seconds; NaN for a metric no sample gives), ``good`` the usable values."""
+
+    row: np.ndarray  # each sample's row position
+    seconds: np.ndarray
+    values: np.ndarray
+    good: np.ndarray
+    every: np.ndarray  # a row's samples as values of the metric (0: none, or a metric no sample gives)
+    clean: np.ndarray  # a row's usable ones
+    applies: bool  # the metric comes from the samples (a time or a rate: an instruction count does not)
+    recorded: np.ndarray  # a row's samples were kept (its id is in them, even with none usable)
+
+
+def row_samples(
+    rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], order: np.ndarray | None = None
+) -> RowSamples:
+    """The raw samples of every row at once (a ``sample_values`` and a ``usable`` call a row were
+    most of a compare of 46k points); ``order``: the rows' positions in the order their samples
+    follow each other (a point's rows together: no sort of every sample to group them)."""
+    at = np.arange(len(rows)) if order is None else order
+    ids = [str(r) for r in rows["row_id"].iloc[at].tolist()] if samples and "row_id" in rows else []
+    found = [samples.get(r) for r in ids]
+    lengths = np.fromiter((0 if x is None else len(x) for x in found), np.intp, len(ids))
+    kept = [x for x in found if x is not None and len(x)]
+    seconds = np.concatenate(kept).astype(float, copy=False) if kept else np.array([])
+    row = np.repeat(at, lengths) if len(ids) else np.array([], np.intp)
+    recorded = np.zeros(len(rows), bool)
+    recorded[at[: len(ids)]] = [x is not None for x in found]
+    applies = metric in RATES | PER_SAMPLE_TIMES
+    if metric in RATES:  # metric x median / sample seconds, as sample_values
+        values = (_floats(rows, metric) * _floats(rows, "median_s"))[row] / seconds
+    else:
+        values = seconds if applies else np.full(len(seconds), math.nan)
+    good = np.isfinite(values) & (values > 0)
+    every = np.bincount(row, minlength=len(rows)) if applies else np.zeros(len(rows), np.intp)
+    clean = np.bincount(row[good], minlength=len(rows))
+    return RowSamples(row, seconds, values, good, every, clean, applies, recorded)
+
+
+def _floats(rows: pd.DataFrame, column: str) -> np.ndarray:
+    """``column`` as floats (NaN: empty, not a number or absent)."""
+    if column not in rows:
+        return np.full(len(rows), math.nan)
+    return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+
+
+def _timed(metric: str) -> bool:
+    """Whether a value of ``metric`` <= 0 is damage (a time, a rate or a count), not a value."""
+    return metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s") or metric in EXACT
+
+
+def _split(values: np.ndarray, groups: np.ndarray, count: int) -> list[np.ndarray]:
+    """``values`` by group (``groups``: each one's, 0 .. count - 1), each group's in their order
+    (slices, not np.split's pieces: a tenth of the time at 46k groups)."""
+    if len(groups) and (groups[1:] < groups[:-1]).any():  # not grouped yet
+        order = np.argsort(groups, kind="stable")
+        values, groups = values[order], groups[order]
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(groups, minlength=count)))).tolist()
+    return [values[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@dataclass
+class Points:
+    """Every point's figures at once, column by column (``measured_each``'s, less a Measured a
+    point): the value, the processes and their spread, the usable samples pooled, what was left
+    out, and the IQR % of the raw seconds (the job's table's)."""
+
+    value: np.ndarray  # the median of its usable rows' metric (NaN: none)
+    processes: np.ndarray  # its processes (runs) with a usable row
+    cv: np.ndarray  # its processes' figures' standard deviation over their mean (NaN: fewer than 2, or mean 0)
+    samples: list[np.ndarray]  # its usable raw samples as values of the metric, pooled
+    left_out: list[list[str]]
+    iqr_pct: np.ndarray
+
+
+def measured_points(
+    rows: pd.DataFrame,
+    codes: np.ndarray,
+    count: int,
+    metric: str,
+    samples: dict[str, np.ndarray],
+    said: Notes | None = None,
+) -> Points:
+    """``measured_each`` of every point at once (``codes``: each row's point, 0 .. count - 1), as
+    long arrays grouped with bincounts and sorts: the same figures, and the same words."""
+    r = _rows(rows, metric, samples, said, np.argsort(codes, kind="stable"))  # each point's samples together
+    s, values, good, lost = r.samples, r.values, r.good, r.lost
+    dropped = np.bincount(codes[good], (r.at_read + s.every - s.clean)[good], minlength=count).astype(np.int64)
+    n_lost = np.bincount(codes[lost], minlength=count)
+    n_bad = np.bincount(codes[~(good | lost)], minlength=count)
+    left: list[list[str]] = [[] for _ in range(count)]
+    for i in np.flatnonzero(n_lost | n_bad | dropped).tolist():
+        left[i] = left_out(metric, r.timed, int(n_lost[i]), int(n_bad[i]), int(dropped[i]))
+    # the processes: each point's runs with a usable row, in the order they first appear
+    run = rows["run_id"].astype(str).to_numpy() if "run_id" in rows else np.arange(len(rows)).astype(str)
+    runs, names = pd.factorize(run[good])
+    width = max(len(names), 1)
+    pairs, firsts = pd.factorize(codes[good].astype(np.int64) * width + runs)
+    point_of = firsts // width
+    figures = _medians(values[good], pairs, len(firsts))  # each process's: the median of its rows'
+    processes = np.bincount(point_of, minlength=count)
+    cv = np.full(count, math.nan)
+    several = np.flatnonzero(processes > 1)
+    if len(several):
+        of_point = _split(figures, point_of, count)
+        for i in several.tolist():
+            if of_point[i].mean():
+                cv[i] = of_point[i].std(ddof=1) / of_point[i].mean()
+    keep = s.good & good[s.row]
+    return Points(
+        _medians(values[good], codes[good], count),
+        processes,
+        cv,
+        _split(s.values[keep], codes[s.row[keep]], count),
+        left,
+        iqr_pcts(_split(s.seconds, codes[s.row], count)),
+    )
 
 
 @dataclass
@@ -204,61 +329,35 @@ def measured_each(
     thousands of subjects took a few milliseconds of pandas each, one ``measured`` call apiece.
     ``frames=False``: each ``Measured.rows`` is left empty (its columns only), for a caller
     that reads no rows back (a frame a group was most of what remained)."""
-    values_of = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    timed = metric in RATES or unit_of(metric) == "s" or metric.endswith("_per_s") or metric in EXACT  # counts too
-    usable_of = np.isfinite(values_of) & ((values_of > 0) if timed else True)
-    every = [sample_values(samples, r, metric) for r in cells(rows, "row_id", metric, "median_s")]
-    ids = [str(r) for r in rows["row_id"].tolist()] if "row_id" in rows else []
-    recorded = np.array([r in samples for r in ids], bool) if "row_id" in rows else usable_of & False
-    # a row whose samples were kept but give no usable value is damage too (a negative median_s),
-    # where the metric comes from its samples (an instruction count does not)
-    from_samples = metric in RATES | PER_SAMPLE_TIMES
-    clean_of = [usable(x) if len(x) else x for x in every]  # each row's usable samples, made once
-    unusable = said.kinds.get(UNUSABLE_SAMPLES, {}) if said else {}  # samples left out when read, by row id
-    lost_of = usable_of & recorded & np.array([not len(x) for x in clean_of], bool) & from_samples
+    r = _rows(rows, metric, samples, said)
+    clean_of = _split(r.samples.values[r.samples.good], r.samples.row[r.samples.good], len(rows))  # a row's usable
     runs = rows["run_id"].astype(str).to_numpy() if "run_id" in rows else None
     numbers = rows["process"].astype("string").fillna("").to_numpy() if "process" in rows else None
     empty = rows.iloc[:0]  # once: a slice a group took most of a history of 1,000 subjects
     out = []
-    known = _Columns(
-        metric, timed, values_of, usable_of & ~lost_of, lost_of, every, clean_of, ids, numbers, unusable, empty
-    )
     for at in groups:
         if len(at) == 1 and not frames:  # a row a point (a subject of a history): nothing to pool
-            out.append(_one_row(int(at[0]), known))
+            out.append(_one_row(int(at[0]), r, clean_of, numbers, empty))
             continue
-        values, lost = values_of[at], lost_of[at]
-        good = usable_of[at] & ~lost
+        values, lost, good = r.values[at], r.lost[at], r.good[at]
         kept_at = at[good]
         kept = rows.iloc[kept_at] if frames else empty
-        per_row = [every[i] for i in kept_at]
-        pooled = np.concatenate(per_row) if per_row else np.array([])
-        clean = usable(pooled)
+        clean = np.concatenate([clean_of[i] for i in kept_at]) if len(kept_at) else np.array([])
         process = runs[kept_at] if runs is not None else np.arange(len(kept_at)).astype(str)
         # each process's rows found in one pass (a search of every row per process grew as their product)
         codes, names = _first_seen(process)  # processes in the order they first appear
         numbered = [str(numbers[kept_at[i]]) for i in _firsts(codes, len(names))] if numbers is not None else []
         # a row a process (the usual point): its figure is its value, no median to take
         figures = values[good] if len(names) == len(kept_at) else _medians(values[good], codes, len(names))
-        if len(names) == len(per_row):  # a row a process (the usual point): its samples are the process's
+        if len(names) == len(kept_at):  # a row a process (the usual point): its samples are the process's
             per_process = [clean_of[i] for i in kept_at]
         else:
             members: list[list[np.ndarray]] = [[] for _ in range(len(names))]
-            for code, x in zip(codes, per_row):
-                members[code].append(x)
-            per_process = [usable(np.concatenate(m)) for m in members]
-        at_read = sum(unusable.get(ids[i], 0) for i in kept_at) if unusable else 0
-        left = []
-        if lost.any():
-            n = int(lost.sum())
-            left.append(f"{n} row{'s' if n != 1 else ''} whose samples give no positive {metric}")
-        if not (good | lost).all():
-            n = int((~(good | lost)).sum())
-            why = "NaN, not a number or <= 0" if timed else "NaN or not a number"
-            left.append(f"{n} row{'s' if n != 1 else ''} whose {metric} is {why}")
-        if at_read + len(pooled) - len(clean):
-            n = at_read + len(pooled) - len(clean)
-            left.append(f"{n} sample{'s' if n != 1 else ''} that give no positive {metric} (NaN, not a number, <= 0)")
+            for code, i in zip(codes, kept_at):
+                members[code].append(clean_of[i])
+            per_process = [np.concatenate(m) for m in members]
+        dropped = r.at_read[kept_at].sum() + r.samples.every[kept_at].sum() - r.samples.clean[kept_at].sum()
+        left = left_out(metric, r.timed, int(lost.sum()), int((~(good | lost)).sum()), int(dropped))
         # np.median's value (the middle one, or the mean of the two middle), without its fixed
         # cost: one call a subject was a third of a long history's measuring
         value = float(statistics.median(values[good].tolist())) if good.any() else math.nan
@@ -266,40 +365,71 @@ def measured_each(
     return out
 
 
-def _one_row(i: int, m: _Columns) -> Measured:
-    """``measured_each``'s Measured of a group of the one row ``i`` (frames=False), as its loop
-    makes it, without its numpy calls on arrays of one (most of a history of 46k subjects)."""
-    left = []
-    if m.lost[i]:
-        left.append(f"1 row whose samples give no positive {m.metric}")
-    elif not m.good[i]:
-        why = "NaN, not a number or <= 0" if m.timed else "NaN or not a number"
-        left.append(f"1 row whose {m.metric} is {why}")
-    if not m.good[i]:
-        return Measured(m.empty, math.nan, np.array([]), left, [], np.array([]), [])
-    clean = m.clean[i]
-    n = (m.unusable.get(m.ids[i], 0) if m.unusable else 0) + len(m.every[i]) - len(clean)
-    if n:
-        left.append(f"{n} sample{'s' if n != 1 else ''} that give no positive {m.metric} (NaN, not a number, <= 0)")
-    numbered = [str(m.numbers[i])] if m.numbers is not None else []
-    return Measured(m.empty, float(m.values[i]), clean, left, [clean], m.values[i : i + 1], numbered)
-
-
 @dataclass
-class _Columns:
-    """What ``measured_each`` knows of every row, for ``_one_row``."""
+class _Rows:
+    """What every row gives the points it is in: its metric's value, whether it is usable (its
+    metric, and its samples where the metric comes from them), its raw samples."""
 
     metric: str
-    timed: bool
+    timed: bool  # a value <= 0 is damage
     values: np.ndarray
     good: np.ndarray
-    lost: np.ndarray
-    every: list[np.ndarray]
-    clean: list[np.ndarray]
-    ids: list[str]
-    numbers: np.ndarray | None
-    unusable: dict
-    empty: pd.DataFrame
+    lost: np.ndarray  # a usable value whose kept samples give none: damage too (a negative median_s)
+    samples: RowSamples
+    at_read: np.ndarray  # samples left out when they were read, a row
+
+
+def _rows(
+    rows: pd.DataFrame,
+    metric: str,
+    samples: dict[str, np.ndarray],
+    said: Notes | None = None,
+    order: np.ndarray | None = None,
+) -> _Rows:
+    """Every row of ``rows`` read once (``said``: the notes of ``samples_by_row``; ``order``:
+    ``row_samples``')."""
+    values = _floats(rows, metric)
+    timed = _timed(metric)
+    usable_of = np.isfinite(values) & ((values > 0) if timed else True)
+    s = row_samples(rows, metric, samples, order)
+    lost = usable_of & s.recorded & (s.clean == 0) & s.applies
+    unusable = said.kinds.get(UNUSABLE_SAMPLES, {}) if said and "row_id" in rows else {}  # by row id
+    at_read = np.zeros(len(rows), np.int64)
+    if unusable:
+        at_read[:] = [unusable.get(str(r), 0) for r in rows["row_id"].tolist()]
+    return _Rows(metric, timed, values, usable_of & ~lost, lost, s, at_read)
+
+
+def left_out(metric: str, timed: bool, lost: int, bad: int, samples: int) -> list[str]:
+    """What a point left out, in words: ``lost`` rows whose samples give no usable value, ``bad``
+    rows whose metric is none (``timed``: <= 0 is none either), ``samples`` unusable samples."""
+    why = "NaN, not a number or <= 0" if timed else "NaN or not a number"
+    said = [
+        (lost, f"row{'s' if lost != 1 else ''} whose samples give no positive {metric}"),
+        (bad, f"row{'s' if bad != 1 else ''} whose {metric} is {why}"),
+        (samples, f"sample{'s' if samples != 1 else ''} that give no positive {metric} (NaN, not a number, <= 0)"),
+    ]
+    return [f"{n} {what}" for n, what in said if n]
+
+
+def _one_row(i: int, r: _Rows, clean_of: list[np.ndarray], numbers: np.ndarray | None, empty: pd.DataFrame) -> Measured:
+    """``measured_each``'s Measured of a group of the one row ``i`` (frames=False), as its loop
+    makes it, without its numpy calls on arrays of one (most of a history of 46k subjects)."""
+    if not r.good[i]:
+        left = left_out(r.metric, r.timed, int(r.lost[i]), int(not r.lost[i]), 0)
+        return Measured(empty, math.nan, np.array([]), left, [], np.array([]), [])
+    clean = clean_of[i]
+    dropped = int(r.at_read[i] + r.samples.every[i] - r.samples.clean[i])
+    numbered = [str(numbers[i])] if numbers is not None else []
+    return Measured(
+        empty,
+        float(r.values[i]),
+        clean,
+        left_out(r.metric, r.timed, 0, 0, dropped),
+        [clean],
+        r.values[i : i + 1],
+        numbered,
+    )
 
 
 def _firsts(codes: np.ndarray, groups: int) -> list[int]:
@@ -320,12 +450,14 @@ def _first_seen(values: np.ndarray) -> tuple[np.ndarray, list]:
 
 def _medians(values: np.ndarray, codes: np.ndarray, groups: int) -> np.ndarray:
     """The median of each group's ``values`` (``codes``: each value's group, 0 .. groups - 1),
-    as np.median takes it (the middle value, or the mean of the two middle ones), in one sort:
+    as np.median takes it (the middle value, or the mean of the two middle ones; NaN of none), in one sort:
     a point of many processes took a median call (or a pandas groupby) per process."""
     counts = np.bincount(codes, minlength=groups)
     ordered = values[np.lexsort((values, codes))]
-    starts = np.cumsum(counts) - counts
-    return (ordered[starts + (counts - 1) // 2] + ordered[starts + counts // 2]) / 2
+    starts = (np.cumsum(counts) - counts)[counts > 0]
+    out = np.full(groups, math.nan)  # a group of none: NaN
+    out[counts > 0] = (ordered[starts + (counts[counts > 0] - 1) // 2] + ordered[starts + counts[counts > 0] // 2]) / 2
+    return out
 
 
 # --- the statistics at the process level ------------------------------------------------------
