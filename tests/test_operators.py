@@ -3,6 +3,7 @@ key_averages, written beside the rows, read back by results.load_operators."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -44,6 +45,15 @@ def test_the_job_keeps_operators_beside_the_rows(work):
     assert set(ops["kind"]) <= set(operators.KINDS)
     assert (ops["median_s"] > 0).all() and (ops["profiled_s"] > 0).all()
     pd.testing.assert_frame_equal(load_operators(work / "outputs"), ops)  # the tree's, through its index: the same
+    for row in df.to_dict("records"):  # a short call profiled long enough that one preempted call weighs little
+        steps = {e["name"] for e in json.loads((work / df.attrs["run_dir"] / row["trace"]).read_text())["traceEvents"]}
+        assert len({s for s in steps if s.startswith("ProfilerStep#")}) == operators.calls_for(row["median_s"])
+
+
+def test_profiled_calls_last_long_enough_within_bounds():
+    assert operators.calls_for(5e-3) == 10
+    assert operators.calls_for(1.0) == operators.calls_for(math.nan) == operators.ACTIVE_CALLS
+    assert operators.calls_for(1e-7) == operators.MOST_CALLS
 
 
 def test_no_operators_without_profile(work):

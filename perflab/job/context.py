@@ -203,17 +203,16 @@ class Context:
             row["suspect"] = "; ".join(x for x in (s.suspect, row.get("suspect", "")) if x)
             found = None
             if self.settings.bench.profile:
-                from perflab.measure import profile  # the trace, and the same pass per operator
+                from perflab.measure import operators, profile  # the trace, and the same pass per operator
 
-                row["trace"], found = profile.traced(self.run_dir, name, part.fn, devices[name])
+                calls = operators.calls_for(s.median)
+                row["trace"], found = profile.traced(self.run_dir, name, part.fn, devices[name], calls)
             if self.settings.bench.instructions and part.count is not None:
                 from perflab.measure import instructions
 
                 row.update(instructions.count(part.count))
             written = self.record(name, s, devices=devices[name], **row)
-            if found is not None:  # its operators, keyed by the row just written
-                from perflab.measure import operators
-
+            if found is not None:  # its operators, keyed by the row just written (operators: imported above)
                 operators.write(self.run_dir, written, found.table)
         return stats
 

@@ -21,6 +21,7 @@ beside the rows (``perflab.store.index``), ``perflab.results.load_operators`` re
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -37,7 +38,9 @@ if TYPE_CHECKING:  # torch: only where something is profiled, never for a report
     from perflab.store.rows import Notes
 
 FILE = layout.OPERATORS
-ACTIVE_CALLS = 3  # profiled calls after one warm-up call under the profiler (bench.profile's trace too)
+ACTIVE_CALLS = 3  # the fewest profiled calls after one warm-up call under the profiler (its trace too)
+MOST_CALLS = 20
+PROFILED_S = 0.05  # a short call is profiled for about this long: one preempted call of 3 moved an op +50 %
 KINDS = ("op", "kernel", "range")
 COMPILED_REGION = "Torch-Compiled Region"  # a torch.compile'd frame's call (i/j: frame, recompile): a range
 KEYS = ("row_id", "run_id", "process", "experiment", "measurement", "median_s")  # from the row
@@ -92,6 +95,14 @@ def profiled(
                 prof.step()
     seconds = sum(spent) / len(spent)  # the mean, as key_averages' totals over the calls are
     return Profiled(reduce(events, calls, seconds, cuda), seconds)
+
+
+def calls_for(seconds: float) -> int:
+    """How many calls of ``seconds`` each to profile: enough for ``PROFILED_S``, from
+    ``ACTIVE_CALLS`` to ``MOST_CALLS`` (10 of a 5 ms call, 3 of a training step)."""
+    if not seconds > 0:  # unknown
+        return ACTIVE_CALLS
+    return max(ACTIVE_CALLS, min(MOST_CALLS, math.ceil(PROFILED_S / seconds)))
 
 
 def reduce(events: Sequence[Any], calls: int, seconds: float, cuda: bool) -> pd.DataFrame:

@@ -26,11 +26,12 @@ def trace(run_dir: Path, name: str, fn: Callable[[], object], devices: Sequence[
 
 
 def traced(
-    run_dir: Path, name: str, fn: Callable[[], object], devices: Sequence[Device]
+    run_dir: Path, name: str, fn: Callable[[], object], devices: Sequence[Device], calls: int = ACTIVE_CALLS
 ) -> tuple[str, operators.Profiled]:
-    """``trace``'s path and the same pass reduced per operator (``perflab.measure.operators``)."""
+    """``trace``'s path and the same pass (``calls`` calls) reduced per operator
+    (``perflab.measure.operators``)."""
     folder = run_dir / "traces"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', name).strip('_') or 'trace'}.json"
-    found = operators.profiled(fn, devices, calls=ACTIVE_CALLS, trace=path)
+    found = operators.profiled(fn, devices, calls=calls, trace=path)
     return str(path.relative_to(run_dir)), found
