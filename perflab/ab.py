@@ -153,16 +153,10 @@ def run(
     each round one process measures both sides, alternated sample by sample (``apart_because``
     says where it cannot). ``clock``: where the budget's seconds come from (a test's own)."""
     from perflab import compare
-    from perflab.job import processes
 
     todo = (points(shared) or [list(shared)]) if together else []  # the points not decided yet
-
-    def both(k: int, todo: list[list[str]]) -> int:
-        sides = (base, new) if k % 2 else (new, base)  # which starts: an order effect falls on both sides
-        pairs = [[side.args(point) for side in sides] for point in todo]
-        return processes.run_one([json.dumps(pairs)], process=k, quiet=True, module="perflab.job.together")
-
-    measure, measure_both = measure or (lambda side, k: side.run(shared, k)), measure_both or both
+    measure = measure or (lambda side, k: side.run(shared, k))
+    measure_both = measure_both or (lambda k, todo: both(base, new, k, todo))
     looks = schedule(min_processes, max_processes)
     start, table = clock(), pd.DataFrame()
     for k in range(1, max_processes + 1):
@@ -289,6 +283,16 @@ def side_mistake(side: Side, shared: Sequence[str], at_ref: bool = False) -> str
         if line is None and swept:  # its values, as a single run's are checked above
             line = checked_before_hydra([f"+experiment={chosen[0]}", *first])
     return f"{side.name} side: {line}" if line else ""
+
+
+def both(base: Side, new: Side, k: int, todo: Sequence[Sequence[str]]) -> int:
+    """Process ``k`` of both sides, one process measuring the points ``todo`` of each in turns,
+    sample by sample (``perflab.job.together``); its exit code."""
+    from perflab.job import processes
+
+    sides = (base, new) if k % 2 else (new, base)  # which starts: an order effect falls on both sides
+    pairs = [[side.args(point) for side in sides] for point in todo]
+    return processes.run_one([json.dumps(pairs)], process=k, quiet=True, module="perflab.job.together")
 
 
 def points(overrides: Sequence[str]) -> list[list[str]] | None:
@@ -479,6 +483,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 alpha=args.alpha,
                 process_cv=None if args.process_cv is None else args.process_cv / 100,
                 explained=sides[0].explains(sides[1]),
+                together=not apart,
                 say=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
             )
     if table.empty:

@@ -3,7 +3,9 @@ each FAIL (or, asked, each faster point) explained operator by operator.
 
 The timed processes run without the profiler (it slows what it watches); where a point FAILed
 (``--why``: or was significantly faster), ``PROCESSES`` more processes a side run with ``bench.profile=true``,
-alternating as the timed ones did, into ``DIR/why/base`` and ``DIR/why/new``. Their points are
+as the timed ones did (both sides in one process, in turns, where they can: a process's own
+speed, which can differ by a quarter from the next one's, then falls on both sides of a pair),
+into ``DIR/why/base`` and ``DIR/why/new``. Their points are
 matched to the verdict's by name and their operators judged as pairs
 (``perflab.analysis.attribution``); what the pass cost is said: its seconds against the timed
 run's, and the profiled call against the timed one.
@@ -45,23 +47,30 @@ def explain(
     alpha: float,
     process_cv: float | None,
     explained: frozenset[str] = frozenset(),
+    together: bool = False,
     say: Callable[[str], None] = print,
     clock: Callable[[], float] = time.monotonic,
 ) -> pd.DataFrame:
     """``table`` with ``why_moved`` / ``_moved`` on its points to explain, from a profiled pass of
-    ``PROCESSES`` processes a side (``measure(side, k)``, as the timed run's)."""
-    from perflab import compare
+    ``PROCESSES`` processes a side (``measure(side, k)``, as the timed run's; ``together``: both
+    sides' process ``k`` one process, in turns, as ``perflab ab``'s timed ones)."""
+    from perflab import ab, compare
 
     profiled = [
         replace(s, tree=s.tree.parent / "why" / s.name, overrides=[*s.overrides, "bench.profile=true"]) for s in sides
     ]
     measure = measure or fresh(shared)
+    todo = (ab.points(shared) or [list(shared)]) if together else []
     start = clock()
     for k in range(1, PROCESSES + 1):
-        for side in profiled if k % 2 else profiled[::-1]:
-            code = measure(side, k)
+        ran = (  # (who, exit code), each process run as it is asked for: none after one that failed
+            [("both sides", ab.both(profiled[0], profiled[1], k, todo))]
+            if together
+            else ((side.name, measure(side, k)) for side in (profiled if k % 2 else profiled[::-1]))
+        )
+        for name, code in ran:
             if code:
-                say(f"the why pass: process {k} of {side.name} ended with exit {code}: nothing explained")
+                say(f"the why pass: process {k} of {name} ended with exit {code}: nothing explained")
                 return table
     spent = clock() - start
     base, new = profiled
@@ -84,7 +93,8 @@ def explain(
     out["why_moved"], out["_moved"] = lines, moved
     costs = [m.cost_x for m in moved if m is not None]
     say(
-        f"the why pass: {PROCESSES} profiled processes a side in {spent:.0f} s, into {base.tree.parent}"
+        f"the why pass: {PROCESSES} profiled processes a side{' (both sides in each, in turns)' if together else ''}"
+        f" in {spent:.0f} s, into {base.tree.parent}"
         + (f"; a profiled call took {max(costs):.2g}x a timed one" if costs else "")
     )
     return out

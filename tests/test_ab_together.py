@@ -230,6 +230,23 @@ def test_perflab_ab_judges_pairs_measured_in_one_process(work, cli):
         assert sorted(zip(rows["cfg.experiment.size"], rows["process"])) == [(64, 1), (64, 2), (96, 1), (96, 2)]
 
 
+@pytest.mark.slow
+def test_the_why_pass_profiles_both_sides_in_one_process_as_the_timed_ones(work, cli):
+    """A process's own speed can differ by a quarter from the next one's: in the why pass too,
+    process k of both sides is one process, so that it falls on both sides of each pair."""
+    ran = cli(
+        "ab", "+experiment=quick/matmul", "experiment.size=256", "devices.threads=1", "bench.warmup=2",
+        "bench.repeats=10", "bench.min_time_s=0", "--new", "experiment.dtype=float64", "--min-processes", "3",
+        "--max-processes", "3",
+        "--out", str(work / "ab"), "--process-cv", "5", rc=None,
+    )  # fmt: skip
+    assert ran.rc == 1 and "3 profiled processes a side (both sides in each, in turns)" in ran.err, ran.err
+    for side in ("base", "new"):
+        assert sorted(results.load(work / "ab" / "why" / side)["process"].unique()) == [1, 2, 3]
+        assert results.load_operators(work / "ab" / "why" / side)["operator"].eq("aten::mm").any()
+    assert "aten::mm +" in ran.out, "the FAIL explained"
+
+
 def test_busy_pairs_measured_in_one_process_are_judged_apart_ones_are_not(tmp_path):
     """Every process busy, no CPU time: measured apart, nothing is judged (never a verdict on busy
     evidence); measured in turns in one process, the pairs decide: A/A PASS, 30 % slower FAIL.
