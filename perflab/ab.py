@@ -475,15 +475,16 @@ def _main(argv: Sequence[str] | None) -> int:
         from perflab import why
 
         if args.why is not False and not table.empty and why.wanted(table, bool(args.why)):
+            shared = [*sweep[:1], *args.overrides]
             table = why.explain(
                 table,
                 sides,
-                [*sweep[:1], *args.overrides],
+                shared,
                 faster=bool(args.why),
                 alpha=args.alpha,
                 process_cv=None if args.process_cv is None else args.process_cv / 100,
                 explained=sides[0].explains(sides[1]),
-                together=not apart,
+                together=None if apart else lambda a, b, k: both(a, b, k, points(shared) or [shared]),
                 say=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
             )
     if table.empty:

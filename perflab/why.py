@@ -24,6 +24,8 @@ from perflab.analysis import attribution
 if TYPE_CHECKING:
     from perflab.ab import Measure, Side
 
+    MeasureBoth = Callable[[Side, Side, int], int]  # (base, new, process) -> exit code of the one process
+
 PROCESSES = 3  # a side: the fewest whose between-process spread is measured (replicates.MEASURED_FROM)
 
 
@@ -47,24 +49,23 @@ def explain(
     alpha: float,
     process_cv: float | None,
     explained: frozenset[str] = frozenset(),
-    together: bool = False,
+    together: MeasureBoth | None = None,
     say: Callable[[str], None] = print,
     clock: Callable[[], float] = time.monotonic,
 ) -> pd.DataFrame:
     """``table`` with ``why_moved`` / ``_moved`` on its points to explain, from a profiled pass of
-    ``PROCESSES`` processes a side (``measure(side, k)``, as the timed run's; ``together``: both
-    sides' process ``k`` one process, in turns, as ``perflab ab``'s timed ones)."""
-    from perflab import ab, compare
+    ``PROCESSES`` processes a side (``measure(side, k)``, as the timed run's; ``together(base, new, k)``:
+    both sides' process ``k`` as one process, in turns, as ``perflab ab``'s timed ones)."""
+    from perflab import compare
 
     profiled = [
         replace(s, tree=s.tree.parent / "why" / s.name, overrides=[*s.overrides, "bench.profile=true"]) for s in sides
     ]
     measure = measure or fresh(shared)
-    todo = (ab.points(shared) or [list(shared)]) if together else []
     start = clock()
     for k in range(1, PROCESSES + 1):
         ran = (  # (who, exit code), each process run as it is asked for: none after one that failed
-            [("both sides", ab.both(profiled[0], profiled[1], k, todo))]
+            [("both sides", together(profiled[0], profiled[1], k))]
             if together
             else ((side.name, measure(side, k)) for side in (profiled if k % 2 else profiled[::-1]))
         )
