@@ -99,7 +99,7 @@ def profiled(
 
 def calls_for(seconds: float) -> int:
     """How many calls of ``seconds`` each to profile: enough for ``PROFILED_S``, from
-    ``ACTIVE_CALLS`` to ``MOST_CALLS`` (10 of a 5 ms call, 3 of a training step)."""
+    ``ACTIVE_CALLS`` to ``MOST_CALLS`` (10 of a 5 ms call; training's pass keeps ``ACTIVE_CALLS`` steps)."""
     if not seconds > 0:  # unknown
         return ACTIVE_CALLS
     return max(ACTIVE_CALLS, min(MOST_CALLS, math.ceil(PROFILED_S / seconds)))
