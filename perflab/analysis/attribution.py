@@ -16,11 +16,13 @@ takes ``MIN_SHARE`` of a profiled call (``aten::resolve_conj``, a call a matrix 
 ``out=``, is not named).
 
 The moved ones are ordered by their share of the point's change (the change of the profiled
-call's wall time, geometric means of the processes); what the moved ops and kernels do not add
-up to is ``unexplained``. Ranges (``record_function``: perflab's phases, a user's own, a
-compiled region) hold their children's time: judged and shown, never added to the explained. A
-compiled region that appears, disappears or is called more or fewer times (a graph break: a
-second region, a second Dynamo cache lookup) is named first: the ops' changes follow from it.
+call's wall time, geometric means of the processes). One slower or faster by less than
+``MIN_PART`` of that change (a side effect: a new copy evicts the next op's data) is ``minor``:
+counted, not named. What the ops and kernels judged do not add up to is ``unexplained``. Ranges
+(``record_function``: perflab's phases, a user's own, a compiled region) hold their children's
+time: judged and shown, never added to the explained. A compiled region that appears,
+disappears or is called more or fewer times (a graph break: a second region, a second Dynamo
+cache lookup) is named first: the ops' changes follow from it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from perflab.analysis.verdicts import Verdict
 from perflab.measure.operators import COMPILED_REGION
 
 MIN_SHARE = 0.01  # an operator that appears, disappears or is called more under 1 % of a profiled call: not named
+MIN_PART = 0.05  # a slower or faster one whose time moved under 5 % of the point's change: minor, counted, not named
 TOP = 5  # moved operators shown in a line (all of them in JSON)
 MOVED = ("slower", "faster", "appeared", "disappeared", "more calls", "fewer calls")
 NO_OPERATORS = "no operators.csv for its rows: measure both sides with bench.profile=true (or perflab ab --why)"
@@ -55,6 +58,7 @@ class Attribution:
     unexplained_s: float
     cost_x: float
     notes: list[str] = field(default_factory=list)
+    minor: int = 0  # judged slower or faster, but under MIN_PART of the point's change each
 
     @property
     def unexplained_pct(self) -> float:
@@ -66,6 +70,8 @@ class Attribution:
         parts = [_said(r) for r in self.moved.head(top).to_dict("records")]
         if len(self.moved) > top:
             parts.append(f"{len(self.moved) - top} more")
+        if self.minor:
+            parts.append(f"{self.minor} minor (under {100 * MIN_PART:.0f} % of the change each)")
         if not parts:
             parts.append("no operator changed beyond alpha")
         if math.isfinite(self.unexplained_pct):
@@ -81,6 +87,7 @@ class Attribution:
             "change_s": _plain(self.change_s),
             "unexplained_s": _plain(self.unexplained_s),
             "unexplained_pct": _plain(self.unexplained_pct),
+            "minor": self.minor,
             "profile_cost_x": _plain(self.cost_x),
         }
 
@@ -151,6 +158,10 @@ def attribute(
     table.loc[judged, "verdict"] = np.where(table.loc[judged, "change_pct"] > 0, "slower", "faster")
     table["delta_s"] = table["new_s"].fillna(0) - table["base_s"].fillna(0)
     table["share_of_change"] = table["delta_s"] / change_s if change_s else math.nan
+    # a real change that moved the point little (a side effect: a copy that evicts the next
+    # op's data) is not where the user's hour should go: counted, not named
+    timed = table["verdict"].isin(("slower", "faster"))
+    table.loc[timed & (table["share_of_change"].abs() < MIN_PART), "verdict"] = "minor"
     moved = table[table["verdict"].isin(MOVED)]
     # a compiled region come or gone (or called more: a graph break) first, as what the rest
     # follows from; then ops and kernels, the largest share of the point's change first (in its
@@ -160,8 +171,9 @@ def attribute(
     rank = np.where(region, 0, np.where(moved["kind"] == "range", 2, 1))
     moved = moved.iloc[np.lexsort((-order.to_numpy(float), rank))]
     explaining = "kernel" if (table["kind"] == "kernel").any() else "op"
-    explained = float(moved.loc[moved["kind"] == explaining, "delta_s"].sum())
-    return Attribution(moved.reset_index(drop=True), change_s, change_s - explained, cost)
+    counted = table[table["verdict"].isin((*MOVED, "minor")) & (table["kind"] == explaining)]
+    minor = int(((table["verdict"] == "minor") & (table["kind"] != "range")).sum())
+    return Attribution(moved.reset_index(drop=True), change_s, change_s - float(counted["delta_s"].sum()), cost, minor=minor)
 
 
 def _calls(lines: pd.DataFrame, name: tuple, key: list[str]) -> float | None:
