@@ -166,7 +166,7 @@ def by_ab(case: str, budget: float, gate: float, work: Path, env: dict[str, str]
     cmd += ["--new", f"+model.inject={inject}"] if inject else []
     load, start = os.getloadavg()[0], time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=env, timeout=budget * 60 + 600)
-    rows = [judged("ab", case, points_of(done.stdout), injected_pct, target)]
+    rows = [judged("ab", case, points_of(done.stdout), injected_pct, target) | pass_cost(out / "why")]
     if done.returncode not in (0, 1, 3):  # no verdict: what ended it
         rows[0]["error"] = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
     return [dict(r, seconds=round(time.monotonic() - start, 1), load_before=round(load, 2)) for r in rows]
@@ -191,7 +191,7 @@ def by_trees(case: str, processes: int, work: Path, env: dict[str, str]) -> list
         )
         if ran.returncode:
             return [{"tool": "trees", "case": case, "error": (ran.stderr.strip().splitlines() or [""])[-1]}]
-    rows = by_compare(case, out, work, env)
+    rows = [r | pass_cost(out) for r in by_compare(case, out, work, env)]
     return [dict(r, seconds=round(time.monotonic() - start, 1), load_before=round(load, 2)) for r in rows]
 
 
@@ -210,9 +210,26 @@ def by_compare(case: str, trees: Path, work: Path, env: dict[str, str]) -> list[
     return rows
 
 
+def pass_cost(trees: Path) -> dict[str, object]:
+    """The profiled passes' seconds (``profile_s``) against the timed samples' (n x calls x mean)
+    of the profiled trees under ``trees`` (a why pass's, or by_trees'): what profiling cost."""
+    sys.path.insert(0, str(ROOT))
+    from perflab.results import load
+
+    try:
+        rows = load(*(p for p in trees.iterdir() if p.is_dir()))
+    except (FileNotFoundError, OSError):
+        return {}
+    rows = rows[rows["measurement"] != "load"] if "profile_s" in rows else rows.iloc[:0]
+    timed = (rows["n"] * rows["calls_per_sample"] * rows["mean_s"]).sum()
+    return {"pass_cost_x": rows["profile_s"].sum() / timed} if len(rows) and timed > 0 else {}
+
+
 def training_cost(work: Path, env: dict[str, str]) -> list[dict[str, object]]:
     """The profiled pass's cost in training (goal <= 1.5x): ``quick/train`` with
-    ``bench.profile=true``, each measurement's profiled call against its timed median."""
+    ``bench.profile=true``, per measurement: a profiled call against its timed median
+    (``profile_cost_x``: what the profiler slows a call) and the whole pass (``profile_s``: its
+    warm-up call, calls, trace) against the timed samples' seconds (``pass_cost_x``)."""
     out = work / f"train-{time.monotonic_ns()}"
     load, start = os.getloadavg()[0], time.monotonic()
     over = ["+experiment=quick/train", "bench.profile=true", "results.table=false", f"results.store={out}"]
@@ -220,14 +237,16 @@ def training_cost(work: Path, env: dict[str, str]) -> list[dict[str, object]]:
     if ran.returncode:
         return [{"tool": "train", "case": "profile", "error": (ran.stderr.strip().splitlines() or [""])[-1]}]
     sys.path.insert(0, str(ROOT))
-    from perflab.results import load_operators
+    from perflab import results
 
-    rows = load_operators(out).groupby("measurement")[["profiled_s", "median_s"]].first()
+    per_call = results.load_operators(out).groupby("measurement")[["profiled_s", "median_s"]].first()
+    rows = results.load(out).set_index("measurement")
+    timed = rows["n"] * rows["calls_per_sample"] * rows["mean_s"]  # the timed samples' seconds
     seconds = round(time.monotonic() - start, 1)
     return [
         {"tool": "train", "case": name, "profile_cost_x": r.profiled_s / r.median_s, "seconds": seconds}
-        | {"load_before": round(load, 2)}
-        for name, r in rows.iterrows()
+        | {"pass_cost_x": rows.loc[name, "profile_s"] / timed[name], "load_before": round(load, 2)}
+        for name, r in per_call.iterrows()
     ]
 
 

@@ -368,6 +368,7 @@ def test_training_under_bench_profile_keeps_its_trace_and_operators_per_step(cli
     step, beside the timed step (so compare --why can explain a training point). Under DDP every
     rank runs the profiled steps (their collectives need all ranks) and rank 0 writes them."""
     from perflab import results
+    from perflab.measure import operators
 
     cli(
         "+experiment=quick/train",
@@ -390,3 +391,4 @@ def test_training_under_bench_profile_keeps_its_trace_and_operators_per_step(cli
     step_s = float(mine["median_s"].iloc[0])
     assert 0 < step_s < float(train["median_s"]), "the timed step, not the epoch"
     assert list(Path("outputs").glob(f"**/{train['trace']}")), train["trace"]
+    assert train["profile_s"] >= operators.ACTIVE_CALLS * step_s * 0.5, "its profiled steps' cost, said"

@@ -34,6 +34,7 @@ def test_a_profiled_pass_names_each_op_its_calls_and_its_share():
     ops = t[t["kind"] == "op"]
     assert 0 < ops["share"].sum() <= 1.5, "the ops' self times add up to about the profiled call"
     assert (t["profiled_s"] == found.seconds).all() and found.seconds > 0
+    assert found.pass_s >= (1 + operators.ACTIVE_CALLS) * found.seconds * 0.9, "the pass: its warm-up and its calls"
 
 
 def test_the_job_keeps_operators_beside_the_rows(work):
@@ -48,6 +49,10 @@ def test_the_job_keeps_operators_beside_the_rows(work):
     for row in df.to_dict("records"):  # a short call profiled long enough that one preempted call weighs little
         steps = {e["name"] for e in json.loads((work / df.attrs["run_dir"] / row["trace"]).read_text())["traceEvents"]}
         assert len({s for s in steps if s.startswith("ProfilerStep#")}) == operators.calls_for(row["median_s"])
+    # the pass's cost, said beside the timed samples': a warm-up call and the calls at least
+    mm_of = mm.set_index("row_id")
+    for row in df.to_dict("records"):
+        assert row["profile_s"] >= operators.calls_for(row["median_s"]) * mm_of.loc[row["row_id"], "self_s"]
 
 
 def test_profiled_calls_last_long_enough_within_bounds():

@@ -173,7 +173,8 @@ def attribute(
     explaining = "kernel" if (table["kind"] == "kernel").any() else "op"
     counted = table[table["verdict"].isin((*MOVED, "minor")) & (table["kind"] == explaining)]
     minor = int(((table["verdict"] == "minor") & (table["kind"] != "range")).sum())
-    return Attribution(moved.reset_index(drop=True), change_s, change_s - float(counted["delta_s"].sum()), cost, minor=minor)
+    unexplained = change_s - float(counted["delta_s"].sum())
+    return Attribution(moved.reset_index(drop=True), change_s, unexplained, cost, minor=minor)
 
 
 def _calls(lines: pd.DataFrame, name: tuple, key: list[str]) -> float | None:

@@ -207,6 +207,7 @@ class Context:
 
                 calls = operators.calls_for(s.median)
                 row["trace"], found = profile.traced(self.run_dir, name, part.fn, devices[name], calls)
+                row["profile_s"] = found.pass_s
             if self.settings.bench.instructions and part.count is not None:
                 from perflab.measure import instructions
 

@@ -49,10 +49,12 @@ COLUMNS = tuple(c for c in known.OPERATORS if c not in KEYS)  # a line per opera
 
 @dataclass
 class Profiled:
-    """One profiled pass: its table (``COLUMNS``) and the wall time of a profiled call."""
+    """One profiled pass: its table (``COLUMNS``), the wall time of a profiled call, and what
+    the whole pass took (its warm-up call, its calls, its trace written, reduced): its cost."""
 
     table: pd.DataFrame
     seconds: float  # per call, under the profiler
+    pass_s: float = math.nan
 
 
 def profiled(
@@ -70,6 +72,7 @@ def profiled(
 
     from perflab.measure.devices import synchronize
 
+    began = time.perf_counter()
     cuda = any(d.type == "cuda" for d in devices)
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
     spent: list[float] = []
@@ -94,7 +97,8 @@ def profiled(
                     spent.append(time.perf_counter() - t0)
                 prof.step()
     seconds = sum(spent) / len(spent)  # the mean, as key_averages' totals over the calls are
-    return Profiled(reduce(events, calls, seconds, cuda), seconds)
+    table = reduce(events, calls, seconds, cuda)
+    return Profiled(table, seconds, time.perf_counter() - began)
 
 
 def calls_for(seconds: float) -> int:

@@ -97,6 +97,9 @@ COLUMNS: dict[str, Column] = {
         _c("warmup_first_s", "float", "s", lead=True),
         _c("timer", "category", lead=True),
         _c("calls_per_sample", "int", lead=True),
+        # bench.profile: what its profiled pass took, after the timed samples (a warm-up call, the
+        # calls, the trace written, the operators reduced): its cost beside n x calls x mean_s
+        _c("profile_s", "float", "s"),
         _c("num_threads", "int", lead=True),
         _c("items_per_s", "float", "items/s", "higher", rate=True, lead=True),
         _c("tflops", "float", "TFLOP/s", "higher", rate=True, lead=True),

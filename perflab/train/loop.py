@@ -523,6 +523,7 @@ class Trainer:
             suspect=stats.suspect,
             note=note,
             **({"trace": profiled[0]} if profiled and profiled[0] else {}),
+            **({"profile_s": profiled[1].pass_s} if profiled else {}),
             **self.fixed,
         )
         if profiled is not None:  # per step, beside the timed step (an epoch's median over its steps)
