@@ -16,8 +16,10 @@ profiled trees' new side (a config key would set its points apart from the base'
   gate of a few percent, so no FAIL is expected, only the operators' rows;
 - ``copy``: a new copy of 1.5 MB a block (``target.copy_(source)``, held buffers: one more
   aten::copy_ a block, no allocation);
-- ``graph_break``: ``torch._dynamo.graph_break()`` between the blocks, the model compiled
-  (``experiment.compile=true``, backend ``aot_eager``: no Inductor build on a 2-core machine).
+- ``graph_break``: ``torch._dynamo.graph_break()`` in each block (after attention) and between
+  the blocks, the model compiled by Inductor (``experiment.compile=true``: ~5 s a side and
+  process here with its cache warm, ~20 s cold), batches of 2: a break costs ~75 us a call on
+  this CPU (a 3 ms call of 32 moves ~3 %, one of 2 ~20 %; under ``aot_eager`` nothing measurable).
 
 Per case: two profiled trees (``bench.processes`` a side, ``bench.profile=true``) judged by
 ``perflab compare --why`` (``tool=compare``) and every point's operators whatever its verdict
@@ -118,6 +120,8 @@ class Block(nn.Module):
         qkv = self.qkv(self.norm1(x)).split(d, -1)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in qkv)
         x = x + self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d))
+        if self.inject == "graph_break":  # a user's .item() or print: the block in two graphs
+            torch._dynamo.graph_break()
         return x + self.down(self.act(self.up(self.norm2(x))))
 
 
@@ -148,13 +152,15 @@ CASES = {
     "gelu": ("gelu", [], 25.0, "aten::gelu"),  # GELU is ~10 % of this model: the point moves ~2 %
     "linear": ("linear", [], 25.0, "aten::addmm"),  # the matrix products, ~half of it: ~12 %
     "copy": ("copy", [], None, "aten::copy_"),
-    "graph_break": ("graph_break", ["experiment.compile=true", "experiment.backend=aot_eager"], None, "Torch-Compiled"),
+    "graph_break": ("graph_break", ["experiment.compile=true", "experiment.batches=[2]"], None, "Torch-Compiled"),
 }
 
 
 def shared_of(case: str) -> list[str]:
-    shared = ["+experiment=quick/infer", "model._target_=whymodel.Model", "experiment.batches=[32]"]
-    return [*shared, "results.table=false", "devices.threads=1", *CASES[case][1]]
+    own = CASES[case][1]
+    batches = [] if any(o.startswith("experiment.batches=") for o in own) else ["experiment.batches=[32]"]
+    shared = ["+experiment=quick/infer", "model._target_=whymodel.Model", *batches]
+    return [*shared, "results.table=false", "devices.threads=1", *own]
 
 
 def by_ab(case: str, budget: float, gate: float, work: Path, env: dict[str, str]) -> list[dict[str, object]]:
@@ -208,6 +214,46 @@ def by_compare(case: str, trees: Path, work: Path, env: dict[str, str]) -> list[
     table = attribution.explain(table[table["measurement"] != "load"], trees / "base", trees / "new", every=True)
     rows.append(judged("operators", case, points_of(to_json(table, two_trees=True)), injected_pct, target))
     return rows
+
+
+def truth(case: str, work: Path, rounds: int = 15, calls: int = 20) -> list[dict[str, object]]:
+    """What the injection does to its operator, measured apart: both models in this process (one
+    thread, the same weights), profiled in turns, ``rounds`` of ``calls`` calls a side; the
+    target's self time per call, median of the rounds' ratios (and their quartiles)."""
+    import numpy as np
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    inject, _, _, target = CASES[case]
+    if not target.startswith("aten::"):
+        return []
+    sys.path.insert(0, str(work))
+    import whymodel
+
+    torch.set_num_threads(1)
+    x = torch.randn(32, 1, 28, 28)
+    models = []
+    for side in ("", inject):
+        torch.manual_seed(0)
+        models.append(whymodel.Model(inject=side).eval())
+
+    def target_s(model) -> float:
+        with profile(activities=[ProfilerActivity.CPU]) as p:
+            for _ in range(calls):
+                model(x)
+        return sum(e.self_cpu_time_total for e in p.key_averages() if e.key == target) / calls / 1e6
+
+    load, start = os.getloadavg()[0], time.monotonic()
+    with torch.no_grad():
+        for model in models:
+            target_s(model)  # warm: the held tensors made, the profiler set up
+        ratios = [(lambda a, b: b / a)(*(target_s(m) for m in models)) for _ in range(rounds)]
+    q1, mid, q3 = (100 * (v - 1) for v in np.percentile(ratios, [25, 50, 75]))
+    return [
+        {"tool": "truth", "case": case, "first_moved": target, "first_change_pct": mid}
+        | {"why_moved": f"{rounds} rounds of {calls} calls a side: quartiles {q1:+.0f}..{q3:+.0f} %"}
+        | {"seconds": round(time.monotonic() - start, 1), "load_before": round(load, 2)}
+    ]
 
 
 def pass_cost(trees: Path) -> dict[str, object]:
@@ -291,6 +337,7 @@ def main() -> None:
     parser.add_argument("--no-trees", action="store_true", help="not the two profiled trees: ab only")
     parser.add_argument("--busy", action="store_true", help="a process spins on a CPU the whole time")
     parser.add_argument("--train", action="store_true", help="also the profiled pass's cost in training")
+    parser.add_argument("--truth", action="store_true", help="also each case's change to its operator, in-process")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "why.csv")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="why-"))
@@ -305,6 +352,10 @@ def main() -> None:
                     row.update(run=k + 1, budget_min=args.budget, gate_pct=args.gate, busy=args.busy)
                     print(json.dumps(row), flush=True)
                 append(args.out, rows)
+        for case in args.cases.split(",") if args.truth else []:
+            rows = [dict(r, busy=args.busy) for r in truth(case, work)]
+            print(*map(json.dumps, rows), sep="\n", flush=True)
+            append(args.out, rows)
         for k in range(args.runs if args.train else 0):
             rows = [dict(r, run=k + 1, busy=args.busy) for r in training_cost(work, env)]
             print(*map(json.dumps, rows), sep="\n", flush=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -99,3 +101,42 @@ def test_a_compiled_region_and_a_custom_op_by_the_names_the_profiler_sees():
     regions = t[t.index.str.startswith(operators.COMPILED_REGION)]
     assert len(regions) >= 2 and (regions["kind"] == "range").all(), "a graph break: two compiled regions"
     assert not t.index.str.startswith("ProfilerStep").any()
+
+
+THREAD_PROFILE = """
+import sys, threading, torch
+from torch.profiler import ProfilerActivity, profile
+from perflab.measure import operators
+if sys.argv[1] == "set_up":
+    operators.set_up()
+def job():
+    with profile(activities=[ProfilerActivity.CPU]):
+        torch.ones(3) + 1
+t = threading.Thread(target=job)
+t.start()
+t.join()
+"""
+
+
+def test_the_profiler_set_up_on_the_main_thread_lets_jobs_profile_on_theirs_without_a_complaint():
+    """ab's sides in turns profile on their own threads: kineto complains on stderr unless its
+    first profile was on the main thread (perflab.job.together does that first)."""
+    said = {}
+    for how in ("cold", "set_up"):
+        ran = subprocess.run([sys.executable, "-c", THREAD_PROFILE, how], capture_output=True, text=True, timeout=120)
+        assert ran.returncode == 0, ran.stderr
+        said[how] = "External init callback" in ran.stderr
+    assert said == {"cold": True, "set_up": False}
+
+
+def test_together_sets_the_profiler_up_where_a_side_is_profiled(monkeypatch):
+    from perflab.job import together
+    from perflab.measure import turns
+
+    calls = []
+    monkeypatch.setattr(operators, "set_up", lambda: calls.append("set_up"))
+    monkeypatch.setattr(turns, "in_turns", lambda jobs: calls.append(len(jobs)) or [])
+    for profiled in (False, True):
+        pair = [["+experiment=quick/matmul", *(["bench.profile=true"] if profiled else [])]] * 2
+        assert together.main([json.dumps([pair])]) == 0
+    assert calls == [2, "set_up", 2]

@@ -38,7 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     codes = []
-    for pair in json.loads(argv[0]):
+    pairs = json.loads(argv[0])
+    if any(a.lower() == "bench.profile=true" for pair in pairs for args in pair for a in args):
+        from perflab.measure import operators
+
+        operators.set_up()  # on this thread: the jobs' own would each print kineto's complaint
+    for pair in pairs:
         ended = in_turns([functools.partial(perflab.run, *split(args)) for args in pair])
         for value in ended:
             if isinstance(value, Refused):

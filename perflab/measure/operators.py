@@ -101,6 +101,17 @@ def profiled(
     return Profiled(table, seconds, time.perf_counter() - began)
 
 
+def set_up() -> None:
+    """Start and stop the profiler once, on this thread, before any clock: kineto takes the
+    thread of its first profile for its own, and a first profile on another (a job's, in
+    turns) prints "External init callback must run in same thread as registerClient"; and
+    torch's profiler imports ``torch._inductor`` at its first start (~1.2 s here)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]):
+        pass
+
+
 def calls_for(seconds: float) -> int:
     """How many calls of ``seconds`` each to profile: enough for ``PROFILED_S``, from
     ``ACTIVE_CALLS`` to ``MOST_CALLS`` (10 of a 5 ms call; training's pass keeps ``ACTIVE_CALLS`` steps)."""
