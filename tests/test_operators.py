@@ -140,3 +140,23 @@ def test_together_sets_the_profiler_up_where_a_side_is_profiled(monkeypatch):
         pair = [["+experiment=quick/matmul", *(["bench.profile=true"] if profiled else [])]] * 2
         assert together.main([json.dumps([pair])]) == 0
     assert calls == [2, "set_up", 2]
+
+
+def test_two_jobs_in_turns_profile_in_rounds_one_side_then_the_other():
+    """ab's sides in one process: each side's profiled calls are ROUNDS profiles handing over
+    between them, so a moment of the machine falls on both sides, as their samples' do."""
+    import itertools
+
+    from perflab.measure import turns
+
+    order: list[str] = []
+
+    def job(name: str):
+        return lambda: operators.profiled(lambda: order.append(name) or torch.ones(8).sum(), [], calls=8)
+
+    found = turns.in_turns([job("a"), job("b")])
+    assert len([k for k, _ in itertools.groupby(order)]) == 2 * operators.ROUNDS, order
+    for side in found:
+        t = side.table.set_index("operator")
+        assert t.loc["aten::sum", "calls"] == 1, "the rounds' events, per measured call"
+        assert not t.index.str.startswith("ProfilerStep").any()

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # torch: only where something is profiled, never for a report
 FILE = layout.OPERATORS
 ACTIVE_CALLS = 3  # the fewest profiled calls after one warm-up call under the profiler (its trace too)
 MOST_CALLS = 20
+ROUNDS = 4  # profiles of a few calls each, in turns with the other side, where two jobs share the process
 PROFILED_S = 0.05  # a short call is profiled for about this long: one preempted call of 3 moved an op +50 %
 KINDS = ("op", "kernel", "range")
 COMPILED_REGION = "Torch-Compiled Region"  # a torch.compile'd frame's call (i/j: frame, recompile): a range
@@ -64,12 +65,17 @@ def profiled(
     calls: int = ACTIVE_CALLS,
     trace: Path | None = None,
 ) -> Profiled:
-    """One warm-up call and ``calls`` calls of ``fn`` under torch.profiler (CUDA activity too
-    where a device is a GPU), each call's wall time taken around it with the devices synced;
-    ``trace``: where the Chrome trace goes (``bench.profile``'s file), written when the active
-    calls end and outside their clock."""
+    """``calls`` calls of ``fn`` under torch.profiler (CUDA activity too where a device is a
+    GPU), after a warm-up call under it, each call's wall time taken around it with the devices
+    synced; ``trace``: where the Chrome trace goes (``bench.profile``'s file), written when the
+    active calls end and outside their clock. In a process of two jobs in turns (``perflab ab``'s
+    sides) the calls are ``ROUNDS`` profiles of a few, handing over to the other side between
+    them, as its samples do: one profile a side, one after the other, put whatever the machine
+    did meanwhile on one side alone (a side's profiled call 0.74x the other's, timed 1.22x). Two
+    profiles cannot run at once; the trace holds the first round's calls."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    from perflab.measure import turns
     from perflab.measure.devices import synchronize
 
     began = time.perf_counter()
@@ -77,25 +83,29 @@ def profiled(
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
     spent: list[float] = []
     events: list[Any] = []
+    rounds = min(calls, ROUNDS) if turns.shared() else 1
 
     def ready(p: Any) -> None:  # the cycle's events exist here only (a scheduled profile's own rule)
-        if trace:
+        if trace and not events:
             p.export_chrome_trace(str(trace))
         events.extend(p.key_averages())
 
-    with warnings.catch_warnings():  # "clears events at the end of each cycle": we use one cycle
-        warnings.simplefilter("ignore", UserWarning)
-        with profile(
-            activities=activities, schedule=schedule(wait=0, warmup=1, active=calls), on_trace_ready=ready
-        ) as prof:
-            for i in range(1 + calls):
-                synchronize(devices)
-                t0 = time.perf_counter()
-                fn()
-                synchronize(devices)
-                if i:
-                    spent.append(time.perf_counter() - t0)
-                prof.step()
+    for r in range(rounds):
+        active = calls // rounds + (r < calls % rounds)
+        with warnings.catch_warnings():  # "clears events at the end of each cycle": we use one cycle
+            warnings.simplefilter("ignore", UserWarning)
+            with profile(
+                activities=activities, schedule=schedule(wait=0, warmup=1, active=active), on_trace_ready=ready
+            ) as prof:
+                for i in range(1 + active):
+                    synchronize(devices)
+                    t0 = time.perf_counter()
+                    fn()
+                    synchronize(devices)
+                    if i:
+                        spent.append(time.perf_counter() - t0)
+                    prof.step()
+        turns.turn()  # the other side's round: outside the profile and its clock
     seconds = sum(spent) / len(spent)  # the mean, as key_averages' totals over the calls are
     table = reduce(events, calls, seconds, cuda)
     return Profiled(table, seconds, time.perf_counter() - began)

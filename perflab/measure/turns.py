@@ -139,6 +139,11 @@ class Computer:
 _TURNS: Turns | None = None
 
 
+def shared() -> bool:
+    """Whether jobs take turns in this process (``in_turns``)."""
+    return _TURNS is not None
+
+
 def turn() -> None:
     """Hand the process to the next job, if it is shared (else nothing): outside every clock."""
     if _TURNS is not None:
