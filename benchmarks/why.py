@@ -182,7 +182,7 @@ def by_ab(case: str, budget: float, gate: float, work: Path, env: dict[str, str]
     return [dict(r, seconds=round(time.monotonic() - start, 1), load_before=round(load, 2)) for r in rows]
 
 
-def by_trees(case: str, processes: int, work: Path, env: dict[str, str]) -> list[dict[str, object]]:
+def by_trees(case: str, processes: int, gate: float, work: Path, env: dict[str, str]) -> list[dict[str, object]]:
     """Two profiled trees (``bench.processes`` a side, ``bench.profile=true``), judged by
     ``perflab compare --why``, and every point's operators (``attribution.explain(every=True)``),
     whatever the point's verdict."""
@@ -201,20 +201,21 @@ def by_trees(case: str, processes: int, work: Path, env: dict[str, str]) -> list
         )
         if ran.returncode:
             return [{"tool": "trees", "case": case, "error": (ran.stderr.strip().splitlines() or [""])[-1]}]
-    rows = [r | pass_cost(out) for r in by_compare(case, out, work, env)]
+    rows = [r | pass_cost(out) for r in by_compare(case, out, gate, work, env)]
     return [dict(r, seconds=round(time.monotonic() - start, 1), load_before=round(load, 2)) for r in rows]
 
 
-def by_compare(case: str, trees: Path, work: Path, env: dict[str, str]) -> list[dict[str, object]]:
+def by_compare(case: str, trees: Path, gate: float, work: Path, env: dict[str, str]) -> list[dict[str, object]]:
     _, _, injected_pct, target = CASES[case]
     cmd = [sys.executable, "-m", "perflab", "compare", str(trees / "base"), str(trees / "new"), "--why"]
+    cmd += ["--fail-if-slower", str(gate)]
     shown = subprocess.run([*cmd, "--format", "json"], capture_output=True, text=True, cwd=work, env=env)
     rows = [judged("compare", case, points_of(shown.stdout), injected_pct, target)]
     sys.path.insert(0, str(ROOT))
     from perflab.analysis import attribution, comparison
     from perflab.compare import to_json
 
-    table = comparison.ab(trees / "base", trees / "new")
+    table = comparison.ab(trees / "base", trees / "new", gate_pct=gate)
     table = attribution.explain(table[table["measurement"] != "load"], trees / "base", trees / "new", every=True)
     rows.append(judged("operators", case, points_of(to_json(table, two_trees=True)), injected_pct, target))
     return rows
@@ -337,7 +338,7 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--processes", type=int, default=3, help="a side, in the profiled trees")
     parser.add_argument("--ab", action="store_true", help="also perflab ab --why (minutes a run)")
-    parser.add_argument("--gate", type=float, default=5.0, help="ab's --fail-if-slower (percent)")
+    parser.add_argument("--gate", type=float, default=5.0, help="--fail-if-slower of ab and compare (percent)")
     parser.add_argument("--no-trees", action="store_true", help="not the two profiled trees: ab only")
     parser.add_argument("--busy", action="store_true", help="a process spins on a CPU the whole time")
     parser.add_argument("--train", action="store_true", help="also the profiled pass's cost in training")
@@ -350,7 +351,7 @@ def main() -> None:
     with spinning(int(args.busy), settle_s=2.0):
         for case in args.cases.split(","):
             for k in range(args.runs):
-                rows = [] if args.no_trees else by_trees(case, args.processes, work, env)
+                rows = [] if args.no_trees else by_trees(case, args.processes, args.gate, work, env)
                 rows += by_ab(case, args.budget, args.gate, work, env) if args.ab else []
                 for row in rows:
                     row.update(run=k + 1, budget_min=args.budget, gate_pct=args.gate, busy=args.busy)
