@@ -247,6 +247,8 @@ def machine() -> dict[str, str]:
 # experiment's figures step 15 % slower half-way (history must find it). Each reader is timed as
 # a whole process (Python's start and imports included, as a user waits for it) with its peak
 # memory (wait4's rusage), the old code beside the new on a copy of the same tree, interleaved.
+# ``compare_points``: two trees of a suite's 1,000 points instead (#42's "compare A B of two
+# 1,000-point trees"), each indexed first by the code timed.
 
 USER_EXPERIMENTS = (("matmul", 1), ("conv", 5), ("attention", 10))  # name, rows a run dir
 USER_POINTS = 10  # an experiment's points: its sweep
@@ -264,79 +266,100 @@ def user_tree(root: Path, run_dirs: int, samples: int = 100, start: int = 0, ste
     half = start + subjects // 2 if step_at is None else step_at
     for s in range(start, start + subjects):
         when = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() + 86400 * s
-        stamp = datetime.fromtimestamp(when, timezone.utc).isoformat()
         for e, (experiment, per) in enumerate(USER_EXPERIMENTS):
             for first in range(0, USER_POINTS, per):
-                run_id = f"{datetime.fromtimestamp(when, timezone.utc):%Y%m%d-%H%M%S}-{s:06x}{e:02x}{first:04x}"
-                run_dir = root / "sweeps" / f"{stamp[:10]}_{experiment}" / str(first // per)
-                run_dir.mkdir(parents=True)
-                rows, lines = [], []
-                for k, point in enumerate(range(first, first + per)):
-                    size = 64 << (point % 5)
-                    base = 1e-4 * (1 + point) * (1 + STEP_PCT / 100 * (e == 0 and s >= half))
-                    times = base * rng.lognormal(0, 0.02, samples)
-                    q = np.percentile(times, [25, 50, 75, 90, 99])
-                    row_id = f"{run_id}#{k + 1}"
-                    rows.append(
-                        {
-                            "row_id": row_id,
-                            "run_id": run_id,
-                            "sweep_id": f"{stamp[:10]}_{experiment}",
-                            "job_num": first // per,
-                            "experiment": experiment,
-                            "measurement": f"{experiment} {point // 5}",
-                            "repeat": 0,
-                            "status": "ok",
-                            "devices": "cpu",
-                            "device_name": "CPU (2 threads)",
-                            "n": samples,
-                            "median_s": q[1],
-                            "mean_s": times.mean(),
-                            "std_s": times.std(),
-                            "min_s": times.min(),
-                            "max_s": times.max(),
-                            "iqr_s": q[2] - q[0],
-                            "p50_s": q[1],
-                            "p90_s": q[3],
-                            "p99_s": q[4],
-                            "noisy": False,
-                            "warmup_n": 2,
-                            "warmup_first_s": base * 3,
-                            "timer": "wall_sync",
-                            "calls_per_sample": 1,
-                            "num_threads": 2,
-                            "items_per_s": 1 / q[1],
-                            "tflops": 2 * size**3 / q[1] / 1e12,
-                            "config_hash": f"{e:02x}{point:04x}",
-                            "torch": "2.14.1",
-                            "python": "3.11.7",
-                            "cpu": "x86_64",
-                            "hostname": "node1",
-                            "cpu_model": "Synthetic CPU @ 2.0GHz",
-                            "kernel": "6.8.0",
-                            "perflab_version": "0.4.0",
-                            "subject": f"c{s:07x}",
-                            "subject_time": stamp,
-                            "timestamp": stamp,
-                            "cfg.experiment.name": experiment,
-                            "cfg.experiment.size": size,
-                            "cfg.experiment.dtype": "float32",
-                            "cfg.bench.repeats": samples,
-                            "cfg.bench.warmup": 2,
-                        }
-                    )
-                    head = f"{row_id},{run_id},{experiment},{experiment} {point // 5},"
-                    lines += [f"{head}warmup,{i},{base * 3!r}" for i in range(2)]
-                    lines += [f"{head}sample,{i},{t!r}" for i, t in enumerate(times.tolist())]
-                columns = order_columns(rows[0])
-                text = [",".join(columns)] + [",".join(str(row[c]) for c in columns) for row in rows]
-                (run_dir / "results.csv").write_text("\n".join(text) + "\n")
-                (run_dir / "samples.csv").write_text(",".join(SAMPLE_COLUMNS) + "\n" + "\n".join(lines) + "\n")
-                record = RunRecord(
-                    run_id=run_id, experiment=experiment, config_hash=run_id, outcome="ok", complete=True, rows=per
-                )
-                (run_dir / RECORD).write_text(json.dumps(asdict(record), indent=1) + "\n")
+                slower = 1 + STEP_PCT / 100 * (e == 0 and s >= half)
+                points = [(point, 1e-4 * (1 + point) * slower) for point in range(first, first + per)]
+                tag = f"{s:06x}{e:02x}{first:04x}"
+                user_run_dir(root, when, experiment, e, first // per, tag, f"c{s:07x}", points, samples, rng)
     return subjects
+
+
+def user_run_dir(
+    root: Path,
+    when: float,
+    experiment: str,
+    e: int,
+    job: int,
+    tag: str,
+    subject: str,
+    points: Sequence[tuple[int, float]],
+    samples: int,
+    rng: np.random.Generator,
+    process: int | None = None,
+) -> None:
+    """One run dir of a user's tree: a row per (point, its median seconds), each with ``samples``
+    raw samples (and 2 warm-up), as a run of ``experiment`` (its ``e``-th) writes them."""
+    stamp = datetime.fromtimestamp(when, timezone.utc).isoformat()
+    run_id = f"{datetime.fromtimestamp(when, timezone.utc):%Y%m%d-%H%M%S}-{tag}"
+    run_dir = root / "sweeps" / f"{stamp[:10]}_{experiment}" / (str(job) if process is None else f"{job}-{process}")
+    run_dir.mkdir(parents=True)
+    rows, lines = [], []
+    for k, (point, base) in enumerate(points):
+        size = 64 << (point % 5)
+        times = base * rng.lognormal(0, 0.02, samples)
+        q = np.percentile(times, [25, 50, 75, 90, 99])
+        row_id = f"{run_id}#{k + 1}"
+        rows.append(
+            {
+                "row_id": row_id,
+                "run_id": run_id,
+                "sweep_id": f"{stamp[:10]}_{experiment}",
+                "job_num": job,
+                "experiment": experiment,
+                "measurement": f"{experiment} {point // 5}",
+                "repeat": 0,
+                **({} if process is None else {"process": process}),
+                "status": "ok",
+                "devices": "cpu",
+                "device_name": "CPU (2 threads)",
+                "n": samples,
+                "median_s": q[1],
+                "mean_s": times.mean(),
+                "std_s": times.std(),
+                "min_s": times.min(),
+                "max_s": times.max(),
+                "iqr_s": q[2] - q[0],
+                "p50_s": q[1],
+                "p90_s": q[3],
+                "p99_s": q[4],
+                "noisy": False,
+                "warmup_n": 2,
+                "warmup_first_s": base * 3,
+                "timer": "wall_sync",
+                "calls_per_sample": 1,
+                "num_threads": 2,
+                "items_per_s": 1 / q[1],
+                "tflops": 2 * size**3 / q[1] / 1e12,
+                "config_hash": f"{e:02x}{point:04x}",
+                "torch": "2.14.1",
+                "python": "3.11.7",
+                "cpu": "x86_64",
+                "hostname": "node1",
+                "cpu_model": "Synthetic CPU @ 2.0GHz",
+                "kernel": "6.8.0",
+                "perflab_version": "0.4.0",
+                "subject": subject,
+                "subject_time": stamp,
+                "timestamp": stamp,
+                "cfg.experiment.name": experiment,
+                "cfg.experiment.size": size,
+                "cfg.experiment.dtype": "float32",
+                "cfg.bench.repeats": samples,
+                "cfg.bench.warmup": 2,
+            }
+        )
+        head = f"{row_id},{run_id},{experiment},{experiment} {point // 5},"
+        lines += [f"{head}warmup,{i},{base * 3!r}" for i in range(2)]
+        lines += [f"{head}sample,{i},{t!r}" for i, t in enumerate(times.tolist())]
+    columns = order_columns(rows[0])
+    text = [",".join(columns)] + [",".join(str(row[c]) for c in columns) for row in rows]
+    (run_dir / "results.csv").write_text("\n".join(text) + "\n")
+    (run_dir / "samples.csv").write_text(",".join(SAMPLE_COLUMNS) + "\n" + "\n".join(lines) + "\n")
+    record = RunRecord(
+        run_id=run_id, experiment=experiment, config_hash=run_id, outcome="ok", complete=True, rows=len(rows)
+    )
+    (run_dir / RECORD).write_text(json.dumps(asdict(record), indent=1) + "\n")
 
 
 def whole_process(command: Sequence[str], code: Path | None, cwd: Path, limit: float) -> tuple[float, float, int]:
@@ -356,7 +379,27 @@ def whole_process(command: Sequence[str], code: Path | None, cwd: Path, limit: f
     return time.perf_counter() - t0, usage.ru_maxrss / 1024, p.returncode
 
 
-USER_FIGURES = ("build", "load_one", "results", "compare", "compare_two", "history", "report")
+USER_FIGURES = ("build", "load_one", "results", "compare", "compare_two", "history", "report", "compare_points")
+POINTS, PROCESSES = 1000, 3  # compare_points: two trees of 1,000 points, 3 processes a point, a tenth 15 % slower
+
+
+def points_trees(root: Path, samples: int = 100) -> dict[str, Path]:
+    """Two trees of ``POINTS`` points each (``PROCESSES`` processes a point: run dirs of 10 points
+    and one process, as ``bench.processes`` writes them), every tenth point ``STEP_PCT`` slower in
+    ``new``: ``perflab compare BASE NEW`` of a suite's nightly run against the last."""
+    rng = np.random.default_rng(7)
+    when = datetime(2026, 6, 1, tzinfo=timezone.utc).timestamp()
+    trees = {side: root / side / "outputs" for side in ("base", "new")}
+    for side, tree in trees.items():
+        for job in range(POINTS // 10):
+            for k in range(1, PROCESSES + 1):
+                points = [
+                    (p, 1e-4 * (1 + p % 50) * (1 + STEP_PCT / 100 * (side == "new" and p % 10 == 0)))
+                    for p in range(10 * job, 10 * job + 10)
+                ]
+                tag = f"{side}{job:04x}{k:02x}"
+                user_run_dir(tree, when + k, "matmul", 0, job, tag, side, points, samples, rng, process=k)
+    return trees
 
 
 def user_commands(tree: Path, out: Path) -> dict[str, list[str]]:
@@ -407,7 +450,7 @@ def user_main(args: argparse.Namespace) -> None:
             csv_bytes = size_of(first, ("results.csv", "samples.csv"))
             took = time.perf_counter() - t0
             print(f"{dirs} run dirs, {made} subjects, CSVs {csv_bytes / 1e6:.0f} MB (written in {took:.0f} s)")
-            for figure in ["build", *[f for f in which if f != "build"]]:
+            for figure in ["build", *[f for f in which if f not in ("build", "compare_points")]]:
                 order = list(codes) if len(codes) == 1 else ["old", "new", "new", "old"][: 2 * args.repeats]
                 for name in order:
                     out = Path(tmp) / f"report-{name}.html"
@@ -432,6 +475,22 @@ def user_main(args: argparse.Namespace) -> None:
                     }
                     taken.append(row)
                     print(f"  {figure:12s} {name}: {seconds:7.2f} s, {peak:6.0f} MB, exit {code}, load {loadavg:.2f}")
+        if "compare_points" in which:  # two trees of their own, whatever the sizes
+            pair = points_trees(Path(tmp) / "points", args.samples)
+            command = [sys.executable, "-m", "perflab.compare", str(pair["base"]), str(pair["new"])]
+            for name in list(codes) if len(codes) == 1 else ["old", "new", "new", "old"][: 2 * args.repeats]:
+                for tree in pair.values():
+                    shutil.rmtree(meta(tree), ignore_errors=True)
+                    whole_process([sys.executable, "-m", "perflab.results", str(tree)], codes[name], Path(tmp), 900)
+                loadavg = os.getloadavg()[0]  # each tree indexed by the code timed: then compare, warm
+                seconds, peak, code = whole_process(command, codes[name], Path(tmp), args.limit)
+                dirs = sum(1 for _ in pair["base"].glob("sweeps/*/*"))
+                taken.append(
+                    {"figure": "compare_points", "code": name, "run_dirs": dirs, "subjects": POINTS}
+                    | {"seconds": round(seconds, 3), "peak_mb": round(peak), "exit": code, "loadavg": f"{loadavg:.2f}"}
+                    | where
+                )
+                print(f"  compare_points {name}: {seconds:7.2f} s, {peak:6.0f} MB, exit {code}, load {loadavg:.2f}")
     for row in taken:
         mine = [t for t in taken if t["figure"] == row["figure"] and t["code"] == row["code"]]
         dirs = sorted({int(t["run_dirs"]) for t in mine})
