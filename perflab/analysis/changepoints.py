@@ -193,22 +193,25 @@ def _certified(signal: np.ndarray, penalty: float, min_size: int) -> list[int] |
     bent = np.flatnonzero(below[at[1:]] > below[at[:-1] + 1])  # intervals with values inside: g bends there
     if n * (len(at) + len(bent)) > CELLS:
         return None
-    column = np.abs(x - m)[:, None] - np.abs(x[:, None] - grid[None, :])  # [i, a]: |x_i - m| - |x_i - a|
-    if len(bent):  # their tangents at the right end: slope +1 a value above a, -1 a value not
-        tilt = np.where(x[:, None] > grid[None, bent], 1.0, -1.0) * (grid[bent + 1] - grid[bent])[None, :]
-        column = np.hstack((column, column[:, bent] + tilt))
-    gains = np.zeros((n + 1, column.shape[1]))
-    np.cumsum(column, axis=0, out=gains[1:])
+    gains = np.zeros((n + 1, len(grid) + len(bent)))  # [t, column]: the column's sum over x[:t]
+    at_grid, tangent = gains[1:, : len(grid)], gains[1:, len(grid) :]
+    np.subtract(np.abs(x - m)[:, None], np.abs(x[:, None] - grid[None, :]), out=at_grid)  # |x_i - m| - |x_i - a|
+    if len(bent):  # the tangents at each interval's right end: slope +1 a value above a, -1 a value not
+        width = grid[bent + 1] - grid[bent]
+        np.add(at_grid[:, bent], np.where(x[:, None] > grid[None, bent], width, -width), out=tangent)
+    np.cumsum(gains[1:], axis=0, out=gains[1:])
     best = np.full(n + 1, -np.inf)  # F's upper bound over [0, s); -inf where no segmentation
     best[0] = 0.0
     reach = np.full(gains.shape[1], -np.inf)  # each column's max over the starts so far of F(t) - gains[t]
+    block = np.empty((min_size, gains.shape[1]))
     for s in range(min_size, n + 1, min_size):  # min_size ends at once: their starts all precede s
         e = min(s + min_size, n + 1)
-        rows = best[s - min_size : e - min_size, None] - gains[s - min_size : e - min_size]
+        rows = block[: e - s]  # row j: the starts up to s + j - min_size, for the end s + j
+        np.subtract(best[s - min_size : e - min_size, None], gains[s - min_size : e - min_size], out=rows)
         np.maximum(rows[0], reach, out=rows[0])
         for i in range(1, len(rows)):
             np.maximum(rows[i], rows[i - 1], out=rows[i])
-        reach = rows[-1].copy()
+        reach[:] = rows[-1]
         rows += gains[s:e]
         best[s:e] = rows.max(axis=1) - pen
     chain, others, end = [n], [], n  # backwards: each end's best start and the best bound of its others
