@@ -168,6 +168,18 @@ def test_a_near_tie_is_left_to_the_recursion():
     assert changepoints._certified(np.zeros(30), 0.1, 3) == [30]  # constant: one segment, by the whole penalty
 
 
+def test_extreme_penalties_end():
+    """A penalty far beyond the values' range (the certificate's integers cannot hold it) and
+    none at all: the certificate declines, and the recursion still answers."""
+    from perflab.analysis import changepoints
+
+    rng = np.random.default_rng(3)
+    signal = np.r_[rng.normal(0, 1, 50), rng.normal(5, 1, 50)]
+    assert changepoints._certified(signal, 1e300, 3) is None
+    assert pelt_l1(signal, 1e300, 3) == [100]
+    assert pelt_l1(signal, 0.0, 3) == _pelt_every_start(signal, 0.0, 3)
+
+
 def _random_series(rng, n):
     """Noise of several scales with one of: nothing, a step, ties, outliers, many steps, an early step."""
     kind = int(rng.integers(0, 6))

@@ -177,9 +177,9 @@ def _certified(signal: np.ndarray, penalty: float, min_size: int) -> list[int] |
     q, scale = _quantized(signal)
     beta = penalty * scale  # exact: scale is a power of two
     big, k = int(np.abs(q).max()), 0
-    while 32 * n * ((big >> k) + 1) + 4 * beta / 2.0**k >= 2.0**52:
+    while k <= 62 and 32 * n * ((big >> k) + 1) + 4 * beta / 2.0**k >= 2.0**52:
         k += 1
-    if k > 62:
+    if k > 62:  # a penalty of 2^52 times the values' range, or more
         return None
     x = (q >> k).astype(float)  # PELT's values, 2^k coarser: each moves less than one unit
     pen = math.floor(beta / 2.0**k)  # no more than the penalty: the gains' bounds stay bounds
