@@ -177,7 +177,7 @@ def _certified(signal: np.ndarray, penalty: float, min_size: int) -> list[int] |
     q, scale = _quantized(signal)
     beta = penalty * scale  # exact: scale is a power of two
     big, k = int(np.abs(q).max()), 0
-    while k <= 62 and 32 * n * ((big >> k) + 1) + 4 * beta / 2.0**k >= 2.0**52:
+    while k <= 62 and 32 * (n * ((big >> k) + 1) + beta / 2.0**k) >= 2.0**52:  # its sums: < 16 n max|x| + 17 pen
         k += 1
     if k > 62:  # a penalty of 2^52 times the values' range, or more
         return None
