@@ -61,9 +61,9 @@ def _pelt_every_start(signal, penalty, min_size):
 
 
 @pytest.mark.parametrize("n", [40, 300, 1000])
-def test_bounded_search_is_the_exhaustive_one(n):
+def test_bounded_search_is_the_exhaustive_one(monkeypatch, n):
     """Long series with and without steps, values with ties (a coarse timer) and a constant one:
-    the same change points as every start's exact cost gives."""
+    the same change points as every start's exact cost gives, certified or by the recursion alone."""
     rng = np.random.default_rng(n)
     series = [
         np.log(1e-4 * rng.lognormal(0, 0.02, n)),  # no change: nothing is ever pruned
@@ -76,12 +76,16 @@ def test_bounded_search_is_the_exhaustive_one(n):
         for penalty in (2 * np.log(n) * max(noise, 0.005), 0.5 * max(noise, 0.005)):
             want = _pelt_every_start(signal, penalty, 3)
             assert pelt_l1(signal, penalty, 3) == want, (k, penalty)
+            assert _recursion_alone(monkeypatch, signal, penalty, 3) == want, (k, penalty)
 
 
 def test_blocks_decided_together_and_end_by_end_alike(monkeypatch):
     """A block's ends are decided together unless a change might be in it, then one by one:
-    series with steps take both ways, and the one-by-one way alone finds the same segments."""
+    series with steps take both ways, and the one-by-one way alone finds the same segments
+    (the recursion's own ways: the certificate, which would decide these series, is off)."""
     from perflab.analysis import changepoints
+
+    monkeypatch.setattr(changepoints, "_certified", lambda *args: None)
 
     rng = np.random.default_rng(7)
     n = 400
@@ -114,3 +118,102 @@ def test_blocks_decided_together_and_end_by_end_alike(monkeypatch):
         noise = max(float(np.median(np.abs(np.diff(signal)))), 0.005)
         for penalty in (2 * np.log(n) * noise, 0.5 * noise):
             assert pelt_l1(signal, penalty, 3) == _pelt_every_start(signal, penalty, 3), penalty
+
+
+def _recursion_alone(monkeypatch, signal, penalty, min_size):
+    """pelt_l1 as it was before the certificate: the bounded recursion on every series."""
+    from perflab.analysis import changepoints
+
+    with monkeypatch.context() as patch:
+        patch.setattr(changepoints, "_certified", lambda *args: None)
+        return pelt_l1(signal, penalty, min_size)
+
+
+def _history_like(rng, n, change_at=None):
+    """A series as history sees one: the log of per-subject medians, a 15 % step where asked."""
+    signal = np.log(1e-4 * rng.lognormal(0, 0.01, n))
+    if change_at is not None:
+        signal += np.log(1.15) * (np.arange(n) >= change_at)
+    noise = float(np.median(np.abs(np.diff(signal))))
+    return signal, 2 * np.log(n) * max(noise, 0.005)
+
+
+@pytest.mark.parametrize("change_at", [None, 76, 300])
+def test_long_series_are_decided_without_the_recursion(monkeypatch, change_at):
+    """History's long series, with no change or one: the certificate alone finds their segments
+    (the quadratic recursion is never built), the ones the recursion and the exhaustive search find."""
+    from perflab.analysis import changepoints
+
+    signal, penalty = _history_like(np.random.default_rng(42), 900, change_at)
+    want = _pelt_every_start(signal, penalty, 3)
+    assert want == ([900] if change_at is None else [change_at, 900])
+    assert _recursion_alone(monkeypatch, signal, penalty, 3) == want
+
+    def no_recursion(*args):
+        raise AssertionError("the recursion ran")
+
+    monkeypatch.setattr(changepoints, "L1Costs", no_recursion)
+    assert changepoints._certified(signal, penalty, 3) == want
+    assert pelt_l1(signal, penalty, 3) == want
+
+
+def test_a_near_tie_is_left_to_the_recursion():
+    """Two segmentations of equal cost (the middle value as far from either side): rounding
+    and order decide between them, so the certificate declines and the recursion decides."""
+    from perflab.analysis import changepoints
+
+    signal = np.r_[np.zeros(10), 0.5, np.ones(10)]
+    assert changepoints._certified(signal, 0.1, 3) is None
+    assert pelt_l1(signal, 0.1, 3) == _pelt_every_start(signal, 0.1, 3)
+    assert changepoints._certified(np.zeros(30), 0.1, 3) == [30]  # constant: one segment, by the whole penalty
+
+
+def test_extreme_penalties_end():
+    """A penalty far beyond the values' range (the certificate's integers cannot hold it) and
+    none at all: the certificate declines, and the recursion still answers."""
+    from perflab.analysis import changepoints
+
+    rng = np.random.default_rng(3)
+    signal = np.r_[rng.normal(0, 1, 50), rng.normal(5, 1, 50)]
+    assert changepoints._certified(signal, 1e300, 3) is None
+    assert pelt_l1(signal, 1e300, 3) == [100]
+    assert pelt_l1(signal, 0.0, 3) == _pelt_every_start(signal, 0.0, 3)
+
+
+def _random_series(rng, n):
+    """Noise of several scales with one of: nothing, a step, ties, outliers, many steps, an early step."""
+    kind = int(rng.integers(0, 6))
+    signal = rng.normal(0, 1, n) * float(rng.choice([0.01, 0.1]))
+    if kind == 1:
+        signal += float(rng.choice([0.03, 0.2, 1.0])) * (np.arange(n) >= rng.integers(1, n))
+    elif kind == 2:
+        signal = np.round(signal * 30) / 30
+    elif kind == 3:
+        signal[rng.integers(0, n, max(1, n // 30))] += float(rng.choice([0.5, -2.0]))
+    elif kind == 4:
+        signal += np.repeat(rng.normal(0, 0.3, n // 10 + 1), 10)[:n]
+    elif kind == 5:
+        signal += 0.1 * (np.arange(n) >= int(rng.integers(1, 8)))
+    return signal + float(rng.choice([0.0, -9.2]))
+
+
+def test_certified_or_not_the_segments_are_the_recursions(monkeypatch):
+    """Many random series, short and long, at history's penalty and smaller ones: pelt_l1 finds
+    the segments the recursion alone finds, and the exhaustive search where it is affordable;
+    the certificate decides a good share of them (else this compares nothing new)."""
+    from perflab.analysis import changepoints
+
+    rng = np.random.default_rng(2026)
+    decided = 0
+    for trial in range(150):
+        n = int(rng.choice([6, 9, 20, 50, 120, 400]))
+        min_size = int(rng.integers(1, 6))
+        signal = _random_series(rng, n)
+        noise = max(float(np.median(np.abs(np.diff(signal)))), 0.005)
+        penalty = float(rng.choice([2 * np.log(n) * noise, 0.5 * noise, 0.0]))
+        want = _recursion_alone(monkeypatch, signal, penalty, min_size)
+        assert pelt_l1(signal, penalty, min_size) == want, trial
+        if n <= 120:
+            assert want == _pelt_every_start(signal, penalty, min_size), trial
+        decided += changepoints._certified(signal, penalty, max(min_size, 2)) is not None
+    assert decided >= 40, decided

@@ -11,6 +11,11 @@ summed as integers (about the series' median, in the finest unit whose sums cann
 ~2^-50 of the largest value for a thousand subjects), so equal values give equal costs exactly;
 where two segmentations cost the same, the one whose last segment starts first is taken
 (ruptures' float sums let rounding choose).
+
+Before the recursion, ``_certified`` tries to show which segments it would find without it: a
+DP over a grid of candidate medians, n x (a few hundred) steps where PELT, pruning nothing on a
+series without change, takes n^2 / 2; it answers only where the best segmentation wins by more
+than any rounding, else the recursion runs as before.
 """
 
 from __future__ import annotations
@@ -20,16 +25,21 @@ import math
 import numpy as np
 
 
+def _quantized(signal: np.ndarray) -> tuple[np.ndarray, float]:
+    """The values as integers about their median, and the scale (a power of two: exact) that
+    keeps any sum of them below 2^62: the values whose costs PELT compares."""
+    values = np.asarray(signal, float).ravel()
+    centred = values - np.median(values)
+    largest = max(float(np.abs(centred).max(initial=0.0)), 1.0)
+    scale = 2.0 ** min(60, math.floor(math.log2(2.0**62 / (len(values) + 1) / largest)))
+    return np.rint(centred * scale).astype(np.int64), scale
+
+
 class L1Costs:
     """The L1 cost (sum of absolute deviations from the median) of any segments of ``signal``."""
 
     def __init__(self, signal: np.ndarray) -> None:
-        values = np.asarray(signal, float).ravel()
-        centred = values - np.median(values)
-        largest = max(float(np.abs(centred).max(initial=0.0)), 1.0)
-        # a power of two (exact scaling) that keeps any sum of the values below 2^62
-        self.scale = 2.0 ** min(60, math.floor(math.log2(2.0**62 / (len(values) + 1) / largest)))
-        q = np.rint(centred * self.scale).astype(np.int64)
+        q, self.scale = _quantized(signal)
         self.values = q  # in the series' order
         self.prefix = np.concatenate(([0], np.cumsum(q)))
         rank = np.empty(len(q), np.int64)
@@ -110,6 +120,9 @@ def pelt_l1(signal: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
     one after the other (``_end_by_end``)."""
     n = len(signal)
     min_size = max(min_size, 2)  # ruptures' L1 cost needs two values
+    certain = _certified(signal, penalty, min_size)
+    if certain is not None:
+        return certain
     costs = L1Costs(signal)
     best = np.full(n + 1, np.nan)
     best[0] = 0.0
@@ -134,6 +147,108 @@ def pelt_l1(signal: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
         ends_found.append(at)
         at = int(start_of[at])
     return ends_found[::-1]
+
+
+SEGMENTS = 16  # segments at most that _certified checks (more changes: PELT prunes, and is quick)
+CELLS = 1 << 23  # subjects x candidate medians at most for _certified (memory: 8 bytes each, a few arrays)
+
+
+def _certified(signal: np.ndarray, penalty: float, min_size: int) -> list[int] | None:
+    """The segments pelt_l1 finds, where the least penalised segmentation wins by more than
+    rounding can undo; None where that is not shown (then the recursion decides).
+
+    Why it is sound. With m a median of the whole series, a segmentation's cost is C(0, n) less
+    its segments' gains g(S) = max_c sum_{x in S} (|x - m| - |x - c|) (a concave function of c,
+    its max at S's median): the best segmentation maximises F, its gains less a penalty each.
+    On a grid of distinct values (``_grid``), the max over c in [a, b] is at most the larger of
+    the sum at a and its tangent at b (exact where no value lies inside): both sums over S, so
+    F's upper bound is a DP over ends whose inner max runs over these columns as numpy vectors.
+    It runs on PELT's own integers (``_quantized``) made 2^k coarser so every sum stays below
+    2^52 (exact in floats). Backwards from n, each end e's best start b, its gains exact along
+    the chain, must beat every other start's bound by ``delta`` (the coarsening's 6n units plus
+    a bound of PELT's float rounding): then the recursion's totals, each within rounding of an
+    exact one, pick b at e, and b was kept until e: a start dropped at an end s would make the
+    best segmentation of [0, s) followed by s:e better than b's, a contradiction where s:e is
+    long enough to be a segment, and checked directly (F(s) against b's total) for the ends s
+    within min_size of e."""
+    n = len(signal)
+    if n < 2 * min_size or not math.isfinite(penalty) or penalty < 0:
+        return None
+    q, scale = _quantized(signal)
+    beta = penalty * scale  # exact: scale is a power of two
+    big, k = int(np.abs(q).max()), 0
+    while k <= 62 and 32 * (n * ((big >> k) + 1) + beta / 2.0**k) >= 2.0**52:  # its sums: < 16 n max|x| + 17 pen
+        k += 1
+    if k > 62:  # a penalty of 2^52 times the values' range, or more
+        return None
+    x = (q >> k).astype(float)  # PELT's values, 2^k coarser: each moves less than one unit
+    pen = math.floor(beta / 2.0**k)  # no more than the penalty: the gains' bounds stay bounds
+    spread = n * (float(x.max() - x.min()) + 4) * 2.0**k / scale + penalty  # above any total that matters
+    delta = 6 * n + (n + 2) * 2.0**-48 * spread * scale / 2.0**k
+    m = np.sort(x)[(n - 1) // 2]
+    values, counts = np.unique(x, return_counts=True)
+    below = np.concatenate(([0], np.cumsum(counts)))  # the values (repeats counted) below each distinct one
+    at = _grid(values, below, max(1, math.isqrt(n) // 2), pen / 8)
+    grid = values[at]
+    bent = np.flatnonzero(below[at[1:]] > below[at[:-1] + 1])  # intervals with values inside: g bends there
+    if n * (len(at) + len(bent)) > CELLS:
+        return None
+    gains = np.zeros((n + 1, len(grid) + len(bent)))  # [t, column]: the column's sum over x[:t]
+    at_grid, tangent = gains[1:, : len(grid)], gains[1:, len(grid) :]
+    np.subtract(np.abs(x - m)[:, None], np.abs(x[:, None] - grid[None, :]), out=at_grid)  # |x_i - m| - |x_i - a|
+    if len(bent):  # the tangents at each interval's right end: slope +1 a value above a, -1 a value not
+        width = grid[bent + 1] - grid[bent]
+        np.add(at_grid[:, bent], np.where(x[:, None] > grid[None, bent], width, -width), out=tangent)
+    np.cumsum(gains[1:], axis=0, out=gains[1:])
+    best = np.full(n + 1, -np.inf)  # F's upper bound over [0, s); -inf where no segmentation
+    best[0] = 0.0
+    reach = np.full(gains.shape[1], -np.inf)  # each column's max over the starts so far of F(t) - gains[t]
+    block = np.empty((min_size, gains.shape[1]))
+    for s in range(min_size, n + 1, min_size):  # min_size ends at once: their starts all precede s
+        e = min(s + min_size, n + 1)
+        rows = block[: e - s]  # row j: the starts up to s + j - min_size, for the end s + j
+        np.subtract(best[s - min_size : e - min_size, None], gains[s - min_size : e - min_size], out=rows)
+        np.maximum(rows[0], reach, out=rows[0])
+        for i in range(1, len(rows)):
+            np.maximum(rows[i], rows[i - 1], out=rows[i])
+        reach[:] = rows[-1]
+        rows += gains[s:e]
+        best[s:e] = rows.max(axis=1) - pen
+    chain, others, end = [n], [], n  # backwards: each end's best start and the best bound of its others
+    while end > 0 and len(chain) <= SEGMENTS:  # chain: the ends found, n first
+        totals = best[: end - min_size + 1] + (gains[end] - gains[: end - min_size + 1]).max(axis=1)
+        end = int(np.argmax(totals))
+        totals[end] = -np.inf
+        chain.append(end)
+        others.append(totals.max())
+    if end > 0:
+        return None
+    chain.reverse()
+    exact = 0.0  # F along the chain, exactly: each segment's gain at its own median
+    for j in range(1, len(chain)):
+        b, e = chain[j - 1], chain[j]
+        near = np.arange(max(b + min_size, e - min_size + 1), e + 1)  # e, and the ends where dropping b is checked
+        segments = [x[b:s] for s in near]
+        gain = np.array([np.abs(y - m).sum() - np.abs(y - np.sort(y)[(len(y) - 1) // 2]).sum() for y in segments])
+        if not exact + gain[-1] - others[-j] > delta:  # b, the best start of e by far
+            return None
+        if not (exact + gain[:-1] - best[near[:-1]] > delta).all():  # b kept at the ends just before e
+            return None
+        exact += gain[-1] - pen
+    return chain[1:]
+
+
+def _grid(values: np.ndarray, below: np.ndarray, step: int, budget: float) -> np.ndarray:
+    """Indexes of the distinct ``values`` (sorted; ``below``: how many values precede each) that
+    _certified takes as medians: every ``step``-th, the last, and every one of an interval where
+    a tangent may be loose by more than twice ``budget`` (its width times the values inside)."""
+    keep = np.zeros(len(values), bool)
+    keep[::step] = keep[-1] = True
+    at = np.flatnonzero(keep)
+    loose = (values[at[1:]] - values[at[:-1]]) * (below[at[1:]] - below[at[:-1] + 1]) > budget
+    for i in np.flatnonzero(loose):
+        keep[at[i] : at[i + 1]] = True
+    return np.flatnonzero(keep)
 
 
 def _whole_block(
