@@ -136,7 +136,6 @@ def build_series(
     if rows.empty or "status" not in rows:
         return []
     rows = rows[rows["status"].astype("string") == "ok"]
-    by_row = dict(samples)
     rev_list = functools.cache(_rev_list)  # git asked once, for every series
     out = []
     for name, part in rows.groupby(rows["experiment"].astype("string"), sort=True):
@@ -181,7 +180,7 @@ def build_series(
             each = [order[a:b] for a, b in zip([0, *bounds], bounds)]
             flagged = _flagged(g)
             clean = [at[~flagged[at]] for at in each]  # a subject's suspect rows are left out where it has clean ones
-            points = measured_each(g, [c if len(c) else at for c, at in zip(clean, each)], m, by_row, frames=False)
+            points = measured_each(g, [c if len(c) else at for c, at in zip(clean, each)], m, samples, frames=False)
             run_dirs, times, subject_times = (_texts(g, c) for c in ("run_dir", "timestamp", "subject_time"))
             for subject, at, kept, point in zip(names, each, clean, points):
                 left += len(point.left_out) > 0
