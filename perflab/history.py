@@ -179,10 +179,11 @@ def build_series(
             order, bounds = np.argsort(codes, kind="stable"), np.cumsum(counts).tolist()
             each = [order[a:b] for a, b in zip([0, *bounds], bounds)]
             flagged = _flagged(g)
-            clean = [at[~flagged[at]] for at in each]  # a subject's suspect rows are left out where it has clean ones
+            # a subject's suspect rows are left out where it has clean ones
+            clean = [at[~flagged[at]] for at in each] if flagged.any() else each
             points = measured_each(g, [c if len(c) else at for c, at in zip(clean, each)], m, samples, frames=False)
             run_dirs, times, subject_times = (_texts(g, c) for c in ("run_dir", "timestamp", "subject_time"))
-            for subject, at, kept, point in zip(names, each, clean, points):
+            for subject, at, kept, point in zip(names.tolist(), each, clean, points):
                 left += len(point.left_out) > 0
                 if math.isnan(point.value):
                     continue
@@ -192,7 +193,7 @@ def build_series(
                         str(subject),
                         point.value,
                         point.samples,
-                        sorted({run_dirs[i] for i in at if run_dirs[i]}),
+                        _distinct(run_dirs, at),
                         _least(times, at),
                         _least(subject_times, at),
                         suspect="" if len(kept) else _reasons(g.iloc[at]),
@@ -247,6 +248,13 @@ def _texts(rows: pd.DataFrame, column: str) -> list[str]:
         uniques = uniques.to_pydatetime()  # written as its Timestamp is (no nanoseconds), 5 times as fast
     texts = [str(v) for v in uniques.tolist()] + [""]
     return [texts[c] for c in codes.tolist()]
+
+
+def _distinct(texts: list[str], at: list[int]) -> list[str]:
+    """The distinct non-empty ``texts[i]`` for ``i`` in ``at``, sorted: a subject's run dirs."""
+    if len(at) == 1:  # most subjects: one row
+        return [texts[at[0]]] if texts[at[0]] else []
+    return sorted({texts[i] for i in at if texts[i]})
 
 
 def _least(texts: list[str], at: list[int]) -> str:

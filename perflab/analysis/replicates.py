@@ -497,7 +497,7 @@ def _one_row(i: int, r: _Rows, clean_of: list[np.ndarray], numbers: np.ndarray |
         empty,
         float(r.values[i]),
         clean,
-        left_out(r.metric, r.timed, 0, 0, dropped),
+        left_out(r.metric, r.timed, 0, 0, dropped) if dropped else [],  # its words made only where there are some
         [clean],
         r.values[i : i + 1],
         numbered,
