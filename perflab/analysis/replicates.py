@@ -406,10 +406,12 @@ def measured_each(
     runs = rows["run_id"].astype(str).to_numpy() if "run_id" in rows else None
     numbers = rows["process"].astype("string").fillna("").to_numpy() if "process" in rows else None
     empty = rows.iloc[:0]  # once: a slice a group took most of a history of 1,000 subjects
+    # a row's usable, value and samples left out, as Python values read once (numpy scalars a subject otherwise)
+    each = (r.good.tolist(), r.values.tolist(), (r.at_read + r.samples.every - r.samples.clean).tolist())
     out = []
     for at in groups:
         if len(at) == 1 and not frames:  # a row a point (a subject of a history): nothing to pool
-            out.append(_one_row(int(at[0]), r, clean_of, numbers, empty))
+            out.append(_one_row(int(at[0]), r, each, clean_of, numbers, empty))
             continue
         values, lost, good = r.values[at], r.lost[at], r.good[at]
         kept_at = at[good]
@@ -484,18 +486,26 @@ def left_out(metric: str, timed: bool, lost: int, bad: int, samples: int) -> lis
     return [f"{n} {what}" for n, what in said if n]
 
 
-def _one_row(i: int, r: _Rows, clean_of: list[np.ndarray], numbers: np.ndarray | None, empty: pd.DataFrame) -> Measured:
+def _one_row(
+    i: int,
+    r: _Rows,
+    each: tuple[list, list, list],
+    clean_of: list[np.ndarray],
+    numbers: np.ndarray | None,
+    empty: pd.DataFrame,
+) -> Measured:
     """``measured_each``'s Measured of a group of the one row ``i`` (frames=False), as its loop
-    makes it, without its numpy calls on arrays of one (most of a history of 46k subjects)."""
-    if not r.good[i]:
+    makes it, without its numpy calls on arrays of one (most of a history of 46k subjects);
+    ``each``: every row's usable, value and samples left out."""
+    good, values, dropped = (x[i] for x in each)
+    if not good:
         left = left_out(r.metric, r.timed, int(r.lost[i]), int(not r.lost[i]), 0)
         return Measured(empty, math.nan, np.array([]), left, [], np.array([]), [])
     clean = clean_of[i]
-    dropped = int(r.at_read[i] + r.samples.every[i] - r.samples.clean[i])
     numbered = [str(numbers[i])] if numbers is not None else []
     return Measured(
         empty,
-        float(r.values[i]),
+        values,
         clean,
         left_out(r.metric, r.timed, 0, 0, dropped) if dropped else [],  # its words made only where there are some
         [clean],
