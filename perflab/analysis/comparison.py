@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Collection, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -93,7 +93,7 @@ def select(
     return df.copy()  # one block per dtype again: a loaded tree is fragmented
 
 
-def figures(rows: pd.DataFrame, samples: dict[str, np.ndarray]) -> list[tuple[str, Any]]:
+def figures(rows: pd.DataFrame, samples: Mapping[str, np.ndarray]) -> list[tuple[str, Any]]:
     """(experiment, figure) for every figure the experiments' report hooks draw from these rows:
     ``--plot`` writes the figures the HTML report shows."""
     out = []
@@ -112,7 +112,7 @@ def compare(
     experiment: str | None = None,
     where: Sequence[str] = (),
     rows: pd.DataFrame | None = None,
-    samples: dict[str, np.ndarray] | None = None,
+    samples: Mapping[str, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """The comparison table of one tree as a DataFrame (see the module docstring).
 
@@ -178,7 +178,7 @@ def _one_experiment(
     by: Sequence[str] | None,
     baseline: str | None,
     asked: str | None,
-    samples: dict[str, np.ndarray],
+    samples: Mapping[str, np.ndarray],
 ) -> tuple[pd.DataFrame, list[str]]:
     metric, note = metric_for(name, df, asked)
     module = registry.of_rows(df)

@@ -140,7 +140,7 @@ def samples_by_row(
     notes: Notes | None = None,
     row_ids: Iterable[str] | None = None,
     reading: Any = None,
-) -> RowSeconds | dict[str, np.ndarray]:
+) -> Mapping[str, np.ndarray]:
     """Every row's raw sample seconds (not its warm-up) under ``paths``, by row id (``row_ids``:
     only those rows': a results tree's index reads no other); a sample that is no time (NaN,
     not a number, <= 0) is left out and said: in ``notes`` by row id (kind ``UNUSABLE_SAMPLES``),
