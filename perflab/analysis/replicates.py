@@ -498,7 +498,7 @@ def _one_row(
     """``measured_each``'s Measured of a group of the one row ``i`` (frames=False), as its loop
     makes it, without its numpy calls on arrays of one (most of a history of 46k subjects);
     ``each``: every row's usable, value and samples left out."""
-    good, values, dropped = (x[i] for x in each)
+    good, values, dropped = each[0][i], each[1][i], each[2][i]
     if not good:
         left = left_out(r.metric, r.timed, int(r.lost[i]), int(not r.lost[i]), 0)
         return Measured(empty, math.nan, np.array([]), left, [], np.array([]), [])
