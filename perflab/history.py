@@ -136,11 +136,11 @@ def build_series(
     if rows.empty or "status" not in rows:
         return []
     rows = rows[rows["status"].astype("string") == "ok"]
-    by_row = dict(samples)
     rev_list = functools.cache(_rev_list)  # git asked once, for every series
     out = []
     for name, part in rows.groupby(rows["experiment"].astype("string"), sort=True):
-        part = summary_rows(str(name), part).copy()  # one block per dtype again: a loaded tree is fragmented
+        # one block per dtype again (a loaded tree is fragmented); its rows' labels their positions
+        part = summary_rows(str(name), part).reset_index(drop=True).copy()
         m, _ = metric_for(str(name), part, metric)
         part = part.assign(
             device=part["device_name"].map(functools.cache(device_family)) if "device_name" in part else "",
@@ -158,6 +158,8 @@ def build_series(
         # every one of thousands of groups copies its columns (a cfg key each, ~30 of them)
         small = frame[list(dict.fromkeys(c for c in used if c in frame))]
         by = [frame[c] for c in group]
+        # each row's run dir and times as text, each distinct value written once (a run dir's rows are in many series)
+        texts = [_texts(part, c) for c in ("run_dir", "timestamp", "subject_time")]
         for values, g in small.groupby(by, dropna=False, sort=True, observed=True):
             label = dict(zip(group, values if isinstance(values, tuple) else (values,)))
             series = Series(
@@ -180,10 +182,11 @@ def build_series(
             order, bounds = np.argsort(codes, kind="stable"), np.cumsum(counts).tolist()
             each = [order[a:b] for a, b in zip([0, *bounds], bounds)]
             flagged = _flagged(g)
-            clean = [at[~flagged[at]] for at in each]  # a subject's suspect rows are left out where it has clean ones
-            points = measured_each(g, [c if len(c) else at for c, at in zip(clean, each)], m, by_row, frames=False)
-            run_dirs, times, subject_times = (_texts(g, c) for c in ("run_dir", "timestamp", "subject_time"))
-            for subject, at, kept, point in zip(names, each, clean, points):
+            # a subject's suspect rows are left out where it has clean ones
+            clean = [at[~flagged[at]] for at in each] if flagged.any() else each
+            points = measured_each(g, [c if len(c) else at for c, at in zip(clean, each)], m, samples, frames=False)
+            run_dirs, times, subject_times = (t[g.index.to_numpy()].tolist() for t in texts)
+            for subject, at, kept, point in zip(names.tolist(), each, clean, points):
                 left += len(point.left_out) > 0
                 if math.isnan(point.value):
                     continue
@@ -193,7 +196,7 @@ def build_series(
                         str(subject),
                         point.value,
                         point.samples,
-                        sorted({run_dirs[i] for i in at if run_dirs[i]}),
+                        _distinct(run_dirs, at),
                         _least(times, at),
                         _least(subject_times, at),
                         suspect="" if len(kept) else _reasons(g.iloc[at]),
@@ -238,16 +241,22 @@ def _subjects(rows: pd.DataFrame) -> pd.Series:
     return subject.where(subject.notna() & (subject != ""), fallback).astype(str)
 
 
-def _texts(rows: pd.DataFrame, column: str) -> list[str]:
-    """Each row's ``column`` as text ("" where empty or absent): a subject's run dirs, and its
-    first time (the least of its rows' texts)."""
+def _texts(rows: pd.DataFrame, column: str) -> np.ndarray:
+    """Each row's ``column`` as text ("" where empty or absent; an array of str): a subject's run
+    dirs, and its first time (the least of its rows' texts)."""
     if column not in rows:
-        return [""] * len(rows)
+        return np.full(len(rows), "", dtype=object)
     codes, uniques = pd.factorize(rows[column])  # each distinct value written once; empty: -1
     if isinstance(uniques, pd.DatetimeIndex) and uniques.unit != "ns":
         uniques = uniques.to_pydatetime()  # written as its Timestamp is (no nanoseconds), 5 times as fast
-    texts = [str(v) for v in uniques.tolist()] + [""]
-    return [texts[c] for c in codes.tolist()]
+    return np.array([str(v) for v in uniques.tolist()] + [""], dtype=object)[codes]
+
+
+def _distinct(texts: list[str], at: list[int]) -> list[str]:
+    """The distinct non-empty ``texts[i]`` for ``i`` in ``at``, sorted: a subject's run dirs."""
+    if len(at) == 1:  # most subjects: one row
+        return [texts[at[0]]] if texts[at[0]] else []
+    return sorted({texts[i] for i in at if texts[i]})
 
 
 def _least(texts: list[str], at: list[int]) -> str:

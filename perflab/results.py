@@ -17,6 +17,7 @@ from typing import Iterable, Iterator, Sequence
 
 from perflab.errors import OneLineParser
 from perflab.store import done_marks, files, index, tree
+from perflab.store.columns import SAMPLES
 from perflab.store.rows import (
     OWN_HEADER,
     RESULTS,
@@ -51,40 +52,69 @@ def load_rows(*paths: str | os.PathLike, experiment: str | None = None, columns:
     return _load(paths, experiment, False, columns)
 
 
-def load_samples(*paths: str | os.PathLike, row_ids: Iterable[str] | None = None, kept: dict | None = None):
-    """The raw samples (``row_id``, ``phase``, ``i``, ``seconds``) of the rows ``row_ids``
-    (None: all) under ``paths``, each sample once: a results tree's from its index (no
-    samples.csv parsed but those of runs not indexed yet), other folders' from their
-    samples.csv. ``kept``: a :class:`Reading`'s loads of the trees' rows (not walked again)."""
+_SAMPLES = tuple(SAMPLES)  # the columns load_samples gives
+
+
+def load_samples(
+    *paths: str | os.PathLike,
+    row_ids: Iterable[str] | None = None,
+    kept: dict | None = None,
+    columns: Sequence[str] = _SAMPLES,
+    arrow: bool = False,
+):
+    """The raw samples (``row_id``, ``phase``, ``i``, ``seconds``; ``columns``: only those) of
+    the rows ``row_ids`` (None: all) under ``paths``, each sample once: a results tree's from
+    its index (no samples.csv parsed but those of runs not indexed yet), other folders' from
+    their samples.csv. ``kept``: a :class:`Reading`'s loads of the trees' rows (not walked
+    again). ``arrow``: as a pyarrow Table (one tree's as its index holds them, no pandas frame
+    of millions of samples made)."""
     import pandas as pd
+    import pyarrow as pa
 
     notes = Notes()
-    wanted = None if row_ids is None else {str(r) for r in row_ids}
+    wanted = None if row_ids is None else set(map(str, _listed(row_ids)))
+    places = [Path(p) for p in paths or ("outputs",)]
+    # one tree's samples come through its index, each there once: with any other place's, kept once here by their key
+    indexed = len(places) == 1 and (str(places[0]) in (kept or {}) or (places[0].is_dir() and tree.is_store(places[0])))
+    read = list(columns) if indexed else list(_SAMPLES)
     frames = []
-    for path in map(Path, paths or ("outputs",)):
+    for path in places:
         if kept and str(path) in kept:
-            frames.append(index.samples_after(kept.pop(str(path)), wanted, notes))
-            continue
-        if path.is_dir() and tree.is_store(path):
-            frames.append(index.load_samples(path, wanted, notes))
-            continue
-        if path.is_file():
-            df = read_csv(path, ("row_id", "seconds"), notes=notes)
-        elif path.is_dir():
-            df = read_samples(list(run_dirs(path, Notes())), notes)
+            frames.append(index.samples_after(kept.pop(str(path)), wanted, notes, read, arrow and indexed))
+        elif path.is_dir() and tree.is_store(path):
+            frames.append(index.load_samples(path, wanted, notes, read, arrow and indexed))
         else:
-            raise FileNotFoundError(f"no results at {path}")
-        if wanted is not None and "row_id" in df:
-            df = df[df["row_id"].astype("string").isin(wanted).to_numpy(bool)]
-        frames.append(df.reindex(columns=["row_id", "phase", "i", "seconds"]))
+            frames.append(_samples_of(path, wanted, notes))
     notes.say()
+    if indexed and len(frames[0]):
+        return frames[0]
     df = concat([f for f in frames if len(f)])
     if df.empty:
-        return pd.DataFrame(columns=["row_id", "phase", "i", "seconds"])
-    if len(frames) == 1 and path.is_dir() and tree.is_store(path):  # the index kept each sample once
-        return df
-    twice = df.duplicated(subset=["row_id", "phase", "i"], keep="first")  # a run dir copied, or two trees
-    return (df[~twice] if twice.any() else df).reset_index(drop=True)
+        df = pd.DataFrame(columns=list(columns))
+    else:
+        twice = df.duplicated(subset=["row_id", "phase", "i"], keep="first")  # a run dir copied, or two trees
+        df = (df[~twice] if twice.any() else df)[list(columns)].reset_index(drop=True)
+    return pa.Table.from_pandas(df, preserve_index=False) if arrow else df
+
+
+def _samples_of(path: Path, wanted: set[str] | None, notes: Notes):
+    """The samples of a CSV file, or of the samples.csv of the run dirs under a folder (no index)."""
+    if path.is_file():
+        df = read_csv(path, ("row_id", "seconds"), notes=notes)
+    elif path.is_dir():
+        df = read_samples(list(run_dirs(path, Notes())), notes)
+    else:
+        raise FileNotFoundError(f"no results at {path}")
+    if wanted is not None and "row_id" in df:
+        df = df[df["row_id"].astype("string").isin(wanted).to_numpy(bool)]
+    return df.reindex(columns=list(_SAMPLES))
+
+
+def _listed(values: Iterable[str]) -> Iterable:
+    """``values`` as a list where they are a pandas Series or numpy array (one call, not an
+    element at a time: 46k row ids of Arrow text took 0.1 s)."""
+    tolist = getattr(values, "tolist", None)
+    return tolist() if callable(tolist) else values
 
 
 def load_operators(*paths: str | os.PathLike):
@@ -130,9 +160,9 @@ class Reading:
         """load(*paths, experiment=...)."""
         return _load(self.paths, self.experiment, False, kept=self.kept)
 
-    def samples(self, row_ids: Iterable[str] | None = None):
-        """load_samples(*paths, row_ids=...), after rows()."""
-        return load_samples(*self.paths, row_ids=row_ids, kept=self.kept)
+    def samples(self, row_ids: Iterable[str] | None = None, columns: Sequence[str] = _SAMPLES, arrow: bool = False):
+        """load_samples(*paths, row_ids=..., columns=..., arrow=...), after rows()."""
+        return load_samples(*self.paths, row_ids=row_ids, kept=self.kept, columns=columns, arrow=arrow)
 
 
 def _load(paths, experiment: str | None, samples: bool, columns: Sequence[str] | None = None, kept: dict | None = None):

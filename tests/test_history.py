@@ -199,6 +199,6 @@ def test_times_are_written_as_their_timestamps():
         stamps = pd.to_datetime(["2026-11-29 04:34:40", "2026-11-29 04:34:40.5", None], format="ISO8601")
         rows = pd.DataFrame({"timestamp": pd.Series(stamps.as_unit(unit)).dt.tz_localize("UTC")})
         want = [str(v) if not pd.isna(v) else "" for v in rows["timestamp"]]
-        assert _texts(rows, "timestamp") == want
+        assert _texts(rows, "timestamp").tolist() == want
         if unit == "us":
             assert want == ["2026-11-29 04:34:40+00:00", "2026-11-29 04:34:40.500000+00:00", ""]

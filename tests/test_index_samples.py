@@ -206,3 +206,34 @@ def test_a_reading_walks_the_tree_once_for_rows_and_samples_and_says_what_load_s
     assert all(np.array_equal(by_row[r], expected[r]) for r in wanted), "the samples load_samples reads"
     if expected_rows is not None:
         pd.testing.assert_frame_equal(got, expected_rows)
+
+
+def test_samples_by_row_is_the_same_from_the_index_from_run_dirs_and_across_row_groups(tmp_path, monkeypatch, caplog):
+    """Each row's usable samples, in order, whether read from the index (its row groups a few
+    samples long: a row's samples split between two), from the run dirs' CSVs or from two places;
+    an unusable sample left out and said, a row whose samples are all unusable there and empty, a
+    row of a warm-up alone not there."""
+    from perflab.analysis.replicates import RowSeconds, row_samples
+
+    root = tmp_path / "outputs"
+    w = RunWriter(root / "runs" / "a")
+    row = {"run_id": "a", "experiment": "matmul", "status": "ok", "median_s": 0.1}
+    w.add({**row, "measurement": "m0"}, samples=[0.1, float("nan"), 0.3, -1.0, 0.5], warmup=[1.0])
+    w.add({**row, "measurement": "m1"}, samples=[0.0, -2.0], warmup=[1.0])
+    w.add({**row, "measurement": "m2"}, warmup=[1.0])
+    w.add({**row, "measurement": "m3"}, samples=[0.7, 0.8, 0.9, 1.1, 1.2, 1.3, 1.4], warmup=[1.0, 2.0])
+    expected = {"a#1": [0.1, 0.3, 0.5], "a#2": [], "a#4": [0.7, 0.8, 0.9, 1.1, 1.2, 1.3, 1.4]}
+    monkeypatch.setattr(index, "SAMPLE_GROUP", 3)  # row groups of 3 samples
+    for places in ([root], [root], [root / "runs" / "a"], [root, root / "runs" / "a"]):  # CSV, index, run dir, both
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="perflab"):
+            got = samples_by_row(places)
+        assert isinstance(got, RowSeconds) and sorted(got) == sorted(expected), places
+        assert {k: list(v) for k, v in got.items()} == expected, places
+        assert "left out 4 unusable samples (NaN, not a number, or <= 0 s) of the rows: a#1, a#2" in caplog.text
+        ids = ["a#4", "zz", "a#2", "a#1"]
+        frame = pd.DataFrame({"row_id": ids, "median_s": 0.1})
+        as_dict, flat = row_samples(frame, "median_s", dict(got)), row_samples(frame, "median_s", got)
+        assert list(flat.recorded) == [True, False, True, True] and list(flat.row) == [0] * 7 + [3] * 3
+        for field in ("row", "seconds", "every", "clean", "recorded"):
+            np.testing.assert_array_equal(getattr(flat, field), getattr(as_dict, field))

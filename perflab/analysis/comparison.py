@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Collection, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -93,7 +93,7 @@ def select(
     return df.copy()  # one block per dtype again: a loaded tree is fragmented
 
 
-def figures(rows: pd.DataFrame, samples: dict[str, np.ndarray]) -> list[tuple[str, Any]]:
+def figures(rows: pd.DataFrame, samples: Mapping[str, np.ndarray]) -> list[tuple[str, Any]]:
     """(experiment, figure) for every figure the experiments' report hooks draw from these rows:
     ``--plot`` writes the figures the HTML report shows."""
     out = []
@@ -112,7 +112,7 @@ def compare(
     experiment: str | None = None,
     where: Sequence[str] = (),
     rows: pd.DataFrame | None = None,
-    samples: dict[str, np.ndarray] | None = None,
+    samples: Mapping[str, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """The comparison table of one tree as a DataFrame (see the module docstring).
 
@@ -178,7 +178,7 @@ def _one_experiment(
     by: Sequence[str] | None,
     baseline: str | None,
     asked: str | None,
-    samples: dict[str, np.ndarray],
+    samples: Mapping[str, np.ndarray],
 ) -> tuple[pd.DataFrame, list[str]]:
     metric, note = metric_for(name, df, asked)
     module = registry.of_rows(df)
@@ -212,7 +212,8 @@ def _one_experiment(
     n = int(codes.max()) + 1 if len(codes) else 0
     found = measured_points(df, codes, n, metric, samples)  # every point's figures, in one pass
     firsts = np.unique(codes, return_index=True)[1]
-    label = {c: list(df[c].iloc[firsts]) for c in group}  # each point's keys, as its rows hold them
+    # each point's keys, as its rows hold them (text listed at once: not a scalar at a time from Arrow)
+    label = {c: _listed(df[c].iloc[firsts]) for c in group}
     runs = _distinct(codes, df["run_id"], n)
     differ = {c: _distinct(codes, df[c], n) > 1 for c in identity if c not in keys}
     pooled = [""] * n  # the keys a point's runs differ in
@@ -270,6 +271,11 @@ def _one_experiment(
             out.loc[i, "suspect"] = "; ".join(x for x in (str(out.at[i, "suspect"] or ""), why) if x)
             notes.append(f"{name} {out.at[i, 'measurement']} at {count.removeprefix('cfg.')}={out.at[i, count]}: {why}")
     return out.drop(columns=["_busy", "_threads"], errors="ignore"), notes
+
+
+def _listed(column: pd.Series) -> list:
+    """A column's values, each as iterating it gives it (an Int64's as numpy integers)."""
+    return column.tolist() if isinstance(column.dtype, pd.StringDtype) else list(column)
 
 
 def _frame(columns: dict[str, tuple[list, np.ndarray | None]], count: int) -> pd.DataFrame:

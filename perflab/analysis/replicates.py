@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -99,12 +99,48 @@ def summary_rows(experiment: str, rows: pd.DataFrame) -> pd.DataFrame:
 UNUSABLE_SAMPLES = "left out {n} unusable sample{s} (NaN, not a number, or <= 0 s) of the rows"
 
 
+class RowSeconds(Mapping[str, np.ndarray]):
+    """Rows' usable raw sample seconds by row id, in one long array, row after row: row
+    ``ids[k]``'s are ``seconds[bounds[k]:bounds[k + 1]]`` (none: its samples were kept, none
+    usable). Read as a dict (built on first use); ``row_samples`` gathers many rows' at once
+    (a dict of 46k arrays, built and looked up one by one, was most of reading a history's samples)."""
+
+    def __init__(self, ids: Sequence[str], bounds: np.ndarray, seconds: np.ndarray) -> None:
+        self.ids, self.bounds, self.seconds = pd.Index(ids, dtype=object), bounds, seconds
+
+    @functools.cached_property
+    def _by_id(self) -> dict[str, np.ndarray]:
+        b = self.bounds.tolist()
+        return {str(k): self.seconds[a:z] for k, a, z in zip(self.ids.tolist(), b, b[1:])}
+
+    def __getitem__(self, row_id: str) -> np.ndarray:
+        return self._by_id[row_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_id)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def gather(self, row_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(each row's count of seconds, -1 where its samples were not kept; their seconds, row after row)."""
+        at = self.ids.get_indexer(pd.Index(row_ids, dtype=object))
+        kept = at >= 0
+        starts, ends = self.bounds[at[kept]], self.bounds[at[kept] + 1]
+        counts = np.full(len(at), -1, np.intp)
+        counts[kept] = ends - starts
+        lengths = ends - starts
+        # each row's positions in ``seconds``: a running count, shifted by its start
+        shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+        return counts, self.seconds[np.arange(len(shift)) + shift]
+
+
 def samples_by_row(
     paths: Sequence[str | Path],
     notes: Notes | None = None,
     row_ids: Iterable[str] | None = None,
     reading: Any = None,
-) -> dict[str, np.ndarray]:
+) -> Mapping[str, np.ndarray]:
     """Every row's raw sample seconds (not its warm-up) under ``paths``, by row id (``row_ids``:
     only those rows': a results tree's index reads no other); a sample that is no time (NaN,
     not a number, <= 0) is left out and said: in ``notes`` by row id (kind ``UNUSABLE_SAMPLES``),
@@ -112,32 +148,61 @@ def samples_by_row(
     ``paths`` (their trees not walked again)."""
     from perflab.results import load_samples
 
+    columns = ("row_id", "phase", "seconds")  # not ``i``: 0.2 s of decoding at 4.7M samples
     try:
-        s = reading.samples(row_ids) if reading is not None else load_samples(*paths, row_ids=row_ids)
+        if reading is not None:
+            table = reading.samples(row_ids, columns, arrow=True)
+        else:
+            table = load_samples(*paths, row_ids=row_ids, columns=columns, arrow=True)
     except FileNotFoundError:
         return {}
-    if s.empty:
+    # a batch (a row group of the index) at a time: its arrays fit the caches (4.7M samples: 0.1 s, not 1)
+    runs = [_runs(b) for b in table.to_batches()]
+    names = [n for r in runs for n in r[0]]
+    if not names:
         return {}
+    codes, ids = pd.factorize(np.array(names, dtype=object))  # a row's samples split between batches: one row
+    good = np.bincount(codes, np.concatenate([r[1] for r in runs]), len(ids)).astype(np.intp)
+    bad = np.bincount(codes, np.concatenate([r[2] for r in runs]), len(ids)).astype(np.intp)
+    seconds = np.concatenate([r[3] for r in runs])
+    if (codes[1:] < codes[:-1]).any():  # a row's samples apart (two places, or CSVs): together
+        seconds = seconds[np.argsort(np.repeat(codes, np.concatenate([r[1] for r in runs])), kind="stable")]
     own = notes if notes is not None else Notes()
-    codes, ids = pd.factorize(s["row_id"], sort=True)  # each row's samples in one split, not a group each
-    seconds = pd.to_numeric(s["seconds"], errors="coerce").to_numpy(float)
-    timed = s["phase"].eq("sample").fillna(False).to_numpy(bool) & (codes >= 0)  # on the index's categories
-    codes, seconds = codes[timed], seconds[timed]  # arrays, not a frame, filtered: a frame took 0.6 s at 4.7M
-    good = np.isfinite(seconds) & (seconds > 0)  # stats.usable, of every sample at once
-    has = np.bincount(codes, minlength=len(ids)) > 0  # a row of warm-up alone has none
-    unusable = np.bincount(codes[~good], minlength=len(ids))
-    for k in np.flatnonzero(unusable).tolist():
-        own.add(UNUSABLE_SAMPLES, ids[k], count=int(unusable[k]))
-    codes, seconds = codes[good], seconds[good]
-    if (codes[1:] < codes[:-1]).any():  # the index keeps a row's samples together, in order
-        seconds = seconds[np.argsort(codes, kind="stable")]
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(ids)))))
-    at = np.flatnonzero(has)
-    # slices, not np.split's pieces
-    out = {str(k): seconds[a:b] for k, a, b in zip(ids[at].tolist(), bounds[at].tolist(), bounds[at + 1].tolist())}
+    for k in sorted(np.flatnonzero(bad).tolist(), key=lambda k: ids[k]):
+        own.add(UNUSABLE_SAMPLES, ids[k], count=int(bad[k]))
     if notes is None:
         own.say()
-    return out
+    return RowSeconds(ids, np.concatenate(([0], np.cumsum(good))), seconds)
+
+
+def _runs(batch: Any) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """A batch of samples (Arrow) as its runs of one row's timed samples (not warm-ups): each
+    run's row id, its usable samples (a time: finite, > 0) and its unusable ones, and the usable
+    seconds, in order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids, phase = (_coded(batch.column(c)) for c in ("row_id", "phase"))
+    codes = pc.fill_null(ids.indices, -1).to_numpy(zero_copy_only=False)
+    timed = pc.fill_null(pc.take(pc.equal(phase.dictionary, "sample"), phase.indices), False)
+    seconds = batch.column("seconds")
+    if not pa.types.is_floating(seconds.type):  # text from a CSV: a damaged cell reads as NaN
+        seconds = pa.array(pd.to_numeric(seconds.to_pandas(), errors="coerce"), pa.float64())
+    keep = timed.to_numpy(zero_copy_only=False) & (codes >= 0)
+    codes, values = codes[keep], seconds.to_numpy(zero_copy_only=False)[keep]
+    good = np.isfinite(values) & (values > 0)
+    starts = np.flatnonzero(np.concatenate(([len(codes) > 0], codes[1:] != codes[:-1])))
+    usable = np.add.reduceat(good, starts) if len(starts) else np.zeros(0, np.intp)
+    names = ids.dictionary.take(pa.array(codes[starts], pa.int64())).to_pylist()
+    return names, usable, np.diff(np.append(starts, len(codes))) - usable, values[good]
+
+
+def _coded(column: Any) -> Any:
+    """A text column (Arrow) as a dictionary array: the index's are already."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column.cast(pa.string()))
 
 
 def iqr_pcts(arrays: Sequence[np.ndarray]) -> np.ndarray:
@@ -148,6 +213,7 @@ def iqr_pcts(arrays: Sequence[np.ndarray]) -> np.ndarray:
     out = np.full(len(arrays), math.nan)
     for at, values in by_length(arrays):
         if values.shape[1] >= FEW_FOR_SPREAD:
+            values.sort(axis=1)  # the same statistics, each found in place: half the time of a partition of each row
             q1, q3 = np.percentile(values, [25, 75], axis=1)
             out[at] = 100 * (q3 - q1) / np.median(values, axis=1)
     return out
@@ -182,20 +248,17 @@ class RowSamples:
 
 
 def row_samples(
-    rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], order: np.ndarray | None = None
+    rows: pd.DataFrame, metric: str, samples: Mapping[str, np.ndarray], order: np.ndarray | None = None
 ) -> RowSamples:
     """The raw samples of every row at once (a ``sample_values`` and a ``usable`` call a row were
     most of a compare of 46k points); ``order``: the rows' positions in the order their samples
     follow each other (a point's rows together: no sort of every sample to group them)."""
     at = np.arange(len(rows)) if order is None else order
     ids = [str(r) for r in rows["row_id"].iloc[at].tolist()] if samples and "row_id" in rows else []
-    found = [samples.get(r) for r in ids]
-    lengths = np.fromiter((0 if x is None else len(x) for x in found), np.intp, len(ids))
-    kept = [x for x in found if x is not None and len(x)]
-    seconds = np.concatenate(kept).astype(float, copy=False) if kept else np.array([])
-    row = np.repeat(at, lengths) if len(ids) else np.array([], np.intp)
+    counts, seconds = _gather(samples, ids)
+    row = np.repeat(at[: len(ids)], np.maximum(counts, 0))
     recorded = np.zeros(len(rows), bool)
-    recorded[at[: len(ids)]] = [x is not None for x in found]
+    recorded[at[: len(ids)]] = counts >= 0
     applies = metric in RATES | PER_SAMPLE_TIMES
     if metric in RATES:  # metric x median / sample seconds, as sample_values
         values = (_floats(rows, metric) * _floats(rows, "median_s"))[row] / seconds
@@ -205,6 +268,16 @@ def row_samples(
     every = np.bincount(row, minlength=len(rows)) if applies else np.zeros(len(rows), np.intp)
     clean = np.bincount(row[good], minlength=len(rows))
     return RowSamples(row, seconds, values, good, every, clean, applies, recorded)
+
+
+def _gather(samples: Mapping[str, np.ndarray], ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``RowSeconds.gather`` of any mapping of row id -> seconds."""
+    if isinstance(samples, RowSeconds):
+        return samples.gather(ids)
+    found = [samples.get(r) for r in ids]
+    counts = np.fromiter((-1 if x is None else len(x) for x in found), np.intp, len(ids))
+    kept = [x for x in found if x is not None and len(x)]
+    return counts, np.concatenate(kept).astype(float, copy=False) if kept else np.array([])
 
 
 def _floats(rows: pd.DataFrame, column: str) -> np.ndarray:
@@ -248,7 +321,7 @@ def measured_points(
     codes: np.ndarray,
     count: int,
     metric: str,
-    samples: dict[str, np.ndarray],
+    samples: Mapping[str, np.ndarray],
     said: Notes | None = None,
 ) -> Points:
     """``measured_each`` of every point at once (``codes``: each row's point, 0 .. count - 1), as
@@ -308,7 +381,7 @@ class Measured:
         return len(self.figures)
 
 
-def measured(rows: pd.DataFrame, metric: str, samples: dict[str, np.ndarray], said: Notes | None = None) -> Measured:
+def measured(rows: pd.DataFrame, metric: str, samples: Mapping[str, np.ndarray], said: Notes | None = None) -> Measured:
     """A point's usable values: a row whose metric is NaN or not a number -- or, for a time or a
     rate, <= 0 (an accuracy of 0 is a value) -- is left out with its samples, and so is a sample
     that implies no positive value (``said``: the notes of ``samples_by_row``, for the samples
@@ -321,7 +394,7 @@ def measured_each(
     rows: pd.DataFrame,
     groups: Sequence[np.ndarray],
     metric: str,
-    samples: dict[str, np.ndarray],
+    samples: Mapping[str, np.ndarray],
     said: Notes | None = None,
     frames: bool = True,
 ) -> list[Measured]:
@@ -334,10 +407,12 @@ def measured_each(
     runs = rows["run_id"].astype(str).to_numpy() if "run_id" in rows else None
     numbers = rows["process"].astype("string").fillna("").to_numpy() if "process" in rows else None
     empty = rows.iloc[:0]  # once: a slice a group took most of a history of 1,000 subjects
+    # a row's usable, value and samples left out, as Python values read once (numpy scalars a subject otherwise)
+    each = (r.good.tolist(), r.values.tolist(), (r.at_read + r.samples.every - r.samples.clean).tolist())
     out = []
     for at in groups:
         if len(at) == 1 and not frames:  # a row a point (a subject of a history): nothing to pool
-            out.append(_one_row(int(at[0]), r, clean_of, numbers, empty))
+            out.append(_one_row(int(at[0]), r, each, clean_of, numbers, empty))
             continue
         values, lost, good = r.values[at], r.lost[at], r.good[at]
         kept_at = at[good]
@@ -382,7 +457,7 @@ class _Rows:
 def _rows(
     rows: pd.DataFrame,
     metric: str,
-    samples: dict[str, np.ndarray],
+    samples: Mapping[str, np.ndarray],
     said: Notes | None = None,
     order: np.ndarray | None = None,
 ) -> _Rows:
@@ -412,20 +487,28 @@ def left_out(metric: str, timed: bool, lost: int, bad: int, samples: int) -> lis
     return [f"{n} {what}" for n, what in said if n]
 
 
-def _one_row(i: int, r: _Rows, clean_of: list[np.ndarray], numbers: np.ndarray | None, empty: pd.DataFrame) -> Measured:
+def _one_row(
+    i: int,
+    r: _Rows,
+    each: tuple[list, list, list],
+    clean_of: list[np.ndarray],
+    numbers: np.ndarray | None,
+    empty: pd.DataFrame,
+) -> Measured:
     """``measured_each``'s Measured of a group of the one row ``i`` (frames=False), as its loop
-    makes it, without its numpy calls on arrays of one (most of a history of 46k subjects)."""
-    if not r.good[i]:
+    makes it, without its numpy calls on arrays of one (most of a history of 46k subjects);
+    ``each``: every row's usable, value and samples left out."""
+    good, values, dropped = each[0][i], each[1][i], each[2][i]
+    if not good:
         left = left_out(r.metric, r.timed, int(r.lost[i]), int(not r.lost[i]), 0)
         return Measured(empty, math.nan, np.array([]), left, [], np.array([]), [])
     clean = clean_of[i]
-    dropped = int(r.at_read[i] + r.samples.every[i] - r.samples.clean[i])
     numbered = [str(numbers[i])] if numbers is not None else []
     return Measured(
         empty,
-        float(r.values[i]),
+        values,
         clean,
-        left_out(r.metric, r.timed, 0, 0, dropped),
+        left_out(r.metric, r.timed, 0, 0, dropped) if dropped else [],  # its words made only where there are some
         [clean],
         r.values[i : i + 1],
         numbered,

@@ -207,7 +207,7 @@ def markdown(df: Any, every: bool = False) -> str:
     """compare's table as markdown: the reader's columns (``every``: all), none that is empty in
     every row, each number in its column's format (base and new in their row's metric's), and
     a suspect row's first reason by its head ("the machine was busy ..."; csv has them whole)."""
-    metrics = set(df["metric"].dropna().astype(str)) if "metric" in df else set()
+    metrics = set(df["metric"].dropna().astype(str).unique().tolist()) if "metric" in df else set()
     visible = [
         c
         for c in df.columns
@@ -222,13 +222,13 @@ def markdown(df: Any, every: bool = False) -> str:
     values = {c: read[c].astype(object).where(read[c].notna(), None).tolist() for c in read.columns}
     nothing = [None] * len(read)
     metric, items = values.get("metric", nothing), values.get("items_unit", nothing)
-    cells = [list(line) for line in zip(*(_cells(c, values[c], metric, items) for c in visible))]
-    kept = [i for i in range(len(visible)) if any(row[i] for row in cells)] if cells else list(range(len(visible)))
+    cells = [_cells(c, values[c], metric, items) for c in visible]  # a column each
+    kept = [i for i, column in enumerate(cells) if any(column)] if len(read) else list(range(len(visible)))
     lines = [
         "| " + " | ".join(visible[i].removeprefix("cfg.") for i in kept) + " |",
         "|" + "|".join("---" for _ in kept) + "|",
     ]
-    lines += ["| " + " | ".join(row[i] for i in kept) + " |" for row in cells]
+    lines += ["| " + " | ".join(row) + " |" for row in zip(*(cells[i] for i in kept))]
     return "\n".join(lines)
 
 
@@ -248,22 +248,33 @@ def _cells(column: str, values: list[Any], metrics: list[Any], items: list[Any])
     judged = column in ("base", "new")  # in their row's metric's format
     format = columns.format_of(column)
     out = []
+    made: dict[tuple, str] = {}  # an integer's cell, written once (a column of counts or keys repeats a few)
     for v, metric, unit in zip(values, metrics, items):
         if v is None:
             out.append("")
         elif isinstance(v, str):
             out.append(_head(v) if column == "suspect" and v else v)
-        elif (x := number(v)) is None or (type(v) is not float and str(v) in ("True", "False")):
-            out.append(str(v))
-        elif judged and metric:
-            out.append(shown(x, str(metric), str(unit or "items")))
-        elif format == "time":
-            out.append(human_time(x))
-        elif format == "":
-            out.append(plain(x))
+        elif type(v) is int:
+            key = (v, metric, unit)
+            if key not in made:
+                made[key] = _number(v, column, format, judged, metric, unit)
+            out.append(made[key])
         else:
-            out.append(shown(x, column, str(unit or "items")))
+            out.append(_number(v, column, format, judged, metric, unit))
     return out
+
+
+def _number(v: Any, column: str, format: str, judged: bool, metric: Any, unit: Any) -> str:
+    """A cell of a value that is no text (:func:`_cells`)."""
+    if (x := number(v)) is None or (type(v) is not float and str(v) in ("True", "False")):
+        return str(v)
+    if judged and metric:
+        return shown(x, str(metric), str(unit or "items"))
+    if format == "time":
+        return human_time(x)
+    if format == "":
+        return plain(x)
+    return shown(x, column, str(unit or "items"))
 
 
 def _head(reason: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from perflab.config.schema import ResultsConfig
 from perflab.errors import OneLineParser
@@ -25,7 +25,9 @@ class ReportError(ValueError):
     """A path or output the report cannot use: one line."""
 
 
-def load_samples(paths: Sequence[str | Path], row_ids: Iterable[str] | None = None, reading: Any = None) -> dict:
+def load_samples(
+    paths: Sequence[str | Path], row_ids: Iterable[str] | None = None, reading: Any = None
+) -> Mapping[str, Any]:
     """Each row's raw sample seconds (not its warm-up), by row_id (``row_ids``: only those rows';
     ``reading``: the ``perflab.results.Reading`` that read their rows)."""
     from perflab.compare import samples_by_row

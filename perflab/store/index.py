@@ -86,9 +86,10 @@ def _sources(root: Path, notes: Notes | None = None) -> Stamps:
         if st is None:
             continue
         stamp = [st.st_mtime_ns, st.st_size, rec.st_mtime_ns if rec else 0, rec.st_size if rec else 0]
+        base = here if here.endswith(os.sep) else here + os.sep  # not os.path.join: 40k calls at 20k run dirs
         for t in KEYED:
             try:
-                kept = os.stat(os.path.join(here, t.file))
+                kept = os.stat(base + t.file)
             except OSError:
                 stamp += [0, 0]
             else:
@@ -194,22 +195,35 @@ def load_tree(
     return df if df.columns.empty else _placed(df, load.root)
 
 
-def samples_after(load: _Load, row_ids: Collection[str] | None = None, notes: Notes | None = None):
+def samples_after(
+    load: _Load,
+    row_ids: Collection[str] | None = None,
+    notes: Notes | None = None,
+    columns: Sequence[str] | None = None,
+    arrow: bool = False,
+):
     """load_samples() of the rows a load_tree(kept=...) read (``load``), from the segments that
     load found current: one walk of the tree for its rows and their samples (it was most of a
     second at 20k run dirs, each time)."""
     load.table, load.notes = SAMPLES_TABLE, notes if notes is not None else Notes()
     load.fresh = set()  # what the CSVs read for the rows held in their samples: said from the manifests
-    df = load.keyed(row_ids)
+    df = load.keyed(row_ids, columns, arrow)
     load.end(tidy=load.tidy)
     return df
 
 
-def load_samples(root: Path, row_ids: Collection[str] | None = None, notes: Notes | None = None):
-    """The raw samples (``row_id``, ``phase``, ``i``, ``seconds``) under the store ``root``,
-    through the index: of the rows ``row_ids`` (None: all), in the order their segments hold
-    them; no samples.csv is parsed but those of run dirs not indexed yet."""
-    return _load_keyed(Path(root), SAMPLES_TABLE, row_ids, notes)
+def load_samples(
+    root: Path,
+    row_ids: Collection[str] | None = None,
+    notes: Notes | None = None,
+    columns: Sequence[str] | None = None,
+    arrow: bool = False,
+):
+    """The raw samples (``row_id``, ``phase``, ``i``, ``seconds``; ``columns``: only those)
+    under the store ``root``, through the index: of the rows ``row_ids`` (None: all), in the
+    order their segments hold them (``arrow``: as an Arrow table); no samples.csv is parsed but
+    those of run dirs not indexed yet."""
+    return _load_keyed(Path(root), SAMPLES_TABLE, row_ids, notes, columns, arrow)
 
 
 def load_operators(root: Path, notes: Notes | None = None):
@@ -219,10 +233,17 @@ def load_operators(root: Path, notes: Notes | None = None):
     return _load_keyed(Path(root), OPERATORS_TABLE, None, notes)
 
 
-def _load_keyed(root: Path, table: Keyed, row_ids: Collection[str] | None, notes: Notes | None):
+def _load_keyed(
+    root: Path,
+    table: Keyed,
+    row_ids: Collection[str] | None,
+    notes: Notes | None,
+    columns: Sequence[str] | None = None,
+    arrow: bool = False,
+):
     """A keyed table of the rows ``row_ids`` (None: all) under the store ``root``, through the index."""
     load = _begin(root, None, None, notes if notes is not None else Notes(), table)
-    df = load.keyed(row_ids)
+    df = load.keyed(row_ids, columns, arrow)
     load.end(tidy=False)
     return df
 
@@ -368,27 +389,30 @@ class _Load:
         # a part without rows repeats no row id
         return _once(combine(pieces), [span for part, span in read if any(_rows(p) for p in part)])
 
-    def keyed(self, row_ids: Collection[str] | None):
+    def keyed(self, row_ids: Collection[str] | None, columns: Sequence[str] | None = None, arrow: bool = False):
         """The keyed table (``table``: samples, operators) of the current run dirs' rows (of
-        ``row_ids``), segment by segment in the order written, with ``run_dir`` where the table
-        is ``placed``; a segment gone or damaged: its run dirs read again."""
+        ``row_ids``; ``columns``: only those), segment by segment in the order written, with
+        ``run_dir`` where the table is ``placed``; a segment gone or damaged: its run dirs read
+        again. ``arrow``: the Arrow table as read (no pandas frame of millions of samples)."""
         import pyarrow as pa
 
         t = self.table
         assert t is not None, "a load of rows has no keyed table to read"
-        given = [*t.kinds, *(["_source"] if t.placed else [])]
+        asked = [*(t.kinds if columns is None else columns), *(["_source"] if t.placed else [])]
         self.find()
         while True:
-            tables, spans = [], []
-            for segment, held in sorted(_by_segment(self.indexed).items()):
+            tables, held_by = [], sorted(_by_segment(self.indexed).items())
+            spans = [self.manifests[segment].span for segment, _ in held_by]
+            # the key read only where a line may be there twice (a key column of 4.7M samples: 0.2 s)
+            given = asked if _apart(spans) else list(dict.fromkeys([*asked, *t.key]))
+            for segment, held in held_by:
                 m = self.manifests[segment]
                 only = held if len(held) < len(m.sources) else None
-                spans.append(m.span)
                 try:
                     if segment in self.unwritten:
                         table = _filtered(self.unwritten[segment][t.name], row_ids, only)
                     else:
-                        table = _read_keyed_of(self.index, t, segment, m, row_ids, only)
+                        table = _read_keyed_of(self.index, t, segment, m, row_ids, only, given)
                     tables.append(table.select(given))
                 except FileNotFoundError:  # merged meanwhile
                     del self.manifests[segment]
@@ -398,10 +422,13 @@ class _Load:
                     self.dropped[segment] = DAMAGED
                     break
             else:
-                df = (pa.concat_tables(tables) if tables else _keyed(t, None).select(given)).to_pandas()
+                read = pa.concat_tables(tables) if tables else _keyed(t, None).select(given)
                 if not _apart(spans):  # a row id in two run dirs (one copied): its lines kept once
-                    twice = df.duplicated(subset=list(t.key), keep="first")
-                    df = df[~twice.to_numpy()].reset_index(drop=True) if twice.any() else df
+                    twice = read.select(list(t.key)).to_pandas().duplicated(keep="first").to_numpy()
+                    read = (read.filter(pa.array(~twice)) if twice.any() else read).select(asked)
+                if arrow:
+                    return read
+                df = read.to_pandas()
                 return _with_run_dir(df, self.root) if t.placed else df
             self.find()
 
@@ -562,22 +589,32 @@ def _wanted(row_ids: Collection[str] | None, sources: set[str] | None):
 
 
 def _text_set(values: Collection[str]):
+    """``values`` once each, as Arrow text (a set to test against: in no order, a sort of 46k row ids saved)."""
     import pyarrow as pa
 
-    return pa.array(sorted(set(values)), type=pa.string())
+    return pa.array(list(set(values)), type=pa.string())
 
 
-def _read_keyed_of(index: Path, table: Keyed, segment: str, m: Manifest, row_ids, sources: set[str] | None):
-    """A segment's keyed table of these rows and run dirs, read through pyarrow.dataset: the run
-    dirs asked for are a filter pushed down to the row groups, the rows tested once (``_of_rows``),
-    from the file opened without blocking."""
+def _read_keyed_of(
+    index: Path,
+    table: Keyed,
+    segment: str,
+    m: Manifest,
+    row_ids,
+    sources: set[str] | None,
+    columns: Sequence[str] | None = None,
+):
+    """A segment's keyed table of these rows and run dirs (``columns``: only those, and ``row_id``),
+    read through pyarrow.dataset: the run dirs asked for are a filter pushed down to the row
+    groups, the rows tested once (``_of_rows``), from the file opened without blocking."""
     import pyarrow.dataset as ds
 
     options = ds.ParquetFragmentScanOptions(**_checked())
     with _open_sealed(index / table.name / f"{segment}.parquet", m.seals[table.name]) as f:
         fragment = ds.ParquetFileFormat(default_fragment_scan_options=options).make_fragment(f)
         placed = table.placed or sources is not None  # a run dir's name: to filter by, or given
-        read = [*table.kinds, *(["_source"] if placed else [])]
+        asked = table.kinds if columns is None else ["row_id", *(c for c in columns if c not in ("row_id", "_source"))]
+        read = [*asked, *(["_source"] if placed else [])]
         return _of_rows(fragment.to_table(columns=read, filter=_wanted(None, sources)), row_ids)
 
 
