@@ -265,6 +265,21 @@ def test_a_run_dir_reached_twice_is_one_run_dir_and_a_dangling_record_link_is_sa
         assert "skipped 1 non-regular file" in said and "left out 1 run whose run.json" in said
 
 
+@pytest.mark.parametrize("link", ["a-latest", "z-latest"])
+def test_a_run_dir_met_plain_and_through_a_link_is_one_run_dir_in_either_order(tmp_path, link):
+    """The walk knows a run dir met in its folder's listing by the inode the listing gives (no
+    stat of its own), one met through a link by a stat: the same folder either way, whichever
+    the walk meets first."""
+    from perflab.store.tree import run_dirs
+
+    out = tmp_path / "outputs"
+    RunWriter(out / "runs" / "r0").add(row("r0", 0))
+    (out / link).symlink_to(out / "runs" / "r0", target_is_directory=True)
+    found = [p.relative_to(out).as_posix() for p in run_dirs(out)]
+    assert found == [link if link < "runs" else "runs/r0"]
+    assert list(load(out)["row_id"]) == ["r0#0"]
+
+
 def test_two_run_dirs_of_hard_linked_files_are_two_run_dirs(tmp_path):
     """A snapshot made of hard links (``cp -al``, ``rsync --link-dest``) is a run dir of its own:
     the walk knows a folder by the folder, not by its files."""
