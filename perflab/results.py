@@ -166,9 +166,8 @@ class Reading:
 
 
 def _load(paths, experiment: str | None, samples: bool, columns: Sequence[str] | None = None, kept: dict | None = None):
-    """load(), of ``columns`` alone where given (load_rows); ``kept``: a Reading's."""
-    import pandas as pd
-
+    """load(), of ``columns`` alone where given (load_rows); ``kept``: a Reading's. pandas is
+    imported once needed: a tree's walk (most of a second at 20k run dirs) goes on meanwhile."""
     notes = Notes()
     frames = []
     whole = []  # frames from load_tree: each row id there once already
@@ -190,6 +189,8 @@ def _load(paths, experiment: str | None, samples: bool, columns: Sequence[str] |
     notes.say()
     frames = [f for f in frames if not f.empty]
     if not frames:
+        import pandas as pd
+
         empty = pd.DataFrame()
         empty.attrs["notes"] = notes.lines()
         return empty
