@@ -203,6 +203,43 @@ def test_words_p_and_interval_agree_on_noisy_samples_at_both_levels():
     )
 
 
+def test_every_points_change_at_once_is_each_points_own():
+    """verdicts.judge takes every point's change in one ``changes`` call, numpy over all their
+    arrays: each is the change of that point alone (1 to 12 processes a side, a damaged figure,
+    processes of too few samples, pairs), by the model's statistics: the ratio of the sides'
+    geometric means, their pooled log spread, the median of the processes' log IQR / 1.349."""
+    rng = np.random.default_rng(7)
+
+    def side(k: int) -> replicates.Measured:
+        figures = rng.lognormal(0, 0.05, k)
+        figures[: int(k > 1 and rng.random() < 0.2)] = np.nan  # left out of the figures, as damage
+        processes = [rng.lognormal(0, 0.1, int(rng.choice([2, 3, 9, 100]))) for _ in range(k)]
+        ids = [str(i) for i in range(k)]
+        return replicates.Measured(pd.DataFrame(), 1.0, np.array([]), [], processes, figures, ids)
+
+    for paired in (False, True):
+        sides = [(side(int(rng.integers(1, 13))), side(int(rng.integers(1, 13)))) for _ in range(300)]
+        floors = rng.choice([0.02, 0.1], len(sides)).tolist()
+        together = replicates.changes(sides, level=0.001, floors=floors, paired=paired)
+        assert sum(c.paired for c in together) > 200 if paired else not any(c.paired for c in together)
+        for (base, new), cv, c in zip(sides, floors, together):
+            alone = replicates.change(base, new, level=0.001, floor=cv, paired=paired)
+            assert repr(c) == repr(alone)  # every field, NaN as NaN
+            logs = [x.processes for x in (base, new)]
+            within = [np.subtract(*np.percentile(np.log(p), [75, 25])) / 1.349 for s in logs for p in s if len(p) >= 3]
+            np.testing.assert_equal(c.spread.within, float(np.median(within)) if within else math.nan)  # NaN: none of 3
+            if paired:
+                continue
+            a, b = (np.log(x.figures[np.isfinite(x.figures)]) for x in (base, new))
+            assert c.ratio == math.exp(b.mean() - a.mean())
+            df = len(a) + len(b) - 2
+            if df >= 1:
+                pooled = math.sqrt(float(((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / df)
+                assert c.spread.measured and (c.spread.between, c.spread.df) == (pooled, df)
+            else:
+                assert not c.spread.measured and c.spread.between >= cv
+
+
 def test_the_smallest_attainable_p_and_the_repeats_a_change_needs():
     assert stats.smallest_p(3, 3) == pytest.approx(0.1) and stats.smallest_p(4, 4) == pytest.approx(2 / 70)
     rng = np.random.default_rng(2)

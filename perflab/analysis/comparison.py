@@ -546,6 +546,7 @@ def ab(
         measured_b = dict(zip(in_both, measured_each(pb, [gb[x] for x in in_both], m, samples, said["NEW"], frames)))
         differing: list[str] = []  # points whose model folder's contents differ between the sides
         cells = {id(x): {k: _column(x, k) for k in varying} for x in (pa, pb)}  # read once, not per point
+        ids_a, ids_b = (x["row_id"].astype(str).to_numpy() for x in (pa, pb))  # as text once, not a column a point
         for point in points:
             label = dict(zip(match_on, point))
             rows, at = (pa, ga[point]) if point in ga else (pb, gb[point])
@@ -592,8 +593,8 @@ def ab(
                 base_processes=sides["BASE"].n_processes,
                 new_processes=sides["NEW"].n_processes,
                 _samples=sides["NEW"].samples,
-                _base_ids=pa["row_id"].iloc[ia].astype(str).tolist(),  # the point's rows: its operators (attribution)
-                _new_ids=pb["row_id"].iloc[ib].astype(str).tolist(),
+                _base_ids=ids_a[ia].tolist(),  # the point's rows: its operators (attribution)
+                _new_ids=ids_b[ib].tolist(),
             )
             flagged = {"base": va_.suspects(ia), "new": vb_.suspects(ib)}
             entry["suspect"] = " | ".join(f"{side}: {why}" for side, why in flagged.items() if why)

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.analysis.frames import PER_SAMPLE_TIMES
-from perflab.analysis.stats import ALPHA, POWER, usable
+from perflab.analysis.stats import ALPHA, POWER
 from perflab.config import registry
 from perflab.store.columns import EXACT, FEW_FOR_SPREAD, RATES, unit_of
 from perflab.store.rows import Notes
@@ -560,54 +560,91 @@ class Spread:
 
 def _log_sd_within(processes: Sequence[np.ndarray]) -> float:
     """The median over processes of 3 samples or more of their log IQR / 1.349."""
-    found = []
-    for _, values in by_length(processes):
+    return float(_within_each([processes])[0])
+
+
+def _within_each(points: Sequence[Sequence[np.ndarray]]) -> np.ndarray:
+    """``_log_sd_within`` of each point's processes: every process of every point in a few
+    numpy calls (a percentile and a median call a point were most of judging 1,000 points)."""
+    processes = [x for p in points for x in p]
+    owner = np.repeat(np.arange(len(points)), [len(p) for p in points]).astype(np.intp)
+    found = np.full(len(processes), math.nan)
+    counted = np.zeros(len(processes), bool)  # of 3 samples or more
+    for at, values in by_length(processes):
         if values.shape[1] >= 3:
             q3, q1 = np.percentile(np.log(values), [75, 25], axis=1)
-            found.append((q3 - q1) / 1.349)
-    return float(np.median(np.concatenate(found))) if found else math.nan
+            found[at], counted[at] = (q3 - q1) / 1.349, True
+    out = _medians(found[counted], owner[counted], len(points))
+    out[np.bincount(owner[counted], np.isnan(found[counted]), len(points)) > 0] = math.nan  # as np.median's
+    return out
 
 
-def _pairs(base: Measured, new: Measured) -> np.ndarray | None:
-    """The log ratio new / base of each process number both sides have (``Measured.ids``), or
-    None where fewer than two pairs are."""
+def _pairs(base: Measured, new: Measured) -> list[float] | None:
+    """The ratio new / base of each process number both sides have (``Measured.ids``), or None
+    where fewer than two pairs are."""
     if not base.ids or not new.ids:
         return None
     a = dict(zip(base.ids, base.figures.tolist()))
     b = dict(zip(new.ids, new.figures.tolist()))
     both = [k for k in a if k in b and a[k] > 0 and b[k] > 0 and math.isfinite(a[k]) and math.isfinite(b[k])]
-    return np.log([b[k] / a[k] for k in both]) if len(both) >= 2 else None
-
-
-def spread(base: Measured, new: Measured, floor: float = FLOOR_CV, pairs: np.ndarray | None = None) -> Spread:
-    """The pooled between-process spread of the two sides' log figures (Student's pooled
-    variance). With one process a side: the floor, or, where larger, what the samples' own
-    spread alone makes a process's median vary by (1.2533 x the within-process spread /
-    sqrt(samples): a busy machine's wide samples are no place for a 2 % floor)."""
-    procs = [*base.processes, *new.processes]
-    within = _log_sd_within(procs)
-    sd, df = between(base, new)
-    if pairs is not None:  # what the pairs leave: sd(d) / sqrt(2), on k - 1 degrees of freedom
-        return Spread(float(np.std(pairs, ddof=1)) / math.sqrt(2), within, True, len(pairs) - 1)
-    if df < 1:
-        counts = [len(x) for x in procs if len(x) >= 3]
-        of_median = MEDIAN_SE * within / math.sqrt(min(counts)) if counts and math.isfinite(within) else 0.0
-        return Spread(max(floor, of_median), within, False, 0)
-    return Spread(sd, within, True, df)
+    return [b[k] / a[k] for k in both] if len(both) >= 2 else None
 
 
 def between(base: Measured, new: Measured) -> tuple[float, int]:
     """(the pooled log standard deviation of the two sides' per-process figures, its degrees of
     freedom): (NaN, 0) with one process a side."""
-    a, b = _logs(base.figures), _logs(new.figures)
-    df = len(a) + len(b) - 2
-    if df < 1:
-        return math.nan, 0
-    return math.sqrt(float(((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / df), df
+    return between_each([(base, new)])[0]
 
 
-def _logs(figures: np.ndarray) -> np.ndarray:
-    return np.log(usable(figures))
+def between_each(sides: Sequence[tuple[Measured, Measured]]) -> list[tuple[float, int]]:
+    """``between`` of each (base, new), all at once."""
+    f = _figures(sides)
+    return list(zip(f.sd.tolist(), f.df.tolist()))
+
+
+@dataclass
+class _Figures:
+    """Each point's two sides' per-process figures as logs (``_logs_each``): how many a side, their
+    mean a side, and ``between``'s pooled standard deviation (NaN: df < 1) and degrees of freedom."""
+
+    m: np.ndarray
+    n: np.ndarray
+    mean_a: np.ndarray
+    mean_b: np.ndarray
+    sd: np.ndarray
+    df: np.ndarray
+
+
+def _figures(sides: Sequence[tuple[Measured, Measured]]) -> _Figures:
+    (m, mean_a, ss_a), (n, mean_b, ss_b) = (_moments(_logs_each([s[k].figures for s in sides])) for k in (0, 1))
+    df = m + n - 2
+    sd = np.full(len(sides), math.nan)
+    pooled = df >= 1
+    sd[pooled] = np.sqrt((ss_a[pooled] + ss_b[pooled]) / df[pooled])
+    return _Figures(m, n, mean_a, mean_b, sd, np.where(pooled, df, 0))
+
+
+def _logs_each(arrays: Sequence[Any]) -> list[np.ndarray]:
+    """The logs of each array's usable values (``stats.usable``), in one numpy pass over them all."""
+    if not len(arrays):
+        return []
+    flat = np.concatenate([np.asarray(x, float) for x in arrays])
+    owner = np.repeat(np.arange(len(arrays)), [len(x) for x in arrays]).astype(np.intp)
+    keep = np.isfinite(flat) & (flat > 0)
+    return _split(np.log(flat[keep]), owner[keep], len(arrays))
+
+
+def _moments(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each array's length, mean (NaN: empty) and sum of squared deviations from it, each as
+    numpy gives it of that array alone (``a.mean()``, ``((a - a.mean()) ** 2).sum()``): arrays
+    of one length as the rows of a matrix."""
+    count = np.fromiter((len(x) for x in arrays), np.intp, len(arrays))
+    mean, ss = np.full(len(arrays), math.nan), np.zeros(len(arrays))
+    for at, x in by_length(arrays):
+        if x.shape[1]:
+            mean[at] = mu = x.mean(axis=1)
+            ss[at] = ((x - mu[:, None]) ** 2).sum(axis=1)
+    return count, mean, ss
 
 
 @functools.lru_cache(maxsize=4096)
@@ -662,28 +699,64 @@ def change(
     the mean of their log ratios, tested on those (Student's paired t): a drift or a neighbour
     that slows both of a pair cancels, where two independent samples keep it in their spread.
     Fewer than two pairs (or no process numbers): judged unpaired."""
+    return changes([(base, new)], level=level, floors=[floor], power=power, paired=paired)[0]
+
+
+def changes(
+    sides: Sequence[tuple[Measured, Measured]],
+    *,
+    level: float = ALPHA,
+    floors: Sequence[float] | None = None,
+    power: float = POWER,
+    paired: bool = False,
+) -> list[Change]:
+    """``change`` of each (base, new) of ``sides`` (``floors``: each one's floor, else
+    ``FLOOR_CV``), the arrays of every point reduced together: a few dozen numpy calls a point
+    were most of judging a compare of 1,000 points. Each figure is the one a point alone gives.
+
+    The spread is the two sides' pooled between-process spread of their log figures (Student's
+    pooled variance); paired, what the pairs' log ratios leave: sd(d) / sqrt(2), on k - 1
+    degrees of freedom. With one process a side: the floor, or, where larger, what the samples'
+    own spread alone makes a process's median vary by (1.2533 x the within-process spread /
+    sqrt(samples): a busy machine's wide samples are no place for a 2 % floor)."""
     from scipy import special
 
-    a, b = _logs(base.figures), _logs(new.figures)
-    m, n = len(a), len(b)
-    pairs = _pairs(base, new) if paired else None
-    s = spread(base, new, floor, pairs)
-    if not m or not n:
-        return Change(math.nan, math.nan, math.nan, math.nan, s, math.inf, m, n)
-    diff = float(b.mean() - a.mean()) if pairs is None else float(pairs.mean())
-    k, j = (m, n) if pairs is None else (len(pairs), len(pairs))  # paired: se = sd(d) / sqrt(k)
-    se = s.between * math.sqrt(1 / k + 1 / j)
-    if se > 0:
-        t = diff / se
-        p = float(2 * (special.stdtr(s.df, -abs(t)) if s.df >= 1 else NormalDist().cdf(-abs(t))))
-    else:
-        p = 1.0 if diff == 0 else 0.0
-    z = _quantile(1 - ALPHA / 2, s.df) * se  # the test's own interval: it excludes 1 exactly where p < ALPHA
-    low, high = math.exp(diff - z), math.exp(diff + z)
-    sd = _assumed(s, k, j, floor)
-    margin = _quantile(1 - level / 2, s.df) * sd * math.sqrt(1 / k + 1 / j)
-    found = detectable(k, j, sd, s.df, level, power)
-    return Change(math.exp(diff), p, low, high, s, found, m, n, margin, pairs is not None)
+    f = _figures(sides)
+    ratios = [_pairs(base, new) if paired else None for base, new in sides]
+    # every point's figures as Python numbers, read once (numpy scalars a point otherwise)
+    k_of, pair_mean, pair_ss = (x.tolist() for x in _moments(_logs_each([r or [] for r in ratios])))
+    within = _within_each([[*base.processes, *new.processes] for base, new in sides]).tolist()
+    m_of, n_of, sd_of, df_of, diffs = (x.tolist() for x in (f.m, f.n, f.sd, f.df, f.mean_b - f.mean_a))
+    out = []
+    for i, (base, new) in enumerate(sides):
+        floor, m, n, pairs = FLOOR_CV if floors is None else floors[i], m_of[i], n_of[i], ratios[i] is not None
+        if pairs:  # np.std(ddof=1) of the log ratios, over sqrt(2)
+            s = Spread(math.sqrt(pair_ss[i] / (k_of[i] - 1)) / math.sqrt(2), within[i], True, k_of[i] - 1)
+        elif df_of[i] < 1:
+            counts = [len(x) for x in (*base.processes, *new.processes) if len(x) >= 3]
+            w = within[i]
+            of_median = MEDIAN_SE * w / math.sqrt(min(counts)) if counts and math.isfinite(w) else 0.0
+            s = Spread(max(floor, of_median), w, False, 0)
+        else:
+            s = Spread(sd_of[i], within[i], True, df_of[i])
+        if not m or not n:
+            out.append(Change(math.nan, math.nan, math.nan, math.nan, s, math.inf, m, n))
+            continue
+        diff = pair_mean[i] if pairs else diffs[i]
+        k, j = (k_of[i], k_of[i]) if pairs else (m, n)  # paired: se = sd(d) / sqrt(k)
+        se = s.between * math.sqrt(1 / k + 1 / j)
+        if se > 0:
+            t = diff / se
+            p = float(2 * (special.stdtr(s.df, -abs(t)) if s.df >= 1 else NormalDist().cdf(-abs(t))))
+        else:
+            p = 1.0 if diff == 0 else 0.0
+        z = _quantile(1 - ALPHA / 2, s.df) * se  # the test's own interval: it excludes 1 exactly where p < ALPHA
+        low, high = math.exp(diff - z), math.exp(diff + z)
+        sd = _assumed(s, k, j, floor)
+        margin = _quantile(1 - level / 2, s.df) * sd * math.sqrt(1 / k + 1 / j)
+        found = detectable(k, j, sd, s.df, level, power)
+        out.append(Change(math.exp(diff), p, low, high, s, found, m, n, margin, pairs))
+    return out
 
 
 def detectable(m: int, n: int, sd: float, df: int, level: float = ALPHA, power: float = POWER) -> float:

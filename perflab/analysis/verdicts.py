@@ -260,13 +260,14 @@ def judge(
     stats: dict[int, PointStats] = {i: _counted(points[i]) for i in tested if points[i].metric in EXACT}
     sampled = [i for i in tested if points[i].metric not in EXACT]
     level = alpha_per_look(alpha, looks) / max(1, len(sampled))
+    sides = [(points[i].base, points[i].new) for i in sampled]
     measured: dict[str, list[tuple[float, int]]] = {}
-    for i in sampled:
-        measured.setdefault(points[i].experiment, []).append(replicates.between(points[i].base, points[i].new))
+    for i, spread in zip(sampled, replicates.between_each(sides)):
+        measured.setdefault(points[i].experiment, []).append(spread)
     of_trees = {name: floors.measured(found) for name, found in measured.items()}
     found = {i: floors.given(floor) if floor is not None else of_trees[points[i].experiment] for i in sampled}
-    changes = {i: replicates.change(points[i].base, points[i].new, level=level, floor=found[i].cv, paired=paired)
-               for i in sampled}  # fmt: skip
+    cvs = [found[i].cv for i in sampled]  # every point's statistics at once: numpy over all their arrays
+    changes = dict(zip(sampled, replicates.changes(sides, level=level, floors=cvs, paired=paired)))
     for i, p_adj in zip(sampled, fdr([min(1.0, changes[i].p_value * max(1, looks)) for i in sampled])):
         c, up = changes[i], points[i].higher
         ci = (c.ci_low, c.ci_high) if up else (1 / c.ci_high, 1 / c.ci_low)
