@@ -248,7 +248,8 @@ def machine() -> dict[str, str]:
 # a whole process (Python's start and imports included, as a user waits for it) with its peak
 # memory (wait4's rusage), the old code beside the new on a copy of the same tree, interleaved.
 # ``compare_points``: two trees of a suite's 1,000 points instead (#42's "compare A B of two
-# 1,000-point trees"), each indexed first by the code timed.
+# 1,000-point trees"), indexed first by the code timed (an untimed compare: the first reader of
+# a tree's samples indexes them, ~1.2 s here), then compared warm.
 
 USER_EXPERIMENTS = (("matmul", 1), ("conv", 5), ("attention", 10))  # name, rows a run dir
 USER_POINTS = 10  # an experiment's points: its sweep
@@ -481,8 +482,8 @@ def user_main(args: argparse.Namespace) -> None:
             for name in list(codes) if len(codes) == 1 else ["old", "new", "new", "old"][: 2 * args.repeats]:
                 for tree in pair.values():
                     shutil.rmtree(meta(tree), ignore_errors=True)
-                    whole_process([sys.executable, "-m", "perflab.results", str(tree)], codes[name], Path(tmp), 900)
-                loadavg = os.getloadavg()[0]  # each tree indexed by the code timed: then compare, warm
+                whole_process(command, codes[name], Path(tmp), 900)  # indexed (rows, samples) by the code timed
+                loadavg = os.getloadavg()[0]  # then compare, warm
                 seconds, peak, code = whole_process(command, codes[name], Path(tmp), args.limit)
                 dirs = sum(1 for _ in pair["base"].glob("sweeps/*/*"))
                 taken.append(
