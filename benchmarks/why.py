@@ -252,7 +252,10 @@ def truth(case: str, work: Path, rounds: int = 15, calls: int = 20) -> list[dict
     with torch.no_grad():
         for model in models:
             target_s(model)  # warm: the held tensors made, the profiler set up
-        ratios = [(lambda a, b: b / a)(*(target_s(m) for m in models)) for _ in range(rounds)]
+        ratios = []
+        for _ in range(rounds):  # base then new, each round: the machine's moment on both
+            base_s = target_s(models[0])
+            ratios.append(target_s(models[1]) / base_s)
     q1, mid, q3 = (100 * (v - 1) for v in np.percentile(ratios, [25, 50, 75]))
     return [
         {"tool": "truth", "case": case, "first_moved": target, "first_change_pct": mid}

@@ -126,7 +126,9 @@ def test_the_profiler_set_up_on_the_main_thread_lets_jobs_profile_on_theirs_with
         ran = subprocess.run([sys.executable, "-c", THREAD_PROFILE, how], capture_output=True, text=True, timeout=120)
         assert ran.returncode == 0, ran.stderr
         said[how] = "External init callback" in ran.stderr
-    assert said == {"cold": True, "set_up": False}
+    if not said["cold"]:
+        pytest.skip("this torch does not complain of a first profile on another thread")
+    assert not said["set_up"]
 
 
 def test_together_sets_the_profiler_up_where_a_side_is_profiled(monkeypatch):
