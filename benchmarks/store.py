@@ -435,13 +435,31 @@ def user_main(args: argparse.Namespace) -> None:
     where = machine()
     taken: list[dict[str, object]] = []
     step_at = max(1, sizes[0] // 13) // 2  # half-way through the first tree: the one step of them all
-    with tempfile.TemporaryDirectory() as tmp:
-        made = 0
+    with contextlib.ExitStack() as stack:
+        tmp = str(args.keep) if args.keep else stack.enter_context(tempfile.TemporaryDirectory())
+        made, grown = 0, None  # subjects of the last size's tree, and that tree
         for want in sizes:
-            trees = {name: Path(tmp) / name / "outputs" for name in codes}
+            # a tree a size, grown from the last one's files (hard links: only new run dirs are
+            # written); with --keep a later run finds it and writes nothing
+            here = Path(tmp) / str(want)
+            trees = {name: here / name / "outputs" for name in codes}
             first = trees["new"]
+            kept = here / "made.json"
             t0 = time.perf_counter()
-            made += user_tree(first, want - made * 13, args.samples, start=made, step_at=step_at)
+            if kept.exists():
+                was = json.loads(kept.read_text())
+                if was["samples"] != args.samples or was["step_at"] != step_at:
+                    sys.exit(f"--keep {tmp}: {want} run dirs built as {was}: use another folder")
+                made = was["subjects"]
+            else:
+                shutil.rmtree(here, ignore_errors=True)
+                if grown is not None:
+                    first.parent.mkdir(parents=True)
+                    subprocess.run(["cp", "-al", str(grown), str(first)], check=True)
+                    shutil.rmtree(meta(first), ignore_errors=True)
+                made += user_tree(first, want - made * 13, args.samples, start=made, step_at=step_at)
+                kept.write_text(json.dumps({"samples": args.samples, "step_at": step_at, "subjects": made}) + "\n")
+            grown = first
             for tree in trees.values():  # the same files, hard-linked: an index each
                 if tree != first:
                     shutil.rmtree(tree.parent, ignore_errors=True)
@@ -521,6 +539,9 @@ def main() -> None:
     parser.add_argument("--old", type=Path, help="user trees: a checkout of the code before, timed beside")
     parser.add_argument("--repeats", type=int, default=1, help="user trees: old/new pairs a figure (default 1)")
     parser.add_argument("--limit", type=float, default=900, help="user trees: seconds before a command is killed")
+    parser.add_argument(
+        "--keep", type=Path, help="user trees: build them in this folder and keep them (a later run adds what it lacks)"
+    )
     args = parser.parse_args()
     results = Path(__file__).parent / "results"
     if args.user_trees:
