@@ -157,6 +157,18 @@ def test_long_series_are_decided_without_the_recursion(monkeypatch, change_at):
     assert pelt_l1(signal, penalty, 3) == want
 
 
+def test_a_history_of_years_is_decided_without_the_recursion(monkeypatch):
+    """8,000 subjects and a step (a 100k-run-dir tree's series): the certificate's grid stays a
+    few hundred medians (it kept every value of a loose interval: more than memory allows, and
+    the recursion took 1-2 s a series), and it finds what the recursion alone finds."""
+    from perflab.analysis import changepoints
+
+    signal, penalty = _history_like(np.random.default_rng(7), 8000, 800)
+    want = _recursion_alone(monkeypatch, signal, penalty, 3)
+    assert want == [800, 8000]
+    assert changepoints._certified(signal, penalty, 3) == want
+
+
 def test_a_near_tie_is_left_to_the_recursion():
     """Two segmentations of equal cost (the middle value as far from either side): rounding
     and order decide between them, so the certificate declines and the recursion decides."""

@@ -188,7 +188,7 @@ def _certified(signal: np.ndarray, penalty: float, min_size: int) -> list[int] |
     m = np.sort(x)[(n - 1) // 2]
     values, counts = np.unique(x, return_counts=True)
     below = np.concatenate(([0], np.cumsum(counts)))  # the values (repeats counted) below each distinct one
-    at = _grid(values, below, max(1, math.isqrt(n) // 2), pen / 8)
+    at = _grid(values, below, max(1, math.isqrt(n)), pen / 8)
     grid = values[at]
     bent = np.flatnonzero(below[at[1:]] > below[at[:-1] + 1])  # intervals with values inside: g bends there
     if n * (len(at) + len(bent)) > CELLS:
@@ -240,15 +240,20 @@ def _certified(signal: np.ndarray, penalty: float, min_size: int) -> list[int] |
 
 def _grid(values: np.ndarray, below: np.ndarray, step: int, budget: float) -> np.ndarray:
     """Indexes of the distinct ``values`` (sorted; ``below``: how many values precede each) that
-    _certified takes as medians: every ``step``-th, the last, and every one of an interval where
-    a tangent may be loose by more than twice ``budget`` (its width times the values inside)."""
+    _certified takes as medians: every ``step``-th, the last, and, halving each interval where a
+    tangent may be loose by more than twice ``budget`` (its width times the values inside) until
+    none is, the middles: each halving quarters that looseness, so a long series takes a few
+    columns more where keeping every value of such an interval took thousands (any grid is
+    sound; a tighter one certifies more)."""
     keep = np.zeros(len(values), bool)
     keep[::step] = keep[-1] = True
-    at = np.flatnonzero(keep)
-    loose = (values[at[1:]] - values[at[:-1]]) * (below[at[1:]] - below[at[:-1] + 1]) > budget
-    for i in np.flatnonzero(loose):
-        keep[at[i] : at[i + 1]] = True
-    return np.flatnonzero(keep)
+    while True:
+        at = np.flatnonzero(keep)
+        loose = (values[at[1:]] - values[at[:-1]]) * (below[at[1:]] - below[at[:-1] + 1]) > budget
+        split = loose & (at[1:] - at[:-1] > 1)
+        if not split.any():
+            return at
+        keep[(at[:-1][split] + at[1:][split]) // 2] = True
 
 
 def _whole_block(
