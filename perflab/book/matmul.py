@@ -58,10 +58,13 @@ def claims(rows: DataFrame, tree: Tree) -> list[Claim]:
     from perflab.measure import sizing
     from perflab.store.rows import number
 
+    if "status" not in rows or "measurement" not in rows:
+        return []
+    # the ok "... alone" rows picked before each row becomes a dict: a user's own experiment named
+    # matmul has tens of thousands of rows in a history, and none of them is the book's
+    alone = (rows["status"].astype("string") == "ok") & rows["measurement"].astype("string").str.endswith(" alone")
     out = []
-    for r in rows.to_dict("records"):
-        if r.get("status") != "ok" or not str(r.get("measurement", "")).endswith(" alone"):
-            continue
+    for r in rows[alone.fillna(False)].to_dict("records"):
         n = number(r.get("cfg.experiment.size")) or 0
         dtype, device = r.get("cfg.experiment.dtype"), r.get("device_name")
         statement = f"{sizing.matmul_words(n).capitalize()} ({dtype}) on {device} sustains most of the measured peak"
