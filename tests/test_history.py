@@ -90,7 +90,7 @@ def test_another_machine_is_another_series_and_too_little_history_is_exit_3(tmp_
     write_history(tmp_path / "a", "a", [1.0] * 3, seed=4)
     write_history(tmp_path / "b", "b", [2.0] * 3, seed=5, identity={**IDENTITY, "cpu_model": "Other CPU"})
     series = history.load_series([str(tmp_path)])
-    assert sorted((s.identity["cpu_model"], len(s.subjects)) for s in series) == [("Other CPU", 3), ("Test CPU", 3)]
+    assert sorted((s.identity["cpu_model"], len(s.names)) for s in series) == [("Other CPU", 3), ("Test CPU", 3)]
     assert history.main([str(tmp_path)]) == 3
     assert "too little history: the longest series has 3 subject(s); a change needs 3 on each side" in (
         capsys.readouterr().err
@@ -129,7 +129,7 @@ def test_a_series_of_suspect_subjects_is_not_called_unchanged(tmp_path, capsys):
     table.to_csv(results, index=False)
     notes: list[str] = []
     (series,) = history.load_series([str(tmp_path / "some")], notes=notes)
-    assert len(series.subjects) == 11 and notes == [
+    assert len(series.names) == 11 and notes == [
         "matmul cpu alone: left out of 1 subject(s) rows or samples whose tflops is NaN, not a number or <= 0"
     ]
 
