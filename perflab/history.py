@@ -181,8 +181,9 @@ def build_series(
         # each row's series (its positions, grouped by the point's columns), then its subject in it
         # (numbered on from the series before: every subject of the experiment one code)
         labels, positions = [], []
-        for values, at in pd.Series(np.arange(len(frame))).groupby([frame[c] for c in group], **_GROUPED):
-            labels.append(dict(zip(group, values if isinstance(values, tuple) else (values,))))
+        by = [frame[c] for c in group]
+        for key, at in pd.Series(np.arange(len(frame))).groupby(by, dropna=False, sort=True, observed=True):
+            labels.append(dict(zip(group, key if isinstance(key, tuple) else (key,))))
             positions.append(at.to_numpy())
         subject, names, first = np.empty(len(frame), np.intp), [], [0]
         for at in positions:
@@ -200,6 +201,10 @@ def build_series(
         )
         run_dirs = _texts(part, "run_dir")
         for label, at, lo, hi in zip(labels, positions, first, first[1:]):
+            valued = (lo + np.flatnonzero(~np.isnan(values[lo:hi]))).tolist()  # a subject of no usable row: none
+            order = subject_order(*([x[k] for k in valued] for x in (names, times, subject_times)), rev_list)
+            ordered = [valued[i] for i in order.tolist()]
+            r = _subject_rows(small, at, subject[at], ordered, kept, run_dirs, samples)
             series = Series(
                 str(name),
                 str(label["measurement"]),
@@ -211,51 +216,37 @@ def build_series(
                 {c: _text(label[c]) for c in ident},
                 m,
                 higher_is_better(m),
-                [],
-                np.array([]),
-                [],
-                [],
+                [names[k] for k in ordered],
+                values[ordered],
+                [times[k] for k in ordered],
+                [
+                    "" if clean[k] else _reasons(small.iloc[r.at[r.bounds[i] : r.bounds[i + 1]]])
+                    for i, k in enumerate(ordered)
+                ],
+                r,
             )
             if left[lo:hi].any() and notes is not None:
                 notes.append(
                     f"{series.label}: left out of {int(left[lo:hi].sum())} subject(s) rows or samples whose {m} "
                     "is NaN, not a number or <= 0"
                 )
-            valued = lo + np.flatnonzero(~np.isnan(values[lo:hi]))
-            if not len(valued):
-                continue
-            ordered = valued[
-                subject_order(
-                    [names[k] for k in valued], [times[k] for k in valued], [subject_times[k] for k in valued], rev_list
-                )
-            ]
-            series.names = [names[k] for k in ordered.tolist()]
-            series.values = values[ordered]
-            series.times = [times[k] for k in ordered.tolist()]
-            series.rows = r = _subject_rows(small, at, subject[at], ordered, kept, run_dirs, samples)
-            series.suspect = [
-                "" if clean[k] else _reasons(small.iloc[r.at[r.bounds[i] : r.bounds[i + 1]]])
-                for i, k in enumerate(ordered.tolist())
-            ]
-            out.append(series)
+            if series.names:
+                out.append(series)
     return out
-
-
-_GROUPED: dict[str, Any] = {"dropna": False, "sort": True, "observed": True}
 
 
 def _subject_rows(
     frame: pd.DataFrame,
     at: np.ndarray,
     subject: np.ndarray,
-    ordered: np.ndarray,
+    ordered: list[int],
     kept: np.ndarray,
     run_dirs: np.ndarray,
     samples: Mapping[str, np.ndarray],
 ) -> SubjectRows:
     """A series' rows (``at``: positions in ``frame``, ``subject``: each one's subject) subject
     after subject in the order ``ordered`` (their codes); a subject not in it (none valued) left out."""
-    rank = np.full(int(max(subject.max(), ordered.max())) + 1, -1)
+    rank = np.full(len(kept), -1)  # codes are below the rows' count
     rank[ordered] = np.arange(len(ordered))
     of = rank[subject]
     inside = np.flatnonzero(of >= 0)
