@@ -202,7 +202,8 @@ def build_series(
         run_dirs = _texts(part, "run_dir")
         for label, at, lo, hi in zip(labels, positions, first, first[1:]):
             valued = (lo + np.flatnonzero(~np.isnan(values[lo:hi]))).tolist()  # a subject of no usable row: none
-            order = subject_order(*([x[k] for k in valued] for x in (names, times, subject_times)), rev_list)
+            chosen = [[x[k] for k in valued] for x in (names, times, subject_times)]
+            order = subject_order(chosen[0], chosen[1], chosen[2], rev_list)
             ordered = [valued[i] for i in order.tolist()]
             r = _subject_rows(small, at, subject[at], ordered, kept, run_dirs, samples)
             series = Series(
@@ -316,13 +317,14 @@ def subject_order(
     when = _ranks(times)
     position = _git_order(names, rev_list or _rev_list)
     if position is not None:
-        return np.lexsort((when, [n.endswith("+dirty") for n in names], [position[n] for n in names]))
+        dirty = np.array([n.endswith("+dirty") for n in names])
+        return np.lexsort((when, dirty, np.array([position[n] for n in names])))
     if commit_times is not None and all(commit_times):
         return np.lexsort((when, _ranks([_timestamp(t) for t in commit_times])))
     return np.argsort(when, kind="stable")
 
 
-def _ranks(values: Sequence[Any]) -> np.ndarray:
+def _ranks(values: Sequence[Any] | np.ndarray) -> np.ndarray:
     """Each value's rank among the distinct ones, as Python orders them (equal values, one rank)."""
     codes, distinct = pd.factorize(np.array(values, dtype=object))  # each distinct value sorted once
     rank = np.empty(len(distinct), np.intp)
