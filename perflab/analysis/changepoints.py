@@ -195,9 +195,7 @@ def _certified(signal: np.ndarray, penalty: float, min_size: int) -> list[int] |
         return None
     gains = np.zeros((n + 1, len(grid) + len(bent)))  # [t, column]: the column's sum over x[:t]
     at_grid, tangent = gains[1:, : len(grid)], gains[1:, len(grid) :]
-    np.subtract(x[:, None], grid[None, :], out=at_grid)  # in place: no n x columns temporaries to fault in
-    np.abs(at_grid, out=at_grid)
-    np.subtract(np.abs(x - m)[:, None], at_grid, out=at_grid)  # |x_i - m| - |x_i - a|
+    np.subtract(np.abs(x - m)[:, None], np.abs(x[:, None] - grid[None, :]), out=at_grid)  # |x_i - m| - |x_i - a|
     if len(bent):  # the tangents at each interval's right end: slope +1 a value above a, -1 a value not
         width = grid[bent + 1] - grid[bent]
         np.add(at_grid[:, bent], np.where(x[:, None] > grid[None, bent], width, -width), out=tangent)
