@@ -24,7 +24,7 @@ import math
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -56,35 +56,57 @@ class HistoryError(ValueError):
 
 
 @dataclass
-class Subject:
-    """One subject of a series: its value (the median of the metric over its rows), raw samples
-    as values of the metric, the run dirs that measured it, and when it was first measured."""
+class SubjectRows:
+    """Where each subject of a series has its rows, read again only for the few subjects a change
+    is judged on or names (measuring every subject's processes was most of a long history's time)."""
 
-    name: str
-    value: float
-    samples: np.ndarray
-    run_dirs: list[str]
-    time: str
-    commit_time: str = ""
-    suspect: str = ""  # why every row of it was flagged suspect ("" if it has a clean one)
-    processes: list[np.ndarray] = field(default_factory=list)  # its samples, process by process
-    figures: np.ndarray = field(default_factory=lambda: np.array([]))  # one per process (run)
+    frame: pd.DataFrame  # the experiment's rows: the columns a subject is measured from
+    at: np.ndarray  # positions in ``frame``, subject after subject (the series' order), ascending in each
+    bounds: np.ndarray  # subject k's: at[bounds[k]:bounds[k + 1]]
+    kept: np.ndarray  # whether each of ``at`` is measured (its subject's clean rows, or all of one with none)
+    run_dirs: np.ndarray  # each row of ``frame``'s run dir as text ("": none)
+    samples: Mapping[str, np.ndarray]
 
 
 @dataclass
 class Series:
+    """One point on one machine identity over its subjects, column by column (subject k: the
+    k-th of each)."""
+
     experiment: str
     measurement: str
     point: dict[str, str]  # the config keys that vary between points of this experiment
     identity: dict[str, str]
     metric: str
     higher_is_better: bool
-    subjects: list[Subject] = field(default_factory=list)
+    names: list[str]  # the subjects, in order
+    values: np.ndarray  # each one's: the median of the metric over its rows
+    times: list[str]  # when each was first measured
+    suspect: list[str]  # why each one's every row was flagged suspect ("": one of them is clean)
+    rows: SubjectRows | None = None  # None: a series given by hand (no run dirs; a subject, one process of its value)
 
     @property
     def label(self) -> str:
         keys = ", ".join(f"{k}={v}" for k, v in self.point.items())
         return f"{self.experiment} {self.measurement}" + (f" ({keys})" if keys else "")
+
+    def run_dirs(self, k: int) -> list[str]:
+        """The run dirs that measured subject ``k``, sorted."""
+        if self.rows is None:
+            return []
+        r = self.rows
+        return sorted({d for d in r.run_dirs[r.at[r.bounds[k] : r.bounds[k + 1]]].tolist() if d})
+
+    def measured(self, lo: int, hi: int) -> list[replicates.Measured]:
+        """Subjects ``lo:hi`` as ``replicates.measured`` gives them: their processes and figures."""
+        if self.rows is None:
+            return [replicates.Measured(pd.DataFrame(), v, np.array([]), []) for v in self.values[lo:hi].tolist()]
+        r = self.rows
+        each = [r.at[a:b][r.kept[a:b]] for a, b in zip(r.bounds[lo:hi].tolist(), r.bounds[lo + 1 : hi + 1].tolist())]
+        ends = np.cumsum([len(x) for x in each]).tolist()
+        groups = [np.arange(a, b) for a, b in zip([0, *ends], ends)]
+        frame = r.frame.iloc[np.concatenate(each)]
+        return replicates.measured_each(frame, groups, self.metric, r.samples, frames=False)
 
 
 @dataclass
@@ -101,16 +123,16 @@ class ChangePoint:
         return 100 * (self.after / self.before - 1)
 
     def as_json(self) -> dict[str, Any]:
-        s, b, a = self.series, self.series.subjects[self.at - 1], self.series.subjects[self.at]
+        s, b, a = self.series, self.at - 1, self.at
         return {
             "experiment": s.experiment,
             "measurement": s.measurement,
             "metric": s.metric,
-            "before": {"subject": b.name, "value": self.before, "time": b.time, "suspect": b.suspect},
-            "after": {"subject": a.name, "value": self.after, "time": a.time, "suspect": a.suspect},
+            "before": {"subject": s.names[b], "value": self.before, "time": s.times[b], "suspect": s.suspect[b]},
+            "after": {"subject": s.names[a], "value": self.after, "time": s.times[a], "suspect": s.suspect[a]},
             "change_pct": self.change_pct,
             "label": self.label,
-            "run_dirs": {"before": b.run_dirs, "after": a.run_dirs},
+            "run_dirs": {"before": s.run_dirs(b), "after": s.run_dirs(a)},
             "point": s.point,
         }
 
@@ -126,11 +148,12 @@ def build_series(
 ) -> list[Series]:
     """Every (experiment, point, identity) series of ``rows`` (ok rows only), subjects in order.
     A subject's value comes from its clean rows; a subject with none (every row flagged
-    ``suspect``) keeps its rows and says why (``Subject.suspect``). Rows and samples of no use
-    (NaN, not a number, <= 0: ``replicates.measured``) are left out; ``notes`` gets a line saying so."""
+    ``suspect``) keeps its rows and says why (``Series.suspect``). Rows and samples of no use
+    (NaN, not a number, <= 0: ``replicates.measured``) are left out; ``notes`` gets a line saying
+    so. Every subject of an experiment is valued in one pass over its rows (``values_each``)."""
     from perflab.analysis.comparison import rewritten
     from perflab.analysis.frames import device_family, identity_columns
-    from perflab.analysis.replicates import measured_each, metric_for, summary_rows
+    from perflab.analysis.replicates import metric_for, summary_rows, values_each
     from perflab.measure.environment import IDENTITY
 
     if rows.empty or "status" not in rows:
@@ -154,14 +177,35 @@ def build_series(
         group = ["measurement", *keys, "device", *ident]
         frame = part.reindex(columns=list(dict.fromkeys([*part.columns, *group])))
         used = [m, "_subject", "row_id", "median_s", "suspect", "run_dir", "timestamp", "subject_time"]
-        # grouped by the point's columns, but each group holds only what a subject is built from:
-        # every one of thousands of groups copies its columns (a cfg key each, ~30 of them)
-        small = frame[list(dict.fromkeys(c for c in used if c in frame))]
+        small = frame[list(dict.fromkeys(c for c in used if c in frame))]  # what a subject is measured from
+        # each row's series (its positions, grouped by the point's columns), then its subject in it
+        # (numbered on from the series before: every subject of the experiment one code)
+        labels, positions = [], []
         by = [frame[c] for c in group]
-        # each row's run dir and times as text, each distinct value written once (a run dir's rows are in many series)
-        texts = [_texts(part, c) for c in ("run_dir", "timestamp", "subject_time")]
-        for values, g in small.groupby(by, dropna=False, sort=True, observed=True):
-            label = dict(zip(group, values if isinstance(values, tuple) else (values,)))
+        for key, at in pd.Series(np.arange(len(frame))).groupby(by, dropna=False, sort=True, observed=True):
+            labels.append(dict(zip(group, key if isinstance(key, tuple) else (key,))))
+            positions.append(at.to_numpy())
+        subject, names, first = np.empty(len(frame), np.intp), [], [0]
+        for at in positions:
+            codes, uniques = pd.factorize(small["_subject"].to_numpy()[at])  # in the order they first appear
+            subject[at] = codes + first[-1]
+            names += uniques.tolist()
+            first.append(len(names))
+        flagged = _flagged(small)
+        # a subject's suspect rows are left out where it has clean ones
+        clean = np.bincount(subject[~flagged], minlength=len(names)) > 0
+        kept = ~flagged | ~clean[subject]
+        values, left = values_each(small, np.where(kept, subject, -1), len(names), m, samples)
+        times, subject_times = (
+            _least_each(_texts(part, c), subject, len(names)) for c in ("timestamp", "subject_time")
+        )
+        run_dirs = _texts(part, "run_dir")
+        for label, at, lo, hi in zip(labels, positions, first, first[1:]):
+            valued = (lo + np.flatnonzero(~np.isnan(values[lo:hi]))).tolist()  # a subject of no usable row: none
+            chosen = [[x[k] for k in valued] for x in (names, times, subject_times)]
+            order = subject_order(chosen[0], chosen[1], chosen[2], rev_list)
+            ordered = [valued[i] for i in order.tolist()]
+            r = _subject_rows(small, at, subject[at], ordered, kept, run_dirs, samples)
             series = Series(
                 str(name),
                 str(label["measurement"]),
@@ -173,46 +217,43 @@ def build_series(
                 {c: _text(label[c]) for c in ident},
                 m,
                 higher_is_better(m),
+                [names[k] for k in ordered],
+                values[ordered],
+                [times[k] for k in ordered],
+                [
+                    "" if clean[k] else _reasons(small.iloc[r.at[r.bounds[i] : r.bounds[i + 1]]])
+                    for i, k in enumerate(ordered)
+                ],
+                r,
             )
-            left = 0
-            # each subject's rows as positions in the series' rows, which are read once (a
-            # subject's own frame and a measured() call each took most of a long history)
-            codes, names = pd.factorize(g["_subject"])  # subjects in the order they first appear
-            counts = np.bincount(codes, minlength=len(names))
-            order, bounds = np.argsort(codes, kind="stable"), np.cumsum(counts).tolist()
-            each = [order[a:b] for a, b in zip([0, *bounds], bounds)]
-            flagged = _flagged(g)
-            # a subject's suspect rows are left out where it has clean ones
-            clean = [at[~flagged[at]] for at in each] if flagged.any() else each
-            points = measured_each(g, [c if len(c) else at for c, at in zip(clean, each)], m, samples, frames=False)
-            run_dirs, times, subject_times = (t[g.index.to_numpy()].tolist() for t in texts)
-            for subject, at, kept, point in zip(names.tolist(), each, clean, points):
-                left += len(point.left_out) > 0
-                if math.isnan(point.value):
-                    continue
-                at = at.tolist()
-                series.subjects.append(
-                    Subject(
-                        str(subject),
-                        point.value,
-                        point.samples,
-                        _distinct(run_dirs, at),
-                        _least(times, at),
-                        _least(subject_times, at),
-                        suspect="" if len(kept) else _reasons(g.iloc[at]),
-                        processes=point.processes,
-                        figures=point.figures,
-                    )
-                )
-            if left and notes is not None:
+            if left[lo:hi].any() and notes is not None:
                 notes.append(
-                    f"{series.label}: left out of {left} subject(s) rows or samples whose {m} is NaN, "
-                    "not a number or <= 0"
+                    f"{series.label}: left out of {int(left[lo:hi].sum())} subject(s) rows or samples whose {m} "
+                    "is NaN, not a number or <= 0"
                 )
-            if series.subjects:
-                series.subjects = order_subjects(series.subjects, rev_list)
+            if series.names:
                 out.append(series)
     return out
+
+
+def _subject_rows(
+    frame: pd.DataFrame,
+    at: np.ndarray,
+    subject: np.ndarray,
+    ordered: list[int],
+    kept: np.ndarray,
+    run_dirs: np.ndarray,
+    samples: Mapping[str, np.ndarray],
+) -> SubjectRows:
+    """A series' rows (``at``: positions in ``frame``, ``subject``: each one's subject) subject
+    after subject in the order ``ordered`` (their codes); a subject not in it (none valued) left out."""
+    rank = np.full(len(kept), -1)  # codes are below the rows' count
+    rank[ordered] = np.arange(len(ordered))
+    of = rank[subject]
+    inside = np.flatnonzero(of >= 0)
+    order = inside[np.argsort(of[inside], kind="stable")]  # each subject's rows stay in their order
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(of[inside], minlength=len(ordered)))))
+    return SubjectRows(frame, at[order], bounds, kept[at[order]], run_dirs, samples)
 
 
 def _flagged(rows: pd.DataFrame) -> np.ndarray:
@@ -252,31 +293,43 @@ def _texts(rows: pd.DataFrame, column: str) -> np.ndarray:
     return np.array([str(v) for v in uniques.tolist()] + [""], dtype=object)[codes]
 
 
-def _distinct(texts: list[str], at: list[int]) -> list[str]:
-    """The distinct non-empty ``texts[i]`` for ``i`` in ``at``, sorted: a subject's run dirs."""
-    if len(at) == 1:  # most subjects: one row
-        return [texts[at[0]]] if texts[at[0]] else []
-    return sorted({texts[i] for i in at if texts[i]})
+def _least_each(texts: np.ndarray, codes: np.ndarray, count: int) -> list[str]:
+    """The least non-empty of each group's ``texts`` ("" if none; ``codes``: each text's group,
+    0 .. count - 1): a subject's first time."""
+    out = np.full(count, "", dtype=object)
+    at = np.flatnonzero(texts != "")
+    at = at[np.lexsort((_ranks(texts[at]), codes[at]))]  # each group's texts, the least first
+    first = at[np.flatnonzero(np.diff(codes[at], prepend=-1))]
+    out[codes[first]] = texts[first]
+    return out.tolist()
 
 
-def _least(texts: list[str], at: list[int]) -> str:
-    """The least of the non-empty ``texts[i]`` for ``i`` in ``at`` ("" if none): a subject's first time."""
-    if len(at) == 1:  # most subjects: one row
-        return texts[at[0]]
-    return min((texts[i] for i in at if texts[i]), default="")
-
-
-def order_subjects(subjects: list[Subject], rev_list: Callable[[], list[str] | None] | None = None) -> list[Subject]:
-    """In commit order where the git repository in the working directory knows every commit,
-    else by commit time where every subject has one, else by when each was first measured.
-    ``rev_list``: that repository's commits, oldest first (build_series asks git once for all
-    its series)."""
-    position = _git_order([s.name for s in subjects], rev_list or _rev_list)
+def subject_order(
+    names: list[str],
+    times: list[str],
+    commit_times: list[str] | None = None,
+    rev_list: Callable[[], list[str] | None] | None = None,
+) -> np.ndarray:
+    """The subjects' positions in commit order where the git repository in the working
+    directory knows every commit, else by commit time where every subject has one, else by
+    when each was first measured (``times``; ties in the order given). ``rev_list``: that
+    repository's commits, oldest first (build_series asks git once for all its series)."""
+    when = _ranks(times)
+    position = _git_order(names, rev_list or _rev_list)
     if position is not None:
-        return sorted(subjects, key=lambda s: (position[s.name], s.name.endswith("+dirty"), s.time))
-    if all(s.commit_time for s in subjects):
-        return sorted(subjects, key=lambda s: (_timestamp(s.commit_time), s.time))
-    return sorted(subjects, key=lambda s: s.time)
+        dirty = np.array([n.endswith("+dirty") for n in names])
+        return np.lexsort((when, dirty, np.array([position[n] for n in names])))
+    if commit_times is not None and all(commit_times):
+        return np.lexsort((when, _ranks([_timestamp(t) for t in commit_times])))
+    return np.argsort(when, kind="stable")
+
+
+def _ranks(values: Sequence[Any] | np.ndarray) -> np.ndarray:
+    """Each value's rank among the distinct ones, as Python orders them (equal values, one rank)."""
+    codes, distinct = pd.factorize(np.array(values, dtype=object))  # each distinct value sorted once
+    rank = np.empty(len(distinct), np.intp)
+    rank[np.argsort(distinct, kind="stable")] = np.arange(len(distinct))
+    return rank[codes]
 
 
 # a commit's time, parsed once for every series it is a subject of (each of a history's points)
@@ -328,7 +381,7 @@ def change_points(series: Series, min_segment: int = MIN_SEGMENT) -> list[int]:
     """Indexes of the first subject after each change (PELT, L1 cost on log values)."""
     from perflab.analysis.changepoints import pelt_l1
 
-    values = np.array([s.value for s in series.subjects], float)
+    values = series.values
     if len(values) < 2 * min_segment or (values <= 0).any():
         return []
     signal = np.log(values)
@@ -349,16 +402,11 @@ def judge(
     changes = []
     for s in series:
         breaks = change_points(s, min_segment)
-        edges = [0, *breaks, len(s.subjects)]
+        edges = [0, *breaks, len(s.names)]
         for i, at in enumerate(breaks):
             lo, hi = max(edges[i], at - min_segment), min(edges[i + 2], at + min_segment)
-            before, after = s.subjects[lo:at], s.subjects[at:hi]
-            p = replicates.change(_side(before), _side(after), level=alpha).p_value
-            changes.append(
-                ChangePoint(
-                    s, at, float(np.median([x.value for x in before])), float(np.median([x.value for x in after])), p
-                )
-            )
+            p = replicates.change(_side(s.measured(lo, at)), _side(s.measured(at, hi)), level=alpha).p_value
+            changes.append(ChangePoint(s, at, float(np.median(s.values[lo:at])), float(np.median(s.values[at:hi])), p))
     gate = Gate(threshold_pct, alpha)
     for c, p_adj in zip(changes, fdr([c.p_value for c in changes])):
         worse = (c.after < c.before) if c.series.higher_is_better else (c.after > c.before)
@@ -366,7 +414,7 @@ def judge(
     return changes
 
 
-def _side(subjects: list[Subject]) -> replicates.Measured:
+def _side(subjects: list[replicates.Measured]) -> replicates.Measured:
     """Subjects as one side of a step: every process of each is a replicate (so a subject
     measured in one process with 1000 samples counts once, not 1000 times)."""
     figures = np.concatenate([x.figures if len(x.figures) else np.array([x.value]) for x in subjects])
@@ -375,7 +423,7 @@ def _side(subjects: list[Subject]) -> replicates.Measured:
 
 
 def judgeable(series: list[Series], min_segment: int = MIN_SEGMENT) -> bool:
-    return any(len(s.subjects) >= 2 * min_segment for s in series)
+    return any(len(s.names) >= 2 * min_segment for s in series)
 
 
 def doubtful(series: list[Series], min_segment: int = MIN_SEGMENT) -> list[Series]:
@@ -383,7 +431,7 @@ def doubtful(series: list[Series], min_segment: int = MIN_SEGMENT) -> list[Serie
     for a change: a busy machine's measurements cannot show that nothing changed. A change
     found in them is still reported (as compare still judges a suspect point, and says so)."""
     need = 2 * min_segment
-    return [s for s in series if len(s.subjects) >= need > sum(not x.suspect for x in s.subjects)]
+    return [s for s in series if len(s.names) >= need > sum(not x for x in s.suspect)]
 
 
 # --- output -------------------------------------------------------------------------------------
@@ -399,11 +447,10 @@ def to_text(series: list[Series], changes: list[ChangePoint]) -> str:
         machine = s.identity.get("cpu_model", "") or s.identity.get("gpu_model", "")
         threads = s.identity.get("num_threads")
         machine += f", {threads} threads" if threads else ""
-        first, last = s.subjects[0], s.subjects[-1]
-        flagged = sum(bool(x.suspect) for x in s.subjects)
+        flagged = sum(bool(x) for x in s.suspect)
         lines.append(
-            f"| {s.label} | {machine} | {s.metric} | {len(s.subjects)} | {flagged or ''} | "
-            f"{first.value:.4g} ({first.name}) | {last.value:.4g} ({last.name}) |"
+            f"| {s.label} | {machine} | {s.metric} | {len(s.names)} | {flagged or ''} | "
+            f"{s.values[0]:.4g} ({s.names[0]}) | {s.values[-1]:.4g} ({s.names[-1]}) |"
         )
     if changes:
         lines += [
@@ -412,10 +459,10 @@ def to_text(series: list[Series], changes: list[ChangePoint]) -> str:
             "|---|---|---|---|---|---|",
         ]
         for c in changes:
-            b, a = c.series.subjects[c.at - 1], c.series.subjects[c.at]
+            names = c.series.names
             lines.append(
-                f"| {c.label} | {c.series.label} | {b.name} -> {a.name} | {c.change_pct:+.1f} % | "
-                f"{c.p_value:.2g} | {', '.join(a.run_dirs)} |"
+                f"| {c.label} | {c.series.label} | {names[c.at - 1]} -> {names[c.at]} | {c.change_pct:+.1f} % | "
+                f"{c.p_value:.2g} | {', '.join(c.series.run_dirs(c.at))} |"
             )
     return "\n".join(lines)
 
@@ -431,7 +478,7 @@ def report_section(rows: pd.DataFrame, samples: Mapping[str, Any] | None = None)
     rest counted); "" when the rows hold no history."""
     from perflab.analysis import plots
 
-    series = [s for s in build_series(rows, samples or {}) if len(s.subjects) >= 2]
+    series = [s for s in build_series(rows, samples or {}) if len(s.names) >= 2]
     if not series:
         return ""
     changes = judge(series)
@@ -449,13 +496,13 @@ def report_section(rows: pd.DataFrame, samples: Mapping[str, Any] | None = None)
         figure += f'<p class="note">and {len(series) - len(drawn)} more series not drawn (perflab history).</p>'
     items = "".join(
         f"<li>{html.escape(c.label)}: {html.escape(c.series.label)}, "
-        f"{html.escape(c.series.subjects[c.at - 1].name)} &rarr; {html.escape(c.series.subjects[c.at].name)}: "
+        f"{html.escape(c.series.names[c.at - 1])} &rarr; {html.escape(c.series.names[c.at])}: "
         f"{c.change_pct:+.1f} %</li>"
         for c in changes
     )
     return (
         '<section id="trends"><h2>Trends over the code under test</h2>'
-        f"<p>{len(series)} series of the same point on the same machine over {max(len(s.subjects) for s in series)} "
+        f"<p>{len(series)} series of the same point on the same machine over {max(len(s.names) for s in series)} "
         "subjects (results.subject); change points from PELT, each judged as a step "
         "(perflab history); a cross: a subject whose every row was flagged suspect.</p>"
         f"{figure}<ul>{items or '<li>no change point</li>'}</ul>{_series_table(series, changes)}</section>"
@@ -467,17 +514,16 @@ def _series_table(series: list[Series], changes: list[ChangePoint]) -> str:
     suspect, its first and last values, its change points; capped at ``MAX_SERIES_LINES``."""
     found: dict[int, list[str]] = {}
     for c in changes:
-        found.setdefault(id(c.series), []).append(f"{c.label} {c.change_pct:+.1f} % at {c.series.subjects[c.at].name}")
+        found.setdefault(id(c.series), []).append(f"{c.label} {c.change_pct:+.1f} % at {c.series.names[c.at]}")
     lines = []
     for s in series[:MAX_SERIES_LINES]:
-        first, last = s.subjects[0], s.subjects[-1]
         cells = [
             s.label,
             s.metric,
-            str(len(s.subjects)),
-            str(sum(bool(x.suspect) for x in s.subjects) or ""),
-            f"{first.value:.4g} ({first.name})",
-            f"{last.value:.4g} ({last.name})",
+            str(len(s.names)),
+            str(sum(bool(x) for x in s.suspect) or ""),
+            f"{s.values[0]:.4g} ({s.names[0]})",
+            f"{s.values[-1]:.4g} ({s.names[-1]})",
             "; ".join(found.get(id(s), [])),
         ]
         lines.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
@@ -536,7 +582,7 @@ def _main(argv: Sequence[str] | None) -> int:
     for note in notes:
         print(f"{PROG}: {note}", file=sys.stderr)
     if not judged:
-        longest = max((len(s.subjects) for s in series), default=0)
+        longest = max((len(s.names) for s in series), default=0)
         print(
             f"{PROG}: too little history: the longest series has {longest} subject(s); a change needs "
             f"{args.min_segment} on each side ({2 * args.min_segment})",
@@ -551,24 +597,24 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _suspect_reasons(series: Series) -> str:
-    return "; ".join(dict.fromkeys(r for x in series.subjects if x.suspect for r in x.suspect.split("; ")))
+    return "; ".join(dict.fromkeys(r for x in series.suspect if x for r in x.split("; ")))
 
 
 def suspect_line(series: Series, min_segment: int = MIN_SEGMENT, reasons: bool = True) -> str:
     """What a series' suspect subjects mean for its verdict, in one line (``reasons``: and why
     they were flagged)."""
-    flagged = [x for x in series.subjects if x.suspect]
+    flagged = sum(bool(x) for x in series.suspect)
     why = f" ({_suspect_reasons(series)})" if reasons else ""
-    clean, need = len(series.subjects) - len(flagged), 2 * min_segment
-    head = f"{series.label}: {len(flagged)} of {len(series.subjects)} subjects' measurements were flagged suspect"
-    if len(series.subjects) >= need > clean:
+    clean, need = len(series.names) - flagged, 2 * min_segment
+    head = f"{series.label}: {flagged} of {len(series.names)} subjects' measurements were flagged suspect"
+    if len(series.names) >= need > clean:
         return f"{head}{why}: {clean} clean, a change needs {need}: not called unchanged"
     return f"{head}{why}; judged with them"
 
 
 def suspect_lines(series: list[Series], min_segment: int = MIN_SEGMENT) -> list[str]:
     """A line per series with suspect subjects; reasons every such series shares said once, first."""
-    flagged = [s for s in series if any(x.suspect for x in s.subjects)]
+    flagged = [s for s in series if any(s.suspect)]
     shared = {_suspect_reasons(s) for s in flagged}
     if len(flagged) < 2 or len(shared) > 1:
         return [suspect_line(s, min_segment) for s in flagged]

@@ -90,7 +90,7 @@ def test_another_machine_is_another_series_and_too_little_history_is_exit_3(tmp_
     write_history(tmp_path / "a", "a", [1.0] * 3, seed=4)
     write_history(tmp_path / "b", "b", [2.0] * 3, seed=5, identity={**IDENTITY, "cpu_model": "Other CPU"})
     series = history.load_series([str(tmp_path)])
-    assert sorted((s.identity["cpu_model"], len(s.subjects)) for s in series) == [("Other CPU", 3), ("Test CPU", 3)]
+    assert sorted((s.identity["cpu_model"], len(s.names)) for s in series) == [("Other CPU", 3), ("Test CPU", 3)]
     assert history.main([str(tmp_path)]) == 3
     assert "too little history: the longest series has 3 subject(s); a change needs 3 on each side" in (
         capsys.readouterr().err
@@ -129,7 +129,7 @@ def test_a_series_of_suspect_subjects_is_not_called_unchanged(tmp_path, capsys):
     table.to_csv(results, index=False)
     notes: list[str] = []
     (series,) = history.load_series([str(tmp_path / "some")], notes=notes)
-    assert len(series.subjects) == 11 and notes == [
+    assert len(series.names) == 11 and notes == [
         "matmul cpu alone: left out of 1 subject(s) rows or samples whose tflops is NaN, not a number or <= 0"
     ]
 
@@ -202,3 +202,54 @@ def test_times_are_written_as_their_timestamps():
         assert _texts(rows, "timestamp").tolist() == want
         if unit == "us":
             assert want == ["2026-11-29 04:34:40+00:00", "2026-11-29 04:34:40.500000+00:00", ""]
+
+
+def test_each_subject_is_what_measured_makes_of_its_rows():
+    """build_series values every subject of an experiment at once: each is what
+    ``replicates.measured`` makes of its rows alone (its clean ones, all where none is), its
+    processes too (read again for a judged subject), its run dirs and first time those of all its
+    rows, in a tree of subjects of several rows, suspect rows, damaged values and samples."""
+    from perflab.analysis import replicates
+
+    rng = np.random.default_rng(3)
+    rows, samples = [], {}
+    for i in range(300):
+        s = int(rng.integers(12))
+        row_id, median = f"r{i}", (1 + 0.3 * (s >= 6)) * 1e-3 * (1 + rng.normal(0, 0.02))
+        rows.append(
+            {
+                "experiment": "matmul",
+                "status": "ok",
+                "measurement": "cpu alone",
+                "row_id": row_id,
+                "run_id": f"run{i}",
+                "subject": f"s{s:02d}",
+                "suspect": "busy" if rng.random() < 0.3 or s == 4 else "",
+                "run_dir": f"/runs/{int(rng.integers(100))}",
+                "timestamp": f"2026-01-{int(rng.integers(1, 28)):02d} 00:00:00+00:00",
+                "subject_time": f"2026-02-{s + 1:02d}T00:00:00+00:00",
+                "median_s": median,
+                "tflops": np.nan if rng.random() < 0.05 else 1 / median,
+                "cfg.experiment.size": int(rng.choice([64, 128])),
+                **IDENTITY,
+            }
+        )
+        times = median * (1 + rng.normal(0, 0.01, int(rng.integers(1, 20))))
+        if rng.random() < 0.1:
+            times[0] = -1.0  # damaged: gives no value
+        samples[row_id] = times[times > 0]
+    frame = pd.DataFrame(rows)
+    notes: list[str] = []
+    series = history.build_series(frame, samples, notes=notes)
+    assert len(series) == 2 and notes, "a series a size; the rows of no tflops said"
+    for s in series:
+        assert s.names == sorted(s.names) and "busy" in s.suspect, "in commit time order; s04 all suspect"
+        measured = s.measured(0, len(s.names))
+        for k, name in enumerate(s.names):
+            own = frame[(frame["subject"] == name) & (frame["cfg.experiment.size"] == int(s.point["experiment.size"]))]
+            clean = own[own["suspect"] == ""]
+            want = replicates.measured((clean if len(clean) else own).reset_index(drop=True), "tflops", samples)
+            assert s.values[k] == want.value and s.suspect[k] == ("" if len(clean) else "busy")
+            np.testing.assert_array_equal(measured[k].figures, want.figures)
+            assert [list(p) for p in measured[k].processes] == [list(p) for p in want.processes]
+            assert s.run_dirs(k) == sorted(set(own["run_dir"])) and s.times[k] == min(own["timestamp"])

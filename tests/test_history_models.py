@@ -49,7 +49,7 @@ def test_a_rewritten_folder_is_a_series_per_contents_not_a_regression(tmp_path):
     commit made; split, each contents' series is flat."""
     write_runs(tmp_path, "tiny-gpt2", [("aaaa", 1.0)] * 6 + [("bbbb", 1.3)] * 6)
     series = history.load_series([str(tmp_path)])
-    assert sorted((s.point["model_digest"], [x.name for x in s.subjects][0], len(s.subjects)) for s in series) == [
+    assert sorted((s.point["model_digest"], s.names[0], len(s.names)) for s in series) == [
         ("aaaa", "s00", 6),
         ("bbbb", "s06", 6),
     ]
@@ -66,7 +66,7 @@ def test_a_step_within_one_contents_is_still_found(tmp_path):
     series = history.load_series([str(tmp_path)])
     (change,) = history.judge(series)
     assert change.label == "regression" and change.series.point["model_digest"] == "aaaa"
-    assert (change.series.subjects[change.at - 1].name, change.series.subjects[change.at].name) == ("s05", "s06")
+    assert (change.series.names[change.at - 1], change.series.names[change.at]) == ("s05", "s06")
 
 
 def test_two_folders_are_two_points_with_no_digest_in_their_labels(tmp_path):
@@ -91,5 +91,5 @@ def test_a_real_folder_rewritten_between_two_subjects_is_two_series(cli, work, t
     save(2)  # the user saved another model over it
     cli(*point, "results.subject=v2", "results.table=false", *FAST)
     series = [s for s in history.load_series([str(work / "outputs")]) if s.measurement == "forward batch 1"]
-    assert len(series) == 2 and sorted(len(s.subjects) for s in series) == [1, 1]
+    assert len(series) == 2 and sorted(len(s.names) for s in series) == [1, 1]
     assert len({s.point["model_digest"] for s in series}) == 2

@@ -129,11 +129,11 @@ def test_history_orders_subjects_in_one_pass_over_the_commits(monkeypatch):
     sizes, visits = [2_000, 8_000], []
     for n in sizes:
         shas = [f"{i:040x}"[::-1] for i in range(n)]  # distinct from their first 7 characters
-        subjects = [history.Subject(sha[:7], 1.0, np.array([]), [], "") for sha in reversed(shas)]
+        subjects = [sha[:7] for sha in reversed(shas)]
         commits = Commits(shas)
         listed = subprocess.CompletedProcess([], 0, stdout=commits)  # what git rev-list says
         monkeypatch.setattr(history.subprocess, "run", lambda *a, listed=listed, **k: listed)
-        assert [s.name for s in history.order_subjects(subjects)] == [sha[:7] for sha in shas]
+        assert [subjects[i] for i in history.subject_order(subjects, [""] * n)] == [sha[:7] for sha in shas]
         visits.append(commits.visits)
     growth = bench.exponent(sizes, visits)
     assert growth < LINEAR, f"ordering subjects visits commits as subjects^{growth:.2f} ({sizes}: {visits} visits)"

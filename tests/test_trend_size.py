@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perflab.history import ChangePoint, Series, Subject
+from perflab.history import ChangePoint, Series
 
 plots = pytest.importorskip("perflab.analysis.plots")
 pytest.importorskip("matplotlib")
@@ -16,10 +16,22 @@ pytest.importorskip("matplotlib")
 def _figure(subjects: int) -> str:
     series = []
     for k in range(3):
-        s = Series("matmul", f"m{k}", {"size": str(k)}, {}, "median_s", False)
-        for i in range(subjects):
-            s.subjects.append(Subject(f"c{i:07x}", 1.0 + 0.15 * (i >= subjects // 2), np.array([]), [], ""))
-        series.append(s)
+        names = [f"c{i:07x}" for i in range(subjects)]
+        values = 1.0 + 0.15 * (np.arange(subjects) >= subjects // 2)
+        series.append(
+            Series(
+                "matmul",
+                f"m{k}",
+                {"size": str(k)},
+                {},
+                "median_s",
+                False,
+                names,
+                values,
+                [""] * subjects,
+                [""] * subjects,
+            )
+        )
     step = ChangePoint(series[0], subjects // 2, 1.0, 1.15, 0.001, "regression")
     return plots.svg(plots.trend(series, [step]))
 

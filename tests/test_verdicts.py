@@ -439,8 +439,8 @@ def test_subjects_follow_commit_order_where_git_can_tell(tmp_path, monkeypatch):
         shas.append(subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout)
     shas = [s.strip() for s in shas]
     measured = [shas[2], shas[0], shas[1]]  # measured out of order (a bisect, say)
-    subjects = [history.Subject(s, 1.0, np.array([]), [], f"2026-01-01T00:00:0{i}") for i, s in enumerate(measured)]
-    assert [s.name for s in history.order_subjects(subjects)] == shas
+    order = history.subject_order(measured, [f"2026-01-01T00:00:0{i}" for i in range(3)])
+    assert [measured[i] for i in order] == shas
 
 
 @pytest.mark.gpu

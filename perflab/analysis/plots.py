@@ -439,25 +439,24 @@ def trend(series: list[Any], changes: list[Any]) -> Any:
     for ax, metric in zip(axes[:, 0], metrics):
         names: list[str] = []
         for s in (s for s in shown if s.metric == metric):
-            for sub in s.subjects:
-                if sub.name not in names:
-                    names.append(sub.name)
+            names += s.names
+        names = list(dict.fromkeys(names))
         at = {name: i for i, name in enumerate(names)}
         for s in (s for s in shown if s.metric == metric):
-            x = np.array([at[sub.name] for sub in s.subjects], dtype=float)
-            y = np.array([sub.value for sub in s.subjects], dtype=float)
+            x = np.array([at[name] for name in s.names], dtype=float)
+            y = np.array(s.values, dtype=float)
             if len(x) > MAX_POINTS:  # the median of each run of subjects
                 runs = np.array_split(np.arange(len(x)), MAX_POINTS)
                 x, y = np.array([x[r].mean() for r in runs]), np.array([np.median(y[r]) for r in runs])
-            (line,) = ax.plot(x, y, marker="o" if len(s.subjects) <= MAX_POINTS else None, label=s.label)
-            flagged = [i for i, sub in enumerate(s.subjects) if sub.suspect]
+            (line,) = ax.plot(x, y, marker="o" if len(s.names) <= MAX_POINTS else None, label=s.label)
+            flagged = [i for i, why in enumerate(s.suspect) if why]
             if flagged:  # each suspect subject as itself (at most MAX_POINTS of them: evenly spread)
                 flagged = [
                     flagged[i] for i in np.linspace(0, len(flagged) - 1, min(len(flagged), MAX_POINTS)).astype(int)
                 ]
                 ax.plot(
-                    [at[s.subjects[i].name] for i in flagged],
-                    [s.subjects[i].value for i in flagged],
+                    [at[s.names[i]] for i in flagged],
+                    [s.values[i] for i in flagged],
                     linestyle="none",
                     marker="x",
                     color=line.get_color(),
@@ -465,7 +464,7 @@ def trend(series: list[Any], changes: list[Any]) -> Any:
                     zorder=4,
                 )
             for c in (c for c in changes if c.series is s):
-                where = (at[s.subjects[c.at - 1].name] + at[s.subjects[c.at].name]) / 2
+                where = (at[s.names[c.at - 1]] + at[s.names[c.at]]) / 2
                 color = CHANGE_COLORS.get(c.label, "tab:gray")
                 ax.axvline(where, color=color, linestyle="--", zorder=3)
                 ax.annotate(

@@ -327,10 +327,8 @@ def measured_points(
     """``measured_each`` of every point at once (``codes``: each row's point, 0 .. count - 1), as
     long arrays grouped with bincounts and sorts: the same figures, and the same words."""
     r = _rows(rows, metric, samples, said, np.argsort(codes, kind="stable"))  # each point's samples together
-    s, values, good, lost = r.samples, r.values, r.good, r.lost
-    dropped = np.bincount(codes[good], (r.at_read + s.every - s.clean)[good], minlength=count).astype(np.int64)
-    n_lost = np.bincount(codes[lost], minlength=count)
-    n_bad = np.bincount(codes[~(good | lost)], minlength=count)
+    s, values, good = r.samples, r.values, r.good
+    n_lost, n_bad, dropped = _tally(r, codes, count)
     left: list[list[str]] = [[] for _ in range(count)]
     for i in np.flatnonzero(n_lost | n_bad | dropped).tolist():
         left[i] = left_out(metric, r.timed, int(n_lost[i]), int(n_bad[i]), int(dropped[i]))
@@ -358,6 +356,30 @@ def measured_points(
         left,
         iqr_pcts(_split(s.seconds, codes[s.row], count)),
     )
+
+
+def values_each(
+    rows: pd.DataFrame, codes: np.ndarray, count: int, metric: str, samples: Mapping[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's value as ``measured_each`` gives it (the median of its usable rows' metric;
+    NaN: none) and whether it left anything out (its ``left_out`` said something), every point
+    at once (``codes``: each row's point, 0 .. count - 1; -1: a row of none): a history's
+    thousands of subjects need no more of each until one is judged."""
+    r = _rows(rows, metric, samples)
+    good = r.good & (codes >= 0)
+    n_lost, n_bad, dropped = _tally(r, codes, count)
+    return _medians(r.values[good], codes[good], count), (n_lost + n_bad + dropped) > 0
+
+
+def _tally(r: _Rows, codes: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each point's rows whose samples give no usable value, rows whose metric is none, and
+    usable rows' samples left out (``codes``: each row's point; -1: a row of none)."""
+    inside = codes >= 0
+    good, lost = r.good & inside, r.lost & inside
+    n_lost = np.bincount(codes[lost], minlength=count)
+    n_bad = np.bincount(codes[inside & ~(r.good | r.lost)], minlength=count)
+    dropped = np.bincount(codes[good], (r.at_read + r.samples.every - r.samples.clean)[good], minlength=count)
+    return n_lost, n_bad, dropped.astype(np.int64)
 
 
 @dataclass
