@@ -618,3 +618,10 @@ def test_ab_sides_differ_only_in_the_identity_fields_their_difference_explains(t
     table = compare.ab(tmp_path / "b", tmp_path / "other", explained=base.explains(new))
     assert table["verdict"].tolist() == ["INCOMPARABLE"] and "cpu_model" in table["identity"].item()
     assert "num_threads" not in table["identity"].item()
+
+
+def test_a_change_no_number_of_processes_could_show_is_infinite_not_an_overflow():
+    """One degree of freedom and a tiny level (a Bonferroni share of thousands of points): the
+    quantile is huge and exp of it past floats; detectable says inf, as for no processes."""
+    assert replicates.detectable(2, 2, 0.05, 1, level=0.05 / 3000) == math.inf
+    assert replicates.detectable(2, 2, 0.05, 1) < math.inf

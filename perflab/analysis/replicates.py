@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -788,7 +789,7 @@ def detectable(m: int, n: int, sd: float, df: int, level: float = ALPHA, power: 
     if not m or not n or not math.isfinite(sd):
         return math.inf
     d = (_quantile(1 - level / 2, df) + _quantile(power, df)) * sd * math.sqrt(1 / m + 1 / n)
-    return 100 * math.expm1(d)
+    return 100 * math.expm1(d) if d < math.log(sys.float_info.max) else math.inf  # a tiny level at 1 df: none
 
 
 def processes_needed(c: Change, pct: float, level: float = ALPHA, floor: float = FLOOR_CV) -> int | None:
