@@ -175,6 +175,7 @@ def sequential_aa(rng: np.random.Generator, cv: float, looks: list[int], paid: i
     return decision.verdict.value
 
 
+@pytest.mark.slow  # a simulation: in .ci/run's slow step, off the README's 3-minute set
 def test_a_simulated_false_fail_rate_over_the_looks_stays_at_alpha():
     """400 A/A runs at 10 % between processes, up to 40 a side: with a gate of 0 every
     significant slowdown FAILs, the harshest case; a FAIL at any look happens at most alpha of

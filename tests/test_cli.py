@@ -288,6 +288,7 @@ def test_missing_device_can_be_a_skipped_row(cli, work):
     assert "this machine has no CUDA device" in df.loc[0, "error"]
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_runs_never_share_a_dir_or_an_id(work):
     cmd = [
         sys.executable,
@@ -333,6 +334,7 @@ def test_output_to_a_closed_pipe_is_clean(work):
     assert len(load(work / "outputs")) >= 1  # the job still wrote its rows
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_library_warnings_stay_out_of_the_terminal(work):
     proc = run_subprocess("+experiment=quick/compile", "experiment.modes=[eager,torchscript]", *FAST, cwd=work)
     assert "Warning" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr

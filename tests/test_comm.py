@@ -35,6 +35,7 @@ def test_latency_and_bus_bandwidth():
     assert costmodel.ring_s(1 * GB, 64, 1 * GB) < costmodel.ring_book_s(1 * GB, 1 * GB)
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_allreduce_over_two_gloo_workers_leaves_no_temp_dir_nor_signal_handler_behind(work, monkeypatch):
     """Two gloo workers measure allreduce; after them no torchelastic_* temp dir is left (a
     private TMPDIR: other jobs' come and go in the shared one). torch's elastic agent installs its

@@ -118,6 +118,7 @@ t.join()
 """
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_the_profiler_set_up_on_the_main_thread_lets_jobs_profile_on_theirs_without_a_complaint():
     """ab's sides in turns profile on their own threads: kineto complains on stderr unless its
     first profile was on the main thread (perflab.job.together does that first)."""

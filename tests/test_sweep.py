@@ -170,6 +170,7 @@ def test_two_identical_sweeps_started_together_measure_each_point_once(work):
     assert not list((work / "outputs" / ".perflab" / "claims").glob("*.json")), "every claim released"
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_parallel_launcher_labels_rows_and_never_shares_a_gpu(cli, work):
     from types import SimpleNamespace
 
