@@ -187,11 +187,10 @@ def load_tree(
     Run dirs whose results.csv and run.json (with ``kept``, their samples.csv and operators.csv
     too) have not changed since they were indexed come from the Parquet segments (only the row
     groups of ``experiment``, only ``columns``); new or changed ones are read from CSV and added
-    as a new segment. A segment
-    that is damaged or of another format is rebuilt from its run dirs and removed (``notes``
-    says so). If the index cannot be written (a read-only tree), loading still works, only
-    slower. Every row gets ``run_outcome``: what its run's run.json says (``running``: killed,
-    or not ended yet; empty: no run.json).
+    as a new segment. A segment that is damaged or of another format is rebuilt from its run
+    dirs and removed (``notes`` says so). If the index cannot be written (a read-only tree),
+    loading still works, only slower. Every row gets ``run_outcome``: what its run's run.json
+    says (``running``: killed, or not ended yet; empty: no run.json).
 
     ``kept``: this load is kept there (by ``str(root)``) for :func:`samples_after`, which reads
     the samples of its rows without walking the tree again (the index tidied after that).
