@@ -69,6 +69,38 @@ def test_samples_of_a_run_dir_that_changed_are_its_current_ones(tmp_path):
     assert list(by_row["r0#2"]) == [9.0, 9.5] and len(by_row["r0#1"]) == 5, "read again, each sample once"
 
 
+def test_a_load_of_rows_stamps_no_samples_and_a_changed_samples_csv_is_read_by_the_next_read_of_samples(
+    tmp_path, monkeypatch
+):
+    """A load of rows alone does not look at the samples.csv or operators.csv of the run dirs it
+    finds indexed (a change there leaves the rows as they are): a samples.csv rewritten since is
+    not parsed by it, and is by the next read of samples, which gives the new samples; a run dir
+    a load of rows reads from CSV is indexed with its samples' stamp, never parsed again."""
+    tree = _tree(tmp_path / "outputs")
+    rows_before = load(tree)
+    stats = []
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: stats.append(str(path)) or real_stat(path, *a, **k))
+    samples_csv = tree / "runs" / "r2" / "samples.csv"
+    text = samples_csv.read_text()
+    samples_csv.write_text(text.replace("sample,0,0.3", "sample,0,7.5", 1))  # the first sample of r2#1 rewritten
+    parsed = []
+    read_many = index.read_many
+    monkeypatch.setattr(index, "read_many", lambda paths, *a, **k: parsed.extend(paths) or read_many(paths, *a, **k))
+    pd.testing.assert_frame_equal(load(tree), rows_before)
+    matmul = rows_before.loc[rows_before["experiment"] == "matmul", "row_id"]
+    assert list(load(tree, experiment="matmul")["row_id"]) == list(matmul)
+    assert not parsed and not [p for p in stats if p.endswith(("samples.csv", "operators.csv"))]
+    assert samples_by_row([tree])["r2#1"][0] == 7.5, "read again by a read of samples"
+    assert parsed == [samples_csv.with_name("results.csv"), samples_csv]
+    late = {"run_id": "r9", "experiment": "matmul", "status": "ok", "measurement": "m0"}
+    RunWriter(tree / "runs" / "r9").add(late, samples=[1.0])
+    parsed.clear()
+    assert "r9#1" in set(load(tree)["row_id"]) and len(parsed) == 2, "the new run dir's rows and samples"
+    parsed.clear()
+    assert list(samples_by_row([tree])["r9#1"]) == [1.0] and not parsed, "indexed with its samples' stamp"
+
+
 def test_load_rows_reads_only_the_columns_asked_for(tmp_path):
     tree = _tree(tmp_path / "outputs")
     whole = load(tree, experiment="train")

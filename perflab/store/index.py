@@ -72,12 +72,14 @@ OPERATORS_TABLE = Keyed(
 KEYED = (SAMPLES_TABLE, OPERATORS_TABLE)
 
 
-def _sources(root: Path, notes: Notes | None = None) -> Stamps:
+def _sources(root: Path, notes: Notes | None = None, keyed: bool = True) -> Stamps:
     """Run dir (relative to ``root``) -> stamp: [mtime_ns, size] of its results.csv, of its
-    run.json and of each :data:`KEYED` file (samples.csv, operators.csv; 0, 0 for one it lacks),
-    so that a run that ends (run.json: running -> ok) or whose samples or operators came after its
-    last row is read again. The same walk as run_dirs(), on its stats (10k run dirs in a fraction
-    of a second)."""
+    run.json and (``keyed``) of each :data:`KEYED` file (samples.csv, operators.csv; 0, 0 for
+    one it lacks), so that a run that ends (run.json: running -> ok) or whose samples or
+    operators came after its last row is read again. A load of rows alone stamps no keyed file
+    (:data:`ROWS_STAMP`): a change there leaves its rows as they are, and half the system calls
+    of the walk are those stats. The same walk as run_dirs(), on its stats (10k run dirs in a
+    fraction of a second)."""
     top = os.fspath(root)
     prefix = os.path.join(top, "")  # the walk's paths start with it: cut, not os.path.relpath (10k calls)
     found: Stamps = {}
@@ -86,16 +88,27 @@ def _sources(root: Path, notes: Notes | None = None) -> Stamps:
         if st is None:
             continue
         stamp = [st.st_mtime_ns, st.st_size, rec.st_mtime_ns if rec else 0, rec.st_size if rec else 0]
-        base = here if here.endswith(os.sep) else here + os.sep  # not os.path.join: 40k calls at 20k run dirs
-        for t in KEYED:
-            try:
-                kept = os.stat(base + t.file)
-            except OSError:
-                stamp += [0, 0]
-            else:
-                stamp += [kept.st_mtime_ns, kept.st_size]
+        if keyed:
+            stamp += _keyed_stamp(here)
         found[here[len(prefix) :] if here.startswith(prefix) else os.path.relpath(here, top)] = stamp
     return found
+
+
+ROWS_STAMP = 4  # a stamp's numbers of results.csv and run.json: all a load of rows alone compares
+
+
+def _keyed_stamp(run_dir: str) -> list[int]:
+    """[mtime_ns, size] of each :data:`KEYED` file of a run dir (0, 0 for one it lacks)."""
+    base = run_dir if run_dir.endswith(os.sep) else run_dir + os.sep  # not os.path.join: 40k calls at 20k run dirs
+    stamp = []
+    for t in KEYED:
+        try:
+            kept = os.stat(base + t.file)
+        except OSError:
+            stamp += [0, 0]
+        else:
+            stamp += [kept.st_mtime_ns, kept.st_size]
+    return stamp
 
 
 @dataclass
@@ -171,19 +184,19 @@ def load_tree(
     and ``run_dir``), through the index, each row id once (the first row of it kept, as load()
     keeps it).
 
-    Run dirs whose results.csv, run.json, samples.csv and operators.csv have not changed since
-    they were indexed come from the Parquet segments (only the row groups of ``experiment``, only
-    ``columns``); new or changed ones are read from CSV and added as a new segment. A segment
-    that is damaged or of another format is rebuilt from its run dirs and removed (``notes``
-    says so). If the index cannot be written (a read-only tree), loading still works, only
-    slower. Every row gets ``run_outcome``: what its run's run.json says (``running``: killed,
-    or not ended yet; empty: no run.json).
+    Run dirs whose results.csv and run.json (with ``kept``, their samples.csv and operators.csv
+    too) have not changed since they were indexed come from the Parquet segments (only the row
+    groups of ``experiment``, only ``columns``); new or changed ones are read from CSV and added
+    as a new segment. A segment that is damaged or of another format is rebuilt from its run
+    dirs and removed (``notes`` says so). If the index cannot be written (a read-only tree),
+    loading still works, only slower. Every row gets ``run_outcome``: what its run's run.json
+    says (``running``: killed, or not ended yet; empty: no run.json).
 
     ``kept``: this load is kept there (by ``str(root)``) for :func:`samples_after`, which reads
     the samples of its rows without walking the tree again (the index tidied after that).
     """
     notes = notes if notes is not None else Notes()
-    load = _begin(Path(root), experiment, columns, notes, None)
+    load = _begin(Path(root), experiment, columns, notes, None, keyed=kept is not None)  # its samples read next
     df = load.in_full()
     load.tidy = not experiment and columns is None
     if kept is None:
@@ -249,19 +262,25 @@ def _load_keyed(
 
 
 def _begin(
-    root: Path, experiment: str | None, columns: Collection[str] | None, notes: Notes, table: Keyed | None
+    root: Path,
+    experiment: str | None,
+    columns: Collection[str] | None,
+    notes: Notes,
+    table: Keyed | None,
+    keyed: bool = True,
 ) -> _Load:
     """A load's state: the tree walked and, beside the walk, its segments' manifests read (and,
-    for a load of rows, ``table`` None, their rows)."""
+    for a load of rows, ``table`` None, their rows); ``keyed``: the run dirs' keyed files stamped
+    (not for a load of rows alone: see _sources)."""
     index = meta(root) / "index"
     rows = table is None
     with ThreadPoolExecutor(1) as walker:  # the walk (system calls) beside the decoding (Arrow's threads)
-        walking = walker.submit(_sources, root, notes if rows else Notes())  # the walk's notes: the rows' to say
+        walking = walker.submit(_sources, root, notes if rows else Notes(), keyed)  # the walk's notes: the rows' to say
         manifests, dropped = _manifests(index)
         keep = None if columns is None else set(columns) | {"_source", "experiment", "row_id"}
         pieces = _pieces(index, manifests, experiment, dropped, keep) if rows else {}
         sources = walking.result()
-    return _Load(root, index, experiment, keep, manifests, pieces, dropped, sources, notes, table)
+    return _Load(root, index, experiment, keep, manifests, pieces, dropped, sources, notes, table, keyed)
 
 
 @dataclass
@@ -280,6 +299,7 @@ class _Load:
     sources: Stamps
     notes: Notes
     table: Keyed | None  # the keyed table read (None: rows): whose skipped lines, files are said
+    stamps_keyed: bool  # ``sources`` stamp the keyed files too (else: a load of rows alone, see _sources)
     indexed: dict[str, str] = field(default_factory=dict)
     fresh: set[str] = field(default_factory=set)  # the run dirs read from CSV now (what was skipped said then)
     unwritten: dict[str, dict[str, Any]] = field(default_factory=dict)  # segments not written (a read-only
@@ -292,10 +312,11 @@ class _Load:
         (a segment rebuilt is none); then the run dirs no segment holds are read from CSV and
         added as a new segment (in ``pieces`` too)."""
         self.indexed = {}
+        cut = None if self.stamps_keyed else ROWS_STAMP
         for segment, m in self.manifests.items():
             if segment not in self.dropped:
                 for source, stamp in m.sources.items():
-                    if self.sources.get(source) == stamp:  # a later segment's rows of it replace an earlier's
+                    if self.sources.get(source) == stamp[:cut]:  # a later segment's rows of it replace an earlier's
                         self.indexed[source] = segment
         fresh = [s for s in self.sources if s not in self.indexed]
         if fresh:
@@ -324,6 +345,11 @@ class _Load:
         """The rows of run dirs no segment holds, read from CSV and written as a new segment
         with their keyed tables."""
         now, said = Notes(), {t.name: Notes() for t in KEYED}
+        # a load of rows alone stamps their keyed files now, before they are read: as a manifest keeps them
+        stamps = {
+            s: self.sources[s] if self.stamps_keyed else self.sources[s] + _keyed_stamp(os.path.join(self.root, s))
+            for s in fresh
+        }
         self.fresh.update(fresh)
         new = _read_sources(self.root, fresh, now)
         skipped = {  # each run dir's places looked up only when something was skipped (10k paths otherwise)
@@ -341,7 +367,7 @@ class _Load:
         for kind, places in (now if self.table is None else said[self.table.name]).kinds.items():
             for place, count in places.items():
                 self.notes.add(kind, place, count)
-        m = Manifest({s: self.sources[s] for s in fresh}, {s: k for s, k in skipped.items() if k}, _span(new), len(new))
+        m = Manifest(stamps, {s: k for s, k in skipped.items() if k}, _span(new), len(new))
         for t in KEYED:
             if said[t.name].kinds:
                 m.table_notes[t.name] = {s: k for s in fresh if (k := said[t.name].of(_at(self.root, s, t)))}
