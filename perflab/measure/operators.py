@@ -1,8 +1,9 @@
 """Where a measurement's time goes: a profiled pass, reduced to one table per measurement.
 
 After the timed samples (``bench.profile=true``), ``profiled`` calls the measured function
-under ``torch.profiler`` in a pass of its own (never inside the clock) and reduces the events
-with the profiler's own ``key_averages``: one line per operator the profiler sees, with
+under ``torch.profiler`` in a pass of its own (never inside the clock) and sums the events per
+operator as the profiler's own ``key_averages`` does (``perflab.measure.kineto``: from its C++
+results, without torch's Python object per event): one line per operator the profiler sees, with
 
 - ``kind``: ``op`` (an aten or custom op, a compiled graph's call: its self time on the host),
   ``kernel`` (a GPU kernel: its time on the device; only where CUDA was profiled, never made up
@@ -81,14 +82,14 @@ def profiled(
     cuda = any(d.type == "cuda" for d in devices)
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
     spent: list[float] = []
-    events: list[Any] = []
+    tables: list[pd.DataFrame] = []  # each round's events summed per operator (kineto.FIELDS)
     rounds = min(calls, ROUNDS) if turns.shared() else 1
     cost = 0.0  # the pass's own seconds: not the other side's turns
 
     def ready(p: Any) -> None:  # the cycle's events exist here only (a scheduled profile's own rule)
-        if trace and not events:
+        if trace and not tables:
             p.export_chrome_trace(str(trace))
-        events.extend(p.key_averages())
+        tables.append(averaged(p))
 
     for r in range(rounds):
         active = calls // rounds + (r < calls % rounds)
@@ -110,7 +111,7 @@ def profiled(
         turns.turn()  # the other side's round: outside the profile and its clock
     began = time.perf_counter()
     seconds = sum(spent) / len(spent)  # the mean, as key_averages' totals over the calls are
-    table = reduce(events, calls, seconds, cuda)
+    table = reduce(tables, calls, seconds, cuda)
     return Profiled(table, seconds, cost + time.perf_counter() - began)
 
 
@@ -133,27 +134,49 @@ def calls_for(seconds: float) -> int:
     return max(ACTIVE_CALLS, min(MOST_CALLS, math.ceil(PROFILED_S / seconds)))
 
 
-def reduce(events: Sequence[Any], calls: int, seconds: float, cuda: bool) -> pd.DataFrame:
-    """``key_averages``' events as ``COLUMNS`` per measured call (times in seconds; the profiler
-    counts microseconds). A GPU kernel is a ``kernel`` on ``cuda`` only where CUDA was profiled."""
-    from torch.autograd import DeviceType
+def averaged(p: Any) -> pd.DataFrame:
+    """A finished profile's events summed per operator (``kineto.FIELDS``): read from the
+    profiler's C++ results (``kineto``: a few microseconds an event), else, where this torch's
+    private API is not as ``kineto`` expects, from ``key_averages`` (~80 us an event: torch
+    builds a Python object per event and their tree)."""
+    from perflab.measure import kineto
 
+    try:
+        return kineto.averages(p.profiler.kineto_results)
+    except (AttributeError, TypeError, ValueError):  # _KinetoEvent changed: torch's own reading
+        pass
     lines = []
-    for e in events:
-        on_device = e.device_type == DeviceType.CUDA
-        if on_device and not cuda:
-            continue
-        if on_device:
-            kind, device, self_us = "kernel", "cuda", e.self_device_time_total
-        elif e.key.startswith("ProfilerStep"):
-            continue  # the schedule's own step marks
-        elif e.is_user_annotation or e.key.startswith(COMPILED_REGION):
-            kind, device, self_us = "range", "cpu", e.cpu_time_total
-        else:
-            kind, device, self_us = "op", "cpu", e.self_cpu_time_total
-        lines.append((e.key, kind, device, e.count / calls, self_us / 1e6 / calls))
-    table = pd.DataFrame(lines, columns=list(COLUMNS[:5]))
-    table = table.groupby(["operator", "kind", "device"], as_index=False, sort=False).sum()
+    for e in p.key_averages():
+        device = e.device_type.name.lower()
+        self_us = e.self_device_time_total if device == "cuda" else e.self_cpu_time_total
+        lines.append((e.key, device, e.is_user_annotation, e.count, self_us, e.cpu_time_total))
+    return pd.DataFrame(lines, columns=list(kineto.FIELDS))
+
+
+def reduce(tables: Sequence[pd.DataFrame], calls: int, seconds: float, cuda: bool) -> pd.DataFrame:
+    """Profiles' events summed per operator (``averaged``) as ``COLUMNS`` per measured call
+    (times in seconds; the profiler counts microseconds). A GPU kernel is a ``kernel`` on
+    ``cuda`` only where CUDA was profiled; a range's time is its span, its children in it."""
+    import numpy as np
+
+    from perflab.measure import kineto
+
+    ev = pd.concat([pd.DataFrame(columns=list(kineto.FIELDS)), *tables], ignore_index=True)
+    kernel = (ev["device"] == "cuda").to_numpy(bool)
+    span = (ev["annotation"].astype(bool) | ev["key"].str.startswith(COMPILED_REGION)).to_numpy(bool) & ~kernel
+    own = (ev["device"] == "cpu").to_numpy(bool)  # an op on another device: no host self time (key_averages')
+    self_us = np.select([kernel, span, own], [ev["self_us"], ev["total_us"], ev["self_us"]], 0.0)
+    table = pd.DataFrame(
+        {
+            "operator": ev["key"].astype(str),
+            "kind": np.select([kernel, span], ["kernel", "range"], "op"),
+            "device": np.where(kernel, "cuda", "cpu"),
+            "calls": ev["count"].to_numpy(float) / calls,
+            "self_s": self_us.astype(float) / 1e6 / calls,
+        }
+    )
+    keep = np.where(kernel, cuda, ~table["operator"].str.startswith("ProfilerStep").to_numpy(bool))
+    table = table[keep].groupby(["operator", "kind", "device"], as_index=False, sort=False).sum()
     table["share"] = table["self_s"] / seconds if seconds > 0 else float("nan")
     table["profiled_s"] = seconds
     return table
