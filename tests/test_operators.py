@@ -36,7 +36,7 @@ def test_a_profiled_pass_names_each_op_its_calls_and_its_share():
     ops = t[t["kind"] == "op"]
     assert 0 < ops["share"].sum() <= 1.5, "the ops' self times add up to about the profiled call"
     assert (t["profiled_s"] == found.seconds).all() and found.seconds > 0
-    assert found.pass_s >= (1 + operators.ACTIVE_CALLS) * found.seconds * 0.9, "the pass: its warm-up and its calls"
+    assert found.pass_s >= operators.ACTIVE_CALLS * found.seconds * 0.9, "the pass: its calls at least"
 
 
 def test_the_job_keeps_operators_beside_the_rows(work):
