@@ -101,7 +101,9 @@ def profiled(
         began = time.perf_counter()
         with warnings.catch_warnings():  # "clears events at the end of each cycle": one cycle; "no warmup"
             warnings.simplefilter("ignore", UserWarning)
-            steps = schedule(wait=0, warmup=warm, active=active)
+            # one cycle (repeat=1): the schedule's default repeats, so its last step began another
+            # profile (or a warm-up) that the exit started and stopped, and read: a second table
+            steps = schedule(wait=0, warmup=warm, active=active, repeat=1)
             with profile(activities=activities, schedule=steps, on_trace_ready=ready) as prof:
                 for i in range(warm + active):
                     synchronize(devices)
