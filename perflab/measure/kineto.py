@@ -48,20 +48,21 @@ def averages(result: Any) -> pd.DataFrame:
     host spans (``cpu_time_total``)."""
     from torch.autograd import DeviceType
 
-    events = [
-        e for e in result.events() if e.name() not in HIDDEN and not e.is_hidden_event() and not e.is_python_function()
-    ]
+    events = [e for e in result.events() if not e.is_hidden_event() and not e.is_python_function()]
+    fields = [
+        (e.name(), e.start_ns(), e.end_ns(), e.start_thread_id(), e.end_thread_id())
+        + (e.device_type(), e.is_async(), e.linked_correlation_id(), e.is_user_annotation())
+        for e in events
+    ]  # one pass, each event's fields at once: most of the time here is these calls
+    shown = np.fromiter((f[0] not in HIDDEN for f in fields), bool, len(fields))
+    events, fields = [events[i] for i in np.flatnonzero(shown)], [fields[i] for i in np.flatnonzero(shown)]
     n = len(events)
     if not n:
         return pd.DataFrame(columns=list(FIELDS))
-    names = [e.name() for e in events]
-    start = np.fromiter((e.start_ns() for e in events), np.int64, n)
-    end = np.fromiter((e.end_ns() for e in events), np.int64, n)
-    thread = np.fromiter((e.start_thread_id() for e in events), np.int64, n)
-    types = [e.device_type() for e in events]
-    on_cpu = np.fromiter((t == DeviceType.CPU for t in types), bool, n)
-    sync = np.fromiter((not e.is_async() and e.start_thread_id() == e.end_thread_id() for e in events), bool, n)
-    linked = np.fromiter((e.linked_correlation_id() for e in events), np.int64, n)
+    names, start, end, thread, end_thread, types, is_async, linked, annotation = (list(c) for c in zip(*fields))
+    start, end, thread, linked = (np.array(c, np.int64) for c in (start, end, thread, linked))
+    on_cpu = np.array([t == DeviceType.CPU for t in types], bool)
+    sync = ~np.array(is_async, bool) & (thread == np.array(end_thread, np.int64))
     span = (end - start) / 1e3  # us, as FunctionEvent's time range
     _on_their_ops_threads(events, thread, on_cpu, sync, linked)
 
@@ -72,17 +73,20 @@ def averages(result: Any) -> pd.DataFrame:
     merged = child[(key[child] == key[parent[child]]) & only[parent[child]]]  # into its parent: one call
     kept = np.ones(n, bool)
     kept[merged] = False
-    for i in merged:  # a merged event's children are its parent's (as many times as merges chain)
-        parent[parent == i] = parent[i]
+    up = np.arange(n)  # a merged event's children are its nearest kept ancestor's
+    up[merged] = parent[merged]
+    while not np.array_equal(up[up], up):
+        up = up[up]
+    parent = np.where(parent >= 0, up[np.maximum(parent, 0)], -1)
+    has = kept & (parent >= 0)
     children_us = np.zeros(n)
-    np.add.at(children_us, parent[kept & (parent >= 0)], np.where(on_cpu, span, 0.0)[kept & (parent >= 0)])
-    self_us = np.where(on_cpu, np.where(sync, span - children_us, 0.0), np.where(sync, span, 0.0))
-    device = pd.Series(types).map({t: t.name.lower() for t in set(types)})
+    np.add.at(children_us, parent[has], span[has])  # children: host events, as their parents
+    self_us = np.where(sync, np.where(on_cpu, span - children_us, span), 0.0)
     table = pd.DataFrame(
         {
             "key": key,
-            "device": device,
-            "annotation": [e.is_user_annotation() for e in events],
+            "device": pd.Series(types).map({t: t.name.lower() for t in set(types)}),
+            "annotation": annotation,
             "count": 1,
             "self_us": self_us,
             "total_us": np.where(on_cpu, span, 0.0),
