@@ -67,7 +67,8 @@ def averages(result: Any) -> pd.DataFrame:
     _on_their_ops_threads(events, thread, on_cpu, sync, linked)
 
     parent = _parents(start, end, thread, np.flatnonzero(on_cpu & sync), n)
-    key = pd.Series(names).map({k: _key(k) for k in set(names)}).to_numpy()
+    renamed = {k: _key(k) for k in set(names)}
+    key = np.array([renamed[k] for k in names], object)
     child = np.flatnonzero(parent >= 0)
     only = np.bincount(parent[child], minlength=n) == 1
     merged = child[(key[child] == key[parent[child]]) & only[parent[child]]]  # into its parent: one call
@@ -82,17 +83,16 @@ def averages(result: Any) -> pd.DataFrame:
     children_us = np.zeros(n)
     np.add.at(children_us, parent[has], span[has])  # children: host events, as their parents
     self_us = np.where(sync, np.where(on_cpu, span - children_us, span), 0.0)
-    table = pd.DataFrame(
-        {
-            "key": key,
-            "device": pd.Series(types).map({t: t.name.lower() for t in set(types)}),
-            "annotation": annotation,
-            "count": 1,
-            "self_us": self_us,
-            "total_us": np.where(on_cpu, span, 0.0),
-        }
-    )[kept]
-    return table.groupby(["key", "device", "annotation"], as_index=False, sort=False).sum()[list(FIELDS)]
+    named = {t: t.name.lower() for t in set(types)}
+    groups: dict[tuple[str, str, bool], int] = {}  # (key, device, annotation): its group, in order met
+    keys = key.tolist()
+    rows = np.flatnonzero(kept).tolist()
+    of = np.array([groups.setdefault((keys[i], named[types[i]], annotation[i]), len(groups)) for i in rows], np.int64)
+    return pd.DataFrame(list(groups), columns=list(FIELDS[:3])).assign(
+        count=np.bincount(of, minlength=len(groups)),
+        self_us=np.bincount(of, weights=self_us[kept], minlength=len(groups)),
+        total_us=np.bincount(of, weights=np.where(on_cpu, span, 0.0)[kept], minlength=len(groups)),
+    )
 
 
 def _key(name: str) -> str:
