@@ -102,3 +102,20 @@ def test_where_the_private_api_fails_key_averages_gives_the_same_table(monkeypat
     a, b = (operators.reduce([t], 3, 1e-3, False).sort_values(key, ignore_index=True) for t in (fast, slow))
     pd.testing.assert_frame_equal(a, b, check_exact=False, atol=1e-9)
     assert set(a["kind"]) == {"op", "range"} and a["operator"].str.startswith(operators.COMPILED_REGION).any()
+
+
+def test_the_reading_pauses_the_garbage_collector_and_gives_it_back(monkeypatch):
+    import gc
+
+    p = _profiled(["cpu"])
+    seen = []
+    real = kineto._averages
+    monkeypatch.setattr(kineto, "_averages", lambda r: seen.append(gc.isenabled()) or real(r))
+    kineto.averages(p.profiler.kineto_results)  # type: ignore[attr-defined]
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        kineto.averages(p.profiler.kineto_results)  # type: ignore[attr-defined]
+        assert not gc.isenabled(), "a caller's own pause is left as it was"
+    finally:
+        gc.enable()
