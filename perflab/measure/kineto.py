@@ -74,10 +74,10 @@ def _averages(result: Any) -> pd.DataFrame:
     n = len(events)
     if not n:
         return pd.DataFrame(columns=list(FIELDS))
-    names, start, end, thread, end_thread, types, is_async, linked, annotation = (list(c) for c in zip(*fields))
-    start, end, thread, linked = (np.array(c, np.int64) for c in (start, end, thread, linked))
+    names, starts, ends, threads, end_threads, types, is_async, links, annotation = (list(c) for c in zip(*fields))
+    start, end, thread, linked = (np.array(c, np.int64) for c in (starts, ends, threads, links))
     on_cpu = np.array([t == DeviceType.CPU for t in types], bool)
-    sync = ~np.array(is_async, bool) & (thread == np.array(end_thread, np.int64))
+    sync = ~np.array(is_async, bool) & (thread == np.array(end_threads, np.int64))
     span = (end - start) / 1e3  # us, as FunctionEvent's time range
     _on_their_ops_threads(events, thread, on_cpu, sync, linked)
 
