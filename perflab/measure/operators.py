@@ -102,7 +102,8 @@ def profiled(
         with warnings.catch_warnings():  # "clears events at the end of each cycle": one cycle; "no warmup"
             warnings.simplefilter("ignore", UserWarning)
             # one cycle (repeat=1): the schedule's default repeats, so its last step began another
-            # profile (or a warm-up) that the exit started and stopped, and read: a second table
+            # cycle that the exit ended: a profile read again (a second table), or a warm-up's
+            # profiler started and stopped
             steps = schedule(wait=0, warmup=warm, active=active, repeat=1)
             with profile(activities=activities, schedule=steps, on_trace_ready=ready) as prof:
                 for i in range(warm + active):
