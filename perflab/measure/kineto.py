@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 FIELDS = ("key", "device", "annotation", "count", "self_us", "total_us")
-HIDDEN = frozenset(  # key_averages never shows these (torch.autograd.profiler_util._filter_name)
+HIDDEN = frozenset(  # torch.autograd.profiler_util._filter_name (memory records: perflab profiles no memory)
     {
         "[memory]",
         "[OutOfMemory]",
