@@ -36,7 +36,7 @@ def test_a_profiled_pass_names_each_op_its_calls_and_its_share():
     ops = t[t["kind"] == "op"]
     assert 0 < ops["share"].sum() <= 1.5, "the ops' self times add up to about the profiled call"
     assert (t["profiled_s"] == found.seconds).all() and found.seconds > 0
-    assert found.pass_s >= (1 + operators.ACTIVE_CALLS) * found.seconds * 0.9, "the pass: its warm-up and its calls"
+    assert found.pass_s >= operators.ACTIVE_CALLS * found.seconds * 0.9, "the pass: its calls at least"
 
 
 def test_the_job_keeps_operators_beside_the_rows(work):
@@ -163,3 +163,14 @@ def test_two_jobs_in_turns_profile_in_rounds_one_side_then_the_other():
         t = side.table.set_index("operator")
         assert t.loc["aten::sum", "calls"] == 1, "the rounds' events, per measured call"
         assert not t.index.str.startswith("ProfilerStep").any()
+
+
+def test_a_round_is_one_profile_read_once(monkeypatch):
+    """The profile ends with its calls: no second one started by its last step, stopped by the
+    exit and read again (the schedule's default repeats)."""
+    read = []
+    real = operators.averaged
+    monkeypatch.setattr(operators, "averaged", lambda p, cuda=False: read.append(1) or real(p, cuda))
+    found = operators.profiled(lambda: torch.ones(8).sum(), [], calls=4)
+    assert len(read) == 1
+    assert found.table.set_index("operator").loc["aten::sum", "calls"] == 1

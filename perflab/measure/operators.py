@@ -1,8 +1,9 @@
 """Where a measurement's time goes: a profiled pass, reduced to one table per measurement.
 
 After the timed samples (``bench.profile=true``), ``profiled`` calls the measured function
-under ``torch.profiler`` in a pass of its own (never inside the clock) and reduces the events
-with the profiler's own ``key_averages``: one line per operator the profiler sees, with
+under ``torch.profiler`` in a pass of its own (never inside the clock) and sums the events per
+operator as the profiler's own ``key_averages`` does (``perflab.measure.kineto``: from its C++
+results, without torch's Python object per event): one line per operator the profiler sees, with
 
 - ``kind``: ``op`` (an aten or custom op, a compiled graph's call: its self time on the host),
   ``kernel`` (a GPU kernel: its time on the device; only where CUDA was profiled, never made up
@@ -38,7 +39,7 @@ if TYPE_CHECKING:  # torch: only where something is profiled, never for a report
     from perflab.store.rows import Notes
 
 FILE = layout.OPERATORS
-ACTIVE_CALLS = 3  # the fewest profiled calls after one warm-up call under the profiler (its trace too)
+ACTIVE_CALLS = 3  # the fewest profiled calls (its trace too), after a warm-up call under the profiler on a GPU
 MOST_CALLS = 20
 ROUNDS = 4  # profiles of a few calls each, in turns with the other side, where two jobs share the process
 PROFILED_S = 0.05  # a short call is profiled for about this long: one preempted call of 3 moved an op +50 %
@@ -51,7 +52,7 @@ COLUMNS = tuple(c for c in known.OPERATORS if c not in KEYS)  # a line per opera
 @dataclass
 class Profiled:
     """One profiled pass: its table (``COLUMNS``), the wall time of a profiled call, and what
-    the whole pass took (its warm-up call, its calls, its trace written, reduced): its cost."""
+    the whole pass took (its calls, a GPU's warm-up call, its trace written, reduced): its cost."""
 
     table: pd.DataFrame
     seconds: float  # per call, under the profiler
@@ -66,7 +67,7 @@ def profiled(
     trace: Path | None = None,
 ) -> Profiled:
     """``calls`` calls of ``fn`` under torch.profiler (CUDA activity too where a device is a
-    GPU), after a warm-up call under it, each call's wall time taken around it with the devices
+    GPU, after a warm-up call under it), each call's wall time taken around it with the devices
     synced; ``trace``: where the Chrome trace goes (``bench.profile``'s file), written when the
     active calls end and outside their clock. In a process of two jobs in turns (``perflab ab``'s
     sides) the calls are ``ROUNDS`` profiles of a few, handing over to the other side between
@@ -81,36 +82,43 @@ def profiled(
     cuda = any(d.type == "cuda" for d in devices)
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
     spent: list[float] = []
-    events: list[Any] = []
+    tables: list[pd.DataFrame] = []  # each round's events summed per operator (kineto.FIELDS)
     rounds = min(calls, ROUNDS) if turns.shared() else 1
     cost = 0.0  # the pass's own seconds: not the other side's turns
+    # A warm-up call under the profiler where CUPTI starts (torch's advice: its first step
+    # skews); on the host it buys nothing: the call was just timed, warm, kineto starts before
+    # the loop's clock, and the first profiled call after a warm-up one was no nearer the rest
+    # (the why model, 12 rounds of 4 calls: +19 % with it, +12 % without).
+    warm = 1 if cuda else 0
 
     def ready(p: Any) -> None:  # the cycle's events exist here only (a scheduled profile's own rule)
-        if trace and not events:
+        if trace and not tables:
             p.export_chrome_trace(str(trace))
-        events.extend(p.key_averages())
+        tables.append(averaged(p, cuda))
 
     for r in range(rounds):
         active = calls // rounds + (r < calls % rounds)
         began = time.perf_counter()
-        with warnings.catch_warnings():  # "clears events at the end of each cycle": we use one cycle
+        with warnings.catch_warnings():  # "clears events at the end of each cycle": one cycle; "no warmup"
             warnings.simplefilter("ignore", UserWarning)
-            with profile(
-                activities=activities, schedule=schedule(wait=0, warmup=1, active=active), on_trace_ready=ready
-            ) as prof:
-                for i in range(1 + active):
+            # one cycle (repeat=1): the schedule's default repeats, so its last step began another
+            # cycle that the exit ended: a profile read again (a second table), or a warm-up's
+            # profiler started and stopped
+            steps = schedule(wait=0, warmup=warm, active=active, repeat=1)
+            with profile(activities=activities, schedule=steps, on_trace_ready=ready) as prof:
+                for i in range(warm + active):
                     synchronize(devices)
                     t0 = time.perf_counter()
                     fn()
                     synchronize(devices)
-                    if i:
+                    if i >= warm:
                         spent.append(time.perf_counter() - t0)
                     prof.step()
         cost += time.perf_counter() - began
         turns.turn()  # the other side's round: outside the profile and its clock
     began = time.perf_counter()
     seconds = sum(spent) / len(spent)  # the mean, as key_averages' totals over the calls are
-    table = reduce(events, calls, seconds, cuda)
+    table = reduce(tables, calls, seconds, cuda)
     return Profiled(table, seconds, cost + time.perf_counter() - began)
 
 
@@ -133,27 +141,50 @@ def calls_for(seconds: float) -> int:
     return max(ACTIVE_CALLS, min(MOST_CALLS, math.ceil(PROFILED_S / seconds)))
 
 
-def reduce(events: Sequence[Any], calls: int, seconds: float, cuda: bool) -> pd.DataFrame:
-    """``key_averages``' events as ``COLUMNS`` per measured call (times in seconds; the profiler
-    counts microseconds). A GPU kernel is a ``kernel`` on ``cuda`` only where CUDA was profiled."""
-    from torch.autograd import DeviceType
+def averaged(p: Any, cuda: bool = False) -> pd.DataFrame:
+    """A finished profile's events summed per operator (``kineto.FIELDS``): read from the
+    profiler's C++ results (``kineto``: a few microseconds an event), else, where this torch's
+    private API is not as ``kineto`` expects, or ``cuda`` was profiled, from ``key_averages``
+    (~80 us an event: torch builds a Python object per event and their tree)."""
+    from perflab.measure import kineto
 
+    if not cuda:  # a GPU's profile: torch's own reading until test_kineto's cuda case has passed on one
+        try:
+            return kineto.averages(p.profiler.kineto_results)
+        except (AttributeError, TypeError, ValueError):  # this torch's _KinetoEvent is not as kineto reads it
+            pass
     lines = []
-    for e in events:
-        on_device = e.device_type == DeviceType.CUDA
-        if on_device and not cuda:
-            continue
-        if on_device:
-            kind, device, self_us = "kernel", "cuda", e.self_device_time_total
-        elif e.key.startswith("ProfilerStep"):
-            continue  # the schedule's own step marks
-        elif e.is_user_annotation or e.key.startswith(COMPILED_REGION):
-            kind, device, self_us = "range", "cpu", e.cpu_time_total
-        else:
-            kind, device, self_us = "op", "cpu", e.self_cpu_time_total
-        lines.append((e.key, kind, device, e.count / calls, self_us / 1e6 / calls))
-    table = pd.DataFrame(lines, columns=list(COLUMNS[:5]))
-    table = table.groupby(["operator", "kind", "device"], as_index=False, sort=False).sum()
+    for e in p.key_averages():
+        device = e.device_type.name.lower()
+        self_us = e.self_device_time_total if device == "cuda" else e.self_cpu_time_total
+        lines.append((e.key, device, e.is_user_annotation, e.count, self_us, e.cpu_time_total))
+    return pd.DataFrame(lines, columns=list(kineto.FIELDS))
+
+
+def reduce(tables: Sequence[pd.DataFrame], calls: int, seconds: float, cuda: bool) -> pd.DataFrame:
+    """Profiles' events summed per operator (``averaged``) as ``COLUMNS`` per measured call
+    (times in seconds; the profiler counts microseconds). A GPU kernel is a ``kernel`` on
+    ``cuda`` only where CUDA was profiled; a range's time is its span, its children in it."""
+    import numpy as np
+
+    from perflab.measure import kineto
+
+    ev = pd.concat([pd.DataFrame(columns=list(kineto.FIELDS)), *tables], ignore_index=True)
+    kernel = (ev["device"] == "cuda").to_numpy(bool)
+    span = (ev["annotation"].astype(bool) | ev["key"].str.startswith(COMPILED_REGION)).to_numpy(bool) & ~kernel
+    own = (ev["device"] == "cpu").to_numpy(bool)  # an op on another device: no host self time (key_averages')
+    self_us = np.select([kernel, span, own], [ev["self_us"], ev["total_us"], ev["self_us"]], 0.0)
+    table = pd.DataFrame(
+        {
+            "operator": ev["key"].astype(str),
+            "kind": np.select([kernel, span], ["kernel", "range"], "op"),
+            "device": np.where(kernel, "cuda", "cpu"),
+            "calls": ev["count"].to_numpy(float) / calls,
+            "self_s": self_us.astype(float) / 1e6 / calls,
+        }
+    )
+    keep = np.where(kernel, cuda, ~table["operator"].str.startswith("ProfilerStep").to_numpy(bool))
+    table = table[keep].groupby(["operator", "kind", "device"], as_index=False, sort=False).sum()
     table["share"] = table["self_s"] / seconds if seconds > 0 else float("nan")
     table["profiled_s"] = seconds
     return table

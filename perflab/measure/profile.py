@@ -20,7 +20,7 @@ ACTIVE_CALLS = operators.ACTIVE_CALLS
 
 
 def trace(run_dir: Path, name: str, fn: Callable[[], object], devices: Sequence[Device]) -> str:
-    """Profile one warm-up call and ``ACTIVE_CALLS`` calls of ``fn``; return the trace's path
+    """Profile ``ACTIVE_CALLS`` calls of ``fn`` (a warm-up call first on a GPU); return the trace's path
     relative to the run dir (the row's ``trace`` column)."""
     return traced(run_dir, name, fn, devices)[0]
 
