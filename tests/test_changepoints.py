@@ -19,7 +19,9 @@ def test_l1_cost_is_the_sum_of_absolute_deviations_from_the_median():
     assert got == pytest.approx(want, abs=1e-12)
 
 
-@pytest.mark.parametrize("min_size", [2, 3, 5])
+@pytest.mark.parametrize(
+    "min_size", [pytest.param(2, marks=pytest.mark.slow), 3, pytest.param(5, marks=pytest.mark.slow)]
+)
 def test_segments_are_ruptures_pelt_l1(min_size):
     """Steps of several sizes in noise, and noise alone, at the penalties history uses."""
     rng = np.random.default_rng(min_size)

@@ -426,6 +426,7 @@ def test_a_torchvision_not_built_for_the_installed_torch_is_one_line_naming_a_pa
     install.check_torch_pair()  # and the pair installed here
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_a_broken_install_stops_the_tests_at_once_with_one_line(tmp_path):
     """A torchvision not built for the installed torch: the test run says so once, runs nothing."""
     meta = tmp_path / "torchvision-0.99.0.dist-info"  # seen first on sys.path, as a wrong install would be

@@ -183,6 +183,7 @@ def test_random_weights_pick_the_task_a_config_is_for():
     }
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_a_model_folder_rewritten_is_a_new_point_and_the_same_folder_is_done(cli, work, tmp_path):
     """The done marks key a folder model by its contents, not the name typed: the same folder
     again is done; after save_pretrained wrote other weights (and another config) over it, the

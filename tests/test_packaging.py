@@ -91,6 +91,7 @@ def test_installed_wheel_runs_from_any_directory(tmp_path):
     assert list((site / "bin").glob("perflab")), "the console script is installed"
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_without_the_launchers_extra_a_run_prints_no_hydra_plugin_warning(tmp_path):
     """Hydra imports every plugin at each start; perflab's SLURM launcher needs the submitit
     launcher, and without it (no perflab[launchers]) it is no plugin, and says nothing."""

@@ -35,6 +35,7 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_run_dirs_rows_are_counted_in_one_pass(monkeypatch):
     """read_runs (every reader of run dirs goes through it) on 1k then 4k run dirs of 400 rows,
     labelled as load() labels run dirs outside a results tree: by absolute path. One run dir
@@ -77,6 +78,7 @@ def test_run_dirs_rows_are_counted_in_one_pass(monkeypatch):
     assert growth < LINEAR, f"read_runs grows as rows^{growth:.2f} ({sizes} rows: {seconds} s of CPU)"
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_cold_load_grows_linearly_with_rows_and_run_dirs(tmp_path):
     """A real tree of 500 then 2000 run dirs of 10 rows: the whole cold load (walk, run.json,
     CSV, the index written) is linear; a per-run-dir loop over all run dirs would show here. So

@@ -99,6 +99,7 @@ def test_exit_codes_say_what_came_of_the_sweep(cli, work, monkeypatch):
     cli("-m", *MATMUL, "experiment.size=16,24", rc=1)  # only crashes
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_a_re_run_sweep_reuses_done_points_and_still_lists_every_point(cli, work):
     cli("-m", *MATMUL, "experiment.size=16,24")
     first = sweeps(work)[0]
@@ -115,6 +116,7 @@ def test_a_re_run_sweep_reuses_done_points_and_still_lists_every_point(cli, work
     assert outcomes(sweeps(work)[-1]) == ["ok", "ok"]
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_a_new_subject_is_measured_again_not_taken_as_done(cli, work):
     """After a commit the same sweep measures the new code: the subject is part of a point."""
     cli("-m", *MATMUL, "experiment.size=16", "results.subject=v1")

@@ -154,6 +154,7 @@ def test_resumed_training_is_identical_to_uninterrupted_training(work, name):
     assert len(list((work / "stopped").glob("*/*.pt"))) == 1, "the resumed-from checkpoint was folded in"
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_a_sweep_re_run_resumes_a_point_that_was_stopped(cli, work, monkeypatch):
     from perflab.job.stop import Stopped
 
@@ -222,6 +223,7 @@ def test_two_nodes_of_one_ddp_run_match_single_device_training(work):
     assert_same(weights(single), weights(two))
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_a_stopped_helper_node_writes_nothing_in_the_job_dir_it_shares(work):
     """The second task of a two-node SLURM job (SLURM_PROCID=1) shares its job dir with the
     first, which records the point: stopped while it waits for the rendezvous, the helper
