@@ -111,6 +111,7 @@ def test_jobs_in_turns_end_with_their_compute_thread_ended():
     assert not [t for t in threading.enumerate() if t.name == "perflab-compute"]
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_a_ctrl_c_ends_a_process_of_jobs_in_turns_without_waiting_for_their_work(tmp_path):
     """The main thread interrupted while a job's call runs on the compute thread, a call that
     never returns: the process ends at once, waiting on neither the jobs nor that call."""

@@ -236,6 +236,7 @@ def test_missing_rows_and_unreadable_records_one_rule_for_every_reader(tmp_path,
 # --- outputs never replace a user's file ----------------------------------------------------------
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_report_and_plots_replace_only_what_perflab_wrote(mixed, tmp_path, capsys):
     mine = tmp_path / "mine.html"
     mine.write_text("my notes\n")

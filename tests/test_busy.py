@@ -128,6 +128,7 @@ def spinning():
 
 
 @pytest.mark.usefixtures("spinning")
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_training_rows_say_the_machines_state_and_are_flagged_busy(cli):
     """The bug: train rows with others_cpu_pct 40-68 % flagged only 'too few samples', their
     waited_pct, cpu_pressure_pct and loads empty. Every row now has them, and is flagged."""

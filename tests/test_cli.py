@@ -321,6 +321,7 @@ def test_a_crash_inside_an_experiment_becomes_an_error_row(cli, work, monkeypatc
     assert '"outcome": "error"' in (run / "run.json").read_text()
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_output_to_a_closed_pipe_is_clean(work):
     proc = subprocess.run(
         f"{sys.executable} -m perflab +experiment=quick/matmul {' '.join(FAST)} | head -1",

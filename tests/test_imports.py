@@ -130,6 +130,7 @@ def test_the_circle_finder_finds_a_circle():
     assert circles({"a": {"b"}, "b": set()}) == []
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_an_experiments_imports_come_from_one_face_without_torch():
     """``perflab.experiment`` holds what an experiment module imports; importing it (a config is
     checked with the experiment module imported) brings no torch until a measuring name is used."""

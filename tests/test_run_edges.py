@@ -159,6 +159,7 @@ def test_a_hook_that_fails_after_the_measurement_is_one_line_and_the_rows_stand(
 # --- Ctrl-C after and during worker processes -----------------------------------------------------
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_ctrl_c_while_workers_run_is_a_keyboard_interrupt_from_launch(tmp_path):
     """Outside any job too: torch's agent stops the workers, then Ctrl-C is Python's again.
     Ctrl-C comes once the worker runs its function (a worker still starting may not die of it,

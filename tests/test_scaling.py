@@ -168,6 +168,7 @@ def test_a_points_processes_are_found_in_one_pass():
     assert growth < LINEAR, f"measured grows as processes^{growth:.2f} ({sizes}: {seconds} s of CPU)"
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_loads_through_the_index_grow_linearly_and_read_one_experiment_alone(tmp_path):
     """The same kind of tree, its index built: a warm load, one experiment's, and a load after one
     more run dir (its rows appended to the index's, not the index rebuilt) are linear. The index
@@ -264,6 +265,7 @@ def test_readers_of_a_tree_shaped_like_users_grow_linearly_and_its_index_stays_s
         assert growth < LINEAR, f"{name} grows as run dirs^{growth:.2f} ({sizes} run dirs: {taken} s of CPU)"
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_the_readers_of_a_tree_import_no_torch(tmp_path):
     """report, compare and history of a user-shaped tree (matmul rows among them, whose headline
     the report writes) import no torch: seconds of a whole command on 2 cores. Checked by what

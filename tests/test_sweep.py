@@ -56,6 +56,7 @@ def test_a_job_that_raises_mid_sweep_leaves_an_error_row_and_the_sweep_goes_on(c
     assert "job  experiment.size  outcome" in ran.out  # the table of points
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_the_table_of_points_flags_a_point_whose_figure_is_suspect(cli, work):
     def points(out):
         lines = out.splitlines()
@@ -143,6 +144,7 @@ def test_bench_processes_measures_each_point_in_fresh_processes_that_compare_cou
     assert "process 1 of 2" in refused.err and "process 2 of 2" not in refused.err
 
 
+@pytest.mark.slow  # end to end: in .ci/run's slow step, off the README's 3-minute set
 def test_killed_and_skipped_points_are_not_done(cli, work):
     too_many = torch.get_num_threads() + 1  # more CPU workers than cores: a point this machine skips
     cli("-m", *MATMUL, "devices.spec=cpu", f"devices.count=1,{too_many}")
